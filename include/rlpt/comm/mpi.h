@@ -1,0 +1,188 @@
+#pragma once
+// Thin RAII wrappers over MPI used everywhere else in rlpt. Torch-free.
+//
+// Error handling: MpiRuntime sets MPI_ERRORS_RETURN on MPI_COMM_WORLD right after
+// MPI_Init_thread, so every MPI call returns an error code, and RLPT_MPI_CHECK turns
+// it into a CommError carrying MPI_Error_string and the call text.
+//
+// Waiting: every blocking wait in rlpt goes through wait_all()/wait_any() below, which
+// poll MPI_Test* with a spin -> sched_yield -> sleep back-off. A rank that waits for
+// minutes (a worker while the controller scores rewards, the controller while the
+// workers generate) costs ~0% CPU instead of one busy core, which matters whenever
+// ranks outnumber cores; back-to-back messages still see µs latency from the spin
+// phase. Waits take a Deadline and throw TimeoutError naming what they waited for.
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rlpt/core/error.h"
+
+namespace rlpt::comm {
+
+std::string mpi_error_string(int code);
+
+}  // namespace rlpt::comm
+
+#define RLPT_MPI_CHECK(call)                                                                \
+    do {                                                                                    \
+        int rlpt_mpi_rc_ = (call);                                                          \
+        if (rlpt_mpi_rc_ != MPI_SUCCESS) {                                                  \
+            throw ::rlpt::CommError(::rlpt::comm::mpi_error_string(rlpt_mpi_rc_), __FILE__, \
+                                    __LINE__, #call);                                       \
+        }                                                                                   \
+    } while (0)
+
+namespace rlpt::comm {
+
+// ---- deadlines and polling --------------------------------------------------------------
+
+class Deadline {
+  public:
+    static Deadline never() { return Deadline(); }
+    static Deadline after_seconds(double s);  // s <= 0 means never
+    bool infinite() const { return infinite_; }
+    bool expired() const;
+    double seconds_left() const;  // +inf when infinite
+
+  private:
+    Deadline() = default;
+    bool infinite_ = true;
+    std::chrono::steady_clock::time_point at_{};
+};
+
+// How a waiting rank polls. Defaults: spin 30 µs, then sched_yield until 2 ms have passed,
+// then sleep with exponential back-off from 20 µs up to max_sleep_us.
+struct PollPolicy {
+    double spin_us = 30.0;
+    double yield_until_us = 2000.0;
+    double max_sleep_us = 1000.0;
+};
+// Process-wide polling policy (set once from the config before any communication).
+void set_poll_policy(const PollPolicy& p);
+const PollPolicy& poll_policy();
+
+// Calls `ready()` until it returns true, backing off per poll_policy(). Throws
+// TimeoutError("timed out after Xs waiting for <what>") at the deadline. The optional
+// `on_slow` hook runs every `slow_every_s` seconds of waiting (stall warnings).
+template <typename Ready>
+void poll_until(Ready&& ready, const Deadline& deadline, const std::string& what);
+
+// Completes all requests (MPI_Testall with back-off). Null requests are fine.
+void wait_all(std::vector<MPI_Request>& reqs, const Deadline& deadline, const std::string& what);
+void wait_one(MPI_Request& req, const Deadline& deadline, const std::string& what);
+// Returns the index of one completed request (MPI_Testany with back-off); -1 when all null.
+int wait_any(std::vector<MPI_Request>& reqs, MPI_Status* status, const Deadline& deadline,
+             const std::string& what);
+
+// ---- runtime ----------------------------------------------------------------------------
+
+// Initialises MPI (MPI_THREAD_FUNNELED: one MPI thread per rank; blocking MPI calls from
+// several threads collapse to ms per message on Open MPI) and finalises it on destruction.
+class MpiRuntime {
+  public:
+    MpiRuntime(int* argc, char*** argv);
+    ~MpiRuntime();
+    MpiRuntime(const MpiRuntime&) = delete;
+    MpiRuntime& operator=(const MpiRuntime&) = delete;
+    // Aborts the whole job (all ranks) with `code`. Never returns.
+    [[noreturn]] static void abort(int code);
+    // After abort-worthy errors the runtime must not call MPI_Finalize (it would hang
+    // waiting for peers): mark_failed() makes the destructor skip it.
+    void mark_failed() { failed_ = true; }
+
+  private:
+    bool failed_ = false;
+    bool owns_ = false;
+};
+
+// ---- communicators ----------------------------------------------------------------------
+
+// Move-only owner of an MPI_Comm (freed on destruction unless it is MPI_COMM_WORLD or null).
+class Communicator {
+  public:
+    Communicator() = default;
+    static Communicator world();                // MPI_COMM_WORLD, not owned
+    static Communicator adopt(MPI_Comm comm);   // takes ownership (MPI_COMM_NULL allowed)
+    ~Communicator();
+    Communicator(Communicator&& o) noexcept;
+    Communicator& operator=(Communicator&& o) noexcept;
+    Communicator(const Communicator&) = delete;
+    Communicator& operator=(const Communicator&) = delete;
+
+    bool valid() const { return comm_ != MPI_COMM_NULL; }
+    MPI_Comm get() const { return comm_; }
+    int rank() const { return rank_; }
+    int size() const { return size_; }
+
+    // Collective on this communicator.
+    Communicator dup() const;
+    // Collective on this communicator; color < 0 (MPI_UNDEFINED) returns an invalid comm.
+    Communicator split(int color, int key) const;
+    // Collective on this communicator: the ranks sharing a node (MPI_COMM_TYPE_SHARED).
+    Communicator split_shared() const;
+
+    // ---- collectives (all collective on this communicator, all poll with back-off) ----
+    void barrier(const Deadline& d = Deadline::never()) const;
+    void bcast(void* data, int64_t bytes, int root, const Deadline& d = Deadline::never()) const;
+    void bcast_string(std::string& s, int root, const Deadline& d = Deadline::never()) const;
+    // Gathers one fixed-size item per rank to every rank.
+    void allgather(const void* send, void* recv, int64_t bytes_each,
+                   const Deadline& d = Deadline::never()) const;
+    std::vector<int64_t> allgather_i64(int64_t v, const Deadline& d = Deadline::never()) const;
+    std::vector<std::string> allgather_strings(const std::string& s,
+                                               const Deadline& d = Deadline::never()) const;
+    // In-place all-reduce of `count` elements of `type` with `op`.
+    void allreduce(void* data, int64_t count, MPI_Datatype type, MPI_Op op,
+                   const Deadline& d = Deadline::never()) const;
+    double allreduce_sum(double v) const;
+    double allreduce_max(double v) const;
+    int64_t allreduce_sum_i64(int64_t v) const;
+    int64_t allreduce_max_i64(int64_t v) const;
+    int64_t allreduce_min_i64(int64_t v) const;
+
+  private:
+    void refresh();
+    MPI_Comm comm_ = MPI_COMM_NULL;
+    bool owned_ = false;
+    int rank_ = -1;
+    int size_ = 0;
+};
+
+// Largest single MPI message rlpt sends (counts are int): bigger buffers go in chunks.
+constexpr int64_t kMaxMessageBytes = int64_t(1) << 30;
+
+// Non-blocking send/recv of an arbitrarily large byte range, split into kMaxMessageBytes
+// pieces with the same tag (MPI keeps their order). Appends the requests to `reqs`.
+void isend_bytes(const void* data, int64_t bytes, int dest, int tag, MPI_Comm comm,
+                 std::vector<MPI_Request>& reqs);
+void irecv_bytes(void* data, int64_t bytes, int src, int tag, MPI_Comm comm,
+                 std::vector<MPI_Request>& reqs);
+
+}  // namespace rlpt::comm
+
+// ---- template implementation ------------------------------------------------------------
+namespace rlpt::comm::detail {
+class Backoff {
+  public:
+    Backoff();
+    void pause();  // one back-off step
+  private:
+    std::chrono::steady_clock::time_point start_;
+    double sleep_us_;
+};
+}  // namespace rlpt::comm::detail
+
+template <typename Ready>
+void rlpt::comm::poll_until(Ready&& ready, const Deadline& deadline, const std::string& what) {
+    detail::Backoff backoff;
+    while (!ready()) {
+        if (deadline.expired()) {
+            throw TimeoutError("timed out waiting for " + what);
+        }
+        backoff.pause();
+    }
+}
