@@ -1,0 +1,286 @@
+#pragma once
+// The run configuration: typed structs with defaults (the defaults live here, nowhere else).
+// Torch-free.
+//
+// Flow (DESIGN §1, STYLE §4): rank 0 calls load_config(file, overrides) which reads the YAML
+// file with yaml-cpp, applies `dotted.key=value` command-line overrides, binds the result to
+// these structs (unknown keys and wrong types are ConfigErrors naming the key path and its
+// origin, "configs/grpo.yaml:12" or "command line"), and validate() checks ranges and
+// cross-field rules. Rank 0 then broadcasts to_yaml(config) and every rank parses the same
+// text, so all ranks see identical values. to_yaml() is also the effective config written
+// beside a run's outputs.
+//
+// Key names follow verl where a verl user would look for them (actor.optim.lr,
+// rollout.n, algorithm.adv_estimator, data.train_batch_size, trainer.save_freq, ...).
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rlpt {
+
+struct OptimConfig {
+    double lr = 1e-6;
+    double beta1 = 0.9;
+    double beta2 = 0.999;
+    double eps = 1e-8;
+    double weight_decay = 0.01;
+    int64_t warmup_steps = -1;     // -1: use warmup_ratio x total steps
+    double warmup_ratio = 0.0;
+    std::string scheduler = "constant";  // constant | cosine
+    double min_lr_ratio = 0.0;     // cosine floor, as a fraction of lr
+    double num_cycles = 0.5;       // cosine cycles
+    double clip_grad = 1.0;        // max global grad norm; <= 0 disables clipping
+    int64_t zero_stage = 0;        // 0: replicated optimizer state; 1: sharded across DP ranks
+    double grad_bucket_mb = 25.0;  // gradient all-reduce bucket size
+};
+
+struct BuiltinModelConfig {
+    int64_t hidden_size = 128;
+    int64_t num_layers = 2;
+    int64_t num_heads = 4;
+    int64_t num_kv_heads = 2;
+    int64_t intermediate_size = 384;
+    int64_t max_position = 128;
+    double rope_theta = 10000.0;
+    bool tie_embeddings = true;
+    int64_t init_seed = 1234;
+};
+
+struct ModelConfig {
+    std::string path;                  // Hugging Face folder (config.json + safetensors); empty: built-in
+    std::string dtype = "float32";     // float32 | bfloat16
+    std::string device = "auto";       // auto | cpu | cuda
+    std::string chat_template = "none";  // none | qwen2 | llama3
+    BuiltinModelConfig builtin;        // used when path is empty
+};
+
+struct BuiltinTaskConfig {
+    std::string task = "arithmetic";  // built-in generated task used when data.train_files is empty
+    int64_t num_train = 20000;
+    int64_t num_val = 200;
+    int64_t min_digits = 1;
+    int64_t max_digits = 2;
+    std::string ops = "+";
+    int64_t seed = 7;
+};
+
+struct DataConfig {
+    std::string train_files;           // JSONL path(s), comma separated; empty: built-in task
+    std::string val_files;
+    std::string prompt_key = "prompt";
+    std::string answer_key = "answer";
+    std::string data_source_key = "data_source";
+    std::string default_data_source;
+    std::string answer_extract;        // "" | gsm8k (text after the last "#### ")
+    std::string prompt_suffix;
+    std::vector<std::string> extra_keys;
+    BuiltinTaskConfig builtin;
+    int64_t train_batch_size = 64;     // prompts per step
+    int64_t val_batch_size = -1;       // -1: whole validation set at once
+    int64_t max_prompt_length = 512;   // tokens
+    int64_t max_response_length = 512; // tokens
+    bool filter_overlong_prompts = true;
+    std::string truncation = "error";  // error | left | right
+    bool shuffle = true;
+    int64_t seed = 42;
+};
+
+struct PolicyLossConfig {
+    std::string loss_mode = "vanilla";  // vanilla | gspo | gpg | cispo | sapo | ...
+    double clip_cov_ratio = 2e-4;
+    double clip_cov_lb = 1.0;
+    double clip_cov_ub = 5.0;
+    double kl_cov_ratio = 2e-4;
+    double ppo_kl_coef = 0.1;
+};
+
+struct ActorConfig {
+    OptimConfig optim;
+    int64_t ppo_mini_batch_size = 16;          // prompts per optimizer step (x rollout.n samples)
+    int64_t ppo_micro_batch_size_per_rank = 8; // samples per forward/backward
+    bool use_dynamic_bsz = false;
+    int64_t ppo_max_token_len_per_rank = 16384;
+    int64_t ppo_epochs = 1;
+    bool shuffle = false;
+    double clip_ratio = 0.2;
+    std::optional<double> clip_ratio_low;      // null: clip_ratio
+    std::optional<double> clip_ratio_high;     // null: clip_ratio
+    double clip_ratio_c = 3.0;
+    PolicyLossConfig policy_loss;
+    std::string loss_agg_mode = "token-mean";
+    std::optional<double> loss_scale_factor;
+    double entropy_coeff = 0.0;
+    bool calculate_entropy = true;
+    bool use_kl_loss = false;
+    double kl_loss_coef = 0.001;
+    std::string kl_loss_type = "low_var_kl";
+    double tau_pos = 1.0;
+    double tau_neg = 1.05;
+    int64_t log_prob_micro_batch_size_per_rank = 32;
+};
+
+struct SamplingConfig {
+    double temperature = 1.0;
+    double top_p = 1.0;
+    int64_t top_k = -1;
+    bool do_sample = true;
+    int64_t n = 1;
+};
+
+struct WeightSyncConfig {
+    std::string backend = "auto";  // auto | mpi | nccl
+    double bucket_mb = 64.0;
+};
+
+struct RolloutConfig {
+    int64_t n = 1;
+    double temperature = 1.0;
+    double top_p = 1.0;
+    int64_t top_k = -1;
+    bool do_sample = true;
+    std::vector<int64_t> stop_token_ids;
+    int64_t micro_batch_size = 256;  // sequences generated together per rank
+    bool calculate_log_probs = true;
+    SamplingConfig val{0.0, 1.0, -1, false, 1};
+    WeightSyncConfig weight_sync;
+};
+
+struct ReferenceConfig {
+    int64_t log_prob_micro_batch_size_per_rank = 32;
+};
+
+struct CriticConfig {
+    std::string enable = "auto";      // auto (on for gae) | true | false
+    std::string model_path;           // empty: initialise from the policy
+    OptimConfig optim{1e-5};
+    double cliprange_value = 0.5;
+    std::optional<int64_t> ppo_mini_batch_size;  // null: actor's
+    std::optional<int64_t> ppo_epochs;           // null: actor's
+    int64_t ppo_micro_batch_size_per_rank = 8;
+    int64_t forward_micro_batch_size_per_rank = 32;
+};
+
+struct RewardModelConfig {
+    bool enable = false;
+    std::string model_path;
+    int64_t micro_batch_size_per_rank = 32;
+};
+
+struct KlCtrlConfig {
+    std::string type = "fixed";  // fixed | adaptive
+    double kl_coef = 0.001;
+    double horizon = 10000;
+    double target_kl = 0.1;
+};
+
+struct FilterGroupsConfig {
+    bool enable = false;
+    std::string metric = "acc";     // score | acc
+    int64_t max_num_gen_batches = 0;  // 0: unlimited
+};
+
+struct AlgorithmConfig {
+    std::string adv_estimator = "grpo";
+    double gamma = 1.0;
+    double lam = 1.0;
+    bool norm_adv_by_std_in_grpo = true;
+    bool use_kl_in_reward = false;
+    std::string kl_penalty = "kl";
+    KlCtrlConfig kl_ctrl;
+    FilterGroupsConfig filter_groups;
+};
+
+struct OverlongBufferConfig {
+    bool enable = false;
+    int64_t len = 0;
+    double penalty_factor = 1.0;
+};
+
+struct RewardConfig {
+    std::string scorer = "auto";     // auto: by data_source; or a scorer name
+    std::string custom_library;      // user scorer .so (C ABI, include/rlpt/reward/user_scorer.h)
+    double format_score = 0.0;
+    OverlongBufferConfig overlong_buffer;
+};
+
+struct SftConfig {
+    int64_t total_steps = 300;
+    int64_t batch_size = 64;              // samples per optimizer step (all DP ranks)
+    int64_t micro_batch_size_per_rank = 32;
+    OptimConfig optim{1e-3, 0.9, 0.95, 1e-8, 0.0, 20, 0.0, "cosine", 0.1};
+    int64_t eval_every = 100;             // greedy accuracy on the validation set; 0: only at the end
+    std::string output_model_dir;         // where the trained policy is written (HF format)
+};
+
+struct RoleGroupConfig {
+    std::vector<std::string> roles;  // colocated in one process: actor, rollout, reference, critic, reward_model
+    std::string ranks = "auto";      // a count, or auto (share of the ranks left)
+    int64_t model_parallel_size = 1;
+};
+
+struct PlacementConfig {
+    bool controller_hosts_roles = false;  // rank 0 also runs role work (so N GPUs do N GPUs' work)
+    std::vector<RoleGroupConfig> groups{RoleGroupConfig{{"actor", "rollout", "reference"}, "auto", 1}};
+};
+
+struct TrainerConfig {
+    std::string mode = "rl";            // rl | sft
+    std::string project_name = "rlpt";
+    std::string experiment_name = "run";
+    std::string output_dir = "runs";    // run directory: <output_dir>/<experiment_name>
+    int64_t total_epochs = 1;
+    std::optional<int64_t> total_training_steps;  // null: epochs x batches per epoch
+    int64_t save_freq = -1;
+    int64_t test_freq = -1;
+    bool val_before_train = true;
+    std::string resume = "auto";        // auto | disable | <checkpoint dir>
+    int64_t max_checkpoints = 3;
+    int64_t critic_warmup = 0;
+    bool balance_batch = true;
+    int64_t seed = 1;
+    std::string log_level = "info";
+    int64_t threads_per_rank = 0;       // torch intra-op threads; 0: cores on the node / ranks on the node
+    double call_timeout_s = 3600.0;     // a role call that takes longer aborts the job
+    double stall_warn_s = 60.0;         // warn, naming the silent ranks, after this long
+    bool export_hf = true;              // write the final policy as a Hugging Face folder
+};
+
+struct Config {
+    TrainerConfig trainer;
+    PlacementConfig placement;
+    ModelConfig model;
+    DataConfig data;
+    ActorConfig actor;
+    RolloutConfig rollout;
+    ReferenceConfig ref;
+    CriticConfig critic;
+    RewardModelConfig reward_model;
+    AlgorithmConfig algorithm;
+    RewardConfig reward;
+    SftConfig sft;
+
+    // Not part of the YAML: where the config came from, and where each key was set
+    // ("configs/grpo.yaml:12", "command line", absent = default).
+    std::string source;
+    std::map<std::string, std::string> origins;
+};
+
+// Reads `path` (or only defaults when empty), applies overrides ("a.b=1", YAML values:
+// "x=[1,2]", "y=null"), binds and validates. Throws ConfigError naming key and origin.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// Parses YAML text (same rules; `source_name` appears in errors) and validates.
+Config config_from_yaml(const std::string& yaml_text, const std::string& source_name,
+                        const std::vector<std::string>& overrides = {});
+// Every key with its effective value, as YAML that config_from_yaml reads back identically.
+std::string to_yaml(const Config& c);
+// Range and cross-field checks; throws ConfigError "<origin>: <key>: <problem>".
+void validate(const Config& c);
+// Stable hash of the effective config (of to_yaml) for checkpoint compatibility checks.
+uint64_t config_hash(const Config& c);
+// Where a key was set, for messages: "configs/x.yaml:3", "command line" or "default".
+std::string origin_of(const Config& c, const std::string& key);
+
+}  // namespace rlpt

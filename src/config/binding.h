@@ -1,0 +1,36 @@
+#pragma once
+// Private to src/config: a visitor over every config key, so loading, dumping and listing
+// keys share one description of the schema (config_schema.cpp).
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rlpt::config_detail {
+
+class Visitor {
+  public:
+    virtual ~Visitor() = default;
+    virtual void value(const char* key, bool& v) = 0;
+    virtual void value(const char* key, int64_t& v) = 0;
+    virtual void value(const char* key, double& v) = 0;
+    virtual void value(const char* key, std::string& v) = 0;
+    virtual void value(const char* key, std::optional<int64_t>& v) = 0;
+    virtual void value(const char* key, std::optional<double>& v) = 0;
+    virtual void value(const char* key, std::vector<int64_t>& v) = 0;
+    virtual void value(const char* key, std::vector<std::string>& v) = 0;
+    virtual void section(const char* key, const std::function<void(Visitor&)>& body) = 0;
+    // A list of structs: `resize(n)` is called with the element count before `item(v, i)`.
+    virtual void list(const char* key, size_t current_size, const std::function<void(size_t)>& resize,
+                      const std::function<void(Visitor&, size_t)>& item) = 0;
+};
+
+template <typename T, typename F>
+void visit_list(Visitor& v, const char* key, std::vector<T>& items, F&& visit_item) {
+    v.list(
+        key, items.size(), [&](size_t n) { items.resize(n); },
+        [&](Visitor& sub, size_t i) { visit_item(sub, items[i]); });
+}
+
+}  // namespace rlpt::config_detail

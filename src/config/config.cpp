@@ -1,0 +1,389 @@
+// Loading, dumping and overriding the config (validation is in config_validate.cpp).
+#include "rlpt/config/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "config/config_schema.h"
+#include "rlpt/core/error.h"
+
+namespace rlpt {
+namespace {
+
+using config_detail::Visitor;
+
+std::string join_path(const std::string& prefix, const std::string& key) {
+    return prefix.empty() ? key : prefix + "." + key;
+}
+
+std::string describe_node(const YAML::Node& n) {
+    switch (n.Type()) {
+        case YAML::NodeType::Null: return "null";
+        case YAML::NodeType::Scalar: return "'" + n.Scalar() + "'";
+        case YAML::NodeType::Sequence: return "a list";
+        case YAML::NodeType::Map: return "a mapping";
+        default: return "nothing";
+    }
+}
+
+// Records where each key came from: "<file>:<line>" from YAML marks, or "command line".
+struct Origins {
+    std::string file;
+    std::map<std::string, std::string> overridden;  // key path -> "command line (k=v)"
+    std::map<std::string, std::string>* out = nullptr;
+
+    std::string of(const std::string& path, const YAML::Node& n) const {
+        auto it = overridden.find(path);
+        if (it != overridden.end()) return it->second;
+        if (n.Mark().line >= 0) return fmt::format("{}:{}", file, n.Mark().line + 1);
+        return file;
+    }
+};
+
+// YAML -> structs. Every mapping visited checks afterwards that all its keys were known.
+class Loader : public Visitor {
+  public:
+    Loader(YAML::Node node, std::string path, const Origins& origins)
+        : node_(std::move(node)), path_(std::move(path)), origins_(origins) {
+        if (node_ && !node_.IsNull() && !node_.IsMap()) {
+            throw ConfigError(fmt::format("{}: '{}' must be a mapping of keys, got {}",
+                                          origins_.of(path_, node_), path_.empty() ? "<top level>" : path_,
+                                          describe_node(node_)));
+        }
+    }
+
+    void finish() const {
+        if (!node_ || !node_.IsMap()) return;
+        for (const auto& kv : node_) {
+            std::string key = kv.first.as<std::string>();
+            if (!seen_.count(key)) {
+                std::string known;
+                for (const auto& k : order_) known += (known.empty() ? "" : ", ") + k;
+                throw ConfigError(fmt::format("{}: unknown key '{}' (known keys{}: {})",
+                                              origins_.of(join_path(path_, key), kv.first),
+                                              join_path(path_, key), path_.empty() ? "" : " in '" + path_ + "'",
+                                              known));
+            }
+        }
+    }
+
+    void value(const char* key, bool& v) override { scalar(key, v, "true or false"); }
+    void value(const char* key, int64_t& v) override { scalar(key, v, "an integer"); }
+    void value(const char* key, double& v) override { scalar(key, v, "a number"); }
+    void value(const char* key, std::string& v) override { scalar(key, v, "a string"); }
+    void value(const char* key, std::optional<int64_t>& v) override { optional(key, v, "an integer or null"); }
+    void value(const char* key, std::optional<double>& v) override { optional(key, v, "a number or null"); }
+    void value(const char* key, std::vector<int64_t>& v) override { sequence(key, v, "a list of integers"); }
+    void value(const char* key, std::vector<std::string>& v) override { sequence(key, v, "a list of strings"); }
+
+    void section(const char* key, const std::function<void(Visitor&)>& body) override {
+        YAML::Node n = child(key);
+        Loader sub(n, join_path(path_, key), origins_);
+        body(sub);
+        sub.finish();
+    }
+
+    void list(const char* key, size_t, const std::function<void(size_t)>& resize,
+              const std::function<void(Visitor&, size_t)>& item) override {
+        YAML::Node n = child(key);
+        if (!n) return;
+        std::string path = join_path(path_, key);
+        if (!n.IsSequence()) {
+            throw ConfigError(fmt::format("{}: '{}' must be a list, got {}", origins_.of(path, n), path,
+                                          describe_node(n)));
+        }
+        resize(n.size());
+        for (size_t i = 0; i < n.size(); ++i) {
+            std::string ipath = fmt::format("{}.{}", path, i);
+            Loader sub(n[i], ipath, origins_);
+            item(sub, i);
+            sub.finish();
+        }
+        record(path, n);
+    }
+
+  private:
+    YAML::Node child(const char* key) {
+        seen_.insert(key);
+        order_.push_back(key);
+        if (!node_ || !node_.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+        const YAML::Node& const_node = node_;  // const []: never inserts a key
+        return const_node[key];
+    }
+
+    void record(const std::string& path, const YAML::Node& n) {
+        if (origins_.out) (*origins_.out)[path] = origins_.of(path, n);
+    }
+
+    template <typename T>
+    void convert(const std::string& path, const YAML::Node& n, T& v, const char* expected) {
+        if (!n.IsScalar()) {
+            throw ConfigError(fmt::format("{}: '{}' must be {}, got {}", origins_.of(path, n), path, expected,
+                                          describe_node(n)));
+        }
+        try {
+            if constexpr (std::is_same_v<T, int64_t>) {
+                // yaml-cpp would accept 1.5 -> error only sometimes; be strict.
+                const std::string& s = n.Scalar();
+                size_t used = 0;
+                long long x = std::stoll(s, &used, 0);
+                if (used != s.size()) throw std::invalid_argument(s);
+                v = x;
+            } else {
+                v = n.as<T>();
+            }
+        } catch (const std::exception&) {
+            throw ConfigError(fmt::format("{}: '{}' must be {}, got {}", origins_.of(path, n), path, expected,
+                                          describe_node(n)));
+        }
+    }
+
+    template <typename T>
+    void scalar(const char* key, T& v, const char* expected) {
+        YAML::Node n = child(key);
+        if (!n) return;
+        std::string path = join_path(path_, key);
+        if (n.IsNull()) {
+            throw ConfigError(fmt::format("{}: '{}' must be {}, got null", origins_.of(path, n), path, expected));
+        }
+        convert(path, n, v, expected);
+        record(path, n);
+    }
+
+    template <typename T>
+    void optional(const char* key, std::optional<T>& v, const char* expected) {
+        YAML::Node n = child(key);
+        if (!n) return;
+        std::string path = join_path(path_, key);
+        if (n.IsNull()) {
+            v.reset();
+        } else {
+            T x{};
+            convert(path, n, x, expected);
+            v = x;
+        }
+        record(path, n);
+    }
+
+    template <typename T>
+    void sequence(const char* key, std::vector<T>& v, const char* expected) {
+        YAML::Node n = child(key);
+        if (!n) return;
+        std::string path = join_path(path_, key);
+        if (n.IsNull()) {
+            v.clear();
+            record(path, n);
+            return;
+        }
+        if (!n.IsSequence()) {
+            throw ConfigError(fmt::format("{}: '{}' must be {}, got {}", origins_.of(path, n), path, expected,
+                                          describe_node(n)));
+        }
+        std::vector<T> out;
+        for (size_t i = 0; i < n.size(); ++i) {
+            T x{};
+            convert(fmt::format("{}[{}]", path, i), n[i], x, expected);
+            out.push_back(x);
+        }
+        v = std::move(out);
+        record(path, n);
+    }
+
+    YAML::Node node_;
+    std::string path_;
+    const Origins& origins_;
+    std::set<std::string> seen_;
+    std::vector<std::string> order_;
+};
+
+// structs -> YAML, in schema order.
+class Dumper : public Visitor {
+  public:
+    explicit Dumper(YAML::Emitter& out) : out_(out) {}
+    void value(const char* key, bool& v) override { out_ << YAML::Key << key << YAML::Value << v; }
+    void value(const char* key, int64_t& v) override {
+        out_ << YAML::Key << key << YAML::Value << static_cast<long long>(v);
+    }
+    void value(const char* key, double& v) override {
+        out_ << YAML::Key << key << YAML::Value << fmt::format("{}", v);
+    }
+    void value(const char* key, std::string& v) override {
+        out_ << YAML::Key << key << YAML::Value << YAML::DoubleQuoted << v;
+    }
+    void value(const char* key, std::optional<int64_t>& v) override {
+        out_ << YAML::Key << key << YAML::Value;
+        if (v) out_ << static_cast<long long>(*v); else out_ << YAML::Null;
+    }
+    void value(const char* key, std::optional<double>& v) override {
+        out_ << YAML::Key << key << YAML::Value;
+        if (v) out_ << fmt::format("{}", *v); else out_ << YAML::Null;
+    }
+    void value(const char* key, std::vector<int64_t>& v) override {
+        out_ << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
+        for (auto x : v) out_ << static_cast<long long>(x);
+        out_ << YAML::EndSeq;
+    }
+    void value(const char* key, std::vector<std::string>& v) override {
+        out_ << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
+        for (auto& x : v) out_ << YAML::DoubleQuoted << x;
+        out_ << YAML::EndSeq;
+    }
+    void section(const char* key, const std::function<void(Visitor&)>& body) override {
+        out_ << YAML::Key << key << YAML::Value << YAML::BeginMap;
+        body(*this);
+        out_ << YAML::EndMap;
+    }
+    void list(const char* key, size_t n, const std::function<void(size_t)>&,
+              const std::function<void(Visitor&, size_t)>& item) override {
+        out_ << YAML::Key << key << YAML::Value << YAML::BeginSeq;
+        for (size_t i = 0; i < n; ++i) {
+            out_ << YAML::BeginMap;
+            item(*this, i);
+            out_ << YAML::EndMap;
+        }
+        out_ << YAML::EndSeq;
+    }
+
+  private:
+    YAML::Emitter& out_;
+};
+
+// Applies "a.b.c=value" to the YAML tree (creating mappings; numeric segments index lists).
+void apply_override(YAML::Node& root, const std::string& ov, Origins& origins) {
+    auto eq = ov.find('=');
+    if (eq == std::string::npos || eq == 0) {
+        throw ConfigError(fmt::format("command line: override '{}' must look like key.path=value", ov));
+    }
+    std::string key = ov.substr(0, eq);
+    std::string text = ov.substr(eq + 1);
+    YAML::Node value;
+    try {
+        value = YAML::Load(text);
+    } catch (const YAML::Exception& e) {
+        throw ConfigError(fmt::format("command line: override '{}': value is not valid YAML: {}", ov, e.msg));
+    }
+    if (!value || (value.IsNull() && text.empty())) value = YAML::Node(std::string());
+    std::vector<std::string> parts;
+    std::stringstream ss(key);
+    for (std::string p; std::getline(ss, p, '.');) {
+        if (p.empty()) throw ConfigError(fmt::format("command line: override '{}' has an empty key segment", ov));
+        parts.push_back(p);
+    }
+    std::vector<YAML::Node> chain{root};
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+        YAML::Node cur = chain.back();
+        const std::string& p = parts[i];
+        bool numeric = !p.empty() && p.find_first_not_of("0123456789") == std::string::npos;
+        if (numeric && !cur.IsSequence() && i > 0) {
+            // Indexing a list the file does not set (e.g. placement.groups.0.ranks=2):
+            // start from the list's default value.
+            YAML::Node def = YAML::Load(to_yaml(Config{}));
+            for (size_t j = 0; j < i && def; ++j) {
+                const YAML::Node& cdef = def;
+                def = cdef[parts[j]];
+            }
+            if (def && def.IsSequence()) {
+                chain[i - 1][parts[i - 1]] = YAML::Clone(def);
+                cur = chain[i - 1][parts[i - 1]];
+                chain.back() = cur;
+            }
+        }
+        if (numeric && cur.IsSequence()) {
+            size_t idx = std::stoul(p);
+            if (idx >= cur.size()) {
+                throw ConfigError(fmt::format("command line: override '{}': list '{}' has {} items", ov,
+                                              key.substr(0, key.find(p) - 1), cur.size()));
+            }
+            chain.push_back(cur[idx]);
+        } else {
+            if (cur.IsScalar()) {
+                throw ConfigError(fmt::format("command line: override '{}': '{}' is not a section", ov, p));
+            }
+            YAML::Node next = cur[p];
+            if (!next || next.IsNull()) {
+                cur[p] = YAML::Node(YAML::NodeType::Map);
+                next = cur[p];
+            }
+            chain.push_back(next);
+        }
+    }
+    YAML::Node parent = chain.back();
+    const std::string& last = parts.back();
+    bool numeric = last.find_first_not_of("0123456789") == std::string::npos;
+    if (numeric && parent.IsSequence()) {
+        size_t idx = std::stoul(last);
+        if (idx >= parent.size()) throw ConfigError(fmt::format("command line: override '{}': index out of range", ov));
+        parent[idx] = value;
+    } else {
+        parent[last] = value;
+    }
+    origins.overridden[key] = fmt::format("command line ({})", ov);
+}
+
+Config bind_yaml(YAML::Node root, const std::string& source, const std::vector<std::string>& overrides) {
+    Config c;
+    c.source = source;
+    Origins origins;
+    origins.file = source;
+    origins.out = &c.origins;
+    if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+    for (const auto& ov : overrides) apply_override(root, ov, origins);
+    Loader loader(root, "", origins);
+    config_detail::visit_config(loader, c);
+    loader.finish();
+    validate(c);
+    return c;
+}
+
+}  // namespace
+
+Config config_from_yaml(const std::string& yaml_text, const std::string& source_name,
+                        const std::vector<std::string>& overrides) {
+    YAML::Node root;
+    try {
+        root = YAML::Load(yaml_text);
+    } catch (const YAML::ParserException& e) {
+        throw ConfigError(fmt::format("{}:{}:{}: YAML syntax error: {}", source_name, e.mark.line + 1,
+                                      e.mark.column + 1, e.msg));
+    }
+    return bind_yaml(root, source_name, overrides);
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+    if (path.empty()) return bind_yaml(YAML::Node(), "defaults", overrides);
+    std::ifstream in(path);
+    if (!in) throw ConfigError(fmt::format("{}: cannot open config file", path));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return config_from_yaml(ss.str(), path, overrides);
+}
+
+std::string to_yaml(const Config& c) {
+    Config copy = c;  // the visitor takes non-const references
+    YAML::Emitter out;
+    out << YAML::BeginMap;
+    Dumper d(out);
+    config_detail::visit_config(d, copy);
+    out << YAML::EndMap;
+    return std::string(out.c_str()) + "\n";
+}
+
+uint64_t config_hash(const Config& c) {
+    // FNV-1a 64 over the effective YAML.
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char ch : to_yaml(c)) {
+        h ^= ch;
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+std::string origin_of(const Config& c, const std::string& key) {
+    auto it = c.origins.find(key);
+    return it == c.origins.end() ? "default" : it->second;
+}
+
+}  // namespace rlpt

@@ -1,0 +1,221 @@
+// Range and cross-field checks. Every failure names the key and where it was set.
+#include <algorithm>
+#include <set>
+
+#include "rlpt/config/config.h"
+#include "rlpt/core/error.h"
+
+namespace rlpt {
+namespace {
+
+class Checker {
+  public:
+    explicit Checker(const Config& c) : c_(c) {}
+
+    template <typename... Args>
+    void require(bool ok, const std::string& key, fmt::format_string<Args...> f, Args&&... args) const {
+        if (ok) return;
+        throw ConfigError(fmt::format("{}: {}: {}", origin_of(c_, key), key,
+                                      fmt::format(f, std::forward<Args>(args)...)));
+    }
+
+    void one_of(const std::string& value, const std::string& key, std::initializer_list<const char*> choices) const {
+        std::string list;
+        for (const char* ch : choices) {
+            if (value == ch) return;
+            list += (list.empty() ? "" : ", ") + std::string(ch);
+        }
+        require(false, key, "'{}' is not one of: {}", value, list);
+    }
+
+    void positive(int64_t v, const std::string& key) const { require(v > 0, key, "must be > 0 (got {})", v); }
+    void non_negative(double v, const std::string& key) const { require(v >= 0, key, "must be >= 0 (got {})", v); }
+
+    void optim(const OptimConfig& o, const std::string& p) const {
+        require(o.lr >= 0, p + ".lr", "must be >= 0 (got {})", o.lr);
+        require(o.beta1 >= 0 && o.beta1 < 1, p + ".beta1", "must be in [0, 1) (got {})", o.beta1);
+        require(o.beta2 >= 0 && o.beta2 < 1, p + ".beta2", "must be in [0, 1) (got {})", o.beta2);
+        require(o.eps > 0, p + ".eps", "must be > 0 (got {})", o.eps);
+        non_negative(o.weight_decay, p + ".weight_decay");
+        require(o.warmup_steps >= -1, p + ".warmup_steps", "must be -1 (use warmup_ratio) or >= 0 (got {})",
+                o.warmup_steps);
+        require(o.warmup_ratio >= 0 && o.warmup_ratio <= 1, p + ".warmup_ratio", "must be in [0, 1] (got {})",
+                o.warmup_ratio);
+        one_of(o.scheduler, p + ".scheduler", {"constant", "cosine"});
+        require(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1, p + ".min_lr_ratio", "must be in [0, 1] (got {})",
+                o.min_lr_ratio);
+        require(o.num_cycles > 0, p + ".num_cycles", "must be > 0 (got {})", o.num_cycles);
+        require(o.zero_stage == 0 || o.zero_stage == 1, p + ".zero_stage", "must be 0 or 1 (got {})", o.zero_stage);
+        require(o.grad_bucket_mb > 0, p + ".grad_bucket_mb", "must be > 0 (got {})", o.grad_bucket_mb);
+    }
+
+    void sampling(double temperature, double top_p, int64_t top_k, const std::string& p) const {
+        non_negative(temperature, p + ".temperature");
+        require(top_p > 0 && top_p <= 1, p + ".top_p", "must be in (0, 1] (got {})", top_p);
+        require(top_k == -1 || top_k > 0, p + ".top_k", "must be -1 (off) or > 0 (got {})", top_k);
+    }
+
+  private:
+    const Config& c_;
+};
+
+}  // namespace
+
+void validate(const Config& c) {
+    Checker k(c);
+    const auto& t = c.trainer;
+    k.one_of(t.mode, "trainer.mode", {"rl", "sft"});
+    k.require(!t.experiment_name.empty() && t.experiment_name.find('/') == std::string::npos,
+              "trainer.experiment_name", "must be a non-empty name without '/' (got '{}')", t.experiment_name);
+    k.require(!t.output_dir.empty(), "trainer.output_dir", "must not be empty");
+    k.positive(t.total_epochs, "trainer.total_epochs");
+    if (t.total_training_steps) k.positive(*t.total_training_steps, "trainer.total_training_steps");
+    k.require(t.save_freq == -1 || t.save_freq > 0, "trainer.save_freq", "must be -1 (never) or > 0 (got {})",
+              t.save_freq);
+    k.require(t.test_freq == -1 || t.test_freq > 0, "trainer.test_freq", "must be -1 (never) or > 0 (got {})",
+              t.test_freq);
+    k.require(!t.resume.empty(), "trainer.resume", "must be auto, disable or a checkpoint directory");
+    k.positive(t.max_checkpoints, "trainer.max_checkpoints");
+    k.require(t.critic_warmup >= 0, "trainer.critic_warmup", "must be >= 0 (got {})", t.critic_warmup);
+    k.one_of(t.log_level, "trainer.log_level", {"trace", "debug", "info", "warn", "error", "off"});
+    k.require(t.threads_per_rank >= 0, "trainer.threads_per_rank", "must be >= 0 (got {})", t.threads_per_rank);
+    k.require(t.call_timeout_s > 0, "trainer.call_timeout_s", "must be > 0 (got {})", t.call_timeout_s);
+    k.require(t.stall_warn_s > 0, "trainer.stall_warn_s", "must be > 0 (got {})", t.stall_warn_s);
+
+    // Placement: names and shapes here; whether it fits the world size is checked by
+    // compute_placement() on every rank.
+    static const std::set<std::string> kRoles{"actor", "rollout", "reference", "critic", "reward_model"};
+    std::set<std::string> seen;
+    k.require(!c.placement.groups.empty(), "placement.groups", "must list at least one group of roles");
+    for (size_t g = 0; g < c.placement.groups.size(); ++g) {
+        const auto& grp = c.placement.groups[g];
+        std::string p = fmt::format("placement.groups.{}", g);
+        k.require(!grp.roles.empty(), p + ".roles", "must name at least one role");
+        for (const auto& r : grp.roles) {
+            k.require(kRoles.count(r) != 0, p + ".roles",
+                      "unknown role '{}' (roles: actor, rollout, reference, critic, reward_model)", r);
+            k.require(seen.insert(r).second, p + ".roles", "role '{}' appears in more than one group", r);
+        }
+        bool auto_ranks = grp.ranks == "auto";
+        bool count = !grp.ranks.empty() && grp.ranks.find_first_not_of("0123456789") == std::string::npos;
+        k.require(auto_ranks || (count && std::stoll(grp.ranks) > 0), p + ".ranks",
+                  "must be a positive rank count or 'auto' (got '{}')", grp.ranks);
+        k.positive(grp.model_parallel_size, p + ".model_parallel_size");
+    }
+
+    const auto& m = c.model;
+    k.one_of(m.dtype, "model.dtype", {"float32", "bfloat16"});
+    k.one_of(m.device, "model.device", {"auto", "cpu", "cuda"});
+    k.one_of(m.chat_template, "model.chat_template", {"none", "qwen2", "llama3"});
+    const auto& b = m.builtin;
+    k.positive(b.hidden_size, "model.builtin.hidden_size");
+    k.positive(b.num_layers, "model.builtin.num_layers");
+    k.positive(b.num_heads, "model.builtin.num_heads");
+    k.positive(b.num_kv_heads, "model.builtin.num_kv_heads");
+    k.require(b.hidden_size % b.num_heads == 0, "model.builtin.hidden_size",
+              "must be divisible by num_heads {} (got {})", b.num_heads, b.hidden_size);
+    k.require(b.num_heads % b.num_kv_heads == 0, "model.builtin.num_kv_heads",
+              "must divide num_heads {} (got {})", b.num_heads, b.num_kv_heads);
+    k.require((b.hidden_size / b.num_heads) % 2 == 0, "model.builtin.hidden_size",
+              "head size hidden_size/num_heads must be even for rotary embeddings (got {})",
+              b.hidden_size / b.num_heads);
+    k.positive(b.intermediate_size, "model.builtin.intermediate_size");
+    k.positive(b.max_position, "model.builtin.max_position");
+    k.require(b.rope_theta > 0, "model.builtin.rope_theta", "must be > 0 (got {})", b.rope_theta);
+
+    const auto& d = c.data;
+    k.positive(d.train_batch_size, "data.train_batch_size");
+    k.require(d.val_batch_size == -1 || d.val_batch_size > 0, "data.val_batch_size",
+              "must be -1 (all at once) or > 0 (got {})", d.val_batch_size);
+    k.positive(d.max_prompt_length, "data.max_prompt_length");
+    k.positive(d.max_response_length, "data.max_response_length");
+    k.one_of(d.truncation, "data.truncation", {"error", "left", "right"});
+    k.one_of(d.answer_extract, "data.answer_extract", {"", "gsm8k"});
+    if (d.train_files.empty()) {
+        k.one_of(d.builtin.task, "data.builtin.task", {"arithmetic"});
+        k.positive(d.builtin.num_train, "data.builtin.num_train");
+        k.positive(d.builtin.num_val, "data.builtin.num_val");
+        k.require(d.builtin.min_digits >= 1 && d.builtin.min_digits <= d.builtin.max_digits &&
+                      d.builtin.max_digits <= 9,
+                  "data.builtin.max_digits", "need 1 <= min_digits <= max_digits <= 9 (got {}..{})",
+                  d.builtin.min_digits, d.builtin.max_digits);
+        k.require(!d.builtin.ops.empty() && d.builtin.ops.find_first_not_of("+-*") == std::string::npos,
+                  "data.builtin.ops", "must be a non-empty combination of + - * (got '{}')", d.builtin.ops);
+    }
+
+    const auto& a = c.actor;
+    k.optim(a.optim, "actor.optim");
+    k.positive(a.ppo_mini_batch_size, "actor.ppo_mini_batch_size");
+    k.positive(a.ppo_micro_batch_size_per_rank, "actor.ppo_micro_batch_size_per_rank");
+    k.positive(a.ppo_max_token_len_per_rank, "actor.ppo_max_token_len_per_rank");
+    k.positive(a.ppo_epochs, "actor.ppo_epochs");
+    k.require(a.clip_ratio > 0, "actor.clip_ratio", "must be > 0 (got {})", a.clip_ratio);
+    if (a.clip_ratio_low) k.require(*a.clip_ratio_low >= 0, "actor.clip_ratio_low", "must be >= 0 (got {})", *a.clip_ratio_low);
+    if (a.clip_ratio_high) k.require(*a.clip_ratio_high >= 0, "actor.clip_ratio_high", "must be >= 0 (got {})", *a.clip_ratio_high);
+    k.require(a.clip_ratio_c > 1, "actor.clip_ratio_c", "dual-clip constant must be > 1 (got {})", a.clip_ratio_c);
+    k.one_of(a.policy_loss.loss_mode, "actor.policy_loss.loss_mode",
+             {"vanilla", "gspo", "gpg", "cispo", "sapo", "clip_cov", "kl_cov", "geo_mean", "dro"});
+    k.one_of(a.loss_agg_mode, "actor.loss_agg_mode",
+             {"token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"});
+    if (a.loss_scale_factor) k.require(*a.loss_scale_factor > 0, "actor.loss_scale_factor", "must be > 0");
+    k.one_of(a.kl_loss_type, "actor.kl_loss_type",
+             {"kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "kl+", "k1+", "abs+", "mse+", "k2+", "low_var_kl+", "k3+"});
+    k.positive(a.log_prob_micro_batch_size_per_rank, "actor.log_prob_micro_batch_size_per_rank");
+
+    const auto& r = c.rollout;
+    k.positive(r.n, "rollout.n");
+    k.sampling(r.temperature, r.top_p, r.top_k, "rollout");
+    k.require(!r.do_sample || r.temperature > 0, "rollout.temperature",
+              "must be > 0 when do_sample is true (got {}); use do_sample=false for greedy", r.temperature);
+    k.positive(r.micro_batch_size, "rollout.micro_batch_size");
+    k.sampling(r.val.temperature, r.val.top_p, r.val.top_k, "rollout.val");
+    k.positive(r.val.n, "rollout.val.n");
+    k.one_of(r.weight_sync.backend, "rollout.weight_sync.backend", {"auto", "mpi", "nccl"});
+    k.require(r.weight_sync.bucket_mb > 0, "rollout.weight_sync.bucket_mb", "must be > 0 (got {})",
+              r.weight_sync.bucket_mb);
+
+    k.positive(c.ref.log_prob_micro_batch_size_per_rank, "ref.log_prob_micro_batch_size_per_rank");
+    k.one_of(c.critic.enable, "critic.enable", {"auto", "true", "false"});
+    k.optim(c.critic.optim, "critic.optim");
+    k.require(c.critic.cliprange_value > 0, "critic.cliprange_value", "must be > 0 (got {})", c.critic.cliprange_value);
+    if (c.critic.ppo_mini_batch_size) k.positive(*c.critic.ppo_mini_batch_size, "critic.ppo_mini_batch_size");
+    if (c.critic.ppo_epochs) k.positive(*c.critic.ppo_epochs, "critic.ppo_epochs");
+    k.positive(c.critic.ppo_micro_batch_size_per_rank, "critic.ppo_micro_batch_size_per_rank");
+    k.positive(c.critic.forward_micro_batch_size_per_rank, "critic.forward_micro_batch_size_per_rank");
+    k.positive(c.reward_model.micro_batch_size_per_rank, "reward_model.micro_batch_size_per_rank");
+
+    const auto& al = c.algorithm;
+    k.one_of(al.adv_estimator, "algorithm.adv_estimator",
+             {"gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo", "gpg",
+              "grpo_passk"});
+    k.require(al.gamma >= 0 && al.gamma <= 1, "algorithm.gamma", "must be in [0, 1] (got {})", al.gamma);
+    k.require(al.lam >= 0 && al.lam <= 1, "algorithm.lam", "must be in [0, 1] (got {})", al.lam);
+    k.one_of(al.kl_penalty, "algorithm.kl_penalty",
+             {"kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "kl+", "k1+", "abs+", "mse+", "k2+", "low_var_kl+", "k3+"});
+    k.one_of(al.kl_ctrl.type, "algorithm.kl_ctrl.type", {"fixed", "adaptive"});
+    k.non_negative(al.kl_ctrl.kl_coef, "algorithm.kl_ctrl.kl_coef");
+    k.require(al.kl_ctrl.horizon > 0, "algorithm.kl_ctrl.horizon", "must be > 0 (got {})", al.kl_ctrl.horizon);
+    k.require(al.kl_ctrl.target_kl > 0, "algorithm.kl_ctrl.target_kl", "must be > 0 (got {})", al.kl_ctrl.target_kl);
+    k.one_of(al.filter_groups.metric, "algorithm.filter_groups.metric", {"acc", "score", "seq_reward", "seq_final_reward"});
+    k.require(al.filter_groups.max_num_gen_batches >= 0, "algorithm.filter_groups.max_num_gen_batches",
+              "must be >= 0 (got {})", al.filter_groups.max_num_gen_batches);
+    if (al.adv_estimator == "grpo" || al.adv_estimator == "rloo" || al.adv_estimator == "grpo_passk") {
+        k.require(r.n > 1 || al.adv_estimator == "grpo", "rollout.n",
+                  "{} needs more than one sample per prompt (got {})", al.adv_estimator, r.n);
+    }
+
+    if (c.reward.overlong_buffer.enable) {
+        k.require(c.reward.overlong_buffer.len > 0 && c.reward.overlong_buffer.len <= d.max_response_length,
+                  "reward.overlong_buffer.len", "must be in (0, data.max_response_length={}] (got {})",
+                  d.max_response_length, c.reward.overlong_buffer.len);
+    }
+
+    const auto& s = c.sft;
+    k.positive(s.total_steps, "sft.total_steps");
+    k.positive(s.batch_size, "sft.batch_size");
+    k.positive(s.micro_batch_size_per_rank, "sft.micro_batch_size_per_rank");
+    k.optim(s.optim, "sft.optim");
+    k.require(s.eval_every >= 0, "sft.eval_every", "must be >= 0 (got {})", s.eval_every);
+}
+
+}  // namespace rlpt

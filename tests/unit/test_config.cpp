@@ -1,0 +1,126 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "rlpt/build_config.h"
+#include "rlpt/config/config.h"
+#include "rlpt/core/error.h"
+
+using rlpt::Config;
+using rlpt::ConfigError;
+using rlpt::config_from_yaml;
+
+namespace {
+// Expects a ConfigError whose text contains every fragment.
+template <typename F>
+void expect_config_error(F&& f, std::initializer_list<const char*> fragments) {
+    try {
+        f();
+        ADD_FAILURE() << "expected a ConfigError";
+    } catch (const ConfigError& e) {
+        for (const char* frag : fragments) {
+            EXPECT_NE(std::string(e.what()).find(frag), std::string::npos)
+                << "'" << frag << "' not in: " << e.what();
+        }
+    }
+}
+}  // namespace
+
+TEST(Config, DefaultsAreValid) {
+    Config c = rlpt::load_config("");
+    EXPECT_EQ(c.algorithm.adv_estimator, "grpo");
+    EXPECT_DOUBLE_EQ(c.actor.clip_ratio, 0.2);
+    EXPECT_DOUBLE_EQ(c.critic.optim.lr, 1e-5);
+    EXPECT_EQ(c.placement.groups.size(), 1u);
+}
+
+TEST(Config, ReadsValuesAndRecordsOrigins) {
+    Config c = config_from_yaml("trainer:\n  total_epochs: 3\nactor:\n  optim:\n    lr: 0.001\n", "x.yaml");
+    EXPECT_EQ(c.trainer.total_epochs, 3);
+    EXPECT_DOUBLE_EQ(c.actor.optim.lr, 0.001);
+    EXPECT_EQ(rlpt::origin_of(c, "actor.optim.lr"), "x.yaml:5");
+    EXPECT_EQ(rlpt::origin_of(c, "rollout.n"), "default");
+}
+
+TEST(Config, UnknownKeyNamesPathAndLine) {
+    expect_config_error([] { config_from_yaml("actor:\n  optim:\n    lrr: 1\n", "bad.yaml"); },
+                        {"bad.yaml:3", "unknown key 'actor.optim.lrr'", "lr"});
+    expect_config_error([] { config_from_yaml("nonsense: 1\n", "bad.yaml"); }, {"unknown key 'nonsense'"});
+}
+
+TEST(Config, WrongTypesAreErrors) {
+    expect_config_error([] { config_from_yaml("rollout:\n  n: two\n", "t.yaml"); },
+                        {"t.yaml:2", "'rollout.n' must be an integer", "'two'"});
+    expect_config_error([] { config_from_yaml("rollout:\n  n: 1.5\n", "t.yaml"); }, {"must be an integer"});
+    expect_config_error([] { config_from_yaml("trainer:\n  val_before_train: maybe\n", "t.yaml"); },
+                        {"true or false"});
+    expect_config_error([] { config_from_yaml("actor: 3\n", "t.yaml"); }, {"'actor' must be a mapping"});
+    expect_config_error([] { config_from_yaml("rollout:\n  stop_token_ids: 5\n", "t.yaml"); },
+                        {"must be a list of integers"});
+    expect_config_error([] { config_from_yaml("rollout:\n  n: null\n", "t.yaml"); }, {"got null"});
+}
+
+TEST(Config, RangeErrorsNameKeyAndOrigin) {
+    expect_config_error([] { config_from_yaml("actor:\n  optim:\n    lr: -1\n", "r.yaml"); },
+                        {"r.yaml:3", "actor.optim.lr", "must be >= 0"});
+    expect_config_error([] { config_from_yaml("algorithm:\n  adv_estimator: grpoo\n", "r.yaml"); },
+                        {"algorithm.adv_estimator", "'grpoo' is not one of"});
+    expect_config_error([] { config_from_yaml("rollout:\n  top_p: 0\n", "r.yaml"); }, {"rollout.top_p"});
+    expect_config_error(
+        [] { config_from_yaml("placement:\n  groups:\n    - roles: [actor, actor]\n", "r.yaml"); },
+        {"placement.groups.0.roles", "more than one group"});
+    expect_config_error(
+        [] { config_from_yaml("placement:\n  groups:\n    - roles: [actor]\n      ranks: -2\n", "r.yaml"); },
+        {"placement.groups.0.ranks"});
+}
+
+TEST(Config, YamlSyntaxErrorHasLine) {
+    expect_config_error([] { config_from_yaml("trainer:\n  mode: [rl\n", "s.yaml"); }, {"s.yaml:", "YAML syntax error"});
+}
+
+TEST(Config, CommandLineOverrides) {
+    Config c = config_from_yaml("trainer:\n  total_epochs: 3\n", "o.yaml",
+                                {"trainer.total_epochs=5", "rollout.stop_token_ids=[1,2]", "critic.ppo_epochs=null",
+                                 "trainer.total_training_steps=10", "placement.groups.0.ranks=2",
+                                 "model.path=/tmp/some model"});
+    EXPECT_EQ(c.trainer.total_epochs, 5);
+    EXPECT_EQ(c.rollout.stop_token_ids, (std::vector<int64_t>{1, 2}));
+    EXPECT_FALSE(c.critic.ppo_epochs.has_value());
+    EXPECT_EQ(*c.trainer.total_training_steps, 10);
+    EXPECT_EQ(c.placement.groups[0].ranks, "2");
+    EXPECT_EQ(c.model.path, "/tmp/some model");
+    EXPECT_NE(rlpt::origin_of(c, "trainer.total_epochs").find("command line"), std::string::npos);
+    expect_config_error([] { config_from_yaml("", "o.yaml", {"trainer.total_stepz=1"}); },
+                        {"command line", "unknown key 'trainer.total_stepz'"});
+    expect_config_error([] { config_from_yaml("", "o.yaml", {"rollout.n=-3"}); }, {"command line", "rollout.n"});
+    expect_config_error([] { config_from_yaml("", "o.yaml", {"novalue"}); }, {"key.path=value"});
+}
+
+TEST(Config, DumpRoundTripsExactly) {
+    Config c = config_from_yaml("actor:\n  optim:\n    lr: 3.0e-7\n  clip_ratio_high: 0.28\nmodel:\n  path: \"a: b\"\n",
+                                "d.yaml", {"rollout.stop_token_ids=[7]"});
+    std::string y = rlpt::to_yaml(c);
+    Config back = config_from_yaml(y, "dump");
+    EXPECT_EQ(rlpt::to_yaml(back), y);
+    EXPECT_EQ(rlpt::config_hash(back), rlpt::config_hash(c));
+    EXPECT_DOUBLE_EQ(back.actor.optim.lr, 3.0e-7);
+    EXPECT_DOUBLE_EQ(*back.actor.clip_ratio_high, 0.28);
+    EXPECT_FALSE(back.actor.clip_ratio_low.has_value());
+    EXPECT_EQ(back.model.path, "a: b");
+    Config other = config_from_yaml("rollout:\n  n: 9\n", "x");
+    EXPECT_NE(rlpt::config_hash(other), rlpt::config_hash(c));
+}
+
+TEST(Config, EveryShippedConfigParses) {
+    namespace fs = std::filesystem;
+    fs::path dir = fs::path(RLPT_SOURCE_DIR) / "configs";
+    int n = 0;
+    for (const auto& e : fs::recursive_directory_iterator(dir)) {
+        if (e.path().extension() != ".yaml") continue;
+        SCOPED_TRACE(e.path().string());
+        EXPECT_NO_THROW(rlpt::load_config(e.path().string()));
+        ++n;
+    }
+    EXPECT_GT(n, 0) << "no configs found in " << dir;
+}
