@@ -1,0 +1,280 @@
+#include "rlpt/comm/placement.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "rlpt/core/error.h"
+
+namespace rlpt::comm {
+
+const std::vector<std::string>& all_role_names() {
+    static const std::vector<std::string> kNames{"actor", "rollout", "reference", "critic", "reward_model"};
+    return kNames;
+}
+
+int RoleLayout::role_rank(int world_rank) const {
+    auto it = std::find(world_ranks.begin(), world_ranks.end(), world_rank);
+    return it == world_ranks.end() ? -1 : static_cast<int>(it - world_ranks.begin());
+}
+
+std::vector<int> RoleLayout::output_sources() const {
+    std::vector<int> out;
+    for (int i = 0; i < size(); i += mp_size) out.push_back(world_ranks[static_cast<size_t>(i)]);
+    return out;
+}
+
+const RoleLayout* Placement::find(const std::string& role) const {
+    for (const auto& r : roles)
+        if (r.role == role) return &r;
+    return nullptr;
+}
+
+const RoleLayout& Placement::at(const std::string& role) const {
+    const RoleLayout* r = find(role);
+    if (!r) throw ConfigError(fmt::format("role '{}' is not placed on any rank", role));
+    return *r;
+}
+
+std::vector<std::string> Placement::roles_of(int world_rank) const {
+    std::vector<std::string> out;
+    for (const auto& r : roles)
+        if (r.role_rank(world_rank) >= 0) out.push_back(r.role);
+    return out;
+}
+
+int Placement::local_rank(int world_rank) const {
+    int node = node_of_rank.at(static_cast<size_t>(world_rank));
+    int k = 0;
+    for (int r = 0; r < world_rank; ++r)
+        if (node_of_rank[static_cast<size_t>(r)] == node) ++k;
+    return k;
+}
+
+int Placement::ranks_on_node(int node) const {
+    return static_cast<int>(std::count(node_of_rank.begin(), node_of_rank.end(), node));
+}
+
+std::string Placement::describe() const {
+    std::string s = fmt::format("placement: {} ranks on {} node{}; rank {} is the controller{}", world_size, n_nodes,
+                                n_nodes == 1 ? "" : "s", controller_rank,
+                                controller_hosts_roles ? " and hosts roles" : "");
+    for (const auto& r : roles) {
+        std::string ranks;
+        for (int w : r.world_ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(w);
+        s += fmt::format("\n  {:<12} group {}  dp={} mp={}  ranks [{}]", r.role, r.group, r.dp_size(), r.mp_size, ranks);
+    }
+    return s;
+}
+
+namespace {
+
+std::string join(const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+    return s;
+}
+
+std::string group_name(const RoleGroupConfig& g, size_t i) {
+    return fmt::format("placement.groups.{} [{}]", i, join(g.roles));
+}
+
+}  // namespace
+
+Placement compute_placement(const PlacementConfig& cfg, int world_size, const std::vector<int>& node_labels,
+                            const std::vector<std::string>& required, const std::string& why) {
+    RLPT_CHECK_KIND(ConfigError, world_size >= 1, "world size must be >= 1 (got {})", world_size);
+    RLPT_CHECK_KIND(ConfigError, static_cast<int>(node_labels.size()) == world_size,
+                    "internal: {} node labels for {} ranks", node_labels.size(), world_size);
+    Placement p;
+    p.world_size = world_size;
+    p.controller_hosts_roles = cfg.controller_hosts_roles;
+
+    // Dense node ids in order of first appearance.
+    std::map<int, int> dense;
+    for (int label : node_labels) dense.emplace(label, static_cast<int>(dense.size()));
+    for (int label : node_labels) p.node_of_rank.push_back(dense.at(label));
+    p.n_nodes = static_cast<int>(dense.size());
+
+    // Every required role must be placed.
+    std::set<std::string> placed;
+    for (const auto& g : cfg.groups)
+        for (const auto& r : g.roles) placed.insert(r);
+    for (const auto& r : required) {
+        if (!placed.count(r)) {
+            throw ConfigError(fmt::format("placement: role '{}' is needed{} but no placement group hosts it; add it "
+                                          "to placement.groups",
+                                          r, why.empty() ? "" : " (" + why + ")"));
+        }
+    }
+
+    // Ranks available for roles.
+    std::vector<int> avail;
+    for (int r = 0; r < world_size; ++r)
+        if (cfg.controller_hosts_roles || r != p.controller_rank) avail.push_back(r);
+    if (avail.empty()) {
+        throw ConfigError(fmt::format("placement: {} rank{} leave no rank for the roles (rank 0 only controls); run "
+                                      "with more ranks (mpirun -np 2 or more) or set "
+                                      "placement.controller_hosts_roles=true",
+                                      world_size, world_size == 1 ? "" : "s"));
+    }
+
+    // Rank counts.
+    const size_t n_groups = cfg.groups.size();
+    std::vector<int> count(n_groups, 0);
+    int fixed = 0, n_auto = 0;
+    for (size_t g = 0; g < n_groups; ++g) {
+        if (cfg.groups[g].ranks == "auto") {
+            ++n_auto;
+        } else {
+            count[g] = static_cast<int>(std::stoll(cfg.groups[g].ranks));
+            fixed += count[g];
+        }
+    }
+    const int n_avail = static_cast<int>(avail.size());
+    std::string avail_note = cfg.controller_hosts_roles
+                                 ? fmt::format("world size {}", world_size)
+                                 : fmt::format("world size {}, rank 0 only controls", world_size);
+    if (fixed > n_avail) {
+        throw ConfigError(fmt::format("placement: the groups ask for {} ranks but only {} are available ({})", fixed,
+                                      n_avail, avail_note));
+    }
+    int rest = n_avail - fixed;
+    if (n_auto > 0) {
+        int base = rest / n_auto;
+        for (size_t g = 0; g < n_groups; ++g) {
+            if (cfg.groups[g].ranks != "auto") continue;
+            int mp = static_cast<int>(cfg.groups[g].model_parallel_size);
+            count[g] = base - base % mp;
+            rest -= count[g];
+        }
+        for (size_t g = 0; g < n_groups && rest > 0; ++g) {
+            if (cfg.groups[g].ranks != "auto") continue;
+            int mp = static_cast<int>(cfg.groups[g].model_parallel_size);
+            while (rest >= mp) {
+                count[g] += mp;
+                rest -= mp;
+                if (n_auto > 1) break;  // spread leftovers one block per group
+            }
+        }
+        for (size_t g = 0; g < n_groups && rest > 0; ++g) {
+            if (cfg.groups[g].ranks != "auto") continue;
+            int mp = static_cast<int>(cfg.groups[g].model_parallel_size);
+            while (rest >= mp) {
+                count[g] += mp;
+                rest -= mp;
+            }
+        }
+        for (size_t g = 0; g < n_groups; ++g) {
+            if (cfg.groups[g].ranks == "auto" && count[g] == 0) {
+                throw ConfigError(fmt::format("placement: no ranks left for {} (model_parallel_size {}; {} ranks for "
+                                              "{} auto groups after {} fixed; {})",
+                                              group_name(cfg.groups[g], g), cfg.groups[g].model_parallel_size,
+                                              n_avail - fixed, n_auto, fixed, avail_note));
+            }
+        }
+    }
+    if (rest > 0) {
+        throw ConfigError(fmt::format("placement: {} rank{} would be idle ({}; groups use {}); give a group "
+                                      "'ranks: auto' or launch fewer ranks",
+                                      rest, rest == 1 ? "" : "s", avail_note, n_avail - rest));
+    }
+    for (size_t g = 0; g < n_groups; ++g) {
+        int mp = static_cast<int>(cfg.groups[g].model_parallel_size);
+        if (count[g] % mp != 0) {
+            throw ConfigError(fmt::format("placement: {} has {} ranks, not a multiple of its model_parallel_size {}",
+                                          group_name(cfg.groups[g], g), count[g], mp));
+        }
+    }
+
+    // Physical ranks: groups with the largest model-parallel blocks first, so blocks find
+    // whole nodes; a block takes the lowest free ranks of the first node that has room.
+    std::vector<std::vector<int>> free_on_node(static_cast<size_t>(p.n_nodes));
+    for (int r : avail) free_on_node[static_cast<size_t>(p.node_of_rank[static_cast<size_t>(r)])].push_back(r);
+    std::vector<size_t> order(n_groups);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return cfg.groups[a].model_parallel_size > cfg.groups[b].model_parallel_size;
+    });
+    std::vector<std::vector<int>> ranks_of_group(n_groups);
+    for (size_t g : order) {
+        int mp = static_cast<int>(cfg.groups[g].model_parallel_size);
+        if (mp == 1) {
+            std::vector<int> all;
+            for (auto& f : free_on_node) all.insert(all.end(), f.begin(), f.end());
+            std::sort(all.begin(), all.end());
+            all.resize(static_cast<size_t>(count[g]));
+            for (int r : all) {
+                auto& f = free_on_node[static_cast<size_t>(p.node_of_rank[static_cast<size_t>(r)])];
+                f.erase(std::find(f.begin(), f.end(), r));
+            }
+            ranks_of_group[g] = all;
+            continue;
+        }
+        for (int b = 0; b < count[g] / mp; ++b) {
+            bool found = false;
+            for (auto& f : free_on_node) {
+                if (static_cast<int>(f.size()) < mp) continue;
+                ranks_of_group[g].insert(ranks_of_group[g].end(), f.begin(), f.begin() + mp);
+                f.erase(f.begin(), f.begin() + mp);
+                found = true;
+                break;
+            }
+            if (!found) {
+                std::string per_node;
+                for (size_t n = 0; n < free_on_node.size(); ++n)
+                    per_node += fmt::format("{}node {}: {}", n ? ", " : "", n, free_on_node[n].size());
+                throw ConfigError(fmt::format("placement: {} needs model-parallel blocks of {} ranks inside one node, "
+                                              "but the free ranks per node are {} (model-parallel groups never span "
+                                              "nodes)",
+                                              group_name(cfg.groups[g], g), mp, per_node));
+            }
+        }
+    }
+
+    for (const auto& name : all_role_names()) {
+        for (size_t g = 0; g < n_groups; ++g) {
+            const auto& roles = cfg.groups[g].roles;
+            if (std::find(roles.begin(), roles.end(), name) == roles.end()) continue;
+            RoleLayout l;
+            l.role = name;
+            l.group = static_cast<int>(g);
+            l.world_ranks = ranks_of_group[g];
+            l.mp_size = static_cast<int>(cfg.groups[g].model_parallel_size);
+            p.roles.push_back(std::move(l));
+        }
+    }
+    return p;
+}
+
+std::vector<std::string> required_roles(const Config& c, std::string* why) {
+    std::vector<std::string> out{"actor", "rollout"};
+    std::vector<std::string> reasons;
+    if (c.trainer.mode == "sft") {
+        out = {"actor"};
+        if (why) *why = "trainer.mode=sft";
+        return out;
+    }
+    if (c.actor.use_kl_loss || c.algorithm.use_kl_in_reward) {
+        out.push_back("reference");
+        reasons.push_back(c.actor.use_kl_loss ? "actor.use_kl_loss=true" : "algorithm.use_kl_in_reward=true");
+    }
+    bool critic = c.critic.enable == "true" || (c.critic.enable == "auto" && c.algorithm.adv_estimator == "gae");
+    if (critic) {
+        out.push_back("critic");
+        reasons.push_back(c.critic.enable == "true" ? "critic.enable=true" : "algorithm.adv_estimator=gae");
+    }
+    if (c.reward_model.enable) {
+        out.push_back("reward_model");
+        reasons.push_back("reward_model.enable=true");
+    }
+    if (why) {
+        std::string s;
+        for (const auto& r : reasons) s += (s.empty() ? "" : ", ") + r;
+        *why = s;
+    }
+    return out;
+}
+
+}  // namespace rlpt::comm

@@ -1,0 +1,71 @@
+#pragma once
+// Placement (DESIGN §1): which world ranks host which roles, derived identically on every
+// rank from the config and the world size. Torch-free. compute_placement() is a pure
+// function (no MPI) so layouts can be unit-tested for any world; build_role_comms() then
+// creates the communicators.
+//
+// Rules
+//  * Rank 0 is the controller. Unless placement.controller_hosts_roles, it hosts no role.
+//  * Each placement group is a set of colocated roles (one process runs all of them, taking
+//    turns) with a rank count or `auto`. Auto groups share the ranks the fixed groups leave,
+//    evenly; no rank may be left idle.
+//  * A group's ranks come in model-parallel blocks of model_parallel_size consecutive role
+//    ranks; a block never spans nodes (node identity from MPI_COMM_TYPE_SHARED). DP runs
+//    across blocks and may span nodes. Role rank i has dp_rank = i / mp, mp_rank = i % mp;
+//    the ranks with mp_rank == 0 are the role's output sources.
+//  * Anything impossible throws ConfigError with one message naming the problem.
+
+#include <string>
+#include <vector>
+
+#include "rlpt/config/config.h"
+
+namespace rlpt::comm {
+
+// Canonical role order (also the order communicators are built in).
+const std::vector<std::string>& all_role_names();
+
+struct RoleLayout {
+    std::string role;
+    int group = -1;               // index into placement.groups
+    std::vector<int> world_ranks; // role rank i -> world rank, ascending
+    int mp_size = 1;
+
+    int size() const { return static_cast<int>(world_ranks.size()); }
+    int dp_size() const { return size() / mp_size; }
+    // Role rank of `world_rank`, or -1.
+    int role_rank(int world_rank) const;
+    int dp_rank_of(int role_rank) const { return role_rank / mp_size; }
+    int mp_rank_of(int role_rank) const { return role_rank % mp_size; }
+    // World ranks of the output sources (mp_rank 0), in dp order.
+    std::vector<int> output_sources() const;
+};
+
+struct Placement {
+    int world_size = 0;
+    int controller_rank = 0;
+    bool controller_hosts_roles = false;
+    std::vector<RoleLayout> roles;  // canonical order, only roles that are placed
+    std::vector<int> node_of_rank;  // dense node index per world rank
+    int n_nodes = 1;
+
+    const RoleLayout* find(const std::string& role) const;  // nullptr if not placed
+    const RoleLayout& at(const std::string& role) const;    // ConfigError if not placed
+    std::vector<std::string> roles_of(int world_rank) const;
+    // Index of world_rank among the ranks on its node (for local rank -> GPU).
+    int local_rank(int world_rank) const;
+    int ranks_on_node(int node) const;
+    // Multi-line table for the start-up log.
+    std::string describe() const;
+};
+
+// node_of_rank: any node labels per world rank (made dense in order of first appearance).
+// required_roles: roles the chosen algorithm needs (missing -> ConfigError naming `why`).
+Placement compute_placement(const PlacementConfig& cfg, int world_size, const std::vector<int>& node_of_rank,
+                            const std::vector<std::string>& required_roles, const std::string& why = {});
+
+// Roles the algorithm in `c` needs: actor+rollout always; reference when a KL term is on;
+// critic for gae (or critic.enable=true); reward_model when reward_model.enable.
+std::vector<std::string> required_roles(const Config& c, std::string* why = nullptr);
+
+}  // namespace rlpt::comm

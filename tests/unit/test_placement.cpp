@@ -1,0 +1,151 @@
+#include <gtest/gtest.h>
+
+#include "rlpt/comm/placement.h"
+#include "rlpt/core/debug_env.h"
+#include "rlpt/core/error.h"
+
+using rlpt::ConfigError;
+using rlpt::PlacementConfig;
+using rlpt::RoleGroupConfig;
+using rlpt::comm::compute_placement;
+using rlpt::comm::Placement;
+
+namespace {
+std::vector<int> one_node(int n) { return std::vector<int>(static_cast<size_t>(n), 0); }
+std::vector<int> nodes_of(int n_nodes, int per_node) {
+    std::vector<int> v;
+    for (int i = 0; i < n_nodes * per_node; ++i) v.push_back(i / per_node);
+    return v;
+}
+PlacementConfig groups(std::vector<RoleGroupConfig> g, bool hosts = false) {
+    PlacementConfig p;
+    p.controller_hosts_roles = hosts;
+    p.groups = std::move(g);
+    return p;
+}
+std::vector<int> R(std::initializer_list<int> v) { return v; }
+
+template <typename F>
+void expect_error(F&& f, const char* fragment) {
+    try {
+        f();
+        ADD_FAILURE() << "expected ConfigError containing: " << fragment;
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+}
+}  // namespace
+
+TEST(Placement, DefaultGroupTakesAllButController) {
+    PlacementConfig cfg;  // [actor, rollout, reference] auto
+    Placement p = compute_placement(cfg, 5, one_node(5), {"actor", "rollout"});
+    ASSERT_EQ(p.roles.size(), 3u);
+    EXPECT_EQ(p.at("actor").world_ranks, R({1, 2, 3, 4}));
+    EXPECT_EQ(p.at("rollout").world_ranks, R({1, 2, 3, 4}));
+    EXPECT_EQ(p.roles_of(0).size(), 0u);
+    EXPECT_EQ(p.roles_of(3), (std::vector<std::string>{"actor", "rollout", "reference"}));
+    EXPECT_EQ(p.at("actor").output_sources(), R({1, 2, 3, 4}));
+}
+
+TEST(Placement, ControllerHostsRoles) {
+    Placement p = compute_placement(groups({{{"actor", "rollout"}, "auto", 1}}, true), 4, one_node(4), {"actor"});
+    EXPECT_EQ(p.at("actor").world_ranks, R({0, 1, 2, 3}));
+}
+
+TEST(Placement, UnevenFixedAndAutoGroups) {
+    // 7 ranks: controller + actor/rollout/ref on 4 + critic on 2.
+    Placement p = compute_placement(
+        groups({{{"actor", "rollout", "reference"}, "auto", 1}, {{"critic"}, "2", 1}}), 7, one_node(7), {"critic"});
+    EXPECT_EQ(p.at("actor").world_ranks, R({1, 2, 3, 4}));
+    EXPECT_EQ(p.at("critic").world_ranks, R({5, 6}));
+    // Two auto groups share 5 ranks: 3 + 2.
+    Placement q = compute_placement(groups({{{"actor"}, "auto", 1}, {{"rollout"}, "auto", 1}}), 6, one_node(6), {});
+    EXPECT_EQ(q.at("actor").size() + q.at("rollout").size(), 5);
+    EXPECT_EQ(q.at("actor").size(), 3);
+}
+
+TEST(Placement, ModelParallelBlocksAndOutputSources) {
+    Placement p = compute_placement(groups({{{"actor"}, "auto", 2}}), 5, one_node(5), {});
+    const auto& a = p.at("actor");
+    EXPECT_EQ(a.dp_size(), 2);
+    EXPECT_EQ(a.output_sources(), R({1, 3}));
+    EXPECT_EQ(a.dp_rank_of(3), 1);
+    EXPECT_EQ(a.mp_rank_of(3), 1);
+}
+
+TEST(Placement, ImpossibleLayoutsAreRefused) {
+    expect_error([] { compute_placement(PlacementConfig{}, 1, one_node(1), {}); }, "leave no rank for the roles");
+    expect_error([] { compute_placement(groups({{{"actor"}, "3", 1}}), 3, one_node(3), {}); },
+                 "ask for 3 ranks but only 2 are available");
+    expect_error([] { compute_placement(groups({{{"actor"}, "1", 1}}), 4, one_node(4), {}); }, "2 ranks would be idle");
+    expect_error([] { compute_placement(groups({{{"actor"}, "3", 2}}), 4, one_node(4), {}); },
+                 "not a multiple of its model_parallel_size 2");
+    expect_error([] { compute_placement(groups({{{"actor"}, "auto", 1}}), 4, one_node(4), {"critic"}, "gae"); },
+                 "role 'critic' is needed (gae)");
+    expect_error([] { compute_placement(groups({{{"actor"}, "auto", 1}, {{"critic"}, "auto", 1}}), 2, one_node(2), {}); },
+                 "no ranks left");
+    // 3 ranks available, mp 2: one would be idle.
+    expect_error([] { compute_placement(groups({{{"actor"}, "auto", 2}}), 4, one_node(4), {}); }, "would be idle");
+}
+
+TEST(Placement, ModelParallelNeverSpansNodes) {
+    // 2 nodes x 3 ranks, rank 0 controls: node0 has 2 free, node1 has 3 free; mp=2 -> blocks
+    // {1,2} and {3,4}; rank 5 left for the critic.
+    Placement p = compute_placement(groups({{{"actor"}, "4", 2}, {{"critic"}, "auto", 1}}), 6, nodes_of(2, 3), {});
+    EXPECT_EQ(p.at("actor").world_ranks, R({1, 2, 3, 4}));
+    EXPECT_EQ(p.at("critic").world_ranks, R({5}));
+    for (const auto& layout : p.roles) {
+        for (int i = 0; i < layout.size(); i += layout.mp_size) {
+            int node = p.node_of_rank[static_cast<size_t>(layout.world_ranks[static_cast<size_t>(i)])];
+            for (int j = 1; j < layout.mp_size; ++j)
+                EXPECT_EQ(p.node_of_rank[static_cast<size_t>(layout.world_ranks[static_cast<size_t>(i + j)])], node);
+        }
+    }
+    // mp=3 blocks on nodes with 2 and 3 free ranks: only one block fits.
+    expect_error([] { compute_placement(groups({{{"actor"}, "6", 3}}), 7, R({0, 0, 0, 1, 1, 1, 1}), {}); },
+                 "free ranks per node are node 0: 2, node 1: 1");
+    expect_error([] { compute_placement(groups({{{"actor"}, "3", 3}, {{"critic"}, "auto", 1}}), 6, R({0, 0, 0, 1, 1, 2}), {}); },
+                 "inside one node");
+}
+
+TEST(Placement, MultiNodeLayouts2x8And4x8) {
+    // 2 nodes x 8 ranks, controller hosts roles, actor mp=4: 4 blocks, 2 per node.
+    Placement p = compute_placement(groups({{{"actor", "rollout", "reference"}, "auto", 4}}, true), 16, nodes_of(2, 8), {});
+    const auto& a = p.at("actor");
+    EXPECT_EQ(a.dp_size(), 4);
+    EXPECT_EQ(a.output_sources(), R({0, 4, 8, 12}));
+    EXPECT_EQ(p.n_nodes, 2);
+    EXPECT_EQ(p.local_rank(9), 1);
+    // 4 x 8, rank 0 only controls: node 0 has 7 free ranks, so an mp=8 group fits only on
+    // nodes 1..3 and the 7 leftover ranks go to the critic.
+    Placement q = compute_placement(groups({{{"actor", "rollout"}, "24", 8}, {{"critic"}, "auto", 1}}), 32, nodes_of(4, 8), {});
+    EXPECT_EQ(q.at("actor").output_sources(), R({8, 16, 24}));
+    EXPECT_EQ(q.at("critic").world_ranks, R({1, 2, 3, 4, 5, 6, 7}));
+    // Uneven allocation: nodes with 5, 3 and 8 ranks; mp=4 blocks need 4 on one node.
+    std::vector<int> uneven;
+    for (int i = 0; i < 5; ++i) uneven.push_back(0);
+    for (int i = 0; i < 3; ++i) uneven.push_back(1);
+    for (int i = 0; i < 8; ++i) uneven.push_back(2);
+    Placement u = compute_placement(groups({{{"actor"}, "12", 4}, {{"rollout"}, "auto", 1}}), 16, uneven, {});
+    EXPECT_EQ(u.at("actor").output_sources(), R({1, 8, 12}));
+    EXPECT_EQ(u.at("rollout").world_ranks, R({5, 6, 7}));
+}
+
+TEST(Placement, SimulatedNodesSpec) {
+    EXPECT_EQ(rlpt::simulated_node_label("8", 9, 16), 1);
+    EXPECT_EQ(rlpt::simulated_node_label("0,0,1", 2, 3), 1);
+    EXPECT_THROW(rlpt::simulated_node_label("0,1", 0, 3), ConfigError);
+    EXPECT_THROW(rlpt::simulated_node_label("x", 0, 3), ConfigError);
+    EXPECT_THROW(rlpt::simulated_node_label("0", 0, 3), ConfigError);
+}
+
+TEST(Placement, RequiredRolesFollowTheAlgorithm) {
+    rlpt::Config c;
+    std::string why;
+    EXPECT_EQ(rlpt::comm::required_roles(c, &why), (std::vector<std::string>{"actor", "rollout"}));
+    c.algorithm.adv_estimator = "gae";
+    c.actor.use_kl_loss = true;
+    auto r = rlpt::comm::required_roles(c, &why);
+    EXPECT_EQ(r, (std::vector<std::string>{"actor", "rollout", "reference", "critic"}));
+    EXPECT_NE(why.find("adv_estimator=gae"), std::string::npos);
+}
