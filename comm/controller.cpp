@@ -1,0 +1,296 @@
+#include <algorithm>
+
+#include "protocol_common.h"
+#include "rlpt/core/log.h"
+#include "rlpt/protocol/runtime.h"
+
+namespace rlpt::protocol {
+
+struct Controller::Call {
+    uint64_t seq = 0;
+    int role = 0;
+    uint16_t method = 0;
+    int64_t step = -1;
+    int64_t pad = 0;            // rows added to the input
+    int64_t padded_rows = -1;   // rows sent in total (dp_split)
+    std::vector<int> ranks;     // world ranks, role-rank order
+    std::set<int> waiting;      // ranks whose reply header has not arrived
+    std::map<int, BatchLayout> payloads;  // world rank -> layout of its payload
+    bool has_local = false;
+    Batch local_out;
+    comm::OutgoingBatch sends;
+    double started = 0;
+    double last_warn = 0;
+};
+
+Controller::Controller(const std::vector<RoleSpec>& registry, const Config& config, const comm::Topology& topo,
+                       WorkerHost* local)
+    : registry_(registry), config_(config), topo_(topo), local_(local) {}
+
+Controller::~Controller() {
+    try {
+        shutdown();
+    } catch (const std::exception& e) {
+        RLPT_LOG_ERROR("shutting down the workers failed: {}", e.what());
+    }
+}
+
+int Controller::role_index(const std::string& role) const {
+    int idx = find_role(registry_, role);
+    if (idx < 0 || !topo_.placement().find(role)) {
+        throw ConfigError(fmt::format("role '{}' is not placed on any rank (placement.groups)", role));
+    }
+    return idx;
+}
+
+bool Controller::has_role(const std::string& role) const {
+    return find_role(registry_, role) >= 0 && topo_.placement().find(role) != nullptr;
+}
+
+const comm::RoleLayout& Controller::layout(const std::string& role) const { return topo_.placement().at(role); }
+
+Controller::Pending Controller::submit_raw(int role_index, uint16_t method, const Batch* in,
+                                           const std::vector<Batch>* per_rank) {
+    RLPT_CHECK_KIND(InternalError, !shut_down_, "call after shutdown");
+    RLPT_CHECK_KIND(InternalError, role_index >= 0 && static_cast<size_t>(role_index) < registry_.size(),
+                    "bad role index {}", role_index);
+    const RoleSpec& spec = registry_[static_cast<size_t>(role_index)];
+    RLPT_CHECK_KIND(InternalError, method < spec.methods.size(), "role '{}' has no method #{}", spec.name, method);
+    const MethodSpec& m = spec.methods[method];
+    const comm::RoleLayout& L = topo_.placement().at(spec.name);
+    const std::string what = spec.name + "." + m.name;
+
+    auto call = std::make_unique<Call>();
+    call->seq = next_seq_++;
+    call->role = role_index;
+    call->method = method;
+    call->step = step_;
+    call->ranks = L.world_ranks;
+    call->started = call->last_warn = detail::wall_seconds();
+
+    // One input per role rank.
+    std::vector<Batch> shards;
+    std::vector<const Batch*> input_of(static_cast<size_t>(L.size()), nullptr);
+    switch (m.distribute) {
+        case Distribute::kOneToAll: {
+            RLPT_CHECK_KIND(InternalError, in != nullptr, "{} takes one batch", what);
+            check_schema(*in, m.inputs, spec.name, m.name, "input");
+            for (auto& p : input_of) p = in;
+            break;
+        }
+        case Distribute::kDpSplit: {
+            RLPT_CHECK_KIND(InternalError, in != nullptr, "{} takes one batch", what);
+            check_schema(*in, m.inputs, spec.name, m.name, "input");
+            const int dp = L.dp_size();
+            Batch padded = *in;
+            if (padded.size() % dp != 0) {
+                RLPT_CHECK(m.pad_to_dp, "{}: {} rows do not split evenly over {} data-parallel ranks", what,
+                           padded.size(), dp);
+                call->pad = padded.pad_to_multiple(dp);
+            }
+            call->padded_rows = padded.size();
+            shards = padded.chunk(dp);
+            for (int r = 0; r < L.size(); ++r) input_of[static_cast<size_t>(r)] = &shards[static_cast<size_t>(L.dp_rank_of(r))];
+            break;
+        }
+        case Distribute::kAllToAll: {
+            RLPT_CHECK_KIND(InternalError, per_rank != nullptr, "{} takes one batch per rank", what);
+            RLPT_CHECK(static_cast<int>(per_rank->size()) == L.size(), "{}: got {} batches for {} ranks", what,
+                       per_rank->size(), L.size());
+            for (int r = 0; r < L.size(); ++r) {
+                check_schema((*per_rank)[static_cast<size_t>(r)], m.inputs, spec.name, m.name, "input");
+                input_of[static_cast<size_t>(r)] = &(*per_rank)[static_cast<size_t>(r)];
+            }
+            break;
+        }
+    }
+
+    wire::CommandHeader h;
+    h.kind = static_cast<uint8_t>(wire::CommandKind::kCall);
+    h.role = static_cast<uint8_t>(role_index);
+    h.method = method;
+    h.seq = call->seq;
+    h.step = step_;
+    const std::string prefix = detail::header_bytes(h);
+    const int me = topo_.world_rank();
+    int local_role_rank = -1;
+    for (int r = 0; r < L.size(); ++r) {
+        int w = L.world_ranks[static_cast<size_t>(r)];
+        auto busy = busy_rank_.find(w);
+        RLPT_CHECK_KIND(InternalError, busy == busy_rank_.end(),
+                        "{}: rank {} is still busy with an earlier call (seq {}); wait() for it first", what, w,
+                        busy == busy_rank_.end() ? 0 : busy->second);
+        if (w == me) {
+            local_role_rank = r;
+            continue;
+        }
+        call->sends.post(prefix, *input_of[static_cast<size_t>(r)], w, wire::kTagCommand, wire::kTagCommandData,
+                         topo_.control().get());
+        call->waiting.insert(w);
+        busy_rank_[w] = call->seq;
+    }
+    if (local_role_rank >= 0) {
+        RLPT_CHECK_KIND(InternalError, local_ != nullptr, "controller hosts {} but has no WorkerHost", spec.name);
+        call->has_local = true;
+        call->local_out = local_->run(role_index, method, *input_of[static_cast<size_t>(local_role_rank)], step_);
+    }
+    Pending p{call->seq};
+    calls_.emplace(call->seq, std::move(call));
+    return p;
+}
+
+Controller::Call& Controller::find_call(uint64_t seq) {
+    auto it = calls_.find(seq);
+    RLPT_CHECK_KIND(InternalError, it != calls_.end(), "no call in flight with seq {}", seq);
+    return *it->second;
+}
+
+void Controller::receive_replies_until_done(Call& call) {
+    const RoleSpec& spec = registry_[static_cast<size_t>(call.role)];
+    const MethodSpec& m = spec.methods[call.method];
+    const std::string what = spec.name + "." + m.name;
+    double timeout = m.timeout_s > 0 ? m.timeout_s : config_.trainer.call_timeout_s;
+    comm::Deadline deadline = comm::Deadline::after_seconds(timeout - (detail::wall_seconds() - call.started));
+    call.sends.complete(deadline, fmt::format("{}: sending the inputs", what));
+
+    MPI_Comm control = topo_.control().get();
+    std::string msg;
+    int source = -1;
+    comm::detail::Backoff backoff;
+    while (!call.waiting.empty()) {
+        if (!comm::try_recv_message(MPI_ANY_SOURCE, wire::kTagReply, control, msg, &source)) {
+            double now = detail::wall_seconds();
+            if (now - call.last_warn >= config_.trainer.stall_warn_s) {
+                call.last_warn = now;
+                std::string silent;
+                for (int r : call.waiting) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+                RLPT_LOG_WARN("{} (step {}) has waited {:.0f} s for rank(s) {} to answer", what, call.step,
+                              now - call.started, silent);
+            }
+            if (deadline.expired()) {
+                std::string silent;
+                for (int r : call.waiting) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+                throw TimeoutError(fmt::format("{} (step {}): rank(s) {} did not answer within {:.0f} s "
+                                               "(trainer.call_timeout_s); they are hung or dead",
+                                               what, call.step, silent, timeout));
+            }
+            backoff.pause();
+            continue;
+        }
+        backoff = comm::detail::Backoff();
+        auto r = detail::parse_header<wire::ReplyHeader>(msg, "reply from a worker");
+        auto busy = busy_rank_.find(source);
+        if (busy == busy_rank_.end() || busy->second != r.seq) {
+            throw CommError(fmt::format("unexpected reply from rank {} (seq {})", source, r.seq));
+        }
+        Call& owner = find_call(r.seq);
+        const RoleSpec& ospec = registry_[static_cast<size_t>(owner.role)];
+        const MethodSpec& om = ospec.methods[owner.method];
+        if (r.status != static_cast<uint8_t>(wire::ReplyStatus::kOk)) {
+            std::string text = msg.substr(sizeof(r));
+            throw RemoteError(fmt::format("{}.{} failed on rank {} (role {}, step {}): {}", ospec.name, om.name, source,
+                                          ospec.name, owner.step, text),
+                              source);
+        }
+        if (r.has_payload) {
+            owner.payloads.emplace(source, decode_layout(msg.data() + sizeof(r), msg.size() - sizeof(r)));
+        }
+        owner.waiting.erase(source);
+    }
+}
+
+std::vector<Batch> Controller::collect(Call& call) {
+    const RoleSpec& spec = registry_[static_cast<size_t>(call.role)];
+    const MethodSpec& m = spec.methods[call.method];
+    const comm::RoleLayout& L = topo_.placement().at(spec.name);
+    const std::string what = spec.name + "." + m.name;
+    comm::Deadline deadline = comm::Deadline::after_seconds(config_.trainer.call_timeout_s);
+    MPI_Comm control = topo_.control().get();
+    const int me = topo_.world_rank();
+
+    auto output_of = [&](int w) -> Batch {
+        if (w == me) return call.local_out;
+        auto it = call.payloads.find(w);
+        RLPT_CHECK_KIND(CommError, it != call.payloads.end(), "{}: rank {} sent no output", what, w);
+        return comm::recv_columns(std::move(it->second), w, wire::kTagReplyData, control, pool_, deadline,
+                                  fmt::format("{} output from rank {}", what, w));
+    };
+
+    std::vector<Batch> outs;
+    switch (m.collect) {
+        case Collect::kNone: outs.emplace_back(0); break;
+        case Collect::kFirst: outs.push_back(output_of(L.world_ranks.front())); break;
+        case Collect::kAll:
+            for (int w : L.world_ranks) outs.push_back(output_of(w));
+            break;
+        case Collect::kConcatDpSources: {
+            std::vector<int> sources = L.output_sources();
+            bool local_source = std::find(sources.begin(), sources.end(), me) != sources.end();
+            Batch out;
+            if (!local_source) {
+                // Straight into the concatenated columns: no extra copy.
+                std::vector<std::pair<int, BatchLayout>> shards;
+                for (int w : sources) {
+                    auto it = call.payloads.find(w);
+                    RLPT_CHECK_KIND(CommError, it != call.payloads.end(), "{}: rank {} sent no output", what, w);
+                    shards.emplace_back(w, std::move(it->second));
+                }
+                out = comm::recv_concat(std::move(shards), wire::kTagReplyData, control, pool_, deadline,
+                                        what + " outputs");
+            } else {
+                std::vector<Batch> parts;
+                for (int w : sources) parts.push_back(output_of(w));
+                out = Batch::concat(parts);
+            }
+            if (call.pad > 0 && out.size() == call.padded_rows) {
+                out.unpad(call.pad);
+            } else if (call.padded_rows >= 0 && out.size() != 0 && out.size() != call.padded_rows) {
+                throw ValueError(fmt::format("{} returned {} rows for {} input rows", what, out.size(), call.padded_rows));
+            }
+            outs.push_back(std::move(out));
+            break;
+        }
+    }
+    for (auto& o : outs) {
+        if (m.collect != Collect::kNone) check_schema(o, m.outputs, spec.name, m.name, "output");
+    }
+    return outs;
+}
+
+std::vector<Batch> Controller::wait_all(Pending& p) {
+    Call& call = find_call(p.seq);
+    double w0 = detail::wall_seconds(), c0 = detail::cpu_seconds();
+    receive_replies_until_done(call);
+    std::vector<Batch> outs = collect(call);
+    wait_wall_s_ += detail::wall_seconds() - w0;
+    wait_cpu_s_ += detail::cpu_seconds() - c0;
+    for (int w : call.ranks) {
+        auto it = busy_rank_.find(w);
+        if (it != busy_rank_.end() && it->second == call.seq) busy_rank_.erase(it);
+    }
+    calls_.erase(p.seq);
+    return outs;
+}
+
+Batch Controller::wait(Pending& p) {
+    Call& call = find_call(p.seq);
+    const MethodSpec& m = registry_[static_cast<size_t>(call.role)].methods[call.method];
+    RLPT_CHECK_KIND(InternalError, m.collect != Collect::kAll, "{} collects all outputs: use call_all/wait_all", m.name);
+    return std::move(wait_all(p).front());
+}
+
+void Controller::shutdown() {
+    if (shut_down_) return;
+    shut_down_ = true;
+    wire::CommandHeader h;
+    h.kind = static_cast<uint8_t>(wire::CommandKind::kShutdown);
+    std::string prefix = detail::header_bytes(h);
+    comm::OutgoingBatch sends;
+    for (int w = 0; w < topo_.world_size(); ++w) {
+        if (w == topo_.world_rank()) continue;
+        sends.post_header_only(prefix, w, wire::kTagCommand, topo_.control().get());
+    }
+    sends.complete(comm::Deadline::after_seconds(60), "workers to take the shutdown command");
+}
+
+}  // namespace rlpt::protocol

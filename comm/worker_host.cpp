@@ -1,0 +1,154 @@
+#include <signal.h>
+#include <unistd.h>
+
+#include <sstream>
+#include <thread>
+
+#include "protocol_common.h"
+#include "rlpt/core/log.h"
+#include "rlpt/protocol/runtime.h"
+
+namespace rlpt::protocol {
+
+FaultPlan FaultPlan::parse(const std::string& spec) {
+    FaultPlan p;
+    if (spec.empty()) return p;
+    std::vector<std::string> parts;
+    std::stringstream ss(spec);
+    for (std::string s; std::getline(ss, s, ':');) parts.push_back(s);
+    auto bad = [&] {
+        return ConfigError(fmt::format("RLPT_FAULT='{}': expected <throw|kill|hang>:<world rank>:<method>[:<step>]", spec));
+    };
+    if (parts.size() < 3 || parts.size() > 4) throw bad();
+    if (parts[0] != "throw" && parts[0] != "kill" && parts[0] != "hang") throw bad();
+    try {
+        p.world_rank = std::stoi(parts[1]);
+        if (parts.size() == 4) p.step = std::stoll(parts[3]);
+    } catch (const std::exception&) {
+        throw bad();
+    }
+    p.kind = parts[0];
+    p.method = parts[2];
+    return p;
+}
+
+WorkerHost::WorkerHost(const std::vector<RoleSpec>& registry, const Config& config, const comm::Topology& topo,
+                       FaultPlan fault)
+    : registry_(registry), config_(config), topo_(topo), fault_(std::move(fault)) {
+    for (const auto& role : topo_.hosted_roles()) {
+        int idx = find_role(registry_, role);
+        if (idx < 0) throw InternalError(fmt::format("no dispatch table is registered for role '{}'", role));
+        WorkerContext ctx;
+        ctx.config = &config_;
+        ctx.topology = &topo_;
+        ctx.comms = &topo_.role(role);
+        ctx.layout = topo_.placement().find(role);
+        ctx.role = role;
+        ctx.world_rank = topo_.world_rank();
+        ctx.shared = &shared_;
+        contexts_[idx] = ctx;
+    }
+    // Roles are created in registry order, so a role may find what an earlier one shared.
+    for (auto& [idx, ctx] : contexts_) workers_[idx] = registry_[static_cast<size_t>(idx)].factory(ctx);
+}
+
+WorkerHost::~WorkerHost() = default;
+
+bool WorkerHost::hosts(int role_index) const { return workers_.count(role_index) != 0; }
+
+void WorkerHost::maybe_inject_fault(const MethodSpec& m, int64_t step) const {
+    if (!fault_.active() || fault_.world_rank != topo_.world_rank() || fault_.method != m.name) return;
+    if (fault_.step >= 0 && fault_.step != step) return;
+    RLPT_LOG_WARN("injecting fault '{}' in {} at step {} (RLPT_FAULT)", fault_.kind, m.name, step);
+    if (fault_.kind == "throw") throw ValueError(fmt::format("injected fault in {} (RLPT_FAULT)", m.name));
+    if (fault_.kind == "kill") ::raise(SIGKILL);
+    if (fault_.kind == "hang") {
+        for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+}
+
+Batch WorkerHost::run(int role_index, uint16_t method, const Batch& in, int64_t step) {
+    auto it = workers_.find(role_index);
+    if (it == workers_.end()) {
+        throw InternalError(fmt::format("rank {} got a call for role #{} it does not host", topo_.world_rank(), role_index));
+    }
+    const RoleSpec& spec = registry_[static_cast<size_t>(role_index)];
+    if (method >= spec.methods.size()) {
+        throw CommError(fmt::format("role '{}' has no method #{} (mixed rlpt binaries?)", spec.name, method));
+    }
+    const MethodSpec& m = spec.methods[method];
+    maybe_inject_fault(m, step);
+    WorkerContext& ctx = contexts_.at(role_index);
+    ctx.step = step;
+    return m.handler(*it->second, ctx, in);
+}
+
+namespace {
+bool sends_payload(Collect c, const WorkerContext& ctx) {
+    switch (c) {
+        case Collect::kConcatDpSources: return ctx.comms->mp_rank == 0;
+        case Collect::kFirst: return ctx.comms->role_rank == 0;
+        case Collect::kAll: return true;
+        case Collect::kNone: return false;
+    }
+    return false;
+}
+}  // namespace
+
+void WorkerHost::serve() {
+    const int controller = topo_.placement().controller_rank;
+    MPI_Comm control = topo_.control().get();
+    for (;;) {
+        double w0 = detail::wall_seconds(), c0 = detail::cpu_seconds();
+        std::string msg = comm::recv_message(controller, wire::kTagCommand, control, nullptr, comm::Deadline::never(),
+                                             "the next command from the controller");
+        idle_wall_s_ += detail::wall_seconds() - w0;
+        idle_cpu_s_ += detail::cpu_seconds() - c0;
+
+        auto h = detail::parse_header<wire::CommandHeader>(msg, "command from the controller");
+        if (h.kind == static_cast<uint8_t>(wire::CommandKind::kShutdown)) return;
+        if (h.kind != static_cast<uint8_t>(wire::CommandKind::kCall)) {
+            throw CommError(fmt::format("unknown command kind {} from the controller", h.kind));
+        }
+        if (h.role >= registry_.size() || !hosts(h.role)) {
+            throw CommError(fmt::format("command for role #{} which rank {} does not host", h.role, topo_.world_rank()));
+        }
+        const RoleSpec& spec = registry_[h.role];
+        if (h.method >= spec.methods.size()) {
+            throw CommError(fmt::format("command for {} method #{} which does not exist", spec.name, h.method));
+        }
+        const MethodSpec& m = spec.methods[h.method];
+        const WorkerContext& ctx = contexts_.at(h.role);
+
+        wire::ReplyHeader reply;
+        reply.role = h.role;
+        reply.method = h.method;
+        reply.world_rank = topo_.world_rank();
+        reply.seq = h.seq;
+        Batch out;
+        std::string error;
+        try {
+            BatchLayout layout = decode_layout(msg.data() + sizeof(h), msg.size() - sizeof(h));
+            Batch in = comm::recv_columns(std::move(layout), controller, wire::kTagCommandData, control, pool_,
+                                          comm::Deadline::after_seconds(config_.trainer.call_timeout_s),
+                                          fmt::format("{}.{} input", spec.name, m.name));
+            out = run(h.role, h.method, in, h.step);
+        } catch (const std::exception& e) {
+            error = e.what();
+        }
+        comm::OutgoingBatch send;
+        if (!error.empty()) {
+            reply.status = static_cast<uint8_t>(wire::ReplyStatus::kError);
+            send.post_header_only(detail::header_bytes(reply) + error, controller, wire::kTagReply, control);
+        } else if (sends_payload(m.collect, ctx)) {
+            reply.has_payload = 1;
+            send.post(detail::header_bytes(reply), out, controller, wire::kTagReply, wire::kTagReplyData, control);
+        } else {
+            send.post_header_only(detail::header_bytes(reply), controller, wire::kTagReply, control);
+        }
+        send.complete(comm::Deadline::after_seconds(config_.trainer.call_timeout_s),
+                      fmt::format("the controller to take the reply of {}.{}", spec.name, m.name));
+    }
+}
+
+}  // namespace rlpt::protocol

@@ -1,0 +1,61 @@
+#pragma once
+// Moving Batches over MPI (DESIGN §3): a header message (a caller prefix + the batch layout)
+// followed by one message per non-empty column carrying the tensor's storage as it is. No
+// per-element encoding: a column costs what MPI costs for its bytes. Non-contiguous or
+// device columns are first made contiguous on the host (one copy); contiguous host columns
+// — including row slices of a larger batch — are sent in place.
+//
+// Receivers allocate columns from a BufferPool (warm memory), and a gather of several
+// shards receives each shard directly into its rows of the final concatenated column, so a
+// gather costs no extra copy either.
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "rlpt/batch/batch.h"
+#include "rlpt/batch/batch_codec.h"
+#include "rlpt/comm/buffer_pool.h"
+#include "rlpt/comm/mpi.h"
+
+namespace rlpt::comm {
+
+// Sends in flight. Keeps the header bytes and the column tensors alive until complete().
+class OutgoingBatch {
+  public:
+    OutgoingBatch() = default;
+    OutgoingBatch(OutgoingBatch&&) = default;
+    OutgoingBatch& operator=(OutgoingBatch&&) = default;
+    // Posts the header (prefix + layout of b) with header_tag and each column with data_tag.
+    void post(const std::string& prefix, const Batch& b, int dest, int header_tag, int data_tag, MPI_Comm comm);
+    // Posts only a header message (prefix), e.g. a status-only reply.
+    void post_header_only(const std::string& prefix, int dest, int header_tag, MPI_Comm comm);
+    void complete(const Deadline& d, const std::string& what);
+    bool test();  // true when everything was sent
+
+  private:
+    std::vector<std::string> headers_;
+    std::vector<torch::Tensor> keep_;
+    std::vector<MPI_Request> reqs_;
+};
+
+// Receives one whole message with `tag` from `src` (MPI_ANY_SOURCE allowed) if one is
+// waiting; returns false otherwise. `source` receives the sender's rank.
+bool try_recv_message(int src, int tag, MPI_Comm comm, std::string& out, int* source);
+// Blocking (with back-off and deadline) variant.
+std::string recv_message(int src, int tag, MPI_Comm comm, int* source, const Deadline& d, const std::string& what);
+
+// Receives the columns of one batch described by `layout` from `src`.
+Batch recv_columns(BatchLayout layout, int src, int data_tag, MPI_Comm comm, BufferPool& pool, const Deadline& d,
+                   const std::string& what);
+
+// Receives several shards (in the given order) straight into one concatenated batch. The
+// shards must agree on columns (names, dtypes, trailing shapes) and fields.
+Batch recv_concat(std::vector<std::pair<int, BatchLayout>> shards, int data_tag, MPI_Comm comm, BufferPool& pool,
+                  const Deadline& d, const std::string& what);
+
+// Point-to-point convenience (tests, benchmarks): send / receive one batch.
+void send_batch(const Batch& b, int dest, int tag, MPI_Comm comm, const Deadline& d = Deadline::never());
+Batch recv_batch(int src, int tag, MPI_Comm comm, BufferPool& pool, const Deadline& d = Deadline::never());
+
+}  // namespace rlpt::comm

@@ -1,0 +1,142 @@
+#pragma once
+// Dispatch tables (DESIGN §2, STYLE §5): every remote method of every role, as plain data.
+//
+// Each role declares `enum class <Role>Method : uint16_t { ..., kCount }` in its public
+// header (include/rlpt/roles/<role>.h) and builds one RoleSpec whose methods[i].id == i for
+// every enumerator, so a misspelt method is a compile error and a missing row is caught by
+// validate_registry() at start-up on every rank. src/app/role_registry.cpp lists the specs
+// in a fixed order; the index of a spec in that list is its id on the wire.
+//
+// How a call moves:
+//   distribute  kOneToAll  the same batch to every rank of the role
+//               kDpSplit   one shard per data-parallel rank (replicated inside a model-
+//                          parallel block); the batch is padded to a multiple of the DP size
+//                          when pad_to_dp, else its row count must divide evenly
+//               kAllToAll  the caller passes one batch per role rank
+//   collect     kConcatDpSources  rows of the output sources (mp_rank 0), in dp order,
+//                                 concatenated and unpadded; metrics merged
+//               kFirst            role rank 0's output
+//               kAll              every rank's output, in role-rank order
+//               kNone             nothing (every rank still reports success or its error)
+//   collective  whether every rank of the role must run the handler together (it uses the
+//               role communicator). Non-collective methods are still sent to every rank.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <typeinfo>
+#include <vector>
+
+#include "rlpt/batch/batch.h"
+#include "rlpt/comm/topology.h"
+#include "rlpt/config/config.h"
+#include "rlpt/core/error.h"
+
+namespace rlpt::protocol {
+
+enum class Distribute : uint8_t { kOneToAll = 0, kDpSplit = 1, kAllToAll = 2 };
+enum class Collect : uint8_t { kConcatDpSources = 0, kFirst = 1, kAll = 2, kNone = 3 };
+const char* distribute_name(Distribute d);
+const char* collect_name(Collect c);
+
+enum class FieldKind : uint8_t { kTensor = 0, kString = 1, kInt = 2, kMeta = 3 };
+// One entry of a method's input or output schema.
+struct FieldSpec {
+    std::string name;
+    FieldKind kind = FieldKind::kTensor;
+    bool optional = false;
+};
+
+// Objects that colocated roles in one process share (e.g. the actor's model that a
+// colocated rollout generates with, without a copy). Typed by the stored pointer type.
+class ProcessShared {
+  public:
+    template <typename T>
+    void put(const std::string& key, std::shared_ptr<T> v) {
+        items_[key] = Item{std::static_pointer_cast<void>(std::move(v)), &typeid(T)};
+    }
+    template <typename T>
+    std::shared_ptr<T> get(const std::string& key) const {
+        auto it = items_.find(key);
+        if (it == items_.end()) return nullptr;
+        if (*it->second.type != typeid(T)) {
+            throw InternalError(fmt::format("process-shared object '{}' has another type", key));
+        }
+        return std::static_pointer_cast<T>(it->second.ptr);
+    }
+    bool has(const std::string& key) const { return items_.count(key) != 0; }
+
+  private:
+    struct Item {
+        std::shared_ptr<void> ptr;
+        const std::type_info* type;
+    };
+    std::map<std::string, Item> items_;
+};
+
+// What a handler sees of the world.
+struct WorkerContext {
+    const Config* config = nullptr;
+    const comm::Topology* topology = nullptr;
+    const comm::RoleComms* comms = nullptr;  // this role's communicators on this rank
+    const comm::RoleLayout* layout = nullptr;
+    std::string role;
+    int world_rank = -1;
+    ProcessShared* shared = nullptr;
+    int64_t step = -1;  // the controller's step at the time of the call
+
+    bool is_output_source() const { return comms->mp_rank == 0; }
+    int dp_rank() const { return comms->dp_rank; }
+    int dp_size() const { return layout->dp_size(); }
+};
+
+// Base of every role's state object (the actor's model and optimizer, ...).
+class RoleWorker {
+  public:
+    virtual ~RoleWorker() = default;
+};
+
+using Handler = Batch (*)(RoleWorker& self, WorkerContext& ctx, const Batch& in);
+using Factory = std::unique_ptr<RoleWorker> (*)(WorkerContext& ctx);
+
+struct MethodSpec {
+    uint16_t id = 0;
+    std::string name;
+    Distribute distribute = Distribute::kOneToAll;
+    Collect collect = Collect::kNone;
+    bool collective = true;
+    bool pad_to_dp = true;
+    double timeout_s = 0;  // 0: trainer.call_timeout_s
+    std::vector<FieldSpec> inputs;
+    std::vector<FieldSpec> outputs;
+    Handler handler = nullptr;
+};
+
+struct RoleSpec {
+    std::string name;
+    uint16_t method_count = 0;  // the enum's kCount
+    std::vector<MethodSpec> methods;
+    Factory factory = nullptr;
+};
+
+// Checks every table: ids dense and in enum order, names unique, handlers present,
+// kDpSplit methods have a row-carrying input, kConcatDpSources methods a row-carrying
+// output (or declare none: metrics-only), role names unique. Throws InternalError.
+void validate_registry(const std::vector<RoleSpec>& registry);
+// Hash of names, ids and modes of every table (all ranks must agree: same binary).
+uint64_t registry_hash(const std::vector<RoleSpec>& registry);
+// Index of the spec named `role`, or -1.
+int find_role(const std::vector<RoleSpec>& registry, const std::string& role);
+
+// Checks that `b` carries every non-optional field of `schema`; ValueError naming
+// what is missing, for which role/method and direction.
+void check_schema(const Batch& b, const std::vector<FieldSpec>& schema, const std::string& role,
+                  const std::string& method, const char* direction);
+
+// Compile-time link from a method enum to its role name; each role header specialises it:
+//   template <> struct RoleOf<roles::ActorMethod> { static constexpr const char* kName = "actor"; };
+template <typename MethodEnum>
+struct RoleOf;
+
+}  // namespace rlpt::protocol

@@ -1,0 +1,165 @@
+#pragma once
+// The controller-worker runtime (DESIGN §2).
+//
+// Every rank builds one WorkerHost (the role objects of the roles it hosts). Ranks other
+// than the controller then call WorkerHost::serve(): receive a command, run the method on
+// their shard (SPMD inside the role communicator), reply, repeat until shutdown. Rank 0
+// builds a Controller and drives the algorithm with typed calls:
+//
+//     Batch out = controller.call(roles::ActorMethod::kComputeLogProb, batch);
+//
+// call() pads/splits/sends per the method's table row, runs the local share itself when
+// rank 0 hosts the role, waits (polling with back-off, so a waiting controller does not
+// spin a core), collects from the output ranks only and unpads. An error on any worker comes
+// back as a RemoteError naming rank, role, method and step; the caller (main) prints it and
+// aborts the job. Waits longer than trainer.stall_warn_s log the ranks that have not
+// answered; trainer.call_timeout_s (or the method's timeout_s) turns a silent rank into a
+// TimeoutError instead of a hang.
+//
+// Threading: single MPI thread per rank; neither class is thread-safe.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "rlpt/comm/batch_transport.h"
+#include "rlpt/protocol/role_spec.h"
+
+namespace rlpt::protocol {
+
+// A worker reported an error (what() names rank, role, method, step and the worker's message).
+struct RemoteError : Error {
+    RemoteError(std::string m, int rank) : Error(ErrorKind::kComm, std::move(m)), world_rank(rank) {}
+    int world_rank;
+};
+
+// Fault injection for the fault tests (RLPT_FAULT="<throw|kill|hang>:<world rank>:<method>[:<step>]").
+struct FaultPlan {
+    std::string kind;  // empty: none
+    int world_rank = -1;
+    std::string method;
+    int64_t step = -1;  // -1: any step
+    static FaultPlan parse(const std::string& spec);  // ConfigError on malformed specs
+    bool active() const { return !kind.empty(); }
+};
+
+class WorkerHost {
+  public:
+    // Creates the role objects (factories are cheap; models load in an init method).
+    WorkerHost(const std::vector<RoleSpec>& registry, const Config& config, const comm::Topology& topo,
+               FaultPlan fault = {});
+    ~WorkerHost();
+    WorkerHost(const WorkerHost&) = delete;
+    WorkerHost& operator=(const WorkerHost&) = delete;
+
+    bool hosts(int role_index) const;
+    // Runs one method on this rank (fault injection included). Throws what the handler throws.
+    Batch run(int role_index, uint16_t method, const Batch& in, int64_t step);
+    // The worker loop; returns after the controller's shutdown command.
+    void serve();
+    ProcessShared& shared() { return shared_; }
+    comm::BufferPool& pool() { return pool_; }
+    // Process CPU seconds spent inside serve() while waiting for commands (for the
+    // idle-CPU measurement) and the wall seconds waited.
+    double idle_cpu_s() const { return idle_cpu_s_; }
+    double idle_wall_s() const { return idle_wall_s_; }
+
+  private:
+    void maybe_inject_fault(const MethodSpec& m, int64_t step) const;
+    const std::vector<RoleSpec>& registry_;
+    const Config& config_;
+    const comm::Topology& topo_;
+    FaultPlan fault_;
+    ProcessShared shared_;
+    comm::BufferPool pool_;
+    std::map<int, std::unique_ptr<RoleWorker>> workers_;
+    std::map<int, WorkerContext> contexts_;
+    double idle_cpu_s_ = 0;
+    double idle_wall_s_ = 0;
+};
+
+class Controller {
+  public:
+    // `local` is this rank's WorkerHost when the controller also hosts roles (else nullptr).
+    Controller(const std::vector<RoleSpec>& registry, const Config& config, const comm::Topology& topo,
+               WorkerHost* local);
+    ~Controller();
+    Controller(const Controller&) = delete;
+    Controller& operator=(const Controller&) = delete;
+
+    struct Pending {
+        uint64_t seq = 0;
+    };
+
+    // The training step stamped on every following call (for error messages).
+    void set_step(int64_t step) { step_ = step; }
+    int64_t step() const { return step_; }
+
+    template <typename M>
+    Batch call(M method, const Batch& in) {
+        Pending p = submit(method, in);
+        return wait(p);
+    }
+    // kAll methods: one output per role rank, in role-rank order.
+    template <typename M>
+    std::vector<Batch> call_all(M method, const Batch& in) {
+        Pending p = submit(method, in);
+        return wait_all(p);
+    }
+    // kAllToAll methods: one input per role rank.
+    template <typename M>
+    Batch call_each(M method, const std::vector<Batch>& per_rank) {
+        Pending p = submit_raw(role_index<M>(), static_cast<uint16_t>(method), nullptr, &per_rank);
+        return wait(p);
+    }
+    // Starts a call and returns at once; wait() collects it. Calls in flight at the same time
+    // must not share ranks (e.g. an actor update and a critic update on separate ranks).
+    template <typename M>
+    Pending submit(M method, const Batch& in) {
+        return submit_raw(role_index<M>(), static_cast<uint16_t>(method), &in, nullptr);
+    }
+    Batch wait(Pending& p);
+    std::vector<Batch> wait_all(Pending& p);
+
+    // Untyped access (tests, tools).
+    Pending submit_raw(int role_index, uint16_t method, const Batch* in, const std::vector<Batch>* per_rank);
+    int role_index(const std::string& role) const;
+    bool has_role(const std::string& role) const;
+    const comm::RoleLayout& layout(const std::string& role) const;
+    int dp_size(const std::string& role) const { return layout(role).dp_size(); }
+
+    // Sends shutdown to every worker rank. Idempotent; the destructor calls it.
+    void shutdown();
+
+    // Wall seconds spent waiting for replies and CPU seconds used meanwhile (idle measure).
+    double wait_wall_s() const { return wait_wall_s_; }
+    double wait_cpu_s() const { return wait_cpu_s_; }
+
+  private:
+    template <typename M>
+    int role_index() const {
+        return role_index(RoleOf<M>::kName);
+    }
+    struct Call;
+    void receive_replies_until_done(Call& call);
+    Call& find_call(uint64_t seq);
+    std::vector<Batch> collect(Call& call);
+
+    const std::vector<RoleSpec>& registry_;
+    const Config& config_;
+    const comm::Topology& topo_;
+    WorkerHost* local_;
+    comm::BufferPool pool_;
+    int64_t step_ = -1;
+    uint64_t next_seq_ = 1;
+    std::map<uint64_t, std::unique_ptr<Call>> calls_;
+    std::map<int, uint64_t> busy_rank_;  // world rank -> seq of the call it is in
+    bool shut_down_ = false;
+    double wait_wall_s_ = 0;
+    double wait_cpu_s_ = 0;
+};
+
+}  // namespace rlpt::protocol

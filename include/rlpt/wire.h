@@ -1,0 +1,68 @@
+#pragma once
+// The wire format between the controller and the workers, defined once (STYLE §5).
+// Torch-free, MPI-free: plain structs and constants.
+//
+// A call is one command message + one data message per non-empty tensor column:
+//   [CommandHeader][batch layout bytes]     tag kTagCommand,      controller -> worker
+//   [column bytes] ...                      tag kTagCommandData,  controller -> worker
+// and a reply is the same shape back:
+//   [ReplyHeader][layout bytes | error text] tag kTagReply,       worker -> controller
+//   [column bytes] ...                      tag kTagReplyData,    worker -> controller
+// on the control communicator (a dup of MPI_COMM_WORLD used for nothing else). MPI keeps
+// messages with the same (source, tag, communicator) in order, so data messages need no
+// sequence numbers. Every rank answers every call it takes part in (output sources with the
+// payload, the others with status only), so an error on any rank reaches the controller.
+//
+// The batch layout (src/batch/batch_codec.cpp) describes rows, columns (name, dtype code,
+// shape, bytes), string and int fields, meta and metrics; column bytes are the tensors'
+// storage as is (C-contiguous, host byte order). Both ends are the same binary (the role
+// tables' hash is agreed at start-up), so host byte order is fine.
+
+#include <cstdint>
+
+namespace rlpt::wire {
+
+constexpr uint32_t kMagic = 0x544c5052u;  // "RPLT"
+constexpr uint16_t kVersion = 1;
+
+constexpr int kTagCommand = 101;
+constexpr int kTagCommandData = 102;
+constexpr int kTagReply = 103;
+constexpr int kTagReplyData = 104;
+
+enum class CommandKind : uint8_t { kCall = 1, kShutdown = 2 };
+enum class ReplyStatus : uint8_t { kOk = 0, kError = 1 };
+
+#pragma pack(push, 1)
+struct CommandHeader {
+    uint32_t magic = kMagic;
+    uint16_t version = kVersion;
+    uint8_t kind = 0;       // CommandKind
+    uint8_t role = 0;       // index into the role registry
+    uint16_t method = 0;    // index into the role's method table
+    uint16_t reserved = 0;
+    uint64_t seq = 0;       // call sequence number (per controller)
+    int64_t step = -1;      // training step, for error messages
+};
+
+struct ReplyHeader {
+    uint32_t magic = kMagic;
+    uint16_t version = kVersion;
+    uint8_t status = 0;      // ReplyStatus
+    uint8_t role = 0;
+    uint16_t method = 0;
+    uint8_t has_payload = 0; // 1: layout bytes + data messages follow
+    uint8_t reserved = 0;
+    int32_t world_rank = -1;
+    uint64_t seq = 0;
+};
+#pragma pack(pop)
+
+// Stable dtype codes on the wire (independent of torch's enum values).
+enum class DType : uint8_t {
+    kUInt8 = 1, kInt8 = 2, kInt16 = 3, kInt32 = 4, kInt64 = 5,
+    kFloat16 = 6, kBFloat16 = 7, kFloat32 = 8, kFloat64 = 9, kBool = 10,
+    kComplex64 = 11, kComplex128 = 12,
+};
+
+}  // namespace rlpt::wire

@@ -1,0 +1,311 @@
+// Multi-rank tests of the controller-worker protocol with test dispatch tables registered
+// under the real role names (the registry is per program; these tables are the tests').
+#include <gtest/gtest.h>
+#include <time.h>
+
+#include <chrono>
+#include <thread>
+
+#include "rlpt/comm/topology.h"
+#include "rlpt/core/log.h"
+#include "rlpt/protocol/runtime.h"
+
+using namespace rlpt;
+using namespace rlpt::protocol;
+
+namespace {
+
+enum class TestMethod : uint16_t { kEcho, kRoleSum, kWhoAll, kEach, kNothing, kFail, kMetrics, kSleep, kCount };
+
+class TestWorker : public RoleWorker {};
+
+Batch echo(RoleWorker&, WorkerContext& ctx, const Batch& in) {
+    Batch out(in.size());
+    out.set("x2", in.at("x") * 2);
+    out.set("rank", torch::full({in.size()}, ctx.world_rank, torch::kInt64));
+    if (in.has_strings("s")) out.set_strings("s", in.strings("s"));
+    return out;
+}
+
+Batch role_sum(RoleWorker&, WorkerContext& ctx, const Batch& in) {
+    double v = ctx.comms->role.allreduce_sum(static_cast<double>(ctx.comms->role_rank) + in.meta_double("add"));
+    Batch out(1);
+    out.set("sum", torch::full({1}, v, torch::kFloat64));
+    return out;
+}
+
+Batch who(RoleWorker&, WorkerContext& ctx, const Batch&) {
+    Batch out(1);
+    out.set_ints("world_rank", {ctx.world_rank});
+    return out;
+}
+
+Batch each(RoleWorker&, WorkerContext&, const Batch& in) { return in; }
+Batch nothing(RoleWorker&, WorkerContext&, const Batch&) { return Batch(0); }
+
+Batch fail(RoleWorker&, WorkerContext& ctx, const Batch&) {
+    if (ctx.comms->role_rank == ctx.layout->size() - 1) throw ValueError("deliberate failure in a test handler");
+    return Batch(0);
+}
+
+Batch metrics(RoleWorker&, WorkerContext& ctx, const Batch& in) {
+    Batch out(0);
+    out.add_metric("test/rows", static_cast<double>(in.size()), Reduce::kSum);
+    out.add_metric("test/max_rank", ctx.world_rank, Reduce::kMax);
+    out.add_metric("test/mean", 1.0, Reduce::kMean);
+    return out;
+}
+
+Batch sleep_ms(RoleWorker&, WorkerContext&, const Batch& in) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(in.meta_int("ms")));
+    return Batch(0);
+}
+
+int sources_max(const comm::RoleLayout& L) {
+    auto s = L.output_sources();
+    return *std::max_element(s.begin(), s.end());
+}
+
+std::unique_ptr<RoleWorker> make(WorkerContext&) { return std::make_unique<TestWorker>(); }
+
+RoleSpec test_spec(const std::string& name) {
+    RoleSpec s;
+    s.name = name;
+    s.method_count = static_cast<uint16_t>(TestMethod::kCount);
+    s.factory = make;
+    using D = Distribute;
+    using C = Collect;
+    auto T = [](const char* n) { return FieldSpec{n, FieldKind::kTensor, false}; };
+    s.methods = {
+        {0, "echo", D::kDpSplit, C::kConcatDpSources, false, true, 0, {T("x")}, {T("x2"), T("rank")}, echo},
+        {1, "role_sum", D::kOneToAll, C::kFirst, true, true, 0, {{"add", FieldKind::kMeta}}, {T("sum")}, role_sum},
+        {2, "who", D::kOneToAll, C::kAll, false, true, 0, {}, {{"world_rank", FieldKind::kInt}}, who},
+        {3, "each", D::kAllToAll, C::kAll, false, true, 0, {T("v")}, {T("v")}, each},
+        {4, "nothing", D::kOneToAll, C::kNone, false, true, 0, {}, {}, nothing},
+        {5, "fail", D::kOneToAll, C::kNone, false, true, 0, {}, {}, fail},
+        {6, "metrics", D::kDpSplit, C::kConcatDpSources, false, false, 0, {T("x")}, {}, metrics},
+        {7, "sleep", D::kOneToAll, C::kNone, false, true, 0, {{"ms", FieldKind::kMeta}}, {}, sleep_ms},
+    };
+    return s;
+}
+
+std::vector<RoleSpec> test_registry() {
+    return {test_spec("actor"), test_spec("rollout"), test_spec("critic")};
+}
+
+// Layouts exercised at every world size: a single group, and an uneven two-group layout
+// (actor+rollout colocated on most ranks, critic on the rest), with and without rank 0
+// hosting roles, and with model-parallel blocks where the size allows.
+std::vector<std::vector<std::string>> layouts(int world) {
+    std::vector<std::vector<std::string>> out;
+    out.push_back({"placement.groups=[{roles: [actor, rollout], ranks: auto}]"});
+    out.push_back({"placement.groups=[{roles: [actor, rollout], ranks: auto}]", "placement.controller_hosts_roles=true"});
+    if (world >= 3) {
+        out.push_back({fmt::format("placement.groups=[{{roles: [actor, rollout], ranks: auto}}, {{roles: [critic], "
+                                   "ranks: {}}}]",
+                                   (world - 1) / 3 > 0 ? (world - 1) / 3 : 1)});
+    }
+    if (world >= 5) {
+        out.push_back({"placement.groups=[{roles: [actor], ranks: 2, model_parallel_size: 2}, {roles: [rollout, "
+                       "critic], ranks: auto}]"});
+    }
+    return out;
+}
+
+struct Env {
+    Config config;
+    comm::Topology topo;
+};
+
+Env make_env(const std::vector<std::string>& overrides) {
+    Config c = config_from_yaml("", "test", overrides);
+    auto world = comm::Communicator::world();
+    auto nodes = comm::detect_node_labels(world, "");
+    auto placement = comm::compute_placement(c.placement, world.size(), nodes, {});
+    return Env{c, comm::Topology::build(world, std::move(placement))};
+}
+
+// Runs `drive` on the controller while every other rank serves.
+template <typename Drive>
+void run(const std::vector<std::string>& overrides, Drive&& drive) {
+    auto registry = test_registry();
+    validate_registry(registry);
+    Env env = make_env(overrides);
+    WorkerHost host(registry, env.config, env.topo);
+    if (env.topo.is_controller()) {
+        Controller ctl(registry, env.config, env.topo, &host);
+        try {
+            drive(ctl, env);
+        } catch (const std::exception& e) {
+            // Keep the workers answerable: report and fall through to shutdown.
+            ADD_FAILURE() << "controller threw: " << e.what();
+        }
+        ctl.shutdown();
+    } else {
+        host.serve();
+    }
+}
+
+}  // namespace
+
+template <>
+struct rlpt::protocol::RoleOf<TestMethod> {
+    static constexpr const char* kName = "actor";
+};
+
+TEST(Protocol, EveryDispatchModeOnEveryLayout) {
+    int world = comm::Communicator::world().size();
+    for (const auto& ov : layouts(world)) {
+        SCOPED_TRACE(ov.front());
+        run(ov, [&](Controller& ctl, Env& env) {
+            const auto& L = env.topo.placement().at("actor");
+            // dp_split + concat, with padding (rows not a multiple of dp).
+            for (int64_t rows : {int64_t(0), int64_t(1), int64_t(7), int64_t(64)}) {
+                if (rows == 0) continue;
+                Batch in(rows);
+                in.set("x", torch::arange(rows, torch::kFloat32).view({rows, 1}).repeat({1, 3}));
+                std::vector<std::string> s;
+                for (int64_t i = 0; i < rows; ++i) s.push_back(std::string("s\0", 2) + std::to_string(i));
+                in.set_strings("s", s);
+                Batch out = ctl.call(TestMethod::kEcho, in);
+                ASSERT_EQ(out.size(), rows);
+                EXPECT_TRUE(torch::equal(out.at("x2"), in.at("x") * 2));
+                EXPECT_EQ(out.strings("s"), s);
+                // Rows come back from output sources only, in dp order.
+                auto ranks = out.at("rank");
+                auto sources = L.output_sources();
+                int64_t per = (rows + L.dp_size() - 1) / L.dp_size();
+                for (int64_t i = 0; i < rows; ++i)
+                    EXPECT_EQ(ranks[i].item<int64_t>(), sources[static_cast<size_t>(i / per)]) << "row " << i;
+            }
+            // one_to_all + first, collective inside the role communicator.
+            Batch in(0);
+            in.set_meta("add", 1.0);
+            Batch out = ctl.call(TestMethod::kRoleSum, in);
+            int n = L.size();
+            EXPECT_DOUBLE_EQ(out.at("sum")[0].item<double>(), n * (n - 1) / 2.0 + n);
+            // one_to_all + all.
+            Controller::Pending p = ctl.submit(TestMethod::kWhoAll, Batch(0));
+            auto all = ctl.wait_all(p);
+            ASSERT_EQ(static_cast<int>(all.size()), n);
+            for (int r = 0; r < n; ++r) EXPECT_EQ(all[static_cast<size_t>(r)].ints("world_rank")[0], L.world_ranks[static_cast<size_t>(r)]);
+            // all_to_all.
+            std::vector<Batch> per_rank;
+            for (int r = 0; r < n; ++r) {
+                Batch b(1);
+                b.set("v", torch::full({1}, r * 10, torch::kInt32));
+                per_rank.push_back(b);
+            }
+            Controller::Pending pe = ctl.submit_raw(ctl.role_index("actor"), static_cast<uint16_t>(TestMethod::kEach), nullptr, &per_rank);
+            auto back = ctl.wait_all(pe);
+            for (int r = 0; r < n; ++r) EXPECT_EQ(back[static_cast<size_t>(r)].at("v")[0].item<int>(), r * 10);
+            // none.
+            EXPECT_EQ(ctl.call(TestMethod::kNothing, Batch(0)).size(), 0);
+            // metrics merge over dp sources by their rules; no rows, no unpad trouble.
+            Batch mx(10);
+            mx.set("x", torch::zeros({10, 2}));
+            if (10 % L.dp_size() == 0) {
+                Batch m = ctl.call(TestMethod::kMetrics, mx);
+                auto red = reduce_metrics(m.metrics());
+                EXPECT_DOUBLE_EQ(red.at("test/rows"), 10.0);
+                EXPECT_DOUBLE_EQ(red.at("test/max_rank"), static_cast<double>(sources_max(L)));
+                EXPECT_DOUBLE_EQ(red.at("test/mean"), 1.0);
+            } else {
+                EXPECT_THROW(ctl.call(TestMethod::kMetrics, mx), ValueError);  // pad_to_dp=false
+            }
+        });
+    }
+}
+
+TEST(Protocol, ConcurrentCallsOnDisjointRolesAndMisuse) {
+    int world = comm::Communicator::world().size();
+    if (world < 3) GTEST_SKIP() << "needs separate actor and critic ranks";
+    run({"placement.groups=[{roles: [actor, rollout], ranks: auto}, {roles: [critic], ranks: 1}]"},
+        [&](Controller& ctl, Env&) {
+            Batch in(4);
+            in.set("x", torch::ones({4, 2}));
+            Controller::Pending a = ctl.submit(TestMethod::kEcho, in);
+            Controller::Pending c = ctl.submit_raw(ctl.role_index("critic"), static_cast<uint16_t>(TestMethod::kEcho), &in, nullptr);
+            // The critic's reply may arrive first; each wait gets its own call's rows.
+            Batch oc = ctl.wait(c);
+            Batch oa = ctl.wait(a);
+            EXPECT_EQ(oa.size(), 4);
+            EXPECT_EQ(oc.size(), 4);
+            EXPECT_EQ(oc.at("rank")[0].item<int64_t>(), world - 1);
+            // A second call on ranks that are still busy is refused, not deadlocked.
+            Controller::Pending b = ctl.submit(TestMethod::kNothing, Batch(0));
+            EXPECT_THROW(ctl.submit(TestMethod::kNothing, Batch(0)), InternalError);
+            ctl.wait(b);
+            // Inputs are checked against the schema before anything is sent.
+            Batch missing(2);
+            missing.set("y", torch::ones({2}));
+            try {
+                ctl.call(TestMethod::kEcho, missing);
+                ADD_FAILURE() << "expected a schema error";
+            } catch (const ValueError& e) {
+                EXPECT_NE(std::string(e.what()).find("actor.echo: input is missing 'x'"), std::string::npos) << e.what();
+            }
+        });
+}
+
+TEST(Protocol, BadLayoutRefusedOnEveryRankWithOneMessage) {
+    auto world = comm::Communicator::world();
+    std::string msg;
+    try {
+        make_env({fmt::format("placement.groups=[{{roles: [actor], ranks: {}}}]", world.size())});
+    } catch (const ConfigError& e) {
+        msg = e.message();
+    }
+    auto all = world.allgather_strings(msg);
+    for (const auto& m : all) {
+        EXPECT_FALSE(m.empty()) << "a rank accepted the layout";
+        EXPECT_EQ(m, all.front());
+    }
+    EXPECT_NE(all.front().find("only " + std::to_string(world.size() - 1) + " are available"), std::string::npos)
+        << all.front();
+}
+
+TEST(Protocol, TableMismatchIsCaught) {
+    auto reg = test_registry();
+    reg[0].methods.pop_back();
+    EXPECT_THROW(validate_registry(reg), InternalError);
+    auto reg2 = test_registry();
+    reg2[1].methods[3].id = 5;
+    EXPECT_THROW(validate_registry(reg2), InternalError);
+    auto reg3 = test_registry();
+    reg3[0].methods[0].inputs.clear();
+    EXPECT_THROW(validate_registry(reg3), InternalError);  // dp_split without a row input
+    EXPECT_NE(registry_hash(test_registry()), registry_hash(reg));
+}
+
+// Not a normal test: the worker error must end the whole job. Registered through
+// tests/mpi/expect_failure.sh, which checks the exit code, the message and that no
+// process is left behind.
+TEST(ProtocolAbort, WorkerErrorAbortsTheJob) {
+    run({"placement.groups=[{roles: [actor, rollout], ranks: auto}]"}, [&](Controller& ctl, Env&) {
+        ctl.set_step(12);
+        try {
+            ctl.call(TestMethod::kFail, Batch(0));
+        } catch (const Error& e) {
+            RLPT_LOG_ERROR("{}", e.what());
+            comm::MpiRuntime::abort(3);
+        }
+        ADD_FAILURE() << "the failing call returned";
+    });
+}
+
+TEST(ProtocolAbort, SilentWorkerTimesOut) {
+    run({"placement.groups=[{roles: [actor, rollout], ranks: auto}]", "trainer.call_timeout_s=2",
+         "trainer.stall_warn_s=1"},
+        [&](Controller& ctl, Env&) {
+            Batch in(0);
+            in.set_meta("ms", int64_t(600000));
+            try {
+                ctl.call(TestMethod::kSleep, in);
+            } catch (const Error& e) {
+                RLPT_LOG_ERROR("{}", e.what());
+                comm::MpiRuntime::abort(4);
+            }
+            ADD_FAILURE() << "the sleeping call returned";
+        });
+}
