@@ -1,0 +1,38 @@
+#include "role_common.h"
+
+#include <unistd.h>
+
+namespace rlpt::roles::detail {
+
+Batch ping(protocol::RoleWorker&, protocol::WorkerContext& ctx, const Batch&) {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    const auto& placement = ctx.topology->placement();
+    Batch out(1);
+    out.set_ints("world_rank", {ctx.world_rank});
+    out.set_ints("node", {placement.node_of_rank[static_cast<size_t>(ctx.world_rank)]});
+    out.set_ints("local_rank", {placement.local_rank(ctx.world_rank)});
+    out.set_ints("threads", {static_cast<int64_t>(torch::get_num_threads())});
+    out.set_ints("pid", {static_cast<int64_t>(getpid())});
+    out.set_strings("host", {host});
+    std::string roles;
+    for (const auto& r : ctx.topology->hosted_roles()) roles += (roles.empty() ? "" : ",") + r;
+    out.set_strings("roles", {roles});
+    return out;
+}
+
+protocol::MethodSpec ping_spec() {
+    using protocol::FieldKind;
+    protocol::MethodSpec m;
+    m.id = 0;
+    m.name = "ping";
+    m.distribute = protocol::Distribute::kOneToAll;
+    m.collect = protocol::Collect::kAll;
+    m.collective = false;
+    m.timeout_s = 120;
+    m.outputs = {{"world_rank", FieldKind::kInt}, {"host", FieldKind::kString}};
+    m.handler = ping;
+    return m;
+}
+
+}  // namespace rlpt::roles::detail

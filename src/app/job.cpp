@@ -1,0 +1,150 @@
+#include "rlpt/app/job.h"
+
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "modes.h"
+#include "rlpt/app/registry.h"
+#include "rlpt/comm/topology.h"
+#include "rlpt/core/debug_env.h"
+#include "rlpt/core/log.h"
+#include "rlpt/protocol/runtime.h"
+
+namespace rlpt::app {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Rank 0 loads and validates; every rank receives the same text or the same error.
+// Returns false (on every rank) when the config is unusable; rank 0 has printed why.
+bool load_and_broadcast(const comm::Communicator& world, const JobOptions& opts, Config& out) {
+    std::string payload;
+    int64_t ok = 1;
+    if (world.rank() == 0) {
+        try {
+            Config c = load_config(opts.config_path, opts.overrides);
+            payload = to_yaml(c);
+        } catch (const Error& e) {
+            ok = 0;
+            payload = e.message();
+        }
+    }
+    world.bcast(&ok, sizeof(ok), 0);
+    world.bcast_string(payload, 0);
+    if (!ok) {
+        if (world.rank() == 0) RLPT_LOG_ERROR("{}", payload);
+        return false;
+    }
+    out = config_from_yaml(payload, opts.config_path.empty() ? "defaults" : opts.config_path);
+    return true;
+}
+
+int threads_for(const Config& c, const comm::Placement& p, int world_rank) {
+    if (c.trainer.threads_per_rank > 0) return static_cast<int>(c.trainer.threads_per_rank);
+    int cores = static_cast<int>(std::thread::hardware_concurrency());
+    int on_node = p.ranks_on_node(p.node_of_rank[static_cast<size_t>(world_rank)]);
+    return std::max(1, cores / std::max(1, on_node));
+}
+
+int exit_code_for(const std::exception& e) {
+    if (dynamic_cast<const protocol::RemoteError*>(&e)) return kExitWorkerError;
+    if (const auto* err = dynamic_cast<const Error*>(&e)) {
+        if (err->kind() == ErrorKind::kTimeout) return kExitTimeout;
+        if (err->kind() == ErrorKind::kConfig) return kExitConfig;
+    }
+    return kExitError;
+}
+
+}  // namespace
+
+int run_job(const JobOptions& opts, int* argc, char*** argv) {
+    comm::MpiRuntime mpi(argc, argv);
+    auto world = comm::Communicator::world();
+    set_process_identity({world.rank(), world.rank() == 0 ? "controller" : ""});
+    const DebugEnv env = read_debug_env();
+    if (!env.log_level.empty()) set_log_level(parse_log_level(env.log_level));
+
+    Config config;
+    if (!load_and_broadcast(world, opts, config)) return kExitConfig;
+    if (env.log_level.empty()) set_log_level(parse_log_level(config.trainer.log_level));
+
+    // Placement: derived on every rank; an impossible layout is refused by all of them alike.
+    comm::Placement placement;
+    protocol::FaultPlan fault;
+    int64_t ok = 1;
+    std::string problem;
+    try {
+        std::string why;
+        auto required = comm::required_roles(config, &why);
+        auto labels = comm::detect_node_labels(world, env.simulate_nodes);
+        placement = comm::compute_placement(config.placement, world.size(), labels, required, why);
+        fault = protocol::FaultPlan::parse(env.fault);
+        protocol::validate_registry(role_registry());
+    } catch (const Error& e) {
+        ok = 0;
+        problem = e.message();
+    }
+    if (world.allreduce_min_i64(ok) == 0) {
+        if (world.rank() == 0) RLPT_LOG_ERROR("{}", problem.empty() ? "start-up failed on another rank" : problem);
+        return kExitConfig;
+    }
+    // Every rank must run the same binary: agree on the dispatch tables.
+    auto hashes = world.allgather_i64(static_cast<int64_t>(protocol::registry_hash(role_registry())));
+    for (size_t r = 0; r < hashes.size(); ++r) {
+        if (hashes[r] != hashes[0]) {
+            if (world.rank() == 0) {
+                RLPT_LOG_ERROR("rank {} runs a different rlpt binary (its dispatch tables differ from rank 0's)", r);
+            }
+            return kExitConfig;
+        }
+    }
+
+    comm::PollPolicy poll;
+    comm::set_poll_policy(poll);
+    comm::Topology topo = comm::Topology::build(world, std::move(placement));
+    {
+        std::string roles;
+        for (const auto& r : topo.hosted_roles()) roles += (roles.empty() ? "" : ",") + r;
+        if (topo.is_controller()) roles = roles.empty() ? "controller" : "controller," + roles;
+        set_process_identity({world.rank(), roles});
+    }
+    const int threads = threads_for(config, topo.placement(), world.rank());
+    torch::set_num_threads(threads);
+
+    try {
+        protocol::WorkerHost host(role_registry(), config, topo, fault);
+        if (!topo.is_controller()) {
+            host.serve();
+            RLPT_LOG_DEBUG("worker loop done: waited {:.1f} s for commands using {:.2f} s of CPU", host.idle_wall_s(),
+                           host.idle_cpu_s());
+            return kExitOk;
+        }
+        RunContext run;
+        run.config = &config;
+        run.topology = &topo;
+        run.run_dir = (fs::path(config.trainer.output_dir) / config.trainer.experiment_name).string();
+        fs::create_directories(run.run_dir);
+        {
+            std::ofstream f(fs::path(run.run_dir) / "config.yaml");
+            f << "# effective config of this run (rlpt " << opts.config_path << ")\n" << to_yaml(config);
+        }
+        RLPT_LOG_INFO("{}", topo.placement().describe());
+        RLPT_LOG_INFO("run directory {} (effective config in config.yaml); {} torch thread(s) per rank",
+                      run.run_dir, threads);
+        protocol::Controller controller(role_registry(), config, topo, topo.hosted_roles().empty() ? nullptr : &host);
+        int code = run_mode(controller, run);
+        controller.shutdown();
+        return code;
+    } catch (const std::exception& e) {
+        // Print from this rank, then end the whole job: peers may be blocked in collectives.
+        RLPT_LOG_ERROR("{}", e.what());
+        mpi.mark_failed();
+        comm::MpiRuntime::abort(exit_code_for(e));
+    }
+}
+
+}  // namespace rlpt::app
