@@ -54,10 +54,10 @@ class Deadline {
     std::chrono::steady_clock::time_point at_{};
 };
 
-// How a waiting rank polls. Defaults: spin 30 µs, then sched_yield until 2 ms have passed,
+// How a waiting rank polls. Defaults: spin 200 µs, then sched_yield until 2 ms have passed,
 // then sleep with exponential back-off from 20 µs up to max_sleep_us.
 struct PollPolicy {
-    double spin_us = 30.0;
+    double spin_us = 200.0;
     double yield_until_us = 2000.0;
     double max_sleep_us = 1000.0;
 };

@@ -1,0 +1,5 @@
+add_executable(bench_protocol ${CMAKE_CURRENT_LIST_DIR}/bench_protocol.cpp)
+target_link_libraries(bench_protocol PRIVATE rlpt_app)
+rlpt_torch_target(bench_protocol)
+add_test(NAME bench_protocol COMMAND ${PROJECT_SOURCE_DIR}/scripts/bench_protocol.sh $<TARGET_FILE:bench_protocol>)
+set_tests_properties(bench_protocol PROPERTIES LABELS bench PROCESSORS 2 TIMEOUT 1800 ENVIRONMENT "${RLPT_TEST_ENV}")
