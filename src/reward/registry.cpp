@@ -1,0 +1,274 @@
+#include "rlpt/reward/registry.h"
+
+#include <fmt/ranges.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "rlpt/core/error.h"
+#include "rlpt/reward/format.h"
+#include "rlpt/reward/gsm8k.h"
+#include "rlpt/reward/math.h"
+#include "rlpt/reward/number.h"
+#include "rlpt/reward/user_scorer_loader.h"
+
+namespace rlpt::reward {
+
+namespace {
+
+// Reads keys of one JSON object, remembering which were used, so leftovers can be
+// reported as unknown.
+class SpecReader {
+  public:
+    SpecReader(const nlohmann::json& spec, std::string where) : spec_(spec), where_(std::move(where)) {
+        RLPT_CHECK_KIND(ConfigError, spec_.is_object(), "{}: expected an object, got {}", where_,
+                        spec_.dump());
+    }
+
+    const nlohmann::json* find(const std::string& key) {
+        used_.insert(key);
+        auto it = spec_.find(key);
+        return it == spec_.end() ? nullptr : &*it;
+    }
+
+    std::string string(const std::string& key, const std::optional<std::string>& fallback) {
+        const nlohmann::json* v = find(key);
+        if (v == nullptr) {
+            RLPT_CHECK_KIND(ConfigError, fallback.has_value(), "{}: missing required key '{}'", where_, key);
+            return *fallback;
+        }
+        RLPT_CHECK_KIND(ConfigError, v->is_string(), "{}.{}: expected a string, got {}", where_, key,
+                        v->dump());
+        return v->get<std::string>();
+    }
+
+    double number(const std::string& key, double fallback) {
+        const nlohmann::json* v = find(key);
+        if (v == nullptr) return fallback;
+        RLPT_CHECK_KIND(ConfigError, v->is_number(), "{}.{}: expected a number, got {}", where_, key,
+                        v->dump());
+        return v->get<double>();
+    }
+
+    bool boolean(const std::string& key, bool fallback) {
+        const nlohmann::json* v = find(key);
+        if (v == nullptr) return fallback;
+        RLPT_CHECK_KIND(ConfigError, v->is_boolean(), "{}.{}: expected true or false, got {}", where_, key,
+                        v->dump());
+        return v->get<bool>();
+    }
+
+    // Throws ConfigError naming the first key that was never read.
+    void finish() const {
+        for (auto it = spec_.begin(); it != spec_.end(); ++it) {
+            RLPT_CHECK_KIND(ConfigError, used_.count(it.key()) != 0, "{}: unknown key '{}'", where_,
+                            it.key());
+        }
+    }
+
+    const std::string& where() const { return where_; }
+
+  private:
+    const nlohmann::json& spec_;
+    std::string where_;
+    std::set<std::string> used_;
+};
+
+// Runs `parse` and prefixes ConfigErrors thrown by scorer constructors with `where`.
+template <typename F>
+auto with_where(const std::string& where, F&& parse) -> decltype(parse()) {
+    try {
+        return parse();
+    } catch (const ConfigError& e) {
+        if (e.message().rfind(where, 0) == 0) throw;
+        rethrow_with_context(where, e);
+    }
+}
+
+}  // namespace
+
+void ScorerRegistry::set(const std::string& data_source, std::shared_ptr<const Scorer> scorer) {
+    RLPT_CHECK_KIND(ConfigError, !data_source.empty(), "scorer registry: empty data_source");
+    RLPT_CHECK_KIND(ConfigError, scorer != nullptr, "scorer registry: null scorer for data_source '{}'",
+                    data_source);
+    scorers_[data_source] = std::move(scorer);
+}
+
+void ScorerRegistry::set_default(std::shared_ptr<const Scorer> scorer) {
+    default_ = std::move(scorer);
+}
+
+bool ScorerRegistry::contains(std::string_view data_source) const {
+    return scorers_.find(data_source) != scorers_.end();
+}
+
+std::vector<std::string> ScorerRegistry::data_sources() const {
+    std::vector<std::string> out;
+    out.reserve(scorers_.size());
+    for (const auto& kv : scorers_) out.push_back(kv.first);
+    return out;
+}
+
+const Scorer& ScorerRegistry::get(std::string_view data_source) const {
+    auto it = scorers_.find(data_source);
+    if (it != scorers_.end()) return *it->second;
+    if (default_) return *default_;
+    RLPT_THROW(ConfigError,
+               "no reward scorer for data_source '{}' (known data_sources: {}); configure a scorer for it "
+               "or a default scorer",
+               data_source,
+               scorers_.empty() ? std::string("none") : fmt::format("{}", fmt::join(data_sources(), ", ")));
+}
+
+ScoreResult ScorerRegistry::score(const ScoreRequest& request) const {
+    return get(request.data_source).score(request);
+}
+
+void add_builtin_scorers(ScorerRegistry& registry) {
+    registry.set("openai/gsm8k", std::make_shared<Gsm8kScorer>());
+    auto math = std::make_shared<MathScorer>();
+    registry.set("lighteval/MATH", math);
+    registry.set("DigitalLearningGmbH/MATH-lighteval", math);
+    registry.set("HuggingFaceH4/MATH-500", math);
+    registry.set("rlpt/arithmetic", std::make_shared<ArithmeticScorer>());
+}
+
+std::shared_ptr<const Scorer> make_scorer(const nlohmann::json& spec, const std::string& where) {
+    SpecReader r(spec, where);
+    const std::string type = r.string("type", std::nullopt);
+    std::shared_ptr<const Scorer> scorer;
+    if (type == "gsm8k") {
+        const std::string method = r.string("method", std::string("strict"));
+        const double format_score = r.number("format_score", 0.0);
+        const double score = r.number("score", 1.0);
+        scorer = with_where(where + ".method", [&] {
+            return std::make_shared<Gsm8kScorer>(parse_gsm8k_method(method), format_score, score);
+        });
+    } else if (type == "math") {
+        scorer = std::make_shared<MathScorer>();
+    } else if (type == "number") {
+        NumberScorerOptions o;
+        const std::string extraction = r.string("extraction", std::string("last_number"));
+        o.extraction = with_where(where + ".extraction", [&] { return parse_number_extraction(extraction); });
+        o.score = r.number("score", o.score);
+        o.format_score = r.number("format_score", o.format_score);
+        scorer = std::make_shared<NumberScorer>(o);
+    } else if (type == "arithmetic") {
+        ArithmeticScorerOptions o;
+        const std::string format = r.string("answer_format", std::string("plain"));
+        RLPT_CHECK_KIND(ConfigError, format == "plain" || format == "reversed",
+                        "{}.answer_format: expected \"plain\" or \"reversed\", got \"{}\"", where, format);
+        o.reversed = format == "reversed";
+        o.score = r.number("score", o.score);
+        o.format_score = r.number("format_score", o.format_score);
+        scorer = std::make_shared<ArithmeticScorer>(o);
+    } else if (type == "format") {
+        FormatScorerOptions o;
+        o.pattern = r.string("pattern", std::nullopt);
+        const std::string match = r.string("match", std::string("search"));
+        o.match = with_where(where + ".match", [&] { return parse_format_match(match); });
+        o.score = r.number("score", o.score);
+        o.mismatch_score = r.number("mismatch_score", o.mismatch_score);
+        scorer = with_where(where, [&] { return std::make_shared<FormatScorer>(o); });
+    } else if (type == "user") {
+        const std::string path = r.string("path", std::nullopt);
+        r.finish();
+        try {
+            return UserScorer::load(path);
+        } catch (const Error& e) {
+            rethrow_with_context(where, e);
+        }
+    } else if (type == "sum") {
+        const nlohmann::json* parts = r.find("parts");
+        RLPT_CHECK_KIND(ConfigError, parts != nullptr, "{}: missing required key 'parts'", where);
+        RLPT_CHECK_KIND(ConfigError, parts->is_array() && !parts->empty(),
+                        "{}.parts: expected a non-empty list of {{weight, scorer}}, got {}", where,
+                        parts->dump());
+        std::vector<WeightedScorer> weighted;
+        for (std::size_t i = 0; i < parts->size(); ++i) {
+            const std::string part_where = fmt::format("{}.parts[{}]", where, i);
+            SpecReader pr((*parts)[i], part_where);
+            WeightedScorer w;
+            w.weight = pr.number("weight", 1.0);
+            const nlohmann::json* sub = pr.find("scorer");
+            RLPT_CHECK_KIND(ConfigError, sub != nullptr, "{}: missing required key 'scorer'", part_where);
+            w.scorer = make_scorer(*sub, part_where + ".scorer");
+            pr.finish();
+            weighted.push_back(std::move(w));
+        }
+        scorer = std::make_shared<WeightedSumScorer>(std::move(weighted));
+    } else {
+        RLPT_THROW(ConfigError,
+                   "{}.type: unknown scorer type '{}' (known: gsm8k, math, number, arithmetic, "
+                   "format, user, sum)",
+                   where, type);
+    }
+    r.finish();
+    return scorer;
+}
+
+ScorerRegistry make_scorer_registry(const nlohmann::json& config, const std::string& where) {
+    ScorerRegistry registry;
+    if (config.is_null()) {
+        add_builtin_scorers(registry);
+        return registry;
+    }
+    SpecReader r(config, where);
+    if (r.boolean("builtins", true)) add_builtin_scorers(registry);
+    if (const nlohmann::json* scorers = r.find("scorers"); scorers != nullptr && !scorers->is_null()) {
+        RLPT_CHECK_KIND(ConfigError, scorers->is_object(),
+                        "{}.scorers: expected a map from data_source to scorer spec, got {}", where,
+                        scorers->dump());
+        for (auto it = scorers->begin(); it != scorers->end(); ++it) {
+            registry.set(it.key(), make_scorer(it.value(), where + ".scorers." + it.key()));
+        }
+    }
+    if (const nlohmann::json* def = r.find("default"); def != nullptr && !def->is_null()) {
+        registry.set_default(make_scorer(*def, where + ".default"));
+    }
+    r.finish();
+    return registry;
+}
+
+std::vector<ScoreResult> score_batch(const ScorerRegistry& registry, std::vector<ScoreRequest> requests) {
+    std::vector<ScoreResult> results;
+    results.reserve(requests.size());
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+        ScoreRequest& req = requests[i];
+        if (req.index < 0) req.index = static_cast<int64_t>(i);
+        const std::string context = fmt::format("scoring sample {} (data_source '{}')", i, req.data_source);
+        try {
+            results.push_back(registry.score(req));
+        } catch (const Error& e) {
+            rethrow_with_context(context, e);
+        } catch (const std::exception& e) {
+            RLPT_THROW(ValueError, "{}: {}", context, e.what());
+        }
+    }
+    return results;
+}
+
+std::vector<ScoreResult> score_batch(const ScorerRegistry& registry,
+                                     const std::vector<std::string>& data_sources,
+                                     const std::vector<std::string>& solutions,
+                                     const std::vector<std::string>& ground_truths,
+                                     const std::vector<nlohmann::json>* extra_infos) {
+    const std::size_t n = data_sources.size();
+    RLPT_CHECK(
+        solutions.size() == n && ground_truths.size() == n &&
+            (extra_infos == nullptr || extra_infos->size() == n),
+        "score_batch: column sizes differ: data_sources {}, solutions {}, ground_truths {}, extra_infos {}",
+        n, solutions.size(), ground_truths.size(),
+        extra_infos == nullptr ? std::string("none") : std::to_string(extra_infos->size()));
+    std::vector<ScoreRequest> requests(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        requests[i].data_source = data_sources[i];
+        requests[i].solution = solutions[i];
+        requests[i].ground_truth = ground_truths[i];
+        requests[i].extra_info = extra_infos == nullptr ? nullptr : &(*extra_infos)[i];
+        requests[i].index = static_cast<int64_t>(i);
+    }
+    return score_batch(registry, std::move(requests));
+}
+
+}  // namespace rlpt::reward
