@@ -36,6 +36,9 @@ void RegexSplitter::find_matches(std::string_view text,
     UErrorCode status = U_ZERO_ERROR;
     std::unique_ptr<icu::RegexMatcher> matcher(pattern_->matcher(utext, status));
     RLPT_CHECK_KIND(InternalError, U_SUCCESS(status), "ICU regex matcher: {}", u_errorName(status));
+    // Backtracking over a long whitespace run can outgrow ICU's default 8 MB stack; the input is
+    // bounded by the caller's text, so let it grow.
+    matcher->setStackLimit(0, status);
 
     // Matches come in order, so UTF-16 offsets convert to UTF-8 offsets by walking forward.
     const char16_t* units = utext.getBuffer();

@@ -179,6 +179,27 @@ TEST(BpeTokenizer, CacheGivesSameResultsAndIsThreadSafe) {
     EXPECT_EQ(ok, (std::vector<int>{1, 1, 1, 1}));
 }
 
+TEST(BpeTokenizer, LongInputsDoNotExhaustTheRegexStack) {
+    // Regex backtracking over one huge whitespace run or word must not overflow ICU's stack.
+    json j = byte_level_json();
+    j["pre_tokenizer"] = {
+        {"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"},
+           {"pattern", {{"Regex", R"([^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}}},
+           {"behavior", "Isolated"}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+    for (const json& config : {byte_level_json(), j}) {
+        auto tok = load(config);
+        for (const std::string& text : {std::string(1000000, ' ') + "x", std::string(300000, 'a'),
+                                        std::string(100000, '\n') + std::string(100000, ' ') + "!"}) {
+            const Ids ids = tok->encode(text);
+            EXPECT_EQ(ids.size(), text.size());  // no merges: one id per byte
+            EXPECT_EQ(tok->decode(ids), text);
+        }
+    }
+}
+
 // ---- pre-tokenizers ----
 
 TEST(BpeTokenizer, Gpt2PatternFromByteLevelUseRegex) {
