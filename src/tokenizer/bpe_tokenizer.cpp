@@ -22,10 +22,9 @@ BpeTokenizer::~BpeTokenizer() = default;
 namespace {
 
 void load_special_ids(BpeState& impl, const std::string& dir, SpecialTokenIds defaults) {
-    bool found_config = false;
     impl.special = detail::resolve_special_ids(
         dir, [&impl](std::string_view t) { return impl.lookup(t); }, static_cast<int64_t>(impl.tokens.size()),
-        defaults, found_config);
+        defaults);
     const std::string config_path = detail::path_join(dir, "tokenizer_config.json");
     if (detail::is_regular_file(config_path)) impl.tokenizer_config = detail::read_text_file(config_path);
 }

@@ -1,5 +1,7 @@
 #include "rlpt/tokenizer/chat_template.h"
 
+#include <algorithm>
+
 #include "rlpt/core/error.h"
 #include "tokenizer/unicode.h"
 
@@ -14,32 +16,22 @@ constexpr const char* kQwenDefaultSystem =
 // separators U+001C..U+001F.
 bool python_space(char32_t cp) { return detail::is_white_space(cp) || (cp >= 0x1C && cp <= 0x1F); }
 
+// Python's str.strip() on UTF-8 (invalid bytes count as content).
 std::string python_strip(const std::string& s) {
-    size_t begin = 0;
-    size_t end = s.size();
+    size_t begin = s.size();
+    size_t end = 0;
     size_t i = 0;
-    char32_t cp = 0;
-    // Leading: advance while whitespace.
     while (i < s.size()) {
-        size_t next = i;
-        if (!detail::utf8_next(s, next, cp) || !python_space(cp)) break;
-        i = next;
-    }
-    begin = i;
-    // Trailing: remember the end of the last non-space character.
-    size_t last_end = begin;
-    while (i < s.size()) {
-        size_t next = i;
-        if (!detail::utf8_next(s, next, cp)) {
-            next = i + 1;  // invalid byte: keep it as content
-            last_end = next;
-        } else if (!python_space(cp)) {
-            last_end = next;
+        const size_t at = i;
+        char32_t cp = 0;
+        const bool valid = detail::utf8_next(s, i, cp);
+        if (!valid) i = at + 1;
+        if (!valid || !python_space(cp)) {
+            begin = std::min(begin, at);
+            end = i;
         }
-        i = next;
     }
-    end = last_end;
-    return s.substr(begin, end - begin);
+    return begin < end ? s.substr(begin, end - begin) : std::string();
 }
 
 }  // namespace

@@ -103,8 +103,7 @@ int64_t config_json_id(const nlohmann::json& value, const std::string& key, cons
 
 SpecialTokenIds resolve_special_ids(const std::string& dir,
                                     const std::function<int64_t(std::string_view)>& lookup,
-                                    int64_t vocab_size, SpecialTokenIds defaults, bool& found_config) {
-    found_config = false;
+                                    int64_t vocab_size, SpecialTokenIds defaults) {
     nlohmann::json tok_config;
     nlohmann::json model_config;
     const std::string tok_config_path = path_join(dir, "tokenizer_config.json");
@@ -112,12 +111,10 @@ SpecialTokenIds resolve_special_ids(const std::string& dir,
     if (is_regular_file(tok_config_path)) {
         tok_config = parse_json(read_text_file(tok_config_path), tok_config_path);
         RLPT_CHECK_KIND(IoError, tok_config.is_object(), "{}: expected a JSON object", tok_config_path);
-        found_config = true;
     }
     if (is_regular_file(model_config_path)) {
         model_config = parse_json(read_text_file(model_config_path), model_config_path);
         RLPT_CHECK_KIND(IoError, model_config.is_object(), "{}: expected a JSON object", model_config_path);
-        found_config = true;
     }
     SpecialTokenIds ids = defaults;
     auto resolve = [&](const char* name, int64_t& out) {

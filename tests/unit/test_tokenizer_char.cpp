@@ -193,6 +193,8 @@ TEST(ChatTemplate, Llama3TrimsContent) {
     const std::string no_prompt =
         rlpt::tokenizer::apply_chat_template(ChatFamily::kLlama3, {{"user", "\xE3\x80\x80x\xC2\xA0"}}, false);
     EXPECT_EQ(no_prompt, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nx<|eot_id|>");
+    EXPECT_EQ(rlpt::tokenizer::apply_chat_template(ChatFamily::kLlama3, {{"user", " \n\x1f "}}, false),
+              "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n<|eot_id|>");
 }
 
 TEST(ChatTemplate, NoneConcatenatesContent) {

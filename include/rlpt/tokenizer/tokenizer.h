@@ -8,8 +8,8 @@
 //                                    (GPT-2 / Qwen2 / Llama-3), or GPT-2's encoder.json + vocab.bpe.
 //   CharTokenizer (char_tokenizer.h) one token per character, for the built-in tiny tasks.
 //
-// Token ids are int64_t (what torch index tensors hold). All methods are const and
-// thread-safe; encode() shares a mutex-guarded cache.
+// Token ids are int64_t (what torch index tensors hold). The const methods (encode, decode,
+// lookups, save) are thread-safe; BpeTokenizer's encode shares a mutex-guarded cache.
 
 #include <cstddef>
 #include <cstdint>
