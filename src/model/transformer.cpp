@@ -81,8 +81,7 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
 
 // ---- CausalLM --------------------------------------------------------------------------------
 
-CausalLM::CausalLM(ModelArgs args, torch::Dtype dtype, torch::Device device)
-    : args_(std::move(args)), dtype_(dtype), device_(device) {
+CausalLM::CausalLM(ModelArgs args, torch::Dtype dtype, torch::Device device) : args_(std::move(args)) {
     args_.validate();
     RLPT_CHECK(args_.head == ModelHead::kCausalLM, "CausalLM needs a causal-LM config, got {}", args_.architecture());
     args_.torch_dtype = dtype_name(dtype);
@@ -93,6 +92,9 @@ CausalLM::CausalLM(ModelArgs args, torch::Dtype dtype, torch::Device device)
         lm_head_ = head->register_parameter("weight", torch::empty({args_.vocab_size, args_.hidden_size}, options));
     }
 }
+
+torch::Dtype CausalLM::dtype() const { return model_->embed_weight().scalar_type(); }
+torch::Device CausalLM::device() const { return model_->embed_weight().device(); }
 
 torch::Tensor CausalLM::forward_hidden(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                        const torch::Tensor& position_ids, KVCache* cache) {
@@ -109,7 +111,7 @@ torch::Tensor CausalLM::forward_logits(const torch::Tensor& input_ids, const tor
 
 KVCache CausalLM::make_cache(int64_t batch_size, int64_t max_length) const {
     return KVCache(args_.num_hidden_layers, batch_size, args_.num_key_value_heads, args_.head_dim, max_length,
-                   torch::TensorOptions().dtype(dtype_).device(device_));
+                   torch::TensorOptions().dtype(dtype()).device(device()));
 }
 
 void CausalLM::init_weights(uint64_t seed) { detail::init_parameters(*this, args_, seed); }
@@ -139,10 +141,20 @@ std::shared_ptr<CausalLM> load_pretrained(const std::string& dir, torch::Dtype d
     }
 }
 
+std::shared_ptr<CausalLM> clone_causal_lm(const CausalLM& src, torch::Dtype dtype, torch::Device device) {
+    auto out = std::make_shared<CausalLM>(src.args(), dtype, device);
+    auto from = src.named_parameters(/*recurse=*/true);
+    torch::NoGradGuard no_grad;
+    for (auto& p : out->named_parameters(/*recurse=*/true)) p.value().copy_(from[p.key()]);
+    return out;
+}
+
 void save_pretrained(const CausalLM& model, const std::string& dir, uint64_t max_shard_bytes) {
     try {
+        ModelArgs args = model.args();
+        args.torch_dtype = dtype_name(model.dtype());
         save_safetensors_sharded(dir, detail::parameter_list(model), max_shard_bytes);
-        save_model_args(model.args(), dir);
+        save_model_args(args, dir);
     } catch (const Error& e) {
         rethrow_with_context(fmt::format("saving '{}'", dir), e);
     }

@@ -7,8 +7,7 @@
 
 namespace rlpt::model {
 
-ValueModel::ValueModel(ModelArgs args, torch::Dtype dtype, torch::Device device)
-    : args_(std::move(args)), dtype_(dtype), device_(device) {
+ValueModel::ValueModel(ModelArgs args, torch::Dtype dtype, torch::Device device) : args_(std::move(args)) {
     args_.validate();
     RLPT_CHECK(args_.head == ModelHead::kTokenClassification || args_.head == ModelHead::kSequenceClassification,
                "ValueModel needs a token/sequence classification config, got {}", args_.architecture());
@@ -109,8 +108,10 @@ std::shared_ptr<ValueModel> load_value_model(const std::string& dir, torch::Dtyp
 
 void save_value_model(const ValueModel& model, const std::string& dir, uint64_t max_shard_bytes) {
     try {
+        ModelArgs args = model.args();
+        args.torch_dtype = dtype_name(model.dtype());
         save_safetensors_sharded(dir, detail::parameter_list(model), max_shard_bytes);
-        save_model_args(model.args(), dir);
+        save_model_args(args, dir);
     } catch (const Error& e) {
         rethrow_with_context(fmt::format("saving value model '{}'", dir), e);
     }

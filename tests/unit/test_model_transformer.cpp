@@ -314,3 +314,21 @@ TEST(Transformer, LoadingErrorsNameTheTensor) {
     std::filesystem::remove(dir.file("config.json"));
     expect_error<rlpt::IoError>([&] { load_pretrained(dir.str()); }, {"config.json"});
 }
+
+TEST(Transformer, CloneCopiesAndModuleToKeepsDtypeConsistent) {
+    auto m = make_random_causal_lm(llama_gqa(), 31);
+    auto c = clone_causal_lm(*m, torch::kFloat32, torch::kCPU);
+    auto p = m->named_parameters(), q = c->named_parameters();
+    for (const auto& kv : p) {
+        EXPECT_TRUE(torch::equal(kv.value(), q[kv.key()])) << kv.key();
+        EXPECT_NE(kv.value().data_ptr(), q[kv.key()].data_ptr()) << kv.key();
+    }
+    c->to(torch::kBFloat16);
+    EXPECT_EQ(c->dtype(), torch::kBFloat16);
+    EXPECT_EQ(c->make_cache(1, 4).batch_size(), 1);
+    TempDir dir("model");
+    save_pretrained(*c, dir.str());
+    auto cfg = nlohmann::json::parse(std::ifstream(dir.file("config.json")));
+    EXPECT_EQ(cfg["torch_dtype"], "bfloat16");
+    EXPECT_EQ(SafetensorsFile::open(dir.file("model.safetensors")).info("lm_head.weight").dtype, torch::kBFloat16);
+}

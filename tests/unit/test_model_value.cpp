@@ -89,6 +89,10 @@ TEST(ValueModel, LoadsSequenceClassificationRewardModelsWithoutBias) {
     auto loaded = load_value_model(dir.str());
     EXPECT_EQ(loaded->args().head, ModelHead::kSequenceClassification);
     EXPECT_TRUE(torch::equal(loaded->score_weight(), rm.score_weight()));
+    auto b = left_padded({{1, 2, 3}, {4}});
+    torch::NoGradGuard ng;
+    auto expected = torch::matmul(rm.forward_hidden(b.ids, b.mask, b.pos), rm.score_weight().t()).squeeze(-1);
+    EXPECT_TRUE(torch::equal(loaded->forward_values(b.ids, b.mask, b.pos), expected));
 }
 
 TEST(ValueModel, ErrorsNameTheProblem) {

@@ -69,16 +69,20 @@ class Backbone : public torch::nn::Module {
     torch::Tensor inv_freq_;  // [head_dim/2] fp32 rotary frequencies (not a parameter)
 };
 
+// The policy: Hugging Face's *ForCausalLM. Construct it in the dtype/device you want (or load
+// it); Module::to() also works, dtype()/device() read the parameters.
 class CausalLM : public torch::nn::Module {
   public:
     // Validates `args`; parameters are uninitialised until init_weights() or loading.
     explicit CausalLM(ModelArgs args, torch::Dtype dtype = torch::kFloat32,
                       torch::Device device = torch::kCPU);
 
+    // args().torch_dtype is the dtype the model was built with; save_pretrained writes dtype().
     const ModelArgs& args() const { return args_; }
-    torch::Dtype dtype() const { return dtype_; }
-    torch::Device device() const { return device_; }
+    torch::Dtype dtype() const;
+    torch::Device device() const;
     Backbone& backbone() { return *model_; }
+    const Backbone& backbone() const { return *model_; }
 
     // [B, T, H] final-normed hidden states, model dtype.
     torch::Tensor forward_hidden(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
@@ -101,8 +105,6 @@ class CausalLM : public torch::nn::Module {
 
   private:
     ModelArgs args_;
-    torch::Dtype dtype_;
-    torch::Device device_;
     std::shared_ptr<Backbone> model_;
     torch::Tensor lm_head_;  // undefined when tied
 };
@@ -126,6 +128,10 @@ void save_pretrained(const CausalLM& model, const std::string& dir, uint64_t max
 std::shared_ptr<CausalLM> make_random_causal_lm(const ModelArgs& args, uint64_t seed,
                                                 torch::Dtype dtype = torch::kFloat32,
                                                 torch::Device device = torch::kCPU);
+
+// A deep copy of `src` (same args, parameters copied, not shared) in `dtype` on `device`: e.g.
+// the frozen reference policy of a built-in model that has no checkpoint directory.
+std::shared_ptr<CausalLM> clone_causal_lm(const CausalLM& src, torch::Dtype dtype, torch::Device device);
 
 // "float32" / "bfloat16" / "float16" <-> torch dtype (ValueError otherwise).
 std::string dtype_name(torch::Dtype dtype);

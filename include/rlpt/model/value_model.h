@@ -29,9 +29,10 @@ class ValueModel : public torch::nn::Module {
     explicit ValueModel(ModelArgs args, torch::Dtype dtype = torch::kFloat32, torch::Device device = torch::kCPU);
 
     const ModelArgs& args() const { return args_; }
-    torch::Dtype dtype() const { return dtype_; }
-    torch::Device device() const { return device_; }
+    torch::Dtype dtype() const { return score_weight_.scalar_type(); }
+    torch::Device device() const { return score_weight_.device(); }
     Backbone& backbone() { return *model_; }
+    const Backbone& backbone() const { return *model_; }
 
     // [B, T, H] final-normed hidden states (see transformer.h for the inputs).
     torch::Tensor forward_hidden(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
@@ -49,8 +50,6 @@ class ValueModel : public torch::nn::Module {
 
   private:
     ModelArgs args_;
-    torch::Dtype dtype_;
-    torch::Device device_;
     std::shared_ptr<Backbone> model_;
     torch::Tensor score_weight_, score_bias_;
 };
