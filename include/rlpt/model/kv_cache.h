@@ -26,6 +26,11 @@ class KVCache {
   public:
     KVCache(int64_t n_layers, int64_t batch_size, int64_t n_kv_heads, int64_t head_dim, int64_t max_length,
             torch::TensorOptions options);
+    // Move-only: a copy would share the buffers but not the length.
+    KVCache(KVCache&&) = default;
+    KVCache& operator=(KVCache&&) = default;
+    KVCache(const KVCache&) = delete;
+    KVCache& operator=(const KVCache&) = delete;
 
     int64_t n_layers() const { return static_cast<int64_t>(k_.size()); }
     int64_t batch_size() const { return batch_; }
