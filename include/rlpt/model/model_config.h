@@ -1,0 +1,91 @@
+#pragma once
+// Model hyper-parameters read from / written to a Hugging Face config.json (Llama and Qwen2
+// families). Torch-free.
+//
+// Supported: architectures LlamaForCausalLM / Qwen2ForCausalLM (policies) and
+// {Llama,Qwen2}For{Token,Sequence}Classification with num_labels 1 (critics / reward models),
+// hidden_act "silu", rope_scaling null or {"rope_type": "llama3", ...} (Llama 3.1+ style).
+// Anything else is a ConfigError naming the file and the key: other architectures,
+// activations, rope scaling types, Qwen2 sliding-window attention. An unreadable file or invalid
+// JSON is an IoError.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rlpt::model {
+
+enum class ModelFamily { kLlama, kQwen2 };
+
+// Which head sits on the backbone. HF's *ForTokenClassification has `score.weight` [L,H] and
+// `score.bias` [L]; *ForSequenceClassification has `score.weight` only (same per-token math).
+enum class ModelHead { kCausalLM, kTokenClassification, kSequenceClassification };
+
+enum class RopeScalingType { kNone, kLlama3 };
+
+struct RopeScaling {
+    RopeScalingType type = RopeScalingType::kNone;
+    // llama3 parameters (HF names), used only when type == kLlama3.
+    double factor = 8.0;
+    double low_freq_factor = 1.0;
+    double high_freq_factor = 4.0;
+    int64_t original_max_position_embeddings = 8192;
+};
+
+struct ModelArgs {
+    ModelFamily family = ModelFamily::kQwen2;
+    ModelHead head = ModelHead::kCausalLM;
+    int64_t num_labels = 1;  // classification heads only; rlpt supports 1
+
+    int64_t vocab_size = 0;
+    int64_t hidden_size = 0;
+    int64_t intermediate_size = 0;
+    int64_t num_hidden_layers = 0;
+    int64_t num_attention_heads = 0;
+    int64_t num_key_value_heads = 0;  // divides num_attention_heads
+    int64_t head_dim = 0;             // even; config "head_dim" or hidden/heads
+    int64_t max_position_embeddings = 2048;
+    double rope_theta = 10000.0;
+    double rms_norm_eps = 1e-6;
+    RopeScaling rope_scaling;
+    bool tie_word_embeddings = false;
+    bool qkv_bias = false;     // q/k/v_proj.bias: always for Qwen2, `attention_bias` for Llama
+    bool o_proj_bias = false;  // o_proj.bias: `attention_bias` for Llama, never for Qwen2
+    bool mlp_bias = false;     // gate/up/down_proj.bias: `mlp_bias` (Llama)
+    int64_t bos_token_id = -1;  // -1: absent
+    int64_t pad_token_id = -1;  // -1: absent
+    std::vector<int64_t> eos_token_ids;  // config "eos_token_id", an int or a list
+    std::string torch_dtype = "float32";  // "float32", "bfloat16", "float16"
+    double initializer_range = 0.02;
+
+    // The config.json object this was read from (JSON text, empty for built-in models); keys
+    // rlpt doesn't interpret are written back unchanged.
+    std::string source_json;
+
+    std::string model_type() const;    // "llama" | "qwen2"
+    std::string architecture() const;  // e.g. "Qwen2ForCausalLM", from family + head
+
+    // Consistency checks (positive sizes, head divisibility, even head_dim, supported rope
+    // scaling, num_labels 1 for classification heads). ConfigError naming the field.
+    void validate() const;
+};
+
+// Parses a config.json text. `source` names the file in error messages.
+ModelArgs model_args_from_json(const std::string& json_text, const std::string& source);
+// Reads `path`, or `path`/config.json when `path` is a directory.
+ModelArgs load_model_args(const std::string& path);
+
+// config.json text for `args` (source_json's other keys kept, "architectures" from
+// args.architecture(); classification heads get id2label/label2id/num_labels, a causal LM
+// drops them).
+std::string model_args_to_json(const ModelArgs& args);
+// Writes dir/config.json atomically.
+void save_model_args(const ModelArgs& args, const std::string& dir);
+
+// A small model for built-in tasks and tests (no HF directory). Qwen2 family: q/k/v biases and
+// tied embeddings, like Qwen2.5-0.5B; Llama family: no biases, untied lm_head. Defaults: hidden
+// 64, 2 layers, 4 heads, 2 KV heads (GQA), intermediate 128, max positions 512, rope_theta
+// 10000, eps 1e-6. Adjust fields afterwards as needed and call validate().
+ModelArgs tiny_model_args(ModelFamily family, int64_t vocab_size);
+
+}  // namespace rlpt::model

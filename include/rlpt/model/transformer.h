@@ -1,0 +1,140 @@
+#pragma once
+// Decoder-only transformer compatible with Hugging Face Llama / Qwen2 checkpoints.
+//
+// Parameter names (named_parameters()) are exactly Hugging Face's, so they map 1:1 to
+// safetensors tensor names:
+//   model.embed_tokens.weight                                    [V, H]
+//   model.layers.{i}.self_attn.q_proj.{weight,bias}              [nh*hd, H], [nh*hd]  (bias: qkv_bias)
+//   model.layers.{i}.self_attn.{k,v}_proj.{weight,bias}          [nkv*hd, H], [nkv*hd]
+//   model.layers.{i}.self_attn.o_proj.{weight,bias}              [H, nh*hd], [H]      (bias: o_proj_bias)
+//   model.layers.{i}.mlp.{gate,up}_proj.{weight,bias}            [I, H], [I]          (bias: mlp_bias)
+//   model.layers.{i}.mlp.down_proj.{weight,bias}                 [H, I], [H]
+//   model.layers.{i}.{input,post_attention}_layernorm.weight     [H]
+//   model.norm.weight                                            [H]
+//   lm_head.weight                                               [V, H]  (absent when tied)
+//
+// Numerics follow HF's eager implementation: RMSNorm in fp32 then cast back and scaled by the
+// weight in the model dtype; rotary cos/sin computed in fp32 (HF rotate-half convention) and
+// cast to the model dtype; attention scores and softmax in fp32, probabilities cast back; SwiGLU
+// MLP; grouped-query attention without copying K/V per head. Parameters live in one dtype
+// (kFloat32 or kBFloat16) and on one device.
+//
+// Inputs of every forward:
+//   input_ids      [B, T] int64, each in [0, vocab_size)
+//   attention_mask [B, S] any integer/bool dtype, 1 = real token, 0 = padding. S = T without a
+//                  cache; with a cache S = cache->length() + T (mask over all cached positions).
+//   position_ids   [B, T] int64. For left-padded rows use clamp(cumsum(mask, 1) - 1, min=0);
+//                  decode steps continue from the row's last position.
+// Query positions that are padding (or see no real key) get a uniform attention over their
+// keys: finite garbage, never NaN; callers ignore them.
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rlpt/model/kv_cache.h"
+#include "rlpt/model/model_config.h"
+
+namespace rlpt::model {
+
+namespace detail {
+class DecoderLayer;
+class RMSNorm;
+}  // namespace detail
+
+// Hugging Face's `model.` submodule: embeddings, decoder layers, final norm. Shared by the
+// causal LM and the value model.
+class Backbone : public torch::nn::Module {
+  public:
+    // Parameters are allocated uninitialised (torch::empty) in `options`' dtype/device; load
+    // or init them before use.
+    Backbone(const ModelArgs& args, torch::TensorOptions options);
+
+    // Final-normed hidden states [B, T, H] in the model dtype. See the header comment for
+    // inputs. With a cache: writes this call's K/V at positions [length, length+T) and advances
+    // the cache by T. ValueError on shape/dtype/range mismatches.
+    torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                          const torch::Tensor& position_ids, KVCache* cache = nullptr);
+
+    const torch::Tensor& embed_weight() const { return embed_weight_; }  // [V, H]
+
+  private:
+    ModelArgs args_;
+    torch::Tensor embed_weight_;
+    std::vector<std::shared_ptr<detail::DecoderLayer>> layers_;
+    std::shared_ptr<detail::RMSNorm> norm_;
+    torch::Tensor inv_freq_;  // [head_dim/2] fp32 rotary frequencies (not a parameter)
+};
+
+// The policy: Hugging Face's *ForCausalLM. Construct it in the dtype/device you want (or load
+// it); Module::to() also works, dtype()/device() read the parameters.
+class CausalLM : public torch::nn::Module {
+  public:
+    // Validates `args`; parameters are uninitialised until init_weights() or loading.
+    explicit CausalLM(ModelArgs args, torch::Dtype dtype = torch::kFloat32,
+                      torch::Device device = torch::kCPU);
+
+    // args().torch_dtype is the dtype the model was built with; save_pretrained writes dtype().
+    const ModelArgs& args() const { return args_; }
+    torch::Dtype dtype() const;
+    torch::Device device() const;
+    Backbone& backbone() { return *model_; }
+    const Backbone& backbone() const { return *model_; }
+
+    // [B, T, H] final-normed hidden states, model dtype.
+    torch::Tensor forward_hidden(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                                 const torch::Tensor& position_ids, KVCache* cache = nullptr);
+    // [V, H] output projection (the embedding matrix when tie_word_embeddings). Shares storage
+    // with the parameter, so gradients flow through it.
+    torch::Tensor lm_head_weight() const;
+    // [B, T, V] float32 logits = hidden @ lm_head_weight()^T (matmul in the model dtype, result
+    // cast to fp32). For log-probs over long sequences prefer forward_hidden + a chunked head.
+    torch::Tensor forward_logits(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                                 const torch::Tensor& position_ids, KVCache* cache = nullptr);
+
+    // A cache for `batch_size` rows and up to `max_length` positions, in the model's dtype/device.
+    KVCache make_cache(int64_t batch_size, int64_t max_length) const;
+
+    // Deterministic HF-style init from `seed`, independent of dtype/device: every Linear and
+    // the embedding ~ normal(0, initializer_range) (drawn in fp32 on the CPU, in
+    // named_parameters() order), biases 0, norm weights 1, the embedding row of pad_token_id 0.
+    void init_weights(uint64_t seed);
+
+  private:
+    ModelArgs args_;
+    std::shared_ptr<Backbone> model_;
+    torch::Tensor lm_head_;  // undefined when tied
+};
+
+// Loads a Hugging Face checkpoint directory: config.json (architecture LlamaForCausalLM or
+// Qwen2ForCausalLM) + model.safetensors or model.safetensors.index.json with shards. Tensors
+// are converted to `dtype` (kFloat32 or kBFloat16) on `device`. Errors (IoError, naming the
+// tensor and the file): a parameter missing from the checkpoint, a tensor whose shape differs,
+// a tensor the model doesn't have. `*.rotary_emb.inv_freq` buffers are ignored, as is a
+// `lm_head.weight` in a tied checkpoint. Errors carry the context "loading '<dir>'".
+std::shared_ptr<CausalLM> load_pretrained(const std::string& dir, torch::Dtype dtype = torch::kBFloat16,
+                                          torch::Device device = torch::kCPU);
+
+// Writes `dir`/config.json (torch_dtype = the model's dtype) and the parameters in the model's
+// dtype as model.safetensors, or as shards of at most `max_shard_bytes` plus an index (HF
+// naming), each file atomically. Stale shards from an earlier save in `dir` are removed. Other
+// files (tokenizer, generation_config.json) are left alone: copy them yourself.
+void save_pretrained(const CausalLM& model, const std::string& dir, uint64_t max_shard_bytes = 5'000'000'000ULL);
+
+// CausalLM(args, dtype, device) + init_weights(seed).
+std::shared_ptr<CausalLM> make_random_causal_lm(const ModelArgs& args, uint64_t seed,
+                                                torch::Dtype dtype = torch::kFloat32,
+                                                torch::Device device = torch::kCPU);
+
+// A deep copy of `src` (same args, parameters copied, not shared) in `dtype` on `device`: e.g.
+// the frozen reference policy of a built-in model that has no checkpoint directory.
+std::shared_ptr<CausalLM> clone_causal_lm(const CausalLM& src, torch::Dtype dtype, torch::Device device);
+
+// "float32" / "bfloat16" / "float16" <-> torch dtype (ValueError otherwise).
+std::string dtype_name(torch::Dtype dtype);
+torch::Dtype dtype_from_name(const std::string& name);
+
+}  // namespace rlpt::model

@@ -1,0 +1,123 @@
+#include "model/layers.h"
+
+#include <cmath>
+#include <limits>
+
+namespace rlpt::model::detail {
+
+Linear::Linear(int64_t in, int64_t out, bool bias, const torch::TensorOptions& options) {
+    weight_ = register_parameter("weight", torch::empty({out, in}, options));
+    if (bias) bias_ = register_parameter("bias", torch::empty({out}, options));
+}
+
+RMSNorm::RMSNorm(int64_t dim, double eps, const torch::TensorOptions& options) : eps_(eps) {
+    weight_ = register_parameter("weight", torch::empty({dim}, options));
+}
+
+torch::Tensor RMSNorm::forward(const torch::Tensor& x) const {
+    auto xf = x.to(torch::kFloat32);
+    auto variance = xf.pow(2).mean(-1, /*keepdim=*/true);
+    xf = xf * torch::rsqrt(variance + eps_);
+    return weight_ * xf.to(x.scalar_type());
+}
+
+torch::Tensor rotary_inv_freq(const ModelArgs& args) {
+    const int64_t dim = args.head_dim;
+    auto exponent = torch::arange(0, dim, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(dim);
+    auto inv_freq = torch::reciprocal(torch::pow(args.rope_theta, exponent));
+    if (args.rope_scaling.type == RopeScalingType::kLlama3) {
+        // Llama 3.1 frequency scaling: long wavelengths divided by `factor`, short ones kept,
+        // a smooth blend in between.
+        const auto& rs = args.rope_scaling;
+        const double old_len = static_cast<double>(rs.original_max_position_embeddings);
+        const double low_freq_wavelen = old_len / rs.low_freq_factor;
+        const double high_freq_wavelen = old_len / rs.high_freq_factor;
+        const double pi = 3.14159265358979323846;
+        auto wavelen = 2 * pi / inv_freq;
+        auto scaled = torch::where(wavelen > low_freq_wavelen, inv_freq / rs.factor, inv_freq);
+        auto smooth = (old_len / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
+        auto smoothed = (1 - smooth) * scaled / rs.factor + smooth * scaled;
+        auto is_medium = (wavelen >= high_freq_wavelen).logical_and(wavelen <= low_freq_wavelen);
+        inv_freq = torch::where(is_medium, smoothed, scaled);
+    }
+    return inv_freq;
+}
+
+Rotary rotary_tables(const torch::Tensor& inv_freq, const torch::Tensor& position_ids, torch::Dtype dtype) {
+    // [B, T, 1] x [hd/2] -> [B, T, hd/2], in fp32.
+    auto freqs = position_ids.to(torch::kFloat32).unsqueeze(-1) * inv_freq.to(position_ids.device());
+    auto emb = torch::cat({freqs, freqs}, -1).unsqueeze(2);  // [B, T, 1, hd]
+    return {emb.cos().to(dtype), emb.sin().to(dtype)};
+}
+
+namespace {
+
+// x [B, T, heads, hd]: x*cos + rotate_half(x)*sin, rotate_half(x) = cat(-x2, x1).
+torch::Tensor apply_rotary(const torch::Tensor& x, const Rotary& rope) {
+    const int64_t half = x.size(-1) / 2;
+    auto rotated = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+    return x * rope.cos + rotated * rope.sin;
+}
+
+}  // namespace
+
+Attention::Attention(const ModelArgs& args, const torch::TensorOptions& options)
+    : n_heads_(args.num_attention_heads), n_kv_heads_(args.num_key_value_heads), head_dim_(args.head_dim) {
+    const int64_t h = args.hidden_size;
+    q_proj_ = register_module("q_proj", std::make_shared<Linear>(h, n_heads_ * head_dim_, args.qkv_bias, options));
+    k_proj_ = register_module("k_proj", std::make_shared<Linear>(h, n_kv_heads_ * head_dim_, args.qkv_bias, options));
+    v_proj_ = register_module("v_proj", std::make_shared<Linear>(h, n_kv_heads_ * head_dim_, args.qkv_bias, options));
+    o_proj_ = register_module("o_proj", std::make_shared<Linear>(n_heads_ * head_dim_, h, args.o_proj_bias, options));
+}
+
+torch::Tensor Attention::forward(const torch::Tensor& x, const Rotary& rope, const torch::Tensor& masked_out,
+                                 KVCache* cache, int64_t layer) {
+    const int64_t b = x.size(0), t = x.size(1);
+    const int64_t group = n_heads_ / n_kv_heads_;
+    auto q = apply_rotary(q_proj_->forward(x).view({b, t, n_heads_, head_dim_}), rope).transpose(1, 2);
+    auto k = apply_rotary(k_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}), rope).transpose(1, 2);
+    auto v = v_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);
+    if (cache != nullptr) std::tie(k, v) = cache->store(layer, k, v);
+    const int64_t s = k.size(2);
+
+    // Grouped-query attention: query heads h = kv*group + j share KV head kv. Folding the group
+    // into the query length lets one batched matmul serve all heads of a group without
+    // materialising repeated K/V.
+    auto qg = q.reshape({b, n_kv_heads_, group * t, head_dim_});
+    auto scores = torch::matmul(qg, k.transpose(2, 3)).to(torch::kFloat32);
+    scores.mul_(1.0 / std::sqrt(static_cast<double>(head_dim_)));
+    scores = scores.view({b, n_kv_heads_, group, t, s});
+    scores.masked_fill_(masked_out, std::numeric_limits<float>::lowest());
+    auto probs = torch::softmax(scores, -1).to(x.scalar_type()).view({b, n_kv_heads_, group * t, s});
+    auto out = torch::matmul(probs, v);  // [B, nkv, group*T, hd]
+    out = out.view({b, n_heads_, t, head_dim_}).transpose(1, 2).reshape({b, t, n_heads_ * head_dim_});
+    return o_proj_->forward(out);
+}
+
+Mlp::Mlp(const ModelArgs& args, const torch::TensorOptions& options) {
+    const int64_t h = args.hidden_size, i = args.intermediate_size;
+    gate_proj_ = register_module("gate_proj", std::make_shared<Linear>(h, i, args.mlp_bias, options));
+    up_proj_ = register_module("up_proj", std::make_shared<Linear>(h, i, args.mlp_bias, options));
+    down_proj_ = register_module("down_proj", std::make_shared<Linear>(i, h, args.mlp_bias, options));
+}
+
+torch::Tensor Mlp::forward(const torch::Tensor& x) const {
+    return down_proj_->forward(torch::silu(gate_proj_->forward(x)) * up_proj_->forward(x));
+}
+
+DecoderLayer::DecoderLayer(const ModelArgs& args, const torch::TensorOptions& options) {
+    self_attn_ = register_module("self_attn", std::make_shared<Attention>(args, options));
+    mlp_ = register_module("mlp", std::make_shared<Mlp>(args, options));
+    input_layernorm_ =
+        register_module("input_layernorm", std::make_shared<RMSNorm>(args.hidden_size, args.rms_norm_eps, options));
+    post_attention_layernorm_ = register_module(
+        "post_attention_layernorm", std::make_shared<RMSNorm>(args.hidden_size, args.rms_norm_eps, options));
+}
+
+torch::Tensor DecoderLayer::forward(const torch::Tensor& x, const Rotary& rope, const torch::Tensor& masked_out,
+                                    KVCache* cache, int64_t layer) {
+    auto h = x + self_attn_->forward(input_layernorm_->forward(x), rope, masked_out, cache, layer);
+    return h + mlp_->forward(post_attention_layernorm_->forward(h));
+}
+
+}  // namespace rlpt::model::detail

@@ -1,0 +1,77 @@
+#pragma once
+// Building blocks of the transformer (internal to src/model). Each block registers its
+// parameters under Hugging Face's names.
+
+#include <torch/torch.h>
+
+#include "rlpt/model/kv_cache.h"
+#include "rlpt/model/model_config.h"
+
+namespace rlpt::model::detail {
+
+// y = x W^T (+ b). weight [out, in], bias [out].
+class Linear : public torch::nn::Module {
+  public:
+    Linear(int64_t in, int64_t out, bool bias, const torch::TensorOptions& options);
+    torch::Tensor forward(const torch::Tensor& x) const { return torch::linear(x, weight_, bias_); }
+    const torch::Tensor& weight() const { return weight_; }
+    const torch::Tensor& bias() const { return bias_; }  // undefined without bias
+
+  private:
+    torch::Tensor weight_, bias_;
+};
+
+// HF RMSNorm: normalise in fp32, cast back, multiply by the weight in the input dtype.
+class RMSNorm : public torch::nn::Module {
+  public:
+    RMSNorm(int64_t dim, double eps, const torch::TensorOptions& options);
+    torch::Tensor forward(const torch::Tensor& x) const;
+
+  private:
+    torch::Tensor weight_;
+    double eps_;
+};
+
+// Rotary tables for one forward: cos/sin [B, T, 1, head_dim] in the model dtype.
+struct Rotary {
+    torch::Tensor cos, sin;
+};
+// inv_freq [head_dim/2] fp32 for the config (rope_theta, optional llama3 scaling).
+torch::Tensor rotary_inv_freq(const ModelArgs& args);
+Rotary rotary_tables(const torch::Tensor& inv_freq, const torch::Tensor& position_ids, torch::Dtype dtype);
+
+class Attention : public torch::nn::Module {
+  public:
+    Attention(const ModelArgs& args, const torch::TensorOptions& options);
+    // x [B, T, H]; masked_out [B, 1, 1, T, S] bool (true = may not attend);
+    // returns [B, T, H].
+    torch::Tensor forward(const torch::Tensor& x, const Rotary& rope, const torch::Tensor& masked_out,
+                          KVCache* cache, int64_t layer);
+
+  private:
+    int64_t n_heads_, n_kv_heads_, head_dim_;
+    std::shared_ptr<Linear> q_proj_, k_proj_, v_proj_, o_proj_;
+};
+
+class Mlp : public torch::nn::Module {
+  public:
+    Mlp(const ModelArgs& args, const torch::TensorOptions& options);
+    torch::Tensor forward(const torch::Tensor& x) const;
+
+  private:
+    std::shared_ptr<Linear> gate_proj_, up_proj_, down_proj_;
+};
+
+class DecoderLayer : public torch::nn::Module {
+  public:
+    DecoderLayer(const ModelArgs& args, const torch::TensorOptions& options);
+    torch::Tensor forward(const torch::Tensor& x, const Rotary& rope, const torch::Tensor& masked_out,
+                          KVCache* cache, int64_t layer);
+
+  private:
+    std::shared_ptr<Attention> self_attn_;
+    std::shared_ptr<Mlp> mlp_;
+    std::shared_ptr<RMSNorm> input_layernorm_, post_attention_layernorm_;
+};
+
+}  // namespace rlpt::model::detail

@@ -1,0 +1,350 @@
+#include "rlpt/model/model_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "rlpt/core/error.h"
+#include "rlpt/model/safetensors.h"
+
+namespace rlpt::model {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+struct ArchName {
+    const char* name;
+    ModelFamily family;
+    ModelHead head;
+};
+constexpr ArchName kArchitectures[] = {
+    {"LlamaForCausalLM", ModelFamily::kLlama, ModelHead::kCausalLM},
+    {"Qwen2ForCausalLM", ModelFamily::kQwen2, ModelHead::kCausalLM},
+    {"LlamaForTokenClassification", ModelFamily::kLlama, ModelHead::kTokenClassification},
+    {"Qwen2ForTokenClassification", ModelFamily::kQwen2, ModelHead::kTokenClassification},
+    {"LlamaForSequenceClassification", ModelFamily::kLlama, ModelHead::kSequenceClassification},
+    {"Qwen2ForSequenceClassification", ModelFamily::kQwen2, ModelHead::kSequenceClassification},
+};
+
+// Typed field access with errors that name the key and the file.
+class Fields {
+  public:
+    Fields(const json& j, const std::string& source) : j_(j), source_(source) {}
+
+    bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+
+    int64_t integer(const char* key) const {
+        RLPT_CHECK_KIND(ConfigError, has(key), "{}: missing required key \"{}\"", source_, key);
+        return integer_value(key);
+    }
+    int64_t integer(const char* key, int64_t dflt) const { return has(key) ? integer_value(key) : dflt; }
+    double number(const char* key, double dflt) const {
+        if (!has(key)) return dflt;
+        RLPT_CHECK_KIND(ConfigError, j_[key].is_number(), "{}: \"{}\" must be a number, got {}", source_, key,
+                        j_[key].dump());
+        return j_[key].get<double>();
+    }
+    bool boolean(const char* key, bool dflt) const {
+        if (!has(key)) return dflt;
+        RLPT_CHECK_KIND(ConfigError, j_[key].is_boolean(), "{}: \"{}\" must be true or false, got {}", source_, key,
+                        j_[key].dump());
+        return j_[key].get<bool>();
+    }
+    std::string string(const char* key, const std::string& dflt) const {
+        if (!has(key)) return dflt;
+        RLPT_CHECK_KIND(ConfigError, j_[key].is_string(), "{}: \"{}\" must be a string, got {}", source_, key,
+                        j_[key].dump());
+        return j_[key].get<std::string>();
+    }
+
+  private:
+    int64_t integer_value(const char* key) const {
+        RLPT_CHECK_KIND(ConfigError, j_[key].is_number_integer(), "{}: \"{}\" must be an integer, got {}", source_,
+                        key, j_[key].dump());
+        return j_[key].get<int64_t>();
+    }
+    const json& j_;
+    const std::string& source_;
+};
+
+RopeScaling parse_rope_scaling(const json& j, const std::string& source) {
+    RopeScaling rs;
+    if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return rs;
+    const json& r = j["rope_scaling"];
+    RLPT_CHECK_KIND(ConfigError, r.is_object(), "{}: \"rope_scaling\" must be null or an object", source);
+    const std::string where = source + " rope_scaling";
+    Fields f(r, where);
+    std::string type = f.string("rope_type", f.string("type", ""));
+    if (type == "default") return rs;
+    if (type != "llama3")
+        RLPT_THROW(ConfigError,
+                   "{}: rope_scaling type '{}' is not supported (rlpt supports null and 'llama3')", source, type);
+    rs.type = RopeScalingType::kLlama3;
+    rs.factor = f.number("factor", 0.0);
+    rs.low_freq_factor = f.number("low_freq_factor", 0.0);
+    rs.high_freq_factor = f.number("high_freq_factor", 0.0);
+    rs.original_max_position_embeddings = f.integer("original_max_position_embeddings");
+    for (const char* k : {"factor", "low_freq_factor", "high_freq_factor"})
+        RLPT_CHECK_KIND(ConfigError, f.has(k), "{}: llama3 rope_scaling needs \"{}\"", source, k);
+    return rs;
+}
+
+}  // namespace
+
+std::string ModelArgs::model_type() const { return family == ModelFamily::kLlama ? "llama" : "qwen2"; }
+
+std::string ModelArgs::architecture() const {
+    for (const auto& a : kArchitectures)
+        if (a.family == family && a.head == head) return a.name;
+    throw InternalError("ModelArgs: no architecture name for this family/head", __FILE__, __LINE__);
+}
+
+void ModelArgs::validate() const {
+    const std::string m = architecture();
+    auto positive = [&](int64_t v, const char* name) {
+        RLPT_CHECK_KIND(ConfigError, v > 0, "{} config: {} must be positive, got {}", m, name, v);
+    };
+    positive(vocab_size, "vocab_size");
+    positive(hidden_size, "hidden_size");
+    positive(intermediate_size, "intermediate_size");
+    positive(num_hidden_layers, "num_hidden_layers");
+    positive(num_attention_heads, "num_attention_heads");
+    positive(num_key_value_heads, "num_key_value_heads");
+    positive(head_dim, "head_dim");
+    positive(max_position_embeddings, "max_position_embeddings");
+    RLPT_CHECK_KIND(ConfigError, num_attention_heads % num_key_value_heads == 0,
+                    "{} config: num_attention_heads {} is not a multiple of num_key_value_heads {}", m,
+                    num_attention_heads, num_key_value_heads);
+    RLPT_CHECK_KIND(ConfigError, head_dim % 2 == 0, "{} config: head_dim {} must be even for rotary embeddings", m,
+                    head_dim);
+    RLPT_CHECK_KIND(ConfigError, rope_theta > 0, "{} config: rope_theta must be positive, got {}", m, rope_theta);
+    RLPT_CHECK_KIND(ConfigError, rms_norm_eps > 0, "{} config: rms_norm_eps must be positive, got {}", m,
+                    rms_norm_eps);
+    if (family == ModelFamily::kQwen2) {
+        RLPT_CHECK_KIND(ConfigError, qkv_bias && !o_proj_bias && !mlp_bias,
+                        "Qwen2 models have q/k/v biases and no o_proj/MLP biases");
+        RLPT_CHECK_KIND(ConfigError, head_dim * num_attention_heads == hidden_size,
+                        "Qwen2 config: head_dim {} x num_attention_heads {} must equal hidden_size {}", head_dim,
+                        num_attention_heads, hidden_size);
+    } else {
+        RLPT_CHECK_KIND(ConfigError, qkv_bias == o_proj_bias,
+                        "Llama config: attention_bias covers q/k/v and o_proj alike (got qkv_bias={}, o_proj_bias={})",
+                        qkv_bias, o_proj_bias);
+    }
+    if (rope_scaling.type == RopeScalingType::kLlama3) {
+        RLPT_CHECK_KIND(ConfigError, rope_scaling.factor > 0 && rope_scaling.low_freq_factor > 0 &&
+                                         rope_scaling.high_freq_factor > rope_scaling.low_freq_factor &&
+                                         rope_scaling.original_max_position_embeddings > 0,
+                        "{} config: llama3 rope_scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor "
+                        "and original_max_position_embeddings > 0",
+                        m);
+    }
+    if (head != ModelHead::kCausalLM)
+        RLPT_CHECK_KIND(ConfigError, num_labels == 1, "{} config: num_labels must be 1 for a value/reward head, got {}",
+                        m, num_labels);
+    RLPT_CHECK_KIND(ConfigError,
+                    torch_dtype == "float32" || torch_dtype == "bfloat16" || torch_dtype == "float16",
+                    "{} config: torch_dtype '{}' is not one of float32, bfloat16, float16", m, torch_dtype);
+}
+
+ModelArgs model_args_from_json(const std::string& json_text, const std::string& source) {
+    json j;
+    try {
+        j = json::parse(json_text);
+    } catch (const json::exception& e) {
+        RLPT_THROW(IoError, "{}: not valid JSON: {}", source, e.what());
+    }
+    RLPT_CHECK_KIND(ConfigError, j.is_object(), "{}: config must be a JSON object", source);
+    Fields f(j, source);
+    ModelArgs a;
+    a.source_json = j.dump();
+
+    RLPT_CHECK_KIND(ConfigError, f.has("architectures") && j["architectures"].is_array() &&
+                                     j["architectures"].size() == 1 && j["architectures"][0].is_string(),
+                    "{}: \"architectures\" must be a list with one name, got {}", source,
+                    j.contains("architectures") ? j["architectures"].dump() : std::string("nothing"));
+    const std::string arch = j["architectures"][0].get<std::string>();
+    bool known = false;
+    for (const auto& k : kArchitectures) {
+        if (arch == k.name) {
+            a.family = k.family;
+            a.head = k.head;
+            known = true;
+        }
+    }
+    if (!known) {
+        std::string names;
+        for (const auto& k : kArchitectures) names += fmt::format("{}{}", names.empty() ? "" : ", ", k.name);
+        RLPT_THROW(ConfigError, "{}: architecture '{}' is not supported (supported: {})", source, arch, names);
+    }
+    const std::string model_type = f.string("model_type", a.model_type());
+    RLPT_CHECK_KIND(ConfigError, model_type == a.model_type(), "{}: model_type '{}' does not match architecture '{}'",
+                    source, model_type, arch);
+
+    const std::string act = f.string("hidden_act", "silu");
+    RLPT_CHECK_KIND(ConfigError, act == "silu", "{}: hidden_act '{}' is not supported (only 'silu')", source, act);
+    if (a.family == ModelFamily::kQwen2)
+        RLPT_CHECK_KIND(ConfigError, !f.boolean("use_sliding_window", false),
+                        "{}: use_sliding_window=true is not supported", source);
+
+    a.vocab_size = f.integer("vocab_size");
+    a.hidden_size = f.integer("hidden_size");
+    a.intermediate_size = f.integer("intermediate_size");
+    a.num_hidden_layers = f.integer("num_hidden_layers");
+    a.num_attention_heads = f.integer("num_attention_heads");
+    RLPT_CHECK_KIND(ConfigError, a.num_attention_heads > 0, "{}: num_attention_heads must be positive", source);
+    a.num_key_value_heads = f.integer("num_key_value_heads", a.num_attention_heads);
+    if (f.has("head_dim")) {
+        a.head_dim = f.integer("head_dim");
+    } else {
+        RLPT_CHECK_KIND(ConfigError, a.hidden_size % a.num_attention_heads == 0,
+                        "{}: hidden_size {} is not a multiple of num_attention_heads {}", source, a.hidden_size,
+                        a.num_attention_heads);
+        a.head_dim = a.hidden_size / a.num_attention_heads;
+    }
+    a.max_position_embeddings =
+        f.integer("max_position_embeddings", a.family == ModelFamily::kLlama ? 2048 : 32768);
+    a.rope_theta = f.number("rope_theta", 10000.0);
+    a.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
+    a.rope_scaling = parse_rope_scaling(j, source);
+    a.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
+    if (a.family == ModelFamily::kQwen2) {
+        a.qkv_bias = true;
+    } else {
+        a.qkv_bias = a.o_proj_bias = f.boolean("attention_bias", false);
+        a.mlp_bias = f.boolean("mlp_bias", false);
+    }
+    a.bos_token_id = f.integer("bos_token_id", -1);
+    a.pad_token_id = f.integer("pad_token_id", -1);
+    if (f.has("eos_token_id")) {
+        const json& e = j["eos_token_id"];
+        if (e.is_array()) {
+            for (const auto& v : e) {
+                RLPT_CHECK_KIND(ConfigError, v.is_number_integer(), "{}: eos_token_id entries must be integers, got {}",
+                                source, e.dump());
+                a.eos_token_ids.push_back(v.get<int64_t>());
+            }
+        } else {
+            a.eos_token_ids.push_back(f.integer("eos_token_id"));
+        }
+    }
+    a.torch_dtype = f.string("torch_dtype", f.string("dtype", "float32"));
+    a.initializer_range = f.number("initializer_range", 0.02);
+    if (a.head != ModelHead::kCausalLM) {
+        if (f.has("num_labels")) {
+            a.num_labels = f.integer("num_labels");
+        } else if (f.has("id2label") && j["id2label"].is_object()) {
+            a.num_labels = static_cast<int64_t>(j["id2label"].size());
+        } else {
+            a.num_labels = 2;  // Hugging Face's default
+        }
+    }
+    try {
+        a.validate();
+    } catch (const Error& e) {
+        rethrow_with_context(source, e);
+    }
+    return a;
+}
+
+ModelArgs load_model_args(const std::string& path) {
+    std::string file = fs::is_directory(path) ? (fs::path(path) / "config.json").string() : path;
+    std::ifstream in(file, std::ios::binary);
+    RLPT_CHECK_KIND(IoError, in.good(), "cannot open model config '{}'", file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return model_args_from_json(ss.str(), file);
+}
+
+std::string model_args_to_json(const ModelArgs& a) {
+    a.validate();
+    json j = a.source_json.empty() ? json::object() : json::parse(a.source_json);
+    j["architectures"] = json::array({a.architecture()});
+    j["model_type"] = a.model_type();
+    j["vocab_size"] = a.vocab_size;
+    j["hidden_size"] = a.hidden_size;
+    j["intermediate_size"] = a.intermediate_size;
+    j["num_hidden_layers"] = a.num_hidden_layers;
+    j["num_attention_heads"] = a.num_attention_heads;
+    j["num_key_value_heads"] = a.num_key_value_heads;
+    j["head_dim"] = a.head_dim;
+    j["max_position_embeddings"] = a.max_position_embeddings;
+    j["rope_theta"] = a.rope_theta;
+    j["rms_norm_eps"] = a.rms_norm_eps;
+    j["hidden_act"] = "silu";
+    j["tie_word_embeddings"] = a.tie_word_embeddings;
+    if (a.family == ModelFamily::kLlama) {
+        j["attention_bias"] = a.qkv_bias;
+        j["mlp_bias"] = a.mlp_bias;
+    } else {
+        j["use_sliding_window"] = false;
+    }
+    if (a.rope_scaling.type == RopeScalingType::kLlama3) {
+        j["rope_scaling"] = {{"rope_type", "llama3"},
+                             {"factor", a.rope_scaling.factor},
+                             {"low_freq_factor", a.rope_scaling.low_freq_factor},
+                             {"high_freq_factor", a.rope_scaling.high_freq_factor},
+                             {"original_max_position_embeddings", a.rope_scaling.original_max_position_embeddings}};
+    } else {
+        j["rope_scaling"] = nullptr;
+    }
+    j["bos_token_id"] = a.bos_token_id >= 0 ? json(a.bos_token_id) : json(nullptr);
+    j["pad_token_id"] = a.pad_token_id >= 0 ? json(a.pad_token_id) : json(nullptr);
+    if (a.eos_token_ids.empty()) {
+        j["eos_token_id"] = nullptr;
+    } else if (a.eos_token_ids.size() == 1) {
+        j["eos_token_id"] = a.eos_token_ids[0];
+    } else {
+        j["eos_token_id"] = a.eos_token_ids;
+    }
+    j.erase("dtype");
+    j["torch_dtype"] = a.torch_dtype;
+    j["initializer_range"] = a.initializer_range;
+    if (a.head == ModelHead::kCausalLM) {
+        j.erase("id2label");
+        j.erase("label2id");
+        j.erase("num_labels");
+    } else {
+        json id2label = json::object(), label2id = json::object();
+        for (int64_t i = 0; i < a.num_labels; ++i) {
+            id2label[std::to_string(i)] = fmt::format("LABEL_{}", i);
+            label2id[fmt::format("LABEL_{}", i)] = i;
+        }
+        j["id2label"] = id2label;
+        j["label2id"] = label2id;
+        j["num_labels"] = a.num_labels;
+    }
+    return j.dump(2) + "\n";
+}
+
+void save_model_args(const ModelArgs& args, const std::string& dir) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    RLPT_CHECK_KIND(IoError, !ec && fs::is_directory(dir), "cannot create directory '{}': {}", dir, ec.message());
+    write_file_atomic((fs::path(dir) / "config.json").string(), model_args_to_json(args));
+}
+
+ModelArgs tiny_model_args(ModelFamily family, int64_t vocab_size) {
+    ModelArgs a;
+    a.family = family;
+    a.vocab_size = vocab_size;
+    a.hidden_size = 64;
+    a.intermediate_size = 128;
+    a.num_hidden_layers = 2;
+    a.num_attention_heads = 4;
+    a.num_key_value_heads = 2;
+    a.head_dim = 16;
+    a.max_position_embeddings = 512;
+    a.rope_theta = 10000.0;
+    a.rms_norm_eps = 1e-6;
+    a.tie_word_embeddings = family == ModelFamily::kQwen2;
+    a.qkv_bias = family == ModelFamily::kQwen2;
+    a.validate();
+    return a;
+}
+
+}  // namespace rlpt::model

@@ -1,0 +1,163 @@
+#include "rlpt/model/transformer.h"
+
+#include "model/layers.h"
+#include "model/weights_io.h"
+#include <fmt/ranges.h>
+
+#include "rlpt/core/error.h"
+
+namespace rlpt::model {
+
+std::string dtype_name(torch::Dtype dtype) {
+    if (dtype == torch::kFloat32) return "float32";
+    if (dtype == torch::kBFloat16) return "bfloat16";
+    if (dtype == torch::kFloat16) return "float16";
+    RLPT_THROW(ValueError, "model dtype {} is not supported (float32, bfloat16, float16)", c10::toString(dtype));
+}
+
+torch::Dtype dtype_from_name(const std::string& name) {
+    if (name == "float32") return torch::kFloat32;
+    if (name == "bfloat16") return torch::kBFloat16;
+    if (name == "float16") return torch::kFloat16;
+    RLPT_THROW(ValueError, "model dtype '{}' is not supported (float32, bfloat16, float16)", name);
+}
+
+// ---- Backbone --------------------------------------------------------------------------------
+
+Backbone::Backbone(const ModelArgs& args, torch::TensorOptions options) : args_(args) {
+    auto embed = register_module("embed_tokens", std::make_shared<torch::nn::Module>());
+    embed_weight_ = embed->register_parameter("weight", torch::empty({args.vocab_size, args.hidden_size}, options));
+    auto layers = register_module("layers", std::make_shared<torch::nn::Module>());
+    for (int64_t i = 0; i < args.num_hidden_layers; ++i)
+        layers_.push_back(layers->register_module(std::to_string(i), std::make_shared<detail::DecoderLayer>(args, options)));
+    norm_ = register_module("norm", std::make_shared<detail::RMSNorm>(args.hidden_size, args.rms_norm_eps, options));
+    inv_freq_ = detail::rotary_inv_freq(args).to(options.device());
+}
+
+torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                                const torch::Tensor& position_ids, KVCache* cache) {
+    RLPT_CHECK(input_ids.defined() && input_ids.dim() == 2 && input_ids.scalar_type() == torch::kInt64,
+               "forward: input_ids must be [B, T] int64, got {} {}", input_ids.sizes(),
+               input_ids.defined() ? c10::toString(input_ids.scalar_type()) : "undefined");
+    const int64_t b = input_ids.size(0), t = input_ids.size(1);
+    const int64_t past = cache ? cache->length() : 0;
+    RLPT_CHECK(b > 0 && t > 0, "forward: empty input_ids {}", input_ids.sizes());
+    RLPT_CHECK(position_ids.defined() && position_ids.sizes() == input_ids.sizes() &&
+                   position_ids.scalar_type() == torch::kInt64,
+               "forward: position_ids must be int64 shaped like input_ids {}, got {}", input_ids.sizes(),
+               position_ids.sizes());
+    RLPT_CHECK(attention_mask.defined() && attention_mask.dim() == 2 && attention_mask.size(0) == b &&
+                   attention_mask.size(1) == past + t,
+               "forward: attention_mask must be [{}, {}] (cached {} + new {}), got {}", b, past + t, past, t,
+               attention_mask.sizes());
+    if (cache)
+        RLPT_CHECK(cache->batch_size() == b && cache->n_layers() == args_.num_hidden_layers,
+                   "forward: cache holds {} rows / {} layers, input has {} rows / model {} layers",
+                   cache->batch_size(), cache->n_layers(), b, args_.num_hidden_layers);
+    const auto device = embed_weight_.device();
+    RLPT_CHECK(input_ids.device() == device && attention_mask.device() == device && position_ids.device() == device,
+               "forward: inputs must be on the model's device {}", device.str());
+    {
+        auto lo_hi = torch::aminmax(input_ids);
+        const int64_t lo = std::get<0>(lo_hi).item<int64_t>(), hi = std::get<1>(lo_hi).item<int64_t>();
+        RLPT_CHECK(lo >= 0 && hi < args_.vocab_size, "forward: token ids must be in [0, {}), got [{}, {}]",
+                   args_.vocab_size, lo, hi);
+        RLPT_CHECK(position_ids.min().item<int64_t>() >= 0, "forward: position_ids must be non-negative");
+    }
+
+    // masked_out[b, 0, 0, i, j]: query i (absolute position past+i) may not see key j.
+    auto key_pad = (attention_mask == 0).view({b, 1, 1, 1, past + t});
+    auto q_pos = torch::arange(past, past + t, torch::TensorOptions().dtype(torch::kInt64).device(device));
+    auto k_pos = torch::arange(past + t, torch::TensorOptions().dtype(torch::kInt64).device(device));
+    auto masked_out = key_pad.logical_or(k_pos.unsqueeze(0) > q_pos.unsqueeze(1));
+
+    const auto dtype = embed_weight_.scalar_type();
+    auto rope = detail::rotary_tables(inv_freq_, position_ids, dtype);
+    auto h = torch::embedding(embed_weight_, input_ids);
+    for (size_t i = 0; i < layers_.size(); ++i) h = layers_[i]->forward(h, rope, masked_out, cache, static_cast<int64_t>(i));
+    if (cache) cache->advance(t);
+    return norm_->forward(h);
+}
+
+// ---- CausalLM --------------------------------------------------------------------------------
+
+CausalLM::CausalLM(ModelArgs args, torch::Dtype dtype, torch::Device device) : args_(std::move(args)) {
+    args_.validate();
+    RLPT_CHECK(args_.head == ModelHead::kCausalLM, "CausalLM needs a causal-LM config, got {}", args_.architecture());
+    args_.torch_dtype = dtype_name(dtype);
+    auto options = torch::TensorOptions().dtype(dtype).device(device);
+    model_ = register_module("model", std::make_shared<Backbone>(args_, options));
+    if (!args_.tie_word_embeddings) {
+        auto head = register_module("lm_head", std::make_shared<torch::nn::Module>());
+        lm_head_ = head->register_parameter("weight", torch::empty({args_.vocab_size, args_.hidden_size}, options));
+    }
+}
+
+torch::Dtype CausalLM::dtype() const { return model_->embed_weight().scalar_type(); }
+torch::Device CausalLM::device() const { return model_->embed_weight().device(); }
+
+torch::Tensor CausalLM::forward_hidden(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                                       const torch::Tensor& position_ids, KVCache* cache) {
+    return model_->forward(input_ids, attention_mask, position_ids, cache);
+}
+
+torch::Tensor CausalLM::lm_head_weight() const { return args_.tie_word_embeddings ? model_->embed_weight() : lm_head_; }
+
+torch::Tensor CausalLM::forward_logits(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                                       const torch::Tensor& position_ids, KVCache* cache) {
+    auto hidden = forward_hidden(input_ids, attention_mask, position_ids, cache);
+    return torch::linear(hidden, lm_head_weight()).to(torch::kFloat32);
+}
+
+KVCache CausalLM::make_cache(int64_t batch_size, int64_t max_length) const {
+    return KVCache(args_.num_hidden_layers, batch_size, args_.num_key_value_heads, args_.head_dim, max_length,
+                   torch::TensorOptions().dtype(dtype()).device(device()));
+}
+
+void CausalLM::init_weights(uint64_t seed) { detail::init_parameters(*this, args_, seed); }
+
+std::shared_ptr<CausalLM> make_random_causal_lm(const ModelArgs& args, uint64_t seed, torch::Dtype dtype,
+                                                torch::Device device) {
+    auto model = std::make_shared<CausalLM>(args, dtype, device);
+    model->init_weights(seed);
+    return model;
+}
+
+std::shared_ptr<CausalLM> load_pretrained(const std::string& dir, torch::Dtype dtype, torch::Device device) {
+    try {
+        ModelArgs args = load_model_args(dir);
+        RLPT_CHECK_KIND(ConfigError, args.head == ModelHead::kCausalLM,
+                        "architecture {} is not a causal LM (expected LlamaForCausalLM or Qwen2ForCausalLM)",
+                        args.architecture());
+        auto model = std::make_shared<CausalLM>(args, dtype, device);
+        auto ck = SafetensorsCheckpoint::open(dir);
+        detail::LoadRules rules;
+        const bool tied = args.tie_word_embeddings;
+        rules.ignore = [tied](const std::string& name) { return tied && name == "lm_head.weight"; };
+        detail::load_parameters(*model, ck, rules);
+        return model;
+    } catch (const Error& e) {
+        rethrow_with_context(fmt::format("loading '{}'", dir), e);
+    }
+}
+
+std::shared_ptr<CausalLM> clone_causal_lm(const CausalLM& src, torch::Dtype dtype, torch::Device device) {
+    auto out = std::make_shared<CausalLM>(src.args(), dtype, device);
+    auto from = src.named_parameters(/*recurse=*/true);
+    torch::NoGradGuard no_grad;
+    for (auto& p : out->named_parameters(/*recurse=*/true)) p.value().copy_(from[p.key()]);
+    return out;
+}
+
+void save_pretrained(const CausalLM& model, const std::string& dir, uint64_t max_shard_bytes) {
+    try {
+        ModelArgs args = model.args();
+        args.torch_dtype = dtype_name(model.dtype());
+        save_safetensors_sharded(dir, detail::parameter_list(model), max_shard_bytes);
+        save_model_args(args, dir);
+    } catch (const Error& e) {
+        rethrow_with_context(fmt::format("saving '{}'", dir), e);
+    }
+}
+
+}  // namespace rlpt::model

@@ -1,0 +1,150 @@
+// Logits against scripts/reference_forward.py, an independent float64 PyTorch implementation
+// (Debian has no python3-transformers, so HF's own classes can't be used here). Skipped when
+// /usr/bin/python3 with torch is not available.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "rlpt/model/transformer.h"
+#include "rlpt/model/value_model.h"
+#include "test_model_helpers.h"
+
+using namespace rlpt::model;
+using rlpt::model::testing::Batch;
+using rlpt::model::testing::left_padded;
+using rlpt::model::testing::TempDir;
+
+namespace {
+
+bool python_torch_available() {
+    return std::system("/usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1") == 0;
+}
+
+// Runs the reference on `dir` and returns its output shaped `shape`.
+torch::Tensor reference(const std::string& dir, const Batch& b, std::vector<int64_t> shape) {
+    nlohmann::json in;
+    auto rows = [](const torch::Tensor& t) {
+        std::vector<std::vector<int64_t>> r;
+        auto c = t.contiguous();
+        for (int64_t i = 0; i < c.size(0); ++i)
+            r.emplace_back(c[i].data_ptr<int64_t>(), c[i].data_ptr<int64_t>() + c.size(1));
+        return r;
+    };
+    in["input_ids"] = rows(b.ids);
+    in["attention_mask"] = rows(b.mask);
+    in["position_ids"] = rows(b.pos);
+    const std::string in_path = dir + "/ref_input.json", out_path = dir + "/ref_output.bin";
+    std::ofstream(in_path) << in.dump();
+    const std::string cmd = fmt::format("/usr/bin/python3 {}/scripts/reference_forward.py {} {} {}",
+                                        rlpt::model::testing::source_dir(), dir, in_path, out_path);
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::ifstream f(out_path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(f)), {});
+    auto out = torch::empty(shape, torch::kFloat32);
+    EXPECT_EQ(bytes.size(), static_cast<size_t>(out.numel()) * 4) << "reference output size";
+    if (bytes.size() == static_cast<size_t>(out.numel()) * 4) std::memcpy(out.data_ptr(), bytes.data(), bytes.size());
+    return out;
+}
+
+// Max |a - b| over real (mask = 1) positions; a, b [B, T, ...].
+float masked_max_diff(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& mask) {
+    auto m = mask.to(torch::kBool);
+    while (m.dim() < a.dim()) m = m.unsqueeze(-1);
+    return ((a - b).abs() * m).max().item<float>();
+}
+
+void check_causal_lm(const ModelArgs& args, uint64_t seed, const Batch& b, float tol = 1e-5f) {
+    TempDir dir("ref");
+    auto m = make_random_causal_lm(args, seed, torch::kFloat32);
+    {
+        // Non-trivial norm weights and biases so every parameter matters, and sharper attention
+        // (larger q/k weights) so position encoding errors show in the logits.
+        torch::NoGradGuard ng;
+        for (auto& p : m->named_parameters()) {
+            if (p.key().find("norm") != std::string::npos || p.key().find("bias") != std::string::npos)
+                p.value().uniform_(0.5, 1.5);
+            if (p.key().find("q_proj.weight") != std::string::npos || p.key().find("k_proj.weight") != std::string::npos)
+                p.value().mul_(10.0);
+        }
+    }
+    save_pretrained(*m, dir.str());
+    torch::Tensor got;
+    {
+        torch::NoGradGuard ng;
+        got = m->forward_logits(b.ids, b.mask, b.pos);
+    }
+    auto ref = reference(dir.str(), b, got.sizes().vec());
+    const float scale = ref.abs().max().item<float>();
+    EXPECT_GT(scale, 0.05f) << "logits too small for a meaningful comparison";
+    EXPECT_LT(masked_max_diff(got, ref, b.mask), tol) << args.architecture() << " (max |logit| " << scale << ")";
+}
+
+}  // namespace
+
+class ReferenceForward : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        if (!python_torch_available())
+            GTEST_SKIP() << "/usr/bin/python3 with torch+numpy is not available (Debian python3-torch); "
+                            "the independent reference forward cannot run";
+    }
+};
+
+TEST_F(ReferenceForward, LlamaGqaUntiedEmbeddings) {
+    auto a = tiny_model_args(ModelFamily::kLlama, 67);
+    a.hidden_size = 48;
+    a.num_attention_heads = 6;
+    a.num_key_value_heads = 2;
+    a.head_dim = 12;  // q dim 72 != hidden 48
+    a.intermediate_size = 80;
+    a.num_hidden_layers = 3;
+    a.rope_theta = 500000.0;
+    a.rms_norm_eps = 1e-5;
+    check_causal_lm(a, 1, left_padded({{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5}}));
+}
+
+TEST_F(ReferenceForward, LlamaWithAttentionAndMlpBiasesAndLlama3RopeScaling) {
+    auto a = tiny_model_args(ModelFamily::kLlama, 61);
+    a.qkv_bias = a.o_proj_bias = a.mlp_bias = true;
+    a.tie_word_embeddings = true;
+    a.rope_scaling.type = RopeScalingType::kLlama3;
+    a.rope_scaling.factor = 8.0;
+    a.rope_scaling.low_freq_factor = 1.0;
+    a.rope_scaling.high_freq_factor = 4.0;
+    a.rope_scaling.original_max_position_embeddings = 64;  // small, so all three bands occur for head_dim 16
+    a.rope_theta = 10000.0;
+    a.validate();
+    std::vector<int64_t> row;
+    for (int i = 0; i < 40; ++i) row.push_back((i * 7 + 3) % 61);
+    check_causal_lm(a, 2, left_padded({row}));
+}
+
+TEST_F(ReferenceForward, Qwen2BiasesTiedEmbeddingsLeftPaddedBatch) {
+    auto a = tiny_model_args(ModelFamily::kQwen2, 71);
+    a.rope_theta = 1000000.0;
+    a.num_hidden_layers = 3;
+    check_causal_lm(a, 3, left_padded({{10, 20, 30, 40, 50, 60, 70}, {5, 6}, {1, 2, 3, 4}}, /*pad_id=*/0));
+}
+
+TEST_F(ReferenceForward, ValueModelHead) {
+    TempDir dir("ref");
+    auto policy = make_random_causal_lm(tiny_model_args(ModelFamily::kQwen2, 40), 4);
+    auto vm = value_model_from_policy(*policy, torch::kFloat32, torch::kCPU, ValueHeadInit::kNormal, 5);
+    {
+        torch::NoGradGuard ng;
+        vm->score_bias().fill_(0.25);
+    }
+    save_value_model(*vm, dir.str());
+    auto b = left_padded({{1, 2, 3, 4, 5}, {7, 8}});
+    torch::Tensor got;
+    {
+        torch::NoGradGuard ng;
+        got = vm->forward_values(b.ids, b.mask, b.pos);
+    }
+    auto ref = reference(dir.str(), b, {2, 5});
+    EXPECT_LT(masked_max_diff(got, ref, b.mask), 1e-5f);
+}
