@@ -28,9 +28,13 @@ GroupIndex dense_ids(const std::vector<Label>& labels) {
 
 }  // namespace
 
-GroupIndex make_group_index(const std::vector<int64_t>& labels) { return dense_ids(labels); }
+GroupIndex make_group_index(const std::vector<int64_t>& labels) {
+    return dense_ids(labels);
+}
 
-GroupIndex make_group_index(const std::vector<std::string>& labels) { return dense_ids(labels); }
+GroupIndex make_group_index(const std::vector<std::string>& labels) {
+    return dense_ids(labels);
+}
 
 GroupIndex make_group_index(const torch::Tensor& labels) {
     RLPT_CHECK(labels.defined() && labels.dim() == 1, "make_group_index: labels must be a 1-D tensor, got {}",

@@ -17,7 +17,8 @@ struct Estimator {
 };
 
 void require(const torch::Tensor& t, const char* estimator, const char* field) {
-    RLPT_CHECK(t.defined(), "compute_advantage('{}'): input '{}' is required by this estimator but was not given",
+    RLPT_CHECK(t.defined(),
+               "compute_advantage('{}'): input '{}' is required by this estimator but was not given",
                estimator, field);
 }
 
@@ -27,7 +28,8 @@ AdvantageOutput run_gae(const AdvantageInputs& in, const AdvantageParams& p) {
 }
 AdvantageOutput run_grpo(const AdvantageInputs& in, const AdvantageParams& p) {
     require(in.index, "grpo", "index");
-    return compute_grpo(in.token_level_rewards, in.response_mask, in.index, p.epsilon, p.norm_adv_by_std_in_grpo);
+    return compute_grpo(in.token_level_rewards, in.response_mask, in.index, p.epsilon,
+                        p.norm_adv_by_std_in_grpo);
 }
 AdvantageOutput run_grpo_passk(const AdvantageInputs& in, const AdvantageParams& p) {
     require(in.index, "grpo_passk", "index");
@@ -79,8 +81,8 @@ const Estimator& find_estimator(const std::string& name) {
     for (const auto& e : kEstimators)
         if (name == e.name) return e;
     for (const char* u : kUnsupported)
-        RLPT_CHECK(name != u, "advantage estimator '{}' is not supported by rlpt; supported estimators: {}", name,
-                   fmt::join(advantage_estimator_names(), ", "));
+        RLPT_CHECK(name != u, "advantage estimator '{}' is not supported by rlpt; supported estimators: {}",
+                   name, fmt::join(advantage_estimator_names(), ", "));
     RLPT_THROW(ValueError, "unknown advantage estimator '{}'; valid names: {}", name,
                fmt::join(advantage_estimator_names(), ", "));
 }
@@ -93,7 +95,9 @@ std::vector<std::string> advantage_estimator_names() {
     return names;
 }
 
-bool advantage_estimator_needs_values(const std::string& name) { return find_estimator(name).needs_values; }
+bool advantage_estimator_needs_values(const std::string& name) {
+    return find_estimator(name).needs_values;
+}
 
 AdvantageOutput compute_advantage(const std::string& name, const AdvantageInputs& inputs,
                                   const AdvantageParams& params) {

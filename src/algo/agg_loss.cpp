@@ -83,7 +83,8 @@ torch::Tensor agg_loss(const torch::Tensor& loss_mat, const torch::Tensor& loss_
                n_seq);
     auto loss = safe_div(masked_sum(seq_losses, seq_mask), n_seq) * dp;
     if (mode == AggMode::kSeqMeanTokenSumNorm) {
-        double scale = info.loss_scale_factor ? *info.loss_scale_factor : static_cast<double>(loss_mat.size(-1));
+        double scale =
+            info.loss_scale_factor ? *info.loss_scale_factor : static_cast<double>(loss_mat.size(-1));
         RLPT_CHECK(scale > 0.0, "agg_loss(seq-mean-token-sum-norm): loss_scale_factor must be > 0, got {}",
                    scale);
         loss = loss / scale;

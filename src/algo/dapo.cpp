@@ -13,7 +13,8 @@ namespace {
 void check_buffer(const OverlongBuffer& cfg) {
     RLPT_CHECK(cfg.buffer_len > 0, "overlong buffer: len must be > 0, got {}", cfg.buffer_len);
     RLPT_CHECK(cfg.max_resp_len >= cfg.buffer_len,
-               "overlong buffer: max_resp_len ({}) must be >= the buffer len ({})", cfg.max_resp_len, cfg.buffer_len);
+               "overlong buffer: max_resp_len ({}) must be >= the buffer len ({})", cfg.max_resp_len,
+               cfg.buffer_len);
     RLPT_CHECK(cfg.penalty_factor >= 0.0, "overlong buffer: penalty_factor must be >= 0, got {}",
                cfg.penalty_factor);
 }
@@ -55,14 +56,16 @@ GroupFilterResult filter_impl(const std::vector<double>& values, const std::vect
 
 double overlong_penalty(int64_t response_length, const OverlongBuffer& cfg) {
     check_buffer(cfg);
-    RLPT_CHECK(response_length >= 0, "overlong_penalty: response length must be >= 0, got {}", response_length);
+    RLPT_CHECK(response_length >= 0, "overlong_penalty: response length must be >= 0, got {}",
+               response_length);
     const int64_t expected = cfg.max_resp_len - cfg.buffer_len;
     const double exceed = static_cast<double>(response_length - expected);
     if (exceed <= 0.0) return 0.0;  // not -0.0
     return std::min(-exceed / static_cast<double>(cfg.buffer_len) * cfg.penalty_factor, 0.0);
 }
 
-std::vector<double> overlong_penalties(const std::vector<int64_t>& response_lengths, const OverlongBuffer& cfg) {
+std::vector<double> overlong_penalties(const std::vector<int64_t>& response_lengths,
+                                       const OverlongBuffer& cfg) {
     std::vector<double> out;
     out.reserve(response_lengths.size());
     for (auto l : response_lengths) out.push_back(overlong_penalty(l, cfg));

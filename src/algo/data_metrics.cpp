@@ -12,7 +12,9 @@ void add_stats(std::map<std::string, double>& m, const std::string& prefix, cons
     m[prefix + "/min"] = v.min().item<double>();
 }
 
-torch::Tensor as_f64(const torch::Tensor& t) { return t.detach().to(torch::kCPU, torch::kFloat64); }
+torch::Tensor as_f64(const torch::Tensor& t) {
+    return t.detach().to(torch::kCPU, torch::kFloat64);
+}
 
 }  // namespace
 
@@ -23,7 +25,8 @@ std::map<std::string, double> compute_data_metrics(const DataMetricsInputs& in) 
     detail::check_2d(in.token_level_scores, kWhere, "token_level_scores");
     const auto& ref = in.token_level_scores;
     detail::check_float(in.token_level_rewards, kWhere, "token_level_rewards");
-    detail::check_same_shape(ref, "token_level_scores", in.token_level_rewards, "token_level_rewards", kWhere);
+    detail::check_same_shape(ref, "token_level_scores", in.token_level_rewards, "token_level_rewards",
+                             kWhere);
     detail::check_float(in.advantages, kWhere, "advantages");
     detail::check_same_shape(ref, "token_level_scores", in.advantages, "advantages", kWhere);
     detail::check_float(in.returns, kWhere, "returns");
@@ -34,11 +37,11 @@ std::map<std::string, double> compute_data_metrics(const DataMetricsInputs& in) 
         detail::check_same_shape(ref, "token_level_scores", in.values, "values", kWhere);
     }
     if (in.response_attention_mask.defined())
-        detail::check_same_shape(ref, "token_level_scores", in.response_attention_mask, "response_attention_mask",
-                                 kWhere);
+        detail::check_same_shape(ref, "token_level_scores", in.response_attention_mask,
+                                 "response_attention_mask", kWhere);
     detail::check_2d(in.prompt_mask, kWhere, "prompt_mask");
-    RLPT_CHECK(in.prompt_mask.size(0) == ref.size(0), "{}: prompt_mask has {} rows but the batch has {}", kWhere,
-               in.prompt_mask.size(0), ref.size(0));
+    RLPT_CHECK(in.prompt_mask.size(0) == ref.size(0), "{}: prompt_mask has {} rows but the batch has {}",
+               kWhere, in.prompt_mask.size(0), ref.size(0));
 
     const double max_response_length = static_cast<double>(ref.size(1));
     const double max_prompt_length = static_cast<double>(in.prompt_mask.size(1));
@@ -67,14 +70,16 @@ std::map<std::string, double> compute_data_metrics(const DataMetricsInputs& in) 
         m["critic/vf_explained_var"] = 1.0 - diff_var / (ret_var + 1e-5);
     }
     add_stats(m, "response_length", response_length);
-    m["response_length/clip_ratio"] = (response_length == max_response_length).to(torch::kFloat64).mean().item<double>();
+    m["response_length/clip_ratio"] =
+        (response_length == max_response_length).to(torch::kFloat64).mean().item<double>();
     auto non_aborted_length = response_length.masked_select(non_aborted);
     add_stats(m, "response_length_non_aborted", non_aborted_length);
     m["response_length_non_aborted/clip_ratio"] =
         (non_aborted_length == max_response_length).to(torch::kFloat64).mean().item<double>();
     m["response/aborted_ratio"] = aborted.to(torch::kFloat64).mean().item<double>();
     add_stats(m, "prompt_length", prompt_length);
-    m["prompt_length/clip_ratio"] = (prompt_length == max_prompt_length).to(torch::kFloat64).mean().item<double>();
+    m["prompt_length/clip_ratio"] =
+        (prompt_length == max_prompt_length).to(torch::kFloat64).mean().item<double>();
     return m;
 }
 

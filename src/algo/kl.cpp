@@ -48,10 +48,11 @@ KlType parse_kl_type(const std::string& name) {
     } else if (base == "low_var_kl" || base == "k3") {
         t.estimator = KlEstimator::kK3;
     } else if (base == "full") {
-        RLPT_THROW(ValueError,
-                   "KL type '{}' (the full-vocabulary KL) is not supported: it needs whole logit rows, rlpt's "
-                   "KL works on log-probs of the sampled tokens; valid types: {}",
-                   name, kValidKlNames);
+        RLPT_THROW(
+            ValueError,
+            "KL type '{}' (the full-vocabulary KL) is not supported: it needs whole logit rows, rlpt's "
+            "KL works on log-probs of the sampled tokens; valid types: {}",
+            name, kValidKlNames);
     } else {
         RLPT_THROW(ValueError, "unknown KL type '{}'; valid types: {}", name, kValidKlNames);
     }
@@ -73,7 +74,9 @@ torch::Tensor kl_penalty(const torch::Tensor& log_prob, const torch::Tensor& ref
     return kl_penalty(log_prob, ref_log_prob, parse_kl_type(type));
 }
 
-KlController KlController::fixed(double kl_coef) { return KlController(Kind::kFixed, kl_coef, 0.0, 0.0); }
+KlController KlController::fixed(double kl_coef) {
+    return KlController(Kind::kFixed, kl_coef, 0.0, 0.0);
+}
 
 KlController KlController::adaptive(double init_kl_coef, double target_kl, double horizon) {
     RLPT_CHECK(horizon > 0.0, "adaptive KL controller: horizon must be > 0, got {}", horizon);
@@ -102,7 +105,8 @@ KlRewardResult apply_kl_penalty(const torch::Tensor& token_level_scores, const t
     detail::check_float(token_level_scores, kWhere, "token_level_scores");
     detail::check_2d(token_level_scores, kWhere, "token_level_scores");
     detail::check_same_shape(token_level_scores, "token_level_scores", old_log_prob, "old_log_prob", kWhere);
-    detail::check_same_shape(token_level_scores, "token_level_scores", response_mask, "response_mask", kWhere);
+    detail::check_same_shape(token_level_scores, "token_level_scores", response_mask, "response_mask",
+                             kWhere);
     auto kld = kl_penalty(old_log_prob, ref_log_prob, kl_type) * detail::mask_as(response_mask, old_log_prob);
     const double beta = controller.value();
     KlRewardResult out;

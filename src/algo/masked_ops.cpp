@@ -27,8 +27,12 @@ torch::Tensor masked_sum(const torch::Tensor& values, const torch::Tensor& mask,
 // count (where the epsilon rounds away for n >= 1), floating masks keep their dtype. This is what
 // verl computes, so means match it to the last bit.
 namespace {
-torch::Tensor mask_count(const torch::Tensor& mask) { return mask.sum(); }
-torch::Tensor mask_count(const torch::Tensor& mask, int64_t dim) { return mask.sum(dim); }
+torch::Tensor mask_count(const torch::Tensor& mask) {
+    return mask.sum();
+}
+torch::Tensor mask_count(const torch::Tensor& mask, int64_t dim) {
+    return mask.sum(dim);
+}
 }  // namespace
 
 torch::Tensor masked_mean(const torch::Tensor& values, const torch::Tensor& mask) {
@@ -97,8 +101,7 @@ torch::Tensor logprobs_from_logits(const torch::Tensor& logits, const torch::Ten
     detail::check_float(logits, "logprobs_from_logits", "logits");
     RLPT_CHECK(labels.defined() && labels.scalar_type() == torch::kInt64,
                "logprobs_from_logits: labels must be an int64 tensor");
-    RLPT_CHECK(logits.dim() == labels.dim() + 1 &&
-                   logits.sizes().slice(0, labels.dim()) == labels.sizes(),
+    RLPT_CHECK(logits.dim() == labels.dim() + 1 && logits.sizes().slice(0, labels.dim()) == labels.sizes(),
                "logprobs_from_logits: logits {} must be labels {} plus a vocabulary dimension",
                detail::shape_str(logits), detail::shape_str(labels));
     if (labels.numel() > 0) {

@@ -1,10 +1,11 @@
 // Policy losses: vanilla (PPO + dual-clip), gspo, sapo, gpg, cispo, dro; and the dispatcher.
+#include "rlpt/algo/policy_loss.h"
+
 #include <fmt/format.h>
 
 #include "algo/checks.h"
 #include "algo/policy_loss_common.h"
 #include "rlpt/algo/masked_ops.h"
-#include "rlpt/algo/policy_loss.h"
 
 namespace rlpt::algo {
 
@@ -26,8 +27,8 @@ void check_policy_inputs(const PolicyLossInputs& in, const char* where) {
 
 void check_clip_ratios(const PolicyLossConfig& cfg, const char* where) {
     RLPT_CHECK(cfg.eps_low() >= 0.0 && cfg.eps_high() >= 0.0,
-               "{}: clip ratios must be >= 0, got clip_ratio_low {} and clip_ratio_high {}", where, cfg.eps_low(),
-               cfg.eps_high());
+               "{}: clip ratios must be >= 0, got clip_ratio_low {} and clip_ratio_high {}", where,
+               cfg.eps_low(), cfg.eps_high());
 }
 
 torch::Tensor apply_is_weights(const torch::Tensor& loss_tok, const PolicyLossInputs& in) {
@@ -44,8 +45,8 @@ double masked_mean_value(const torch::Tensor& values, const torch::Tensor& mask)
 
 namespace {
 
-torch::Tensor aggregate(const torch::Tensor& loss_tok, const PolicyLossInputs& in, const PolicyLossConfig& cfg,
-                        AggMode mode) {
+torch::Tensor aggregate(const torch::Tensor& loss_tok, const PolicyLossInputs& in,
+                        const PolicyLossConfig& cfg, AggMode mode) {
     return agg_loss(detail::apply_is_weights(loss_tok, in), in.response_mask, mode, cfg.global_batch_info);
 }
 
@@ -109,7 +110,8 @@ PolicyLossOutput compute_policy_loss_sapo(const PolicyLossInputs& in, const Poli
     const auto& a = in.advantages;
     auto lr = torch::clamp(in.log_prob - in.old_log_prob, -20.0, 20.0);
     auto ratio = torch::exp(lr);
-    auto tau = torch::where(a > 0, torch::full({}, cfg.tau_pos, a.options()), torch::full({}, cfg.tau_neg, a.options()));
+    auto tau = torch::where(a > 0, torch::full({}, cfg.tau_pos, a.options()),
+                            torch::full({}, cfg.tau_neg, a.options()));
     auto gate = torch::sigmoid(tau * (ratio - 1.0)) * (4.0 / tau);
     auto loss_tok = -gate * a;
 
@@ -174,10 +176,14 @@ struct LossEntry {
     LossFn fn;
 };
 constexpr LossEntry kLosses[] = {
-    {"vanilla", compute_policy_loss_vanilla}, {"gspo", compute_policy_loss_gspo},
-    {"sapo", compute_policy_loss_sapo},       {"gpg", compute_policy_loss_gpg},
-    {"cispo", compute_policy_loss_cispo},     {"dro", compute_policy_loss_dro},
-    {"clip_cov", run_clip_cov},               {"kl_cov", compute_policy_loss_kl_cov},
+    {"vanilla", compute_policy_loss_vanilla},
+    {"gspo", compute_policy_loss_gspo},
+    {"sapo", compute_policy_loss_sapo},
+    {"gpg", compute_policy_loss_gpg},
+    {"cispo", compute_policy_loss_cispo},
+    {"dro", compute_policy_loss_dro},
+    {"clip_cov", run_clip_cov},
+    {"kl_cov", compute_policy_loss_kl_cov},
     {"geo_mean", compute_policy_loss_geo_mean},
 };
 constexpr const char* kUnsupported[] = {"dppo_tv", "dppo_kl", "bypass_mode"};
@@ -195,8 +201,8 @@ PolicyLossOutput compute_policy_loss(const std::string& loss_mode, const PolicyL
     for (const auto& e : kLosses)
         if (loss_mode == e.name) return e.fn(in, cfg);
     for (const char* u : kUnsupported)
-        RLPT_CHECK(loss_mode != u, "policy loss_mode '{}' is not supported by rlpt; supported modes: {}", loss_mode,
-                   fmt::join(policy_loss_names(), ", "));
+        RLPT_CHECK(loss_mode != u, "policy loss_mode '{}' is not supported by rlpt; supported modes: {}",
+                   loss_mode, fmt::join(policy_loss_names(), ", "));
     RLPT_THROW(ValueError, "unknown policy loss_mode '{}'; valid modes: {}", loss_mode,
                fmt::join(policy_loss_names(), ", "));
 }

@@ -13,7 +13,8 @@ PolicyLossOutput compute_policy_loss_clip_cov(const PolicyLossInputs& in, const 
     constexpr const char* kWhere = "policy_loss(clip_cov)";
     detail::check_policy_inputs(in, kWhere);
     detail::check_clip_ratios(cfg, kWhere);
-    RLPT_CHECK(cfg.clip_cov_ratio > 0.0, "{}: clip_cov_ratio must be > 0, got {}", kWhere, cfg.clip_cov_ratio);
+    RLPT_CHECK(cfg.clip_cov_ratio > 0.0, "{}: clip_cov_ratio must be > 0, got {}", kWhere,
+               cfg.clip_cov_ratio);
     const auto& a = in.advantages;
     const auto dt = in.log_prob.scalar_type();
     auto lr = in.log_prob - in.old_log_prob;
@@ -34,7 +35,8 @@ PolicyLossOutput compute_policy_loss_clip_cov(const PolicyLossInputs& in, const 
         auto flat_idx = torch::nonzero(candidates.reshape({-1})).reshape({-1});
         corr = torch::ones_like(a);
         if (flat_idx.numel() > 0) {
-            auto perm = torch::randperm(flat_idx.numel(), generator, torch::TensorOptions().dtype(torch::kLong));
+            auto perm =
+                torch::randperm(flat_idx.numel(), generator, torch::TensorOptions().dtype(torch::kLong));
             auto chosen = flat_idx.index_select(0, perm.slice(0, 0, std::min(clip_num, flat_idx.numel())));
             corr.reshape({-1}).index_fill_(0, chosen, 0.0);
         }
@@ -71,7 +73,8 @@ PolicyLossOutput compute_policy_loss_kl_cov(const PolicyLossInputs& in, const Po
             auto adv_v = a.detach().reshape({-1}).index_select(0, valid_idx).to(torch::kFloat64);
             auto logp_v = in.log_prob.detach().reshape({-1}).index_select(0, valid_idx).to(torch::kFloat64);
             auto cov = (adv_v - adv_v.mean()) * (logp_v - logp_v.mean());
-            const int64_t k = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(n) * cfg.kl_cov_ratio));
+            const int64_t k =
+                std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(n) * cfg.kl_cov_ratio));
             auto top = std::get<1>(torch::topk(cov, std::min(k, n)));
             selected.index_fill_(0, valid_idx.index_select(0, top), true);
         }
@@ -112,9 +115,11 @@ PolicyLossOutput compute_policy_loss_geo_mean(const PolicyLossInputs& in, const 
     RLPT_CHECK(n_rows >= 0.0, "{}: global_batch_size must be >= 0, got {}", kWhere, n_rows);
 
     PolicyLossOutput out;
-    out.loss = (n_rows == 0.0 ? seq_loss.sum() * 0.0 : seq_loss.sum() / n_rows) * static_cast<double>(gbi.dp_size);
+    out.loss =
+        (n_rows == 0.0 ? seq_loss.sum() * 0.0 : seq_loss.sum() / n_rows) * static_cast<double>(gbi.dp_size);
     auto clipped = (lr != lr_clamped);
-    out.metrics["actor/pg_clipfrac"] = detail::masked_mean_value((clipped & (a > 0)).to(dt), in.response_mask);
+    out.metrics["actor/pg_clipfrac"] =
+        detail::masked_mean_value((clipped & (a > 0)).to(dt), in.response_mask);
     out.metrics["actor/ppo_kl"] = detail::masked_mean_value(-lr, in.response_mask);
     out.metrics["actor/pg_clipfrac_lower"] =
         detail::masked_mean_value((clipped & (a < 0)).to(dt), in.response_mask);

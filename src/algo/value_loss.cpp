@@ -52,7 +52,8 @@ PolicyLossOutput compute_actor_loss(const ActorLossInputs& in, const ActorLossCo
         out.metrics["actor/entropy_loss"] = ent.detach().item<double>();
     } else {
         RLPT_CHECK(cfg.entropy_coeff == 0.0,
-                   "compute_actor_loss: entropy_coeff = {} but no entropy tensor was given", cfg.entropy_coeff);
+                   "compute_actor_loss: entropy_coeff = {} but no entropy tensor was given",
+                   cfg.entropy_coeff);
     }
     if (cfg.use_kl_loss) {
         RLPT_CHECK(in.ref_log_prob.defined(),

@@ -13,8 +13,8 @@ using test::t2d;
 // Six samples, T = 3, float32; groups (uid labels) 7: rows 0-2, 3: rows 3-4, 9: row 5 (singleton).
 // Scores s = 1, 0, 0.5 | 1, 2 | 0.7, each placed on the row's last valid token.
 struct OutcomeFixture : ::testing::Test {
-    torch::Tensor rewards = t2d({{0, 0, 1.0}, {0, 0, 0}, {0.5, 0, 0}, {0, 0, 1.0}, {0, 2.0, 0}, {0, 0.7, 0}},
-                                torch::kFloat32);
+    torch::Tensor rewards =
+        t2d({{0, 0, 1.0}, {0, 0, 0}, {0.5, 0, 0}, {0, 0, 1.0}, {0, 2.0, 0}, {0, 0.7, 0}}, torch::kFloat32);
     torch::Tensor mask =
         torch::tensor({1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 1, 1, 1, 1, 0, 1, 1, 0}, torch::kInt64).reshape({6, 3});
     torch::Tensor index = torch::tensor({7, 7, 7, 3, 3, 9}, torch::kInt64);
@@ -34,9 +34,10 @@ TEST_F(OutcomeFixture, Grpo) {
     // singleton -> 0.7/(1+1e-6).
     auto out = compute_grpo(rewards, mask, index);
     EXPECT_EQ(out.advantages.scalar_type(), torch::kFloat32);
-    expect_close(out.advantages,
-                 tile({0.999997973442, -0.999997973442, 0.0, -0.707105755806, 0.707105755806, 0.699999332428}, mask),
-                 1e-6);
+    expect_close(
+        out.advantages,
+        tile({0.999997973442, -0.999997973442, 0.0, -0.707105755806, 0.707105755806, 0.699999332428}, mask),
+        1e-6);
     EXPECT_TRUE(torch::equal(out.advantages, out.returns));
     // Dr.GRPO: no std normalisation.
     auto dr = compute_grpo(rewards, mask, index, 1e-6, /*norm_by_std=*/false);
@@ -102,9 +103,10 @@ TEST_F(OutcomeFixture, Opo) {
     // hand: group 7 lengths 3,2,1: b = (3·1 + 0 + 0.5)/6; group 3 lengths 3,2: b = 7/5; singleton b=0.
     auto out = compute_opo(rewards, mask, index);
     expect_close(out.advantages, tile({1 - 3.5 / 6, -3.5 / 6, 0.5 - 3.5 / 6, -0.4, 0.6, 0.7}, mask), 1e-6);
-    expect_close(out.advantages, tile({0.416666686535, -0.583333313465, -0.0833333134651, -0.399999976158,
-                                       0.600000023842, 0.699999988079},
-                                      mask),
+    expect_close(out.advantages,
+                 tile({0.416666686535, -0.583333313465, -0.0833333134651, -0.399999976158, 0.600000023842,
+                       0.699999988079},
+                      mask),
                  1e-6);
 }
 
@@ -199,10 +201,24 @@ TEST(GroupIndex, ArbitraryLabelsBecomeDense) {
     test::expect_value_error([] { make_group_index(torch::ones({2})); }, "integer");
 }
 
+TEST_F(OutcomeFixture, AllZeroMaskGivesZerosOrAClearError) {
+    AdvantageInputs in{rewards, torch::zeros_like(mask), rewards.clone(), index,
+                       torch::zeros({6}, torch::kFloat32)};
+    for (const char* name : {"grpo", "rloo", "opo", "gpg", "remax"}) {
+        auto out = compute_advantage(name, in);
+        EXPECT_EQ(out.advantages.abs().sum().item<double>(), 0.0) << name;
+        EXPECT_FALSE(torch::isnan(out.returns).any().item<bool>()) << name;
+    }
+    // Whitening estimators need at least two valid tokens in the batch.
+    for (const char* name : {"gae", "reinforce_plus_plus", "reinforce_plus_plus_baseline"})
+        test::expect_value_error([&] { compute_advantage(name, in); }, "more than one unmasked element");
+}
+
 TEST_F(OutcomeFixture, DispatcherByName) {
     AdvantageInputs in{rewards, mask, {}, index, {}};
     AdvantageParams params;
-    EXPECT_TRUE(torch::equal(compute_advantage("grpo", in, params).advantages, compute_grpo(rewards, mask, index).advantages));
+    EXPECT_TRUE(torch::equal(compute_advantage("grpo", in, params).advantages,
+                             compute_grpo(rewards, mask, index).advantages));
     EXPECT_TRUE(torch::equal(compute_advantage("grpo_vectorized", in, params).advantages,
                              compute_grpo(rewards, mask, index).advantages));
     params.norm_adv_by_std_in_grpo = false;
@@ -220,7 +236,8 @@ TEST_F(OutcomeFixture, DispatcherByName) {
     test::expect_value_error([&] { compute_advantage("rloo", no_index); }, "'index'");
     AdvantageInputs no_mask{rewards, {}, {}, index, {}};
     test::expect_value_error([&] { compute_advantage("grpo", no_mask); }, "'response_mask'");
-    test::expect_value_error([&] { compute_grpo(rewards, mask, index.slice(0, 0, 5)); }, "index must have shape [6]");
+    test::expect_value_error([&] { compute_grpo(rewards, mask, index.slice(0, 0, 5)); },
+                             "index must have shape [6]");
 }
 
 }  // namespace

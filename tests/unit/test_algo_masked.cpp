@@ -86,7 +86,8 @@ TEST(MaskedOps, ClipByValue) {
 
 TEST(MaskedOps, EntropyUniformAndReference) {
     // Uniform over 4 classes: ln 4 (hand).
-    EXPECT_NEAR(entropy_from_logits(torch::zeros({1, 4}, torch::kFloat64)).item<double>(), std::log(4.0), 1e-15);
+    EXPECT_NEAR(entropy_from_logits(torch::zeros({1, 4}, torch::kFloat64)).item<double>(), std::log(4.0),
+                1e-15);
     auto z = t2d({{1.0, 2.0, 0.5, -1.0}, {0.0, 3.0, -2.0, 1.0}});
     expect_close(entropy_from_logits(z), {1.0144027755, 0.556198826194}, 1e-10);
     expect_close(sum_pi_squared_from_logits(z), {0.441124379842, 0.718632547658}, 1e-10);
@@ -121,10 +122,17 @@ TEST(MaskedOps, LogprobsFromLogits) {
     auto lpb = logprobs_from_logits(z.to(torch::kBFloat16), torch::tensor({1, 2}, torch::kInt64));
     EXPECT_EQ(lpb.scalar_type(), torch::kFloat32);
     expect_close(lpb, {-0.495181898086, -5.17551536262}, 3e-2);
-    test::expect_value_error([&] { logprobs_from_logits(z, torch::tensor({1, 4}, torch::kInt64)); }, "[0, 4)");
+    test::expect_value_error(
+        [&] {
+            logprobs_from_logits(z, torch::tensor({1, 4}, torch::kInt64));
+        },
+        "[0, 4)");
     test::expect_value_error([&] { logprobs_from_logits(z, torch::tensor({1, 2}, torch::kInt32)); }, "int64");
-    test::expect_value_error([&] { logprobs_from_logits(z, torch::tensor({1, 2, 0}, torch::kInt64)); },
-                             "vocabulary dimension");
+    test::expect_value_error(
+        [&] {
+            logprobs_from_logits(z, torch::tensor({1, 2, 0}, torch::kInt64));
+        },
+        "vocabulary dimension");
 }
 
 }  // namespace

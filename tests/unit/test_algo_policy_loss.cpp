@@ -128,8 +128,11 @@ TEST(ClipCov, RandomSubsetHasClipNumTokensAndFollowsTheGenerator) {
     torch::manual_seed(0);
     const int64_t b = 50, t = 200;  // 10000 tokens -> clip_num = int(2e-4·10000) = 2
     auto old_lp = -torch::rand({b, t}, torch::kFloat64) * 3;
-    PolicyLossInputs in{old_lp, old_lp.clone(), torch::randn({b, t}, torch::kFloat64),
-                        torch::ones({b, t}, torch::kInt64), {}};
+    PolicyLossInputs in{old_lp,
+                        old_lp.clone(),
+                        torch::randn({b, t}, torch::kFloat64),
+                        torch::ones({b, t}, torch::kInt64),
+                        {}};
     PolicyLossConfig cfg;
     cfg.clip_cov_lb = -100.0;  // every token is a candidate
     cfg.clip_cov_ub = 100.0;
@@ -158,9 +161,10 @@ TEST_F(PolicyFixture, GeoMeanWithIsWeights) {
     auto out = compute_policy_loss_geo_mean(inputs(true), {});
     EXPECT_NEAR(out.loss.item<double>(), -0.287779483793799, 1e-12);
     out.loss.backward();
-    expect_close(logp.grad(), {0, -0.105127109649867, -0.105127109649867, 0, 0.00690046128895075, 0, 0,
-                               0.00690046128895075},
-                 1e-12);
+    expect_close(
+        logp.grad(),
+        {0, -0.105127109649867, -0.105127109649867, 0, 0.00690046128895075, 0, 0, 0.00690046128895075},
+        1e-12);
 }
 
 TEST_F(PolicyFixture, GeoMeanShardsUseGlobalRowCount) {
@@ -170,8 +174,11 @@ TEST_F(PolicyFixture, GeoMeanShardsUseGlobalRowCount) {
     cfg.global_batch_info.global_batch_size = 2;
     double sum = 0;
     for (int64_t r = 0; r < 2; ++r) {
-        PolicyLossInputs in{old_lp.slice(0, r, r + 1), (old_lp + delta).slice(0, r, r + 1), adv.slice(0, r, r + 1),
-                            mask.slice(0, r, r + 1), {}};
+        PolicyLossInputs in{old_lp.slice(0, r, r + 1),
+                            (old_lp + delta).slice(0, r, r + 1),
+                            adv.slice(0, r, r + 1),
+                            mask.slice(0, r, r + 1),
+                            {}};
         sum += compute_policy_loss_geo_mean(in, cfg).loss.item<double>();
     }
     EXPECT_NEAR(sum / 2, -0.278085711471775, 1e-12);
@@ -196,7 +203,8 @@ TEST_F(PolicyFixture, DispatchAndErrors) {
     EXPECT_EQ(compute_policy_loss("vanilla", in, {}).loss.item<double>(),
               compute_policy_loss_vanilla(in, {}).loss.item<double>());
     EXPECT_EQ(policy_loss_names().size(), 9u);
-    test::expect_value_error([&] { compute_policy_loss("vanila", in, {}); }, "unknown policy loss_mode 'vanila'");
+    test::expect_value_error([&] { compute_policy_loss("vanila", in, {}); },
+                             "unknown policy loss_mode 'vanila'");
     test::expect_value_error([&] { compute_policy_loss("dppo_tv", in, {}); }, "not supported");
     PolicyLossConfig bad_c;
     bad_c.clip_ratio_c = 1.0;
@@ -206,7 +214,8 @@ TEST_F(PolicyFixture, DispatchAndErrors) {
     test::expect_value_error([&] { compute_policy_loss_vanilla(in, bad_eps); }, "clip ratios");
     auto bad_shape = in;
     bad_shape.advantages = adv.slice(1, 0, 3);
-    test::expect_value_error([&] { compute_policy_loss_vanilla(bad_shape, {}); }, "'advantages' has shape [2,3]");
+    test::expect_value_error([&] { compute_policy_loss_vanilla(bad_shape, {}); },
+                             "'advantages' has shape [2,3]");
     auto bad_w = in;
     bad_w.rollout_is_weights = torch::ones({2, 3}, torch::kFloat64);
     test::expect_value_error([&] { compute_policy_loss_gspo(bad_w, {}); }, "rollout_is_weights");

@@ -10,9 +10,9 @@ namespace rlpt::algo {
 
 // Overlong reward shaping (reward_model.reward_kwargs.overlong_buffer_cfg).
 struct OverlongBuffer {
-    int64_t max_resp_len = 0;    // L: data.max_response_length
-    int64_t buffer_len = 0;      // L_b: overlong_buffer.len, 0 < L_b <= L
-    double penalty_factor = 1.0; // f: overlong_buffer.penalty_factor, >= 0
+    int64_t max_resp_len = 0;     // L: data.max_response_length
+    int64_t buffer_len = 0;       // L_b: overlong_buffer.len, 0 < L_b <= L
+    double penalty_factor = 1.0;  // f: overlong_buffer.penalty_factor, >= 0
 };
 
 // Added to the sequence score: with expected = L - L_b and exceed = len - expected,
@@ -20,7 +20,8 @@ struct OverlongBuffer {
 // response_length is the number of valid response tokens. ValueError on an invalid buffer or a
 // negative length.
 double overlong_penalty(int64_t response_length, const OverlongBuffer& cfg);
-std::vector<double> overlong_penalties(const std::vector<int64_t>& response_lengths, const OverlongBuffer& cfg);
+std::vector<double> overlong_penalties(const std::vector<int64_t>& response_lengths,
+                                       const OverlongBuffer& cfg);
 
 // Dynamic sampling (algorithm.filter_groups): keep the groups whose metric values (e.g. the
 // sequence score or acc of each sample) are not all equal.

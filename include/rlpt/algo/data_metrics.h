@@ -9,17 +9,17 @@
 namespace rlpt::algo {
 
 struct DataMetricsInputs {
-    torch::Tensor token_level_scores;   // B×T floating
-    torch::Tensor token_level_rewards;  // B×T floating
-    torch::Tensor advantages;           // B×T floating
-    torch::Tensor returns;              // B×T floating
-    torch::Tensor values;               // B×T floating, optional: critic/values/* and
-                                        // critic/vf_explained_var only when given
-    torch::Tensor response_mask;        // B×T: tokens whose adv/returns/values are summarised
+    torch::Tensor token_level_scores;       // B×T floating
+    torch::Tensor token_level_rewards;      // B×T floating
+    torch::Tensor advantages;               // B×T floating
+    torch::Tensor returns;                  // B×T floating
+    torch::Tensor values;                   // B×T floating, optional: critic/values/* and
+                                            // critic/vf_explained_var only when given
+    torch::Tensor response_mask;            // B×T: tokens whose adv/returns/values are summarised
     torch::Tensor response_attention_mask;  // B×T, optional: response part of the attention mask,
                                             // which defines response lengths (defaults to
                                             // response_mask; they differ for multi-turn)
-    torch::Tensor prompt_mask;          // B×P: prompt part of the attention mask
+    torch::Tensor prompt_mask;              // B×P: prompt part of the attention mask
 };
 
 // Keys (T = response width = max_response_length, P = prompt width):

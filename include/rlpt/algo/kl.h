@@ -45,7 +45,8 @@ class KlController {
     // Throws ValueError unless horizon > 0 and target_kl > 0.
     static KlController adaptive(double init_kl_coef, double target_kl, double horizon);
     // type "fixed" or "adaptive" (ValueError otherwise).
-    static KlController from_config(const std::string& type, double kl_coef, double target_kl, double horizon);
+    static KlController from_config(const std::string& type, double kl_coef, double target_kl,
+                                    double horizon);
 
     Kind kind() const { return kind_; }
     double value() const { return value_; }

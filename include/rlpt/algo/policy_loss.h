@@ -34,8 +34,8 @@ struct PolicyLossConfig {
     double clip_cov_ratio = 2e-4;           // clip_cov
     double clip_cov_lb = 1.0;
     double clip_cov_ub = 5.0;
-    double kl_cov_ratio = 2e-4;  // kl_cov
-    double ppo_kl_coef = 0.1;    // kl_cov
+    double kl_cov_ratio = 2e-4;      // kl_cov
+    double ppo_kl_coef = 0.1;        // kl_cov
     std::optional<double> dro_beta;  // dro: required, > 0
     AggMode loss_agg_mode = AggMode::kTokenMean;
     GlobalBatchInfo global_batch_info;
@@ -53,8 +53,8 @@ struct PolicyLossInputs {
 };
 
 struct PolicyLossOutput {
-    torch::Tensor loss;                      // 0-dim, differentiable w.r.t. log_prob
-    std::map<std::string, double> metrics;   // "actor/pg_clipfrac", "actor/ppo_kl", ...
+    torch::Tensor loss;                     // 0-dim, differentiable w.r.t. log_prob
+    std::map<std::string, double> metrics;  // "actor/pg_clipfrac", "actor/ppo_kl", ...
 };
 
 // vanilla: PPO clip with separate ε_l/ε_h and dual-clip. lr clamped to [-20, 20], ratio = exp(lr).

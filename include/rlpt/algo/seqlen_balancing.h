@@ -42,18 +42,18 @@ Partitions get_seqlen_balanced_partitions(const std::vector<int64_t>& values, in
 
 // Samples sharing a uid stay together: groups (by label, first-appearance order) are balanced on
 // their summed workloads with KK equal_size into k parts (needs #groups % k == 0). Indices sorted.
-Partitions get_group_balanced_partitions(const std::vector<int64_t>& seqlens, const std::vector<int64_t>& uids,
-                                         int64_t k);
+Partitions get_group_balanced_partitions(const std::vector<int64_t>& seqlens,
+                                         const std::vector<int64_t>& uids, int64_t k);
 
 struct MicroBatchOptions {
-    int64_t max_token_len = 0;          // token budget per micro-batch (> 0)
-    int64_t min_num_micro_batches = 0;  // raise the count to at least this (0: no minimum). Pass
-                                        // the DP-wide MAX of local_num_micro_batches() here so all
-                                        // ranks make the same number of micro-batches.
-    int64_t num_batches_divided_by = 1; // round the count up to a multiple (virtual pipeline)
-    int64_t padded_width = 0;           // if > 0: the padded sequence width, must fit the budget
-    int64_t force_group_size = 1;       // > 1: consecutive runs of this many samples stay together
-    bool balance_order = true;          // use_dynamic_bsz_balance: small micro-batches at both ends
+    int64_t max_token_len = 0;           // token budget per micro-batch (> 0)
+    int64_t min_num_micro_batches = 0;   // raise the count to at least this (0: no minimum). Pass
+                                         // the DP-wide MAX of local_num_micro_batches() here so all
+                                         // ranks make the same number of micro-batches.
+    int64_t num_batches_divided_by = 1;  // round the count up to a multiple (virtual pipeline)
+    int64_t padded_width = 0;            // if > 0: the padded sequence width, must fit the budget
+    int64_t force_group_size = 1;        // > 1: consecutive runs of this many samples stay together
+    bool balance_order = true;           // use_dynamic_bsz_balance: small micro-batches at both ends
 };
 
 // min(#groups, ceil(Σ seqlens / max_token_len)), at least 1: the count before the DP all-reduce.

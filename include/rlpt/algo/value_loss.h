@@ -41,8 +41,8 @@ struct ActorLossConfig {
 };
 
 struct ActorLossInputs {
-    PolicyLossInputs policy;   // old_log_prob, log_prob, advantages, response_mask, IS weights
-    torch::Tensor entropy;     // B×T, optional: when given the entropy term is computed
+    PolicyLossInputs policy;     // old_log_prob, log_prob, advantages, response_mask, IS weights
+    torch::Tensor entropy;       // B×T, optional: when given the entropy term is computed
     torch::Tensor ref_log_prob;  // B×T, required when use_kl_loss
 };
 
