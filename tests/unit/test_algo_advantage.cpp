@@ -240,5 +240,12 @@ TEST_F(OutcomeFixture, DispatcherByName) {
                              "index must have shape [6]");
 }
 
+TEST_F(OutcomeFixture, BadArguments) {
+    test::expect_value_error([&] { compute_gpg(rewards, mask, index, 0.0); }, "f_norm");
+    test::expect_value_error([&] { make_group_index(torch::ones({2, 2}, torch::kInt64)); }, "1-D");
+    test::expect_value_error([&] { compute_grpo(rewards.to(torch::kInt64), mask, index); }, "floating point");
+    test::expect_value_error([&] { compute_grpo(rewards.reshape({-1}), mask.reshape({-1}), index); }, "2-D");
+}
+
 }  // namespace
 }  // namespace rlpt::algo

@@ -123,5 +123,20 @@ TEST(AggLossShards, ThreeShardsTimesTwoMicroBatchesEqualTheWholeBatch) {
     }
 }
 
+TEST_F(AggFixture, NegativeOrZeroNormalisersAreErrors) {
+    GlobalBatchInfo info;
+    info.batch_num_tokens = -1.0;
+    test::expect_value_error([&] { agg_loss(loss, mask, AggMode::kTokenMean, info); },
+                             "batch_num_tokens must be");
+    info = {};
+    info.global_batch_size = -2.0;
+    test::expect_value_error([&] { agg_loss(loss, mask, AggMode::kSeqMeanTokenSum, info); },
+                             "global_batch_size must be");
+    info = {};
+    info.loss_scale_factor = 0.0;
+    test::expect_value_error([&] { agg_loss(loss, mask, AggMode::kSeqMeanTokenSumNorm, info); },
+                             "loss_scale_factor must be > 0");
+}
+
 }  // namespace
 }  // namespace rlpt::algo

@@ -135,5 +135,11 @@ TEST(MaskedOps, LogprobsFromLogits) {
         "vocabulary dimension");
 }
 
+TEST(MaskedOps, EntropyNeedsAVocabularyDimension) {
+    test::expect_value_error([] { entropy_from_logits(torch::zeros({}, torch::kFloat64)); }, "vocabulary");
+    test::expect_value_error([] { entropy_from_logits_chunked(torch::zeros({}, torch::kFloat64)); },
+                             "vocabulary");
+}
+
 }  // namespace
 }  // namespace rlpt::algo

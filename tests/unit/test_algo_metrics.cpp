@@ -88,5 +88,12 @@ TEST_F(MetricsFixture, AllAbortedAndBadShapesAreErrors) {
     test::expect_value_error([&] { compute_data_metrics(bad2); }, "'returns'");
 }
 
+TEST_F(MetricsFixture, ResponseMaskWithoutTokensIsAnError) {
+    auto in2 = in;
+    in2.response_attention_mask = in.response_mask.clone();
+    in2.response_mask = torch::zeros({3, 4}, torch::kInt64);
+    test::expect_value_error([&] { compute_data_metrics(in2); }, "selects no token");
+}
+
 }  // namespace
 }  // namespace rlpt::algo

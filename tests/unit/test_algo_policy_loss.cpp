@@ -224,5 +224,14 @@ TEST_F(PolicyFixture, DispatchAndErrors) {
     test::expect_value_error([&] { compute_policy_loss_sapo(in, bad_tau); }, "tau");
 }
 
+TEST_F(PolicyFixture, CovarianceRatiosMustBePositive) {
+    PolicyLossConfig cfg;
+    cfg.clip_cov_ratio = 0.0;
+    test::expect_value_error([&] { compute_policy_loss_clip_cov(inputs(), cfg); }, "clip_cov_ratio");
+    cfg = {};
+    cfg.kl_cov_ratio = -1.0;
+    test::expect_value_error([&] { compute_policy_loss_kl_cov(inputs(), cfg); }, "kl_cov_ratio");
+}
+
 }  // namespace
 }  // namespace rlpt::algo

@@ -231,5 +231,14 @@ TEST(UnbalanceMetrics, Hand) {
     EXPECT_EQ(m.at("global_seqlen/mean"), 8);
 }
 
+TEST(MicroBatches, MoreErrors) {
+    MicroBatchOptions opts;
+    opts.max_token_len = 100;
+    opts.num_batches_divided_by = 0;
+    test::expect_value_error([&] { rearrange_micro_batches({10, 20}, opts); }, "num_batches_divided_by");
+    test::expect_value_error([] { seqlen_unbalance_metrics({1, 2}, {}); }, "partitions");
+    test::expect_value_error([] { seqlen_unbalance_metrics({1, 2}, {{0}, {5}}); }, "index 5 out of range");
+}
+
 }  // namespace
 }  // namespace rlpt::algo
