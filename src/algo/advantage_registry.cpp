@@ -1,0 +1,110 @@
+// compute_advantage: the estimator table, by verl's names.
+#include <fmt/format.h>
+
+#include "algo/checks.h"
+#include "rlpt/algo/advantage.h"
+
+namespace rlpt::algo {
+
+namespace {
+
+using EstimatorFn = AdvantageOutput (*)(const AdvantageInputs&, const AdvantageParams&);
+
+struct Estimator {
+    const char* name;
+    EstimatorFn fn;
+    bool needs_values;
+};
+
+void require(const torch::Tensor& t, const char* estimator, const char* field) {
+    RLPT_CHECK(t.defined(),
+               "compute_advantage('{}'): input '{}' is required by this estimator but was not given",
+               estimator, field);
+}
+
+AdvantageOutput run_gae(const AdvantageInputs& in, const AdvantageParams& p) {
+    require(in.values, "gae", "values");
+    return compute_gae(in.token_level_rewards, in.values, in.response_mask, p.gamma, p.lam);
+}
+AdvantageOutput run_grpo(const AdvantageInputs& in, const AdvantageParams& p) {
+    require(in.index, "grpo", "index");
+    return compute_grpo(in.token_level_rewards, in.response_mask, in.index, p.epsilon,
+                        p.norm_adv_by_std_in_grpo);
+}
+AdvantageOutput run_grpo_passk(const AdvantageInputs& in, const AdvantageParams& p) {
+    require(in.index, "grpo_passk", "index");
+    return compute_grpo_passk(in.token_level_rewards, in.response_mask, in.index, p.epsilon,
+                              p.norm_adv_by_std_in_grpo);
+}
+AdvantageOutput run_rloo(const AdvantageInputs& in, const AdvantageParams&) {
+    require(in.index, "rloo", "index");
+    return compute_rloo(in.token_level_rewards, in.response_mask, in.index);
+}
+AdvantageOutput run_opo(const AdvantageInputs& in, const AdvantageParams&) {
+    require(in.index, "opo", "index");
+    return compute_opo(in.token_level_rewards, in.response_mask, in.index);
+}
+AdvantageOutput run_gpg(const AdvantageInputs& in, const AdvantageParams& p) {
+    require(in.index, "gpg", "index");
+    return compute_gpg(in.token_level_rewards, in.response_mask, in.index, p.gpg_f_norm);
+}
+AdvantageOutput run_rpp(const AdvantageInputs& in, const AdvantageParams& p) {
+    return compute_reinforce_plus_plus(in.token_level_rewards, in.response_mask, p.gamma);
+}
+AdvantageOutput run_rpp_baseline(const AdvantageInputs& in, const AdvantageParams&) {
+    require(in.index, "reinforce_plus_plus_baseline", "index");
+    return compute_reinforce_plus_plus_baseline(in.token_level_rewards, in.response_mask, in.index);
+}
+AdvantageOutput run_remax(const AdvantageInputs& in, const AdvantageParams&) {
+    require(in.reward_baselines, "remax", "reward_baselines");
+    return compute_remax(in.token_level_rewards, in.response_mask, in.reward_baselines);
+}
+
+constexpr Estimator kEstimators[] = {
+    {"gae", run_gae, true},
+    {"grpo", run_grpo, false},
+    {"grpo_vectorized", run_grpo, false},
+    {"grpo_passk", run_grpo_passk, false},
+    {"rloo", run_rloo, false},
+    {"rloo_vectorized", run_rloo, false},
+    {"opo", run_opo, false},
+    {"gpg", run_gpg, false},
+    {"reinforce_plus_plus", run_rpp, false},
+    {"reinforce_plus_plus_baseline", run_rpp_baseline, false},
+    {"remax", run_remax, false},
+};
+
+// verl estimators rlpt knows about but does not implement.
+constexpr const char* kUnsupported[] = {"gdpo", "optimal_token_baseline", "tir_optimal_token_baseline"};
+
+const Estimator& find_estimator(const std::string& name) {
+    for (const auto& e : kEstimators)
+        if (name == e.name) return e;
+    for (const char* u : kUnsupported)
+        RLPT_CHECK(name != u, "advantage estimator '{}' is not supported by rlpt; supported estimators: {}",
+                   name, fmt::join(advantage_estimator_names(), ", "));
+    RLPT_THROW(ValueError, "unknown advantage estimator '{}'; valid names: {}", name,
+               fmt::join(advantage_estimator_names(), ", "));
+}
+
+}  // namespace
+
+std::vector<std::string> advantage_estimator_names() {
+    std::vector<std::string> names;
+    for (const auto& e : kEstimators) names.emplace_back(e.name);
+    return names;
+}
+
+bool advantage_estimator_needs_values(const std::string& name) {
+    return find_estimator(name).needs_values;
+}
+
+AdvantageOutput compute_advantage(const std::string& name, const AdvantageInputs& inputs,
+                                  const AdvantageParams& params) {
+    const auto& e = find_estimator(name);
+    require(inputs.token_level_rewards, e.name, "token_level_rewards");
+    require(inputs.response_mask, e.name, "response_mask");
+    return e.fn(inputs, params);
+}
+
+}  // namespace rlpt::algo
