@@ -93,6 +93,7 @@ class MpiWeightSync::Transfer {
           staged_(tensors.size()) {
         direct_.reserve(tensors.size());
         for (const auto& t : tensors) direct_.push_back(host_direct(t));
+        buffer_bytes_ = pack_buffer_bytes(plan, direct_);
         const int n_buffers = owner.options().n_buffers;
         owner.buffers_.resize(static_cast<size_t>(n_buffers));
         for (int s = n_buffers - 1; s >= 0; --s) free_slots_.push_back(s);
@@ -113,7 +114,7 @@ class MpiWeightSync::Transfer {
                 while (free_slots_.empty()) finish_oldest();
                 f.slot = free_slots_.back();
                 free_slots_.pop_back();
-                data = owner_.slot_buffer(f.slot, plan_.max_packed_bytes, stats_);
+                data = owner_.slot_buffer(f.slot, buffer_bytes_, stats_);
                 if (root_) pack(msg, data);
             }
             RLPT_MPI_CHECK(MPI_Ibcast(data, static_cast<int>(msg.bytes), MPI_BYTE, 0,
@@ -227,6 +228,7 @@ class MpiWeightSync::Transfer {
     std::vector<int> free_slots_;
     std::deque<InFlight> in_flight_;
     size_t max_in_flight_ = 0;
+    int64_t buffer_bytes_ = 0;
 };
 
 void MpiWeightSync::do_sync(const std::vector<std::string>* names,

@@ -180,6 +180,7 @@ void NcclWeightSync::transfer(const SyncPlan& plan, std::vector<torch::Tensor>& 
         const auto& t = tensors[i];
         direct[i] = t.is_cuda() && t.device().index() == device_ && t.is_contiguous();
     }
+    const int64_t buffer_bytes = pack_buffer_bytes(plan, direct);
     // Root: contiguous copies of the other sources, made up front and kept until the stream
     // is idle (the copies below read them asynchronously). Receivers: host landing tensors
     // for destinations that are not contiguous on this device.
@@ -202,7 +203,7 @@ void NcclWeightSync::transfer(const SyncPlan& plan, std::vector<torch::Tensor>& 
             ++stats.n_inplace_messages;
             continue;
         }
-        char* buf = buffer(0, plan.max_packed_bytes, stats);
+        char* buf = buffer(0, buffer_bytes, stats);
         stats.packed_bytes += msg.bytes;
         if (root) {
             for (const Piece& p : msg.pieces) {

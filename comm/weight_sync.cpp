@@ -186,7 +186,6 @@ SyncPlan make_plan(const std::vector<int64_t>& nbytes, int64_t bucket_bytes,
     Message open;  // the bucket being filled
     auto flush = [&] {
         if (open.bytes == 0) return;
-        plan.max_packed_bytes = std::max(plan.max_packed_bytes, open.bytes);
         for (const Piece& p : open.pieces) {
             plan.last_message_of_tensor[p.tensor] = static_cast<int>(plan.messages.size());
         }
@@ -203,9 +202,6 @@ SyncPlan make_plan(const std::vector<int64_t>& nbytes, int64_t bucket_bytes,
                 m.inplace = true;
                 m.bytes = std::min(bucket_bytes, n - off);
                 m.pieces.push_back(Piece{tensor, off, 0, m.bytes});
-                // An in-place message still needs a buffer on ranks whose tensor memory
-                // cannot take it directly.
-                plan.max_packed_bytes = std::max(plan.max_packed_bytes, m.bytes);
                 plan.last_message_of_tensor[i] = static_cast<int>(plan.messages.size());
                 plan.messages.push_back(std::move(m));
             }
@@ -221,6 +217,15 @@ SyncPlan make_plan(const std::vector<int64_t>& nbytes, int64_t bucket_bytes,
     }
     flush();
     return plan;
+}
+
+int64_t pack_buffer_bytes(const SyncPlan& plan, const std::vector<bool>& direct) {
+    int64_t bytes = 0;
+    for (const Message& m : plan.messages) {
+        if (m.inplace && direct[m.pieces.front().tensor]) continue;
+        bytes = std::max(bytes, m.bytes);
+    }
+    return bytes;
 }
 
 namespace {

@@ -72,11 +72,15 @@ struct Message {
 
 struct SyncPlan {
     std::vector<Message> messages;
-    int64_t max_packed_bytes = 0;  // largest message that may need a pack buffer
     // Index of the last message carrying a piece of each tensor (-1 for empty tensors), so
     // a staged tensor can be finished (copied out / freed) as soon as its last piece lands.
     std::vector<int> last_message_of_tensor;
 };
+
+// Size of the pack buffers this rank needs: the largest message it cannot send or receive
+// straight from/into tensor memory (`direct[t]`: tensor t is usable in place here). 0 when
+// every message goes in place, so in-place-only syncs allocate no buffer at all.
+int64_t pack_buffer_bytes(const SyncPlan& plan, const std::vector<bool>& direct);
 
 // Pure function of the byte counts and the two sizes: identical on every rank.
 SyncPlan make_plan(const std::vector<int64_t>& nbytes, int64_t bucket_bytes,

@@ -264,6 +264,15 @@ TEST(WeightSync, VersionPropagatesAndBuffersAreReused) {
     EXPECT_EQ(ws->last_stats().buffer_allocations, 0);
 }
 
+TEST(WeightSync, InPlaceOnlySyncAllocatesNoBuffer) {
+    auto world = Communicator::world();
+    auto ws = make_weight_sync("mpi", world, small_buckets(1024, 256));
+    sync_once(*ws, world, {{{300}, torch::kFloat32}, {{64, 8}, torch::kInt64}}, 25, 1);
+    EXPECT_EQ(ws->last_stats().buffer_allocations, 0);
+    EXPECT_EQ(ws->last_stats().packed_bytes, 0);
+    EXPECT_EQ(ws->last_stats().n_inplace_messages, 2 + 4);  // 1200 B in 2, 4096 B in 4 pieces
+}
+
 TEST(WeightSync, NamedSync) {
     auto world = Communicator::world();
     std::vector<Spec> specs = {{{8, 8}, torch::kFloat32}, {{8}, torch::kFloat32}};

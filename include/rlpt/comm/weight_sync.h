@@ -56,7 +56,8 @@ struct WeightSyncOptions {
     // Tensors at least this large are sent as their own messages and skip packing when the
     // local memory allows it. Set it above every tensor size to always pack.
     int64_t inplace_min_bytes = int64_t(1) << 20;
-    // Pack buffers in flight (>= 1). 2 overlaps packing with one broadcast in flight.
+    // Pack buffers in flight (>= 1; MPI backend). 2 overlaps packing with one broadcast in
+    // flight. The NCCL backend queues everything on one stream and needs a single buffer.
     int n_buffers = 2;
     // Deadline for one whole sync() (header wait included), in seconds; <= 0: never.
     double timeout_s = 600.0;
