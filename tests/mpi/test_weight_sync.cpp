@@ -8,6 +8,7 @@
 #include <chrono>
 #include <random>
 
+#include "rlpt/build_config.h"
 #include "rlpt/comm/mpi.h"
 #include "rlpt/comm/weight_sync.h"
 
@@ -43,15 +44,19 @@ std::vector<torch::Tensor> make_sources(const std::vector<Spec>& specs, uint64_t
 }
 
 // Receivers' destinations: right shapes and dtypes, filled with a sentinel.
-std::vector<torch::Tensor> make_destinations(const std::vector<Spec>& specs) {
+std::vector<torch::Tensor> make_destinations(const std::vector<Spec>& specs,
+                                             torch::Device device = torch::kCPU) {
     std::vector<torch::Tensor> out;
-    for (const auto& s : specs) out.push_back(torch::full(s.shape, 7, torch::dtype(s.dtype)));
+    for (const auto& s : specs) {
+        out.push_back(torch::full(s.shape, 7, torch::dtype(s.dtype).device(device)));
+    }
     return out;
 }
 
-std::vector<torch::Tensor> clone_all(const std::vector<torch::Tensor>& ts) {
+std::vector<torch::Tensor> clone_all(const std::vector<torch::Tensor>& ts,
+                                     torch::Device device = torch::kCPU) {
     std::vector<torch::Tensor> out;
-    for (const auto& t : ts) out.push_back(t.clone());
+    for (const auto& t : ts) out.push_back(t.to(device, /*non_blocking=*/false, /*copy=*/true));
     return out;
 }
 
@@ -69,13 +74,15 @@ void expect_synced(const Communicator& comm, const std::vector<torch::Tensor>& g
     for (size_t r = 1; r < all.size(); ++r) EXPECT_EQ(all[r], all[0]) << "rank " << r;
 }
 
-// One sync of `specs` from the root; returns the tensors this rank ends with.
+// One sync of `specs` from the root (tensors on `device` on every rank); returns the tensors
+// this rank ends with.
 std::vector<torch::Tensor> sync_once(WeightSync& ws, const Communicator& comm,
                                      const std::vector<Spec>& specs, uint64_t seed,
-                                     uint64_t root_version = 1) {
+                                     uint64_t root_version = 1,
+                                     torch::Device device = torch::kCPU) {
     auto expected = make_sources(specs, seed);
     std::vector<torch::Tensor> tensors =
-        comm.rank() == 0 ? clone_all(expected) : make_destinations(specs);
+        comm.rank() == 0 ? clone_all(expected, device) : make_destinations(specs, device);
     uint64_t version = comm.rank() == 0 ? root_version : 0;
     ws.sync(tensors, version);
     EXPECT_EQ(version, root_version);
@@ -330,6 +337,60 @@ TEST(WeightSync, AutoResolvesToMpiForCpuTensors) {
     EXPECT_EQ(ws->backend_name(), "mpi");
     EXPECT_EQ(ws->last_stats().version, 8u);
     sync_once(*ws, world, {{{300}, torch::kFloat32}, {{5}, torch::kInt64}}, 24, 9);
+}
+
+// ---- NCCL: compiled and linked here, run only where every rank has a GPU ---------------
+
+namespace {
+// Collective: true when this build has NCCL and every rank's LibTorch sees a CUDA device.
+bool nccl_runnable(const Communicator& comm) {
+    int64_t ok = RLPT_HAVE_NCCL && torch::cuda::is_available() ? 1 : 0;
+    return comm.allreduce_min_i64(ok) == 1;
+}
+}  // namespace
+
+TEST(WeightSyncNccl, SyncsCudaTensorsAndMatchesTheRoot) {
+    auto world = Communicator::world();
+    if (!nccl_runnable(world)) {
+        GTEST_SKIP() << "needs a build with NCCL and a CUDA device (with a CUDA LibTorch) on "
+                        "every rank; this machine has none";
+    }
+    const torch::Device dev(torch::kCUDA, 0);
+    std::vector<Spec> specs = {{{4, 5}, torch::kFloat32}, {{7}, torch::kBFloat16},
+                               {{100, 100}, torch::kFloat32}, {{0}, torch::kInt64},
+                               {{40}, torch::kInt64}};
+    auto ws = make_weight_sync("nccl", world, small_buckets(4096, 1024));
+    EXPECT_EQ(ws->backend_name(), "nccl");
+    for (uint64_t v = 1; v <= 3; ++v) sync_once(*ws, world, specs, 400 + v, v, dev);
+    // Receivers on the CPU go through host staging; the root stays on the GPU.
+    auto expected = make_sources(specs, 404);
+    auto tensors = world.rank() == 0 ? clone_all(expected, dev) : make_destinations(specs);
+    uint64_t version = world.rank() == 0 ? 4 : 0;
+    ws->sync(tensors, version);
+    expect_synced(world, tensors, expected);
+}
+
+TEST(WeightSyncNccl, AutoPicksNcclForCudaTensors) {
+    auto world = Communicator::world();
+    if (!nccl_runnable(world)) GTEST_SKIP() << "needs NCCL and a GPU on every rank";
+    auto ws = make_weight_sync("auto", world, small_buckets(1024, 512));
+    sync_once(*ws, world, {{{300}, torch::kFloat32}}, 405, 1, torch::Device(torch::kCUDA, 0));
+    EXPECT_EQ(ws->backend_name(), "nccl");
+}
+
+TEST(WeightSyncNccl, LayoutMismatchIsCleanOnEveryRank) {
+    auto world = Communicator::world();
+    if (!nccl_runnable(world)) GTEST_SKIP() << "needs NCCL and a GPU on every rank";
+    const torch::Device dev(torch::kCUDA, 0);
+    std::vector<Spec> good = {{{16, 4}, torch::kFloat32}};
+    std::vector<Spec> mine = good;
+    if (world.rank() == world.size() - 1) mine[0].shape = {4, 16};
+    auto ws = make_weight_sync("nccl", world);
+    auto tensors =
+        world.rank() == 0 ? clone_all(make_sources(mine, 1), dev) : make_destinations(mine, dev);
+    uint64_t version = 1;
+    EXPECT_THROW(ws->sync(tensors, version), rlpt::CommError);
+    sync_once(*ws, world, good, 2, 2, dev);
 }
 
 // ---- error twins: every rank must get a clean error, never a hang ----------------------
