@@ -1,0 +1,174 @@
+// NCCL/CUDA error checks and RAII owners (comm/nccl_check.h). Built only with NCCL.
+#include "nccl_check.h"
+
+#include <fmt/format.h>
+
+namespace rlpt::comm::detail {
+
+void throw_nccl_error(NcclComm* comm, ncclResult_t result, const char* call, const char* file,
+                      int line) {
+    std::string msg = fmt::format("NCCL error: {}", ncclGetErrorString(result));
+    if (comm && *comm) {
+        const std::string last = comm->last_error();
+        if (!last.empty()) msg += ": " + last;
+        comm->abort();
+        msg += " (NCCL communicator aborted)";
+    }
+    throw CommError(msg, file, line, call);
+}
+
+void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
+    throw CudaError(fmt::format("CUDA error: {} ({})", cudaGetErrorString(err),
+                                cudaGetErrorName(err)),
+                    file, line, call);
+}
+
+// ---- NcclComm ---------------------------------------------------------------------------
+
+NcclComm::~NcclComm() {
+    if (!comm_) return;
+    // Flush and release cleanly when healthy; a bounded wait, then abort.
+    ncclResult_t state = ncclSuccess;
+    bool healthy = ncclCommGetAsyncError(comm_, &state) == ncclSuccess && state == ncclSuccess;
+    if (healthy) {
+        const ncclResult_t f = ncclCommFinalize(comm_);
+        healthy = f == ncclSuccess || f == ncclInProgress;
+    }
+    if (healthy) {
+        const Deadline d = Deadline::after_seconds(30.0);
+        Backoff backoff;
+        for (;;) {
+            if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) {
+                healthy = false;
+                break;
+            }
+            if (state != ncclInProgress) {
+                healthy = state == ncclSuccess;
+                break;
+            }
+            if (d.expired()) {
+                healthy = false;
+                break;
+            }
+            backoff.pause();
+        }
+    }
+    if (healthy) {
+        ncclCommDestroy(comm_);
+    } else {
+        ncclCommAbort(comm_);
+    }
+    comm_ = nullptr;
+}
+
+NcclComm& NcclComm::operator=(NcclComm&& o) noexcept {
+    if (this != &o) {
+        NcclComm old(std::move(*this));
+        comm_ = o.comm_;
+        o.comm_ = nullptr;
+    }
+    return *this;
+}
+
+void NcclComm::abort() noexcept {
+    if (comm_) ncclCommAbort(comm_);
+    comm_ = nullptr;
+}
+
+std::string NcclComm::last_error() const {
+    const char* s = comm_ ? ncclGetLastError(comm_) : ncclGetLastError(nullptr);
+    return s ? std::string(s) : std::string();
+}
+
+void NcclComm::wait_ready(const Deadline& deadline, const std::string& what) {
+    RLPT_ASSERT(comm_ != nullptr);
+    Backoff backoff;
+    for (;;) {
+        ncclResult_t state = ncclSuccess;
+        RLPT_NCCL_CHECK(this, ncclCommGetAsyncError(comm_, &state));
+        if (state == ncclSuccess) return;
+        if (state != ncclInProgress) throw_nccl_error(this, state, what.c_str(), __FILE__, __LINE__);
+        if (deadline.expired()) {
+            abort();
+            RLPT_THROW(CommError,
+                       "NCCL: {} did not finish before the deadline; communicator aborted. If "
+                       "this is the first NCCL call of the job, NCCL's bootstrap interface is "
+                       "the usual suspect: set NCCL_SOCKET_IFNAME to an interface the ranks "
+                       "reach each other on",
+                       what);
+        }
+        backoff.pause();
+    }
+}
+
+// ---- CudaStream -------------------------------------------------------------------------
+
+CudaStream CudaStream::create() {
+    CudaStream s;
+    RLPT_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream_, cudaStreamNonBlocking));
+    return s;
+}
+
+CudaStream::~CudaStream() {
+    if (stream_) cudaStreamDestroy(stream_);
+}
+
+CudaStream& CudaStream::operator=(CudaStream&& o) noexcept {
+    if (this != &o) {
+        CudaStream old(std::move(*this));
+        stream_ = o.stream_;
+        o.stream_ = nullptr;
+    }
+    return *this;
+}
+
+// ---- DeviceBuffer -----------------------------------------------------------------------
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes > 0) RLPT_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+}
+
+DeviceBuffer::~DeviceBuffer() {
+    if (ptr_) cudaFree(ptr_);
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+        DeviceBuffer old(std::move(*this));
+        ptr_ = o.ptr_;
+        bytes_ = o.bytes_;
+        o.ptr_ = nullptr;
+        o.bytes_ = 0;
+    }
+    return *this;
+}
+
+// ---- waiting ----------------------------------------------------------------------------
+
+void wait_stream(NcclComm& comm, cudaStream_t stream, const Deadline& deadline,
+                 const std::string& what) {
+    Backoff backoff;
+    for (;;) {
+        ncclResult_t state = ncclSuccess;
+        RLPT_NCCL_CHECK(&comm, ncclCommGetAsyncError(comm.get(), &state));
+        if (state != ncclSuccess && state != ncclInProgress) {
+            throw_nccl_error(&comm, state, what.c_str(), __FILE__, __LINE__);
+        }
+        const cudaError_t q = cudaStreamQuery(stream);
+        if (q == cudaSuccess) return;
+        if (q != cudaErrorNotReady) {
+            comm.abort();
+            throw_cuda_error(q, what.c_str(), __FILE__, __LINE__);
+        }
+        if (deadline.expired()) {
+            comm.abort();
+            RLPT_THROW(CommError,
+                       "NCCL: timed out waiting for {} (stream still busy at the deadline); "
+                       "communicator aborted",
+                       what);
+        }
+        backoff.pause();
+    }
+}
+
+}  // namespace rlpt::comm::detail

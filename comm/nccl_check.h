@@ -1,0 +1,119 @@
+#pragma once
+// NCCL and CUDA error checks and move-only RAII owners. Private to rlpt_comm; included only
+// by comm/nccl_*.cpp (compiled only in builds with NCCL).
+//
+// RLPT_NCCL_CHECK(owner, call): on a result other than ncclSuccess / ncclInProgress (the
+//   latter is how a non-blocking communicator says "queued", see wait_ready()), aborts
+//   `owner` (an NcclComm*, may be null) and throws CommError with ncclGetErrorString, the
+//   communicator's ncclGetLastError text and the call text (Horovod NCCLContext::ErrorCheck).
+// RLPT_CUDA_CHECK(call): throws CudaError with cudaGetErrorString and the call text.
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <string>
+
+#include "rlpt/comm/mpi.h"
+#include "rlpt/core/error.h"
+
+namespace rlpt::comm::detail {
+
+class NcclComm;
+[[noreturn]] void throw_nccl_error(NcclComm* comm, ncclResult_t result, const char* call,
+                                   const char* file, int line);
+[[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line);
+
+// Owns an ncclComm_t: ncclCommFinalize + ncclCommDestroy on destruction when healthy,
+// ncclCommAbort after abort() or when finalizing fails.
+class NcclComm {
+  public:
+    NcclComm() = default;
+    explicit NcclComm(ncclComm_t c) : comm_(c) {}
+    ~NcclComm();
+    NcclComm(NcclComm&& o) noexcept : comm_(o.comm_) { o.comm_ = nullptr; }
+    NcclComm& operator=(NcclComm&& o) noexcept;
+    NcclComm(const NcclComm&) = delete;
+    NcclComm& operator=(const NcclComm&) = delete;
+
+    ncclComm_t get() const { return comm_; }
+    explicit operator bool() const { return comm_ != nullptr; }
+    // ncclCommAbort (never throws): kernels are torn down, pending work is dropped.
+    void abort() noexcept;
+    // Last error text of this communicator ("" when none).
+    std::string last_error() const;
+    // Polls ncclCommGetAsyncError until the communicator is no longer ncclInProgress
+    // (non-blocking init or a queued call). Aborts and throws CommError on an error or at
+    // the deadline (`what` names the operation).
+    void wait_ready(const Deadline& deadline, const std::string& what);
+
+  private:
+    ncclComm_t comm_ = nullptr;
+};
+
+// Owns a non-blocking CUDA stream.
+class CudaStream {
+  public:
+    CudaStream() = default;
+    static CudaStream create();
+    ~CudaStream();
+    CudaStream(CudaStream&& o) noexcept : stream_(o.stream_) { o.stream_ = nullptr; }
+    CudaStream& operator=(CudaStream&& o) noexcept;
+    CudaStream(const CudaStream&) = delete;
+    CudaStream& operator=(const CudaStream&) = delete;
+    cudaStream_t get() const { return stream_; }
+    explicit operator bool() const { return stream_ != nullptr; }
+
+  private:
+    cudaStream_t stream_ = nullptr;
+};
+
+// Owns a cudaMalloc'd device buffer.
+class DeviceBuffer {
+  public:
+    DeviceBuffer() = default;
+    explicit DeviceBuffer(size_t bytes);
+    ~DeviceBuffer();
+    DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
+        o.ptr_ = nullptr;
+        o.bytes_ = 0;
+    }
+    DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+    char* get() const { return static_cast<char*>(ptr_); }
+    size_t size() const { return bytes_; }
+    // Gives up ownership without freeing (for buffers a failed collective may still use).
+    void leak() {
+        ptr_ = nullptr;
+        bytes_ = 0;
+    }
+
+  private:
+    void* ptr_ = nullptr;
+    size_t bytes_ = 0;
+};
+
+// Polls cudaStreamQuery(stream) and ncclCommGetAsyncError(comm) with back-off until the
+// stream is idle (nccl-tests' testStreamSynchronize). On an asynchronous NCCL error, a CUDA
+// error or at the deadline: aborts `comm` and throws CommError/CudaError naming `what`.
+void wait_stream(NcclComm& comm, cudaStream_t stream, const Deadline& deadline,
+                 const std::string& what);
+
+}  // namespace rlpt::comm::detail
+
+#define RLPT_NCCL_CHECK(owner, call)                                                         \
+    do {                                                                                    \
+        ncclResult_t rlpt_nccl_rc_ = (call);                                                \
+        if (rlpt_nccl_rc_ != ncclSuccess && rlpt_nccl_rc_ != ncclInProgress) {              \
+            ::rlpt::comm::detail::throw_nccl_error((owner), rlpt_nccl_rc_, #call, __FILE__,  \
+                                                   __LINE__);                               \
+        }                                                                                   \
+    } while (0)
+
+#define RLPT_CUDA_CHECK(call)                                                               \
+    do {                                                                                    \
+        cudaError_t rlpt_cuda_rc_ = (call);                                                 \
+        if (rlpt_cuda_rc_ != cudaSuccess) {                                                 \
+            ::rlpt::comm::detail::throw_cuda_error(rlpt_cuda_rc_, #call, __FILE__, __LINE__); \
+        }                                                                                   \
+    } while (0)

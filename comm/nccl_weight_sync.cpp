@@ -1,0 +1,300 @@
+// Weight sync over NCCL: the plan's messages go out as ncclBroadcast on device memory, all
+// queued on one non-blocking CUDA stream owned by the sync. Built only with NCCL.
+//
+// Ordering. One stream carries every pack copy, broadcast and unpack copy, so a pack buffer
+// is never overwritten before the broadcast that reads it has run, whatever n_buffers is;
+// the host only waits (polling, with a deadline) at the end of the sync, or before copying
+// to a host destination. The tensors are produced and consumed by torch on its own streams:
+// sync() synchronizes the device once on entry (the optimizer step / generation that touch
+// the tensors must be finished) and its stream is idle when it returns.
+//
+// Bootstrap (first sync, collective on the sync communicator): node count from
+// MPI_Comm_split_type, apply_nccl_ifname_policy(), ncclGetUniqueId on the root, broadcast
+// over MPI, ncclCommInitRankConfig with blocking = 0 polled against the deadline, so a
+// bootstrap that cannot connect becomes a CommError instead of a silent hang.
+#include <cstring>
+
+#include "nccl_check.h"
+#include "rlpt/comm/nccl_env.h"
+#include "rlpt/comm/weight_sync.h"
+#include "rlpt/core/log.h"
+#include "weight_sync_backends.h"
+#include "weight_sync_plan.h"
+
+namespace rlpt::comm::detail {
+
+int cuda_device_count() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();  // clear the sticky "no driver" error
+        return 0;
+    }
+    return n;
+}
+
+namespace {
+
+char* bytes_of(const torch::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
+
+// The root's unique id travels with a status, so a root that cannot create one fails every
+// rank instead of leaving them waiting.
+struct BootstrapMessage {
+    int64_t ok = 0;
+    ncclUniqueId id{};
+    char error[256] = {0};
+};
+
+class NcclWeightSync final : public WeightSync {
+  public:
+    NcclWeightSync(Communicator comm, const WeightSyncOptions& options)
+        : WeightSync(options), comm_(std::move(comm)) {}
+
+    ~NcclWeightSync() override {
+        if (broken_) {
+            // The communicator is aborted already; a failed broadcast may still reference
+            // these, so keep them rather than free memory a late write could land in.
+            for (auto& b : buffers_) b.leak();
+            header_.release();
+            bootstrap_.release();
+        }
+    }
+
+    std::string backend_name() const override { return "nccl"; }
+
+  protected:
+    void do_sync(const std::vector<std::string>* names, std::vector<torch::Tensor>& tensors,
+                 uint64_t& version, WeightSyncStats& stats) override;
+
+  private:
+    // Device of this sync's tensors ("" error when fine).
+    std::string pick_device(const std::vector<torch::Tensor>& tensors, int& device) const;
+    void bootstrap(const Deadline& deadline);
+    void transfer(const SyncPlan& plan, std::vector<torch::Tensor>& tensors,
+                  const std::vector<int64_t>& nbytes, const Deadline& deadline,
+                  WeightSyncStats& stats);
+    char* buffer(int slot, int64_t bytes, WeightSyncStats& stats);
+    void broadcast(char* data, int64_t bytes, const Deadline& deadline);
+    void fail(const std::string& why) {
+        broken_ = true;
+        broken_reason_ = why;
+        nccl_.abort();
+    }
+
+    Communicator comm_;
+    int device_ = -1;
+    NcclComm nccl_;
+    CudaStream stream_;
+    std::vector<DeviceBuffer> buffers_;
+    std::unique_ptr<WireHeader> header_ = std::make_unique<WireHeader>();
+    std::unique_ptr<BootstrapMessage> bootstrap_ = std::make_unique<BootstrapMessage>();
+    bool broken_ = false;
+    std::string broken_reason_;
+};
+
+std::string NcclWeightSync::pick_device(const std::vector<torch::Tensor>& tensors,
+                                        int& device) const {
+    device = device_;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+        const auto& t = tensors[i];
+        if (!t.defined() || !t.is_cuda()) continue;
+        const int d = t.device().index();
+        if (device < 0) device = d;
+        if (d != device) {
+            return fmt::format(
+                "the NCCL weight sync uses one CUDA device per rank (cuda:{}), but tensor {} is "
+                "on cuda:{}",
+                device, i, d);
+        }
+    }
+    if (device < 0) RLPT_CUDA_CHECK(cudaGetDevice(&device));
+    return {};
+}
+
+void NcclWeightSync::bootstrap(const Deadline& deadline) {
+    // Node count: one leader per shared-memory domain.
+    Communicator node = comm_.split_shared();
+    int64_t n_nodes = node.rank() == 0 ? 1 : 0;
+    comm_.allreduce(&n_nodes, 1, MPI_INT64_T, MPI_SUM, deadline);
+    apply_nccl_ifname_policy(static_cast<int>(n_nodes));
+
+    RLPT_CUDA_CHECK(cudaSetDevice(device_));
+    BootstrapMessage& msg = *bootstrap_;
+    msg = BootstrapMessage();
+    if (comm_.rank() == 0) {
+        const ncclResult_t r = ncclGetUniqueId(&msg.id);
+        msg.ok = r == ncclSuccess ? 1 : 0;
+        if (!msg.ok) {
+            std::snprintf(msg.error, sizeof(msg.error), "ncclGetUniqueId: %s: %s",
+                          ncclGetErrorString(r), ncclGetLastError(nullptr));
+        }
+    }
+    comm_.bcast(&msg, sizeof(msg), 0, deadline);
+    RLPT_CHECK_KIND(CommError, msg.ok, "NCCL bootstrap failed on the sync root: {}", msg.error);
+
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // init and calls return at once; we poll against the deadline
+    config.commName = "rlpt_weight_sync";
+    ncclComm_t raw = nullptr;
+    const ncclResult_t r =
+        ncclCommInitRankConfig(&raw, comm_.size(), msg.id, comm_.rank(), &config);
+    nccl_ = NcclComm(raw);
+    if (r != ncclSuccess && r != ncclInProgress) {
+        throw_nccl_error(&nccl_, r, "ncclCommInitRankConfig", __FILE__, __LINE__);
+    }
+    nccl_.wait_ready(deadline, "ncclCommInitRankConfig (NCCL bootstrap)");
+    stream_ = CudaStream::create();
+    if (comm_.rank() == 0) {
+        RLPT_LOG_INFO("weight sync: NCCL communicator ready ({} ranks, {} node(s), cuda:{})",
+                      comm_.size(), n_nodes, device_);
+    }
+}
+
+char* NcclWeightSync::buffer(int slot, int64_t bytes, WeightSyncStats& stats) {
+    if (buffers_.size() <= static_cast<size_t>(slot)) buffers_.resize(static_cast<size_t>(slot) + 1);
+    if (static_cast<int64_t>(buffers_[slot].size()) < bytes) {
+        buffers_[slot] = DeviceBuffer();  // free first: device memory is scarce
+        buffers_[slot] = DeviceBuffer(static_cast<size_t>(bytes));
+        ++stats.buffer_allocations;
+    }
+    return buffers_[slot].get();
+}
+
+void NcclWeightSync::broadcast(char* data, int64_t bytes, const Deadline& deadline) {
+    const ncclResult_t r = ncclBroadcast(data, data, static_cast<size_t>(bytes), ncclUint8, 0,
+                                         nccl_.get(), stream_.get());
+    if (r == ncclInProgress) {
+        nccl_.wait_ready(deadline, "ncclBroadcast (enqueue)");
+    } else if (r != ncclSuccess) {
+        throw_nccl_error(&nccl_, r, "ncclBroadcast", __FILE__, __LINE__);
+    }
+}
+
+void NcclWeightSync::transfer(const SyncPlan& plan, std::vector<torch::Tensor>& tensors,
+                              const std::vector<int64_t>& nbytes, const Deadline& deadline,
+                              WeightSyncStats& stats) {
+    const bool root = comm_.rank() == 0;
+    const cudaStream_t stream = stream_.get();
+    const size_t n = tensors.size();
+    std::vector<bool> direct(n);
+    for (size_t i = 0; i < n; ++i) {
+        const auto& t = tensors[i];
+        direct[i] = t.is_cuda() && t.device().index() == device_ && t.is_contiguous();
+    }
+    const int64_t buffer_bytes = pack_buffer_bytes(plan, direct);
+    // Root: contiguous copies of the other sources, made up front and kept until the stream
+    // is idle (the copies below read them asynchronously). Receivers: host landing tensors
+    // for destinations that are not contiguous on this device.
+    std::vector<torch::Tensor> staged(n);
+    if (root) {
+        for (size_t i = 0; i < n; ++i) {
+            if (!direct[i] && nbytes[i] > 0) staged[i] = tensors[i].contiguous();
+        }
+    }
+    // Finish whatever torch queued on the tensors (optimizer step, .contiguous() above,
+    // generation reading the destinations) before our stream touches them.
+    RLPT_CUDA_CHECK(cudaDeviceSynchronize());
+
+    for (size_t m = 0; m < plan.messages.size(); ++m) {
+        const Message& msg = plan.messages[m];
+        const Piece& first = msg.pieces.front();
+        ++stats.n_messages;
+        if (msg.inplace && direct[first.tensor]) {
+            broadcast(bytes_of(tensors[first.tensor]) + first.tensor_offset, msg.bytes, deadline);
+            ++stats.n_inplace_messages;
+            continue;
+        }
+        char* buf = buffer(0, buffer_bytes, stats);
+        stats.packed_bytes += msg.bytes;
+        if (root) {
+            for (const Piece& p : msg.pieces) {
+                const char* src = direct[p.tensor] ? bytes_of(tensors[p.tensor])
+                                                   : bytes_of(staged[p.tensor]);
+                RLPT_CUDA_CHECK(cudaMemcpyAsync(buf + p.message_offset, src + p.tensor_offset,
+                                                static_cast<size_t>(p.bytes), cudaMemcpyDefault,
+                                                stream));
+            }
+            broadcast(buf, msg.bytes, deadline);
+            continue;
+        }
+        broadcast(buf, msg.bytes, deadline);
+        for (const Piece& p : msg.pieces) {
+            if (direct[p.tensor]) {
+                RLPT_CUDA_CHECK(cudaMemcpyAsync(bytes_of(tensors[p.tensor]) + p.tensor_offset,
+                                                buf + p.message_offset,
+                                                static_cast<size_t>(p.bytes),
+                                                cudaMemcpyDeviceToDevice, stream));
+                continue;
+            }
+            torch::Tensor& st = staged[p.tensor];
+            if (!st.defined()) {
+                const auto& t = tensors[p.tensor];
+                st = torch::empty(t.sizes(), t.options().device(torch::kCPU));
+            }
+            // A copy into pageable host memory blocks the host until the stream reaches it:
+            // wait (with the deadline) for the broadcast first.
+            wait_stream(nccl_, stream, deadline, "a weight broadcast before a host copy");
+            RLPT_CUDA_CHECK(cudaMemcpyAsync(bytes_of(st) + p.tensor_offset,
+                                            buf + p.message_offset, static_cast<size_t>(p.bytes),
+                                            cudaMemcpyDeviceToHost, stream));
+            wait_stream(nccl_, stream, deadline, "a device-to-host weight copy");
+        }
+    }
+    wait_stream(nccl_, stream, deadline, "the weight broadcasts");
+    if (!root) {
+        torch::NoGradGuard no_grad;
+        for (size_t i = 0; i < n; ++i) {
+            if (staged[i].defined()) tensors[i].copy_(staged[i]);
+        }
+    }
+}
+
+void NcclWeightSync::do_sync(const std::vector<std::string>* names,
+                             std::vector<torch::Tensor>& tensors, uint64_t& version,
+                             WeightSyncStats& stats) {
+    RLPT_CHECK_KIND(CommError, !broken_,
+                    "weight sync (nccl) is unusable after an earlier failure mid-transfer: {}",
+                    broken_reason_);
+    const Deadline deadline = Deadline::after_seconds(options().timeout_s);
+    const Layout layout = describe_layout(names, tensors);
+    int device = -1;
+    const std::string device_error = pick_device(tensors, device);
+    WireHeader& header = *header_;
+    header = comm_.rank() == 0 ? root_header(layout, version, options()) : WireHeader();
+    std::string mismatch;
+    try {
+        mismatch = agree_on_layout(comm_, header, layout, device_error, deadline);
+    } catch (const Error& e) {
+        fail(e.what());
+        rethrow_with_context("weight sync (nccl): agreeing on the header with the root", e);
+    } catch (const std::exception& e) {
+        fail(e.what());
+        throw;
+    }
+    if (!mismatch.empty()) throw CommError(mismatch, __FILE__, __LINE__);  // clean: nothing sent
+    try {
+        if (!nccl_) {
+            device_ = device;
+            bootstrap(deadline);
+        }
+        RLPT_CUDA_CHECK(cudaSetDevice(device_));
+        const SyncPlan plan = make_plan(layout.nbytes, static_cast<int64_t>(header.bucket_bytes),
+                                        static_cast<int64_t>(header.inplace_min_bytes));
+        transfer(plan, tensors, layout.nbytes, deadline, stats);
+    } catch (const std::exception& e) {
+        fail(e.what());
+        throw;
+    }
+    version = header.version;
+    stats.version = header.version;
+    stats.n_tensors = static_cast<int64_t>(header.n_tensors);
+    stats.total_bytes = static_cast<int64_t>(header.total_bytes);
+}
+
+}  // namespace
+
+std::unique_ptr<WeightSync> make_nccl_weight_sync(Communicator comm,
+                                                  const WeightSyncOptions& options) {
+    return std::make_unique<NcclWeightSync>(std::move(comm), options);
+}
+
+}  // namespace rlpt::comm::detail
