@@ -1,0 +1,49 @@
+#pragma once
+// Forward passes the roles need, over sequences laid out as the rollout produces them:
+//   input_ids      [B, T] int64   = prompt (left-padded, P tokens) ++ response (right-padded, R)
+//   attention_mask [B, T] int64   1 on real tokens
+//   position_ids   [B, T] int64   clamp(cumsum(attention_mask) - 1, 0)
+// and R = responses.size(1). Response token t of row i is input_ids[i, P + t]; it is
+// predicted from position P + t - 1.
+//
+// Log-probs are computed micro-batch by micro-batch without materialising more than one
+// micro-batch of logits: hidden states of the R predicting positions -> logits [mb, R, V] ->
+// fused log-softmax-gather + entropy (kernels/logprob) with the logits divided by temperature.
+#include <torch/torch.h>
+
+#include "rlpt/model/transformer.h"
+#include "rlpt/model/value_model.h"
+
+namespace rlpt::engine {
+
+struct SequenceBatch {
+    torch::Tensor input_ids;
+    torch::Tensor attention_mask;
+    torch::Tensor position_ids;
+    int64_t response_length = 0;  // R
+};
+
+struct LogProbs {
+    torch::Tensor log_probs;  // [B, R] fp32
+    torch::Tensor entropy;    // [B, R] fp32, undefined unless requested
+};
+
+// Differentiable when grad mode is on (training); call under torch::NoGradGuard for
+// inference. Rows are processed as given (the caller micro-batches).
+LogProbs compute_log_probs(model::CausalLM& model, const SequenceBatch& seq, double temperature, bool with_entropy);
+
+// Value predictions for the response tokens: values[i, t] is the value head at the position
+// that predicts response token t (position P + t - 1), [B, R] fp32.
+torch::Tensor compute_values(model::ValueModel& model, const SequenceBatch& seq);
+
+// Sequence score of a reward model: the value head at each row's last real token, [B] fp32.
+torch::Tensor compute_sequence_scores(model::ValueModel& model, const SequenceBatch& seq);
+
+// Token-level cross-entropy for SFT: mean over positions where loss_mask [B, T] is 1 of
+// -log p(input_ids[:, t] | prefix), returned as the SUM over masked tokens (the caller divides
+// by the global token count, so the loss splits cleanly across micro-batches and ranks).
+torch::Tensor sft_token_nll_sum(model::CausalLM& model, const torch::Tensor& input_ids,
+                                const torch::Tensor& attention_mask, const torch::Tensor& position_ids,
+                                const torch::Tensor& loss_mask);
+
+}  // namespace rlpt::engine

@@ -1,0 +1,58 @@
+#pragma once
+// Rollout engine (DESIGN §4): batched autoregressive generation with a KV cache.
+//
+//   prefill of the left-padded prompts -> decode steps; temperature / top-k / top-p sampling
+//   or greedy; stop on EOS, on any stop token id, or at max_new_tokens; finished rows leave
+//   the decode batch (the KV cache is compacted) so they stop costing compute.
+//
+// Reproducibility: every sequence draws its random numbers from its own counter-based stream
+// seeded by `seeds[i]` (the caller derives it from the run seed, the step and the sample's
+// global index), never from a shared generator, so a sample does not depend on which other
+// prompts share its batch or on how many rollout ranks there are (up to floating-point ties
+// of the logits themselves).
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rlpt/model/transformer.h"
+
+namespace rlpt::rollout {
+
+struct SamplingParams {
+    double temperature = 1.0;  // > 0 unless greedy
+    double top_p = 1.0;        // (0, 1]
+    int64_t top_k = -1;        // -1: off
+    bool greedy = false;       // argmax (temperature ignored for the choice; log-probs use temperature)
+    int64_t max_new_tokens = 16;
+    int64_t eos_id = -1;       // -1: none
+    std::vector<int64_t> stop_token_ids;
+    int64_t pad_id = 0;        // fills prompts on the left and responses on the right
+};
+
+enum class FinishReason : int64_t { kEos = 0, kStop = 1, kLength = 2 };
+const char* finish_reason_name(FinishReason r);
+
+// All tensors on CPU. P = longest prompt, R = longest response (<= max_new_tokens).
+struct GenerationOutput {
+    torch::Tensor prompts;            // [B, P] int64, left-padded with pad_id
+    torch::Tensor responses;          // [B, R] int64, right-padded with pad_id
+    torch::Tensor input_ids;          // [B, P+R] prompts ++ responses
+    torch::Tensor attention_mask;     // [B, P+R] int64: real prompt tokens and real response tokens
+    torch::Tensor position_ids;       // [B, P+R] int64: clamp(cumsum(attention_mask) - 1, 0)
+    torch::Tensor response_mask;      // [B, R] int64: 1 on generated tokens (EOS/stop token included)
+    torch::Tensor rollout_log_probs;  // [B, R] fp32: log p of each sampled token under softmax(logits / T)
+    std::vector<FinishReason> finish_reasons;
+};
+
+// Generates one response per prompt (callers repeat prompts for n samples). `seeds` has one
+// seed per prompt. Rows are processed `micro_batch_size` at a time. Runs under NoGradGuard.
+GenerationOutput generate(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                          const std::vector<uint64_t>& seeds, const SamplingParams& params,
+                          int64_t micro_batch_size = 256);
+
+// Per-sequence seed: a hash of (run seed, step, global sample index).
+uint64_t sample_seed(uint64_t run_seed, int64_t step, int64_t global_index);
+
+}  // namespace rlpt::rollout
