@@ -17,6 +17,8 @@ struct Controller::Call {
     std::set<int> waiting;      // ranks whose reply header has not arrived
     std::map<int, BatchLayout> payloads;  // world rank -> layout of its payload
     bool has_local = false;
+    bool local_done = false;
+    Batch local_in;  // this rank's share, run in wait() (see below)
     Batch local_out;
     comm::OutgoingBatch sends;
     double started = 0;
@@ -132,11 +134,21 @@ Controller::Pending Controller::submit_raw(int role_index, uint16_t method, cons
     if (local_role_rank >= 0) {
         RLPT_CHECK_KIND(InternalError, local_ != nullptr, "controller hosts {} but has no WorkerHost", spec.name);
         call->has_local = true;
-        call->local_out = local_->run(role_index, method, *input_of[static_cast<size_t>(local_role_rank)], step_);
+        call->local_in = *input_of[static_cast<size_t>(local_role_rank)];
     }
     Pending p{call->seq};
     calls_.emplace(call->seq, std::move(call));
     return p;
+}
+
+void Controller::run_local_share(Call& call) {
+    // The controller's own share runs when the call is waited for, not when it is submitted:
+    // calls that together form one collective across roles (actor -> rollout weight sync)
+    // are all submitted before any of them blocks in that collective.
+    if (!call.has_local || call.local_done) return;
+    call.local_done = true;
+    call.local_out = local_->run(call.role, call.method, call.local_in, call.step);
+    call.local_in = Batch(0);
 }
 
 Controller::Call& Controller::find_call(uint64_t seq) {
@@ -259,6 +271,9 @@ std::vector<Batch> Controller::collect(Call& call) {
 
 std::vector<Batch> Controller::wait_all(Pending& p) {
     Call& call = find_call(p.seq);
+    // Every pending local share first, in submission order: the awaited call's remote ranks
+    // may be in a collective with an earlier call's local share.
+    for (auto& kv : calls_) run_local_share(*kv.second);
     double w0 = detail::wall_seconds(), c0 = detail::cpu_seconds();
     receive_replies_until_done(call);
     std::vector<Batch> outs = collect(call);

@@ -9,7 +9,8 @@
 //     Batch out = controller.call(roles::ActorMethod::kComputeLogProb, batch);
 //
 // call() pads/splits/sends per the method's table row, runs the local share itself when
-// rank 0 hosts the role, waits (polling with back-off, so a waiting controller does not
+// rank 0 hosts the role (in wait(), so several submitted calls that form one collective
+// together do not deadlock), waits (polling with back-off, so a waiting controller does not
 // spin a core), collects from the output ranks only and unpads. An error on any worker comes
 // back as a RemoteError naming rank, role, method and step; the caller (main) prints it and
 // aborts the job. Waits longer than trainer.stall_warn_s log the ranks that have not
@@ -144,6 +145,7 @@ class Controller {
         return role_index(RoleOf<M>::kName);
     }
     struct Call;
+    void run_local_share(Call& call);
     void receive_replies_until_done(Call& call);
     Call& find_call(uint64_t seq);
     std::vector<Batch> collect(Call& call);
