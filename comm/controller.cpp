@@ -25,9 +25,22 @@ struct Controller::Call {
     double last_warn = 0;
 };
 
+namespace {
+std::vector<int> worker_ranks(const comm::Topology& topo) {
+    std::vector<int> out;
+    for (int r = 0; r < topo.world_size(); ++r)
+        if (r != topo.world_rank()) out.push_back(r);
+    return out;
+}
+}  // namespace
+
 Controller::Controller(const std::vector<RoleSpec>& registry, const Config& config, const comm::Topology& topo,
                        WorkerHost* local)
-    : registry_(registry), config_(config), topo_(topo), local_(local) {}
+    : registry_(registry),
+      config_(config),
+      topo_(topo),
+      local_(local),
+      replies_(std::make_unique<comm::Mailbox>(topo.control().get(), wire::kTagReply, worker_ranks(topo))) {}
 
 Controller::~Controller() {
     try {
@@ -165,12 +178,11 @@ void Controller::receive_replies_until_done(Call& call) {
     comm::Deadline deadline = comm::Deadline::after_seconds(timeout - (detail::wall_seconds() - call.started));
     call.sends.complete(deadline, fmt::format("{}: sending the inputs", what));
 
-    MPI_Comm control = topo_.control().get();
     std::string msg;
     int source = -1;
     comm::detail::Backoff backoff;
     while (!call.waiting.empty()) {
-        if (!comm::try_recv_message(MPI_ANY_SOURCE, wire::kTagReply, control, msg, &source)) {
+        if (!replies_->try_take(msg, source, deadline)) {
             double now = detail::wall_seconds();
             if (now - call.last_warn >= config_.trainer.stall_warn_s) {
                 call.last_warn = now;
@@ -274,11 +286,8 @@ std::vector<Batch> Controller::wait_all(Pending& p) {
     // Every pending local share first, in submission order: the awaited call's remote ranks
     // may be in a collective with an earlier call's local share.
     for (auto& kv : calls_) run_local_share(*kv.second);
-    double w0 = detail::wall_seconds(), c0 = detail::cpu_seconds();
     receive_replies_until_done(call);
     std::vector<Batch> outs = collect(call);
-    wait_wall_s_ += detail::wall_seconds() - w0;
-    wait_cpu_s_ += detail::cpu_seconds() - c0;
     for (int w : call.ranks) {
         auto it = busy_rank_.find(w);
         if (it != busy_rank_.end() && it->second == call.seq) busy_rank_.erase(it);

@@ -98,12 +98,12 @@ bool sends_payload(Collect c, const WorkerContext& ctx) {
 void WorkerHost::serve() {
     const int controller = topo_.placement().controller_rank;
     MPI_Comm control = topo_.control().get();
+    comm::Mailbox commands(control, wire::kTagCommand, {controller});
+    std::string msg;
     for (;;) {
-        double w0 = detail::wall_seconds(), c0 = detail::cpu_seconds();
-        std::string msg = comm::recv_message(controller, wire::kTagCommand, control, nullptr, comm::Deadline::never(),
-                                             "the next command from the controller");
-        idle_wall_s_ += detail::wall_seconds() - w0;
-        idle_cpu_s_ += detail::cpu_seconds() - c0;
+        int source = controller;
+        comm::poll_until([&] { return commands.try_take(msg, source, comm::Deadline::never()); },
+                         comm::Deadline::never(), "the next command from the controller");
 
         auto h = detail::parse_header<wire::CommandHeader>(msg, "command from the controller");
         if (h.kind == static_cast<uint8_t>(wire::CommandKind::kShutdown)) return;

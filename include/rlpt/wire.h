@@ -8,6 +8,9 @@
 // and a reply is the same shape back:
 //   [ReplyHeader][layout bytes | error text] tag kTagReply,       worker -> controller
 //   [column bytes] ...                      tag kTagReplyData,    worker -> controller
+// Command and reply messages travel as envelopes (comm/batch_transport.h: inline up to
+// 8 KiB into receives posted in advance; longer ones announce their length and follow on
+// the tag + 1).
 // on the control communicator (a dup of MPI_COMM_WORLD used for nothing else). MPI keeps
 // messages with the same (source, tag, communicator) in order, so data messages need no
 // sequence numbers. Every rank answers every call it takes part in (output sources with the
@@ -25,10 +28,10 @@ namespace rlpt::wire {
 constexpr uint32_t kMagic = 0x544c5052u;  // "RPLT"
 constexpr uint16_t kVersion = 1;
 
-constexpr int kTagCommand = 101;
-constexpr int kTagCommandData = 102;
-constexpr int kTagReply = 103;
-constexpr int kTagReplyData = 104;
+constexpr int kTagCommand = 101;      // + 1: long command messages
+constexpr int kTagCommandData = 103;
+constexpr int kTagReply = 111;        // + 1: long reply messages
+constexpr int kTagReplyData = 113;
 
 enum class CommandKind : uint8_t { kCall = 1, kShutdown = 2 };
 enum class ReplyStatus : uint8_t { kOk = 0, kError = 1 };

@@ -119,8 +119,6 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
         protocol::WorkerHost host(role_registry(), config, topo, fault);
         if (!topo.is_controller()) {
             host.serve();
-            RLPT_LOG_DEBUG("worker loop done: waited {:.1f} s for commands using {:.2f} s of CPU", host.idle_wall_s(),
-                           host.idle_cpu_s());
             return kExitOk;
         }
         RunContext run;

@@ -63,10 +63,6 @@ class WorkerHost {
     void serve();
     ProcessShared& shared() { return shared_; }
     comm::BufferPool& pool() { return pool_; }
-    // Process CPU seconds spent inside serve() while waiting for commands (for the
-    // idle-CPU measurement) and the wall seconds waited.
-    double idle_cpu_s() const { return idle_cpu_s_; }
-    double idle_wall_s() const { return idle_wall_s_; }
 
   private:
     void maybe_inject_fault(const MethodSpec& m, int64_t step) const;
@@ -78,8 +74,6 @@ class WorkerHost {
     comm::BufferPool pool_;
     std::map<int, std::unique_ptr<RoleWorker>> workers_;
     std::map<int, WorkerContext> contexts_;
-    double idle_cpu_s_ = 0;
-    double idle_wall_s_ = 0;
 };
 
 class Controller {
@@ -135,9 +129,6 @@ class Controller {
     // Sends shutdown to every worker rank. Idempotent; the destructor calls it.
     void shutdown();
 
-    // Wall seconds spent waiting for replies and CPU seconds used meanwhile (idle measure).
-    double wait_wall_s() const { return wait_wall_s_; }
-    double wait_cpu_s() const { return wait_cpu_s_; }
 
   private:
     template <typename M>
@@ -155,13 +146,12 @@ class Controller {
     const comm::Topology& topo_;
     WorkerHost* local_;
     comm::BufferPool pool_;
+    std::unique_ptr<comm::Mailbox> replies_;  // receives posted in advance, one per worker rank
     int64_t step_ = -1;
     uint64_t next_seq_ = 1;
     std::map<uint64_t, std::unique_ptr<Call>> calls_;
     std::map<int, uint64_t> busy_rank_;  // world rank -> seq of the call it is in
     bool shut_down_ = false;
-    double wait_wall_s_ = 0;
-    double wait_cpu_s_ = 0;
 };
 
 }  // namespace rlpt::protocol
