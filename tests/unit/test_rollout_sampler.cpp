@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <limits>
+#include <algorithm>
+#include <numeric>
 #include <set>
 
 #include "rlpt/core/error.h"
@@ -85,16 +87,19 @@ TEST(RolloutSampler, TemperatureScalesTheDistribution) {
                 1e-6);
 }
 
-TEST(RolloutSampler, TopKWalksTheKeptTokensInRankOrder) {
-    // logits [0, 1, 2, 3], top-2 keeps {3, 2} with renormalised p3 = e / (1 + e) = 0.731.
+TEST(RolloutSampler, TopKWalksTheKeptTokensInIndexOrder) {
+    // logits [0, 1, 2, 3], top-2 keeps {2, 3} with renormalised p2 = 1 / (1 + e) = 0.269.
     auto z = row({0, 1, 2, 3});
-    EXPECT_EQ(pick(z, sampling(1, 1, 2), 0.0), 3);
-    EXPECT_EQ(pick(z, sampling(1, 1, 2), 0.70), 3);
-    EXPECT_EQ(pick(z, sampling(1, 1, 2), 0.75), 2);
-    EXPECT_EQ(pick(z, sampling(1, 1, 2), 0.9999), 2);
+    EXPECT_EQ(pick(z, sampling(1, 1, 2), 0.0), 2);
+    EXPECT_EQ(pick(z, sampling(1, 1, 2), 0.26), 2);
+    EXPECT_EQ(pick(z, sampling(1, 1, 2), 0.28), 3);
+    EXPECT_EQ(pick(z, sampling(1, 1, 2), 0.9999), 3);
+    // Order of the kept set does not depend on where the tokens sit: top-2 of [3, 2, 1, 0].
+    EXPECT_EQ(pick(row({3, 2, 1, 0}), sampling(1, 1, 2), 0.72), 0);
+    EXPECT_EQ(pick(row({3, 2, 1, 0}), sampling(1, 1, 2), 0.74), 1);
     // The log-prob is the unfiltered one: log softmax([0,1,2,3])[2].
     const double lse = std::log(1 + std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
-    EXPECT_NEAR(choose_tokens(z, sampling(1, 1, 2), {0.9}).log_probs[0], 2 - lse, 1e-6);
+    EXPECT_NEAR(choose_tokens(z, sampling(1, 1, 2), {0.1}).log_probs[0], 2 - lse, 1e-6);
     // k >= V and k = 0 are off.
     EXPECT_EQ(pick(z, sampling(1, 1, 4), 0.0), 0);
     EXPECT_EQ(pick(z, sampling(1, 1, 0), 0.0), 0);
@@ -108,17 +113,84 @@ TEST(RolloutSampler, TopPKeepsTheSmallestPrefixReachingP) {
     EXPECT_EQ(pick(z, sampling(1, 0.6), 0.6), 1);   // 0.48 < 0.5
     EXPECT_EQ(pick(z, sampling(1, 0.6), 0.65), 2);  // 0.52
     EXPECT_EQ(pick(z, sampling(1, 0.6), 0.999), 2);
-    // top_p 0.9: all three, rank order 1, 2, 0: sums 0.5, 0.8, 1.0.
-    EXPECT_EQ(pick(z, sampling(1, 0.9), 0.85), 0);
+    // top_p 0.9: all three, walked in index order: sums 0.2, 0.7, 1.0.
+    EXPECT_EQ(pick(z, sampling(1, 0.9), 0.1), 0);
+    EXPECT_EQ(pick(z, sampling(1, 0.9), 0.5), 1);
+    EXPECT_EQ(pick(z, sampling(1, 0.9), 0.85), 2);
     // top-k then top-p over the renormalised top-k: k = 2 keeps {1, 2} (0.625, 0.375); top_p 0.6 -> {1}.
     for (double u : {0.0, 0.7, 0.99}) EXPECT_EQ(pick(z, sampling(1, 0.6, 2), u), 1);
-    // A vocabulary wider than the first partial-sort window (32): uniform logits, top_p 0.5 of
-    // 100 tokens keeps the 50 lowest ids (ties rank by index).
+    // All keys equal (ties resolved by index after the radix passes): top_p 0.5 of 100
+    // uniform tokens keeps the 50 lowest ids (ties rank by index).
     auto flat = torch::zeros({1, 100});
     std::set<int64_t> chosen;
     for (int i = 0; i < 400; ++i) chosen.insert(pick(flat, sampling(1, 0.5), (i + 0.5) / 400.0));
     EXPECT_EQ(chosen.size(), 50u);
     EXPECT_EQ(*chosen.rbegin(), 49);
+}
+
+// The rule of sampler.h computed the slow way: full sort by (z desc, index asc), cumulative
+// sums in rank order, then the index-order walk over the kept set.
+int64_t reference_choice(const torch::Tensor& z_row, const torch::Tensor& p_row, int64_t top_k, double top_p,
+                         double u) {
+    const int64_t v = z_row.size(0);
+    std::vector<float> z(z_row.data_ptr<float>(), z_row.data_ptr<float>() + v);
+    std::vector<float> p(p_row.data_ptr<float>(), p_row.data_ptr<float>() + v);
+    std::vector<int64_t> order(static_cast<size_t>(v));
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
+    int64_t n = top_k > 0 && top_k < v ? top_k : v;
+    if (top_p < 1) {
+        double mass = 0, cum = 0;
+        for (int64_t r = 0; r < n; ++r) mass += p[order[r]];
+        for (int64_t r = 0; r < n; ++r) {
+            cum += p[order[r]];
+            if (cum >= top_p * mass) {
+                n = r + 1;
+                break;
+            }
+        }
+    }
+    std::vector<int64_t> kept(order.begin(), order.begin() + n);
+    std::sort(kept.begin(), kept.end());
+    double total = 0, cum = 0;
+    for (int64_t j : kept) total += p[j];
+    for (int64_t j : kept) {
+        if (p[j] <= 0) continue;
+        cum += p[j];
+        if (cum > u * total) return j;
+    }
+    return kept.back();
+}
+
+TEST(RolloutSampler, RadixSelectAgreesWithASortedReference) {
+    torch::manual_seed(3);
+    const int64_t b = 24, v = 3000;
+    // Wide and narrow logit scales, quantised rows full of exact ties, and -inf entries; the
+    // unfiltered cases check the blocked inverse-CDF walk against a token-by-token one.
+    auto z = torch::randn({b, v}) * torch::linspace(0.1, 8, b).unsqueeze(1);
+    z.narrow(0, 0, 6).mul_(2).round_().div_(2);
+    z.narrow(0, 6, 3).index_put_({torch::indexing::Slice(), torch::indexing::Slice(0, v, 7)},
+                                 -std::numeric_limits<float>::infinity());
+    struct Case {
+        double t, top_p;
+        int64_t top_k;
+    };
+    for (const Case& c : {Case{1.0, 0.9, -1}, Case{0.7, 0.5, -1}, Case{1.0, 1.0, 40}, Case{1.3, 0.95, 500},
+                          Case{1.0, 0.999, -1}, Case{0.5, 0.3, 2999}, Case{1.0, 1e-3, -1},
+                          Case{1.0, 1.0, -1}, Case{0.6, 1.0, -1}}) {
+        SCOPED_TRACE(::testing::Message() << "T " << c.t << " top_p " << c.top_p << " top_k " << c.top_k);
+        auto s = z.div(c.t);
+        auto p = (s - torch::logsumexp(s, 1, true)).exp().contiguous();
+        for (int rep = 0; rep < 5; ++rep) {
+            std::vector<double> u(b);
+            for (int64_t i = 0; i < b; ++i) u[static_cast<size_t>(i)] = uniform_draw(static_cast<uint64_t>(rep), i);
+            auto got = choose_tokens(z, sampling(c.t, c.top_p, c.top_k), u);
+            for (int64_t i = 0; i < b; ++i)
+                EXPECT_EQ(got.tokens[static_cast<size_t>(i)],
+                          reference_choice(z[i].contiguous(), p[i], c.top_k, c.top_p, u[static_cast<size_t>(i)]))
+                    << "row " << i;
+        }
+    }
 }
 
 TEST(RolloutSampler, GreedyTopK1AndTinyTopPAgree) {
@@ -140,15 +212,16 @@ TEST(RolloutSampler, GreedyTopK1AndTinyTopPAgree) {
         if (i != 3) EXPECT_EQ(g.tokens[i], ref[i].item<int64_t>());
         EXPECT_EQ(k1.tokens[i], g.tokens[i]);
         EXPECT_EQ(p0.tokens[i], g.tokens[i]);
-        EXPECT_FLOAT_EQ(g.log_probs[i], lp[i][g.tokens[i]].item<float>());
-        EXPECT_EQ(k1.log_probs[i], g.log_probs[i]);
+        EXPECT_NEAR(g.log_probs[i], lp[i][g.tokens[i]].item<float>(), 1e-6);
+        EXPECT_NEAR(k1.log_probs[i], g.log_probs[i], 1e-6);
+        EXPECT_NEAR(p0.log_probs[i], g.log_probs[i], 1e-6);
     }
     EXPECT_EQ(g.tokens[3], 7);
     // Greedy with temperature 0 reports untempered log-probs.
     greedy.temperature = 0;
     auto g0 = choose_tokens(z, greedy, {});
     auto lp1 = torch::log_softmax(z, 1);
-    for (int64_t i = 0; i < 16; ++i) EXPECT_FLOAT_EQ(g0.log_probs[i], lp1[i][g0.tokens[i]].item<float>());
+    for (int64_t i = 0; i < 16; ++i) EXPECT_NEAR(g0.log_probs[i], lp1[i][g0.tokens[i]].item<float>(), 1e-6);
 }
 
 TEST(RolloutSampler, ZeroProbabilityTokensAreNeverChosen) {

@@ -16,13 +16,19 @@
 //             top-k (k >= 1 and k < V): keep the k best-ranked tokens. top-p (< 1): among the
 //             kept tokens, with probabilities renormalised over them, keep the smallest
 //             best-ranked prefix whose cumulative probability reaches top_p (at least one token).
-//             Then with u = uniform_draw(seed, c) walk the kept tokens (index order when nothing
-//             was filtered, rank order otherwise) accumulating p in double precision and take the
-//             first token whose running sum exceeds u * (sum of kept p). Tokens with p = 0 are
-//             never chosen.
+//             Then with u = uniform_draw(seed, c) walk the kept tokens in index order accumulating
+//             p in double precision and take the first token whose running sum exceeds
+//             u * (sum of kept p, also in double). Tokens with p = 0 are never chosen.
+//   The filters need no sort: a radix select over the logits' bit patterns (three histogram
+//   passes) finds the last kept rank, so a row costs a few passes over V even when the
+//   nucleus holds most of the vocabulary. Prefix sums are in double; a nucleus boundary that
+//   sits within rounding of top_p may differ from a sorted cumulative sum's by one token.
 //   The reported log-prob is always log_softmax(z / T)[token] over the full vocabulary (the
 //   unfiltered distribution, which is what the actor recomputes), never the filtered one.
-//   Consequences: top_k = 1 and a tiny top_p choose exactly what greedy chooses.
+//   Greedy rows get it from kernels::logprob_forward (the fused kernel the actor's log-prob
+//   pass uses); sampled rows as log(softmax(z / T)[token]) from the fp32 probabilities the draw
+//   used (a chosen token always has p > 0). The two agree to ~1e-6.
+//   Consequences: top_k = 1 and a tiny top_p choose exactly the tokens greedy chooses.
 // A row whose chosen log-prob is not finite (NaN or infinite logits) is a ValueError.
 #include <torch/torch.h>
 
@@ -45,7 +51,8 @@ struct TokenChoices {
 };
 
 // Chooses one token per row of `logits` ([b, V] float32 on the CPU; other dtypes/devices are
-// converted). `uniforms` holds one draw per row (ignored when params.greedy; may then be
+// converted). Rows run in parallel on LibTorch's intra-op threads; each row's result does not
+// depend on the thread count or on the other rows. `uniforms` holds one draw per row (ignored when params.greedy; may then be
 // empty). Only the sampling fields of `params` are read (temperature, top_p, top_k, greedy);
 // they must be valid (see validate_sampling_params).
 TokenChoices choose_tokens(const torch::Tensor& logits, const SamplingParams& params,
