@@ -46,7 +46,7 @@ case "$check" in
     grep -q '"actor/pg_loss"' runs/tiny/metrics.jsonl
     grep -q '"val-core/rlpt/arithmetic/acc/mean@1"' runs/tiny/metrics.jsonl
     test -f runs/tiny/hf_model/config.json && test -f runs/tiny/hf_model/model.safetensors
-    test -f runs/tiny/checkpoints/step_000002/COMPLETE || ls -R runs/tiny/checkpoints
+    test -f runs/tiny/checkpoints/step_2/COMPLETE
     ;;
   dp-invariance)
     common=(trainer.output_dir=runs trainer.total_training_steps=3 trainer.val_before_train=false)
@@ -63,7 +63,7 @@ case "$check" in
     run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=resumed trainer.total_training_steps=2
     run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=resumed trainer.total_training_steps=4 \
       | tee resume.log
-    grep -q "resumed from .*step_000002 (step 2, epoch 0, 24 of 24" resume.log
+    grep -q "resumed from .*step_2 (step 2, epoch 0, 24 of 24" resume.log
     compare runs/straight/metrics.jsonl runs/resumed/metrics.jsonl 3,4 0 \
       critic/score/mean actor/pg_loss actor/grad_norm training/epoch
     cmp runs/straight/hf_model/model.safetensors runs/resumed/hf_model/model.safetensors
