@@ -89,6 +89,7 @@ TaskData load_task(const Config& c) {
         o.num_operands = static_cast<int>(c.data.builtin.num_operands);
         o.operations = c.data.builtin.ops;
         o.reversed_answer = c.data.builtin.reversed_answer;
+        o.demo_carry_error_rate = c.data.builtin.demo_carry_error_rate;
         o.num_train = c.data.builtin.num_train;
         o.num_val = c.data.builtin.num_val;
         auto task = data::make_arithmetic_task(o);

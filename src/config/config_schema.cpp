@@ -99,6 +99,7 @@ void visit_data(Visitor& v, DataConfig& c) {
         b.value("num_operands", t.num_operands);
         b.value("ops", t.ops);
         b.value("reversed_answer", t.reversed_answer);
+        b.value("demo_carry_error_rate", t.demo_carry_error_rate);
         b.value("seed", t.seed);
     });
     v.value("train_batch_size", c.train_batch_size);

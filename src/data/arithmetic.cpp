@@ -14,6 +14,7 @@ namespace {
 constexpr uint64_t kSplitSalt = 0x61726974686D6574ULL;  // "arithmet": fixed, seed-independent
 constexpr uint64_t kTrainStream = 0x7472616996E5ULL;
 constexpr uint64_t kValStream = 0x76616C5D1D0FULL;
+constexpr uint64_t kDemoErrorSalt = 0x6E6F6361727279ULL;  // "nocarry"
 
 int64_t pow10(int e) {
     int64_t v = 1;
@@ -24,7 +25,20 @@ int64_t pow10(int e) {
 struct Problem {
     std::string prompt;
     int64_t value = 0;
+    int64_t no_carry_value = 0;  // column-wise digit sums mod 10 (only meaningful for '+' only)
 };
+
+// "37+485=" added column by column without carrying: 7+5 -> 2, 3+8 -> 1, 4 -> 4 gives 412.
+int64_t add_without_carry(int64_t a, int64_t b) {
+    int64_t out = 0, place = 1;
+    while (a > 0 || b > 0) {
+        out += ((a % 10 + b % 10) % 10) * place;
+        a /= 10;
+        b /= 10;
+        place *= 10;
+    }
+    return out;
+}
 
 Problem draw_problem(const ArithmeticOptions& o, detail::SplitMix64& rng) {
     Problem p;
@@ -37,6 +51,7 @@ Problem draw_problem(const ArithmeticOptions& o, detail::SplitMix64& rng) {
         char op = k == 0 ? '+' : o.operations[rng.below(o.operations.size())];
         if (k > 0) p.prompt += op;
         p.prompt += std::to_string(operand);
+        p.no_carry_value = add_without_carry(p.no_carry_value, operand);
         if (k == 0) {
             term = operand;
         } else if (op == '*') {
@@ -88,9 +103,16 @@ std::vector<Example> generate_split(const ArithmeticOptions& o, bool val) {
         e.prompt = std::move(p.prompt);
         e.ground_truth = std::to_string(p.value);
         e.data_source = std::string(kArithmeticDataSource);
-        e.extra = nlohmann::json{{"answer_format", format_name},
-                                 {"response", arithmetic_format_answer(p.value, o.reversed_answer)},
-                                 {"split", split_name}};
+        // The demonstration (the SFT target) forgets carries for a hashed share of training problems;
+        // ground truth, rewards and validation always use the true value.
+        const bool flawed = !val && o.demo_carry_error_rate > 0.0 && p.no_carry_value != p.value &&
+                            detail::stable_hash(e.prompt.data(), e.prompt.size(), kDemoErrorSalt ^ o.seed) >> 11 <
+                                static_cast<uint64_t>(o.demo_carry_error_rate * 0x1.0p53);
+        e.extra = nlohmann::json{
+            {"answer_format", format_name},
+            {"response", arithmetic_format_answer(flawed ? p.no_carry_value : p.value, o.reversed_answer)},
+            {"split", split_name}};
+        if (flawed) e.extra["flawed_demo"] = true;
         e.index = static_cast<int64_t>(out.size());
         out.push_back(std::move(e));
     }
@@ -121,6 +143,12 @@ void validate_arithmetic_options(const ArithmeticOptions& o) {
         RLPT_CHECK_KIND(ConfigError, o.operations.find(c) == i,
                         "arithmetic.operations: '{}' is listed twice in \"{}\"", c, o.operations);
     }
+    RLPT_CHECK_KIND(ConfigError, o.demo_carry_error_rate >= 0.0 && o.demo_carry_error_rate <= 1.0,
+                    "arithmetic.demo_carry_error_rate must be in [0, 1], got {}", o.demo_carry_error_rate);
+    RLPT_CHECK_KIND(ConfigError, o.demo_carry_error_rate == 0.0 || o.operations == "+",
+                    "arithmetic.demo_carry_error_rate needs operations \"+\" only (a forgotten carry is defined for "
+                    "sums of non-negative numbers), got \"{}\"",
+                    o.operations);
     RLPT_CHECK_KIND(ConfigError, o.num_train >= 1, "arithmetic.num_train must be >= 1, got {}", o.num_train);
     RLPT_CHECK_KIND(ConfigError, o.num_val >= 0, "arithmetic.num_val must be >= 0, got {}", o.num_val);
     RLPT_CHECK_KIND(ConfigError, o.val_fraction > 0.0 && o.val_fraction < 1.0,

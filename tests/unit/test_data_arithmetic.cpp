@@ -258,3 +258,46 @@ TEST(DataArithmetic, OptionValidation) {
     o.val_fraction = 0.0;
     expect_error(o, "arithmetic.val_fraction");
 }
+
+TEST(DataArithmetic, FlawedDemonstrationsForgetCarriesOnlyInTrainingTargets) {
+    ArithmeticOptions o;
+    o.min_digits = 1;
+    o.max_digits = 2;
+    o.operations = "+";
+    o.num_train = 2000;
+    o.num_val = 200;
+    o.demo_carry_error_rate = 0.7;
+    ArithmeticTask task = make_arithmetic_task(o);
+    int carry = 0, flawed = 0;
+    for (const Example& e : task.train) {
+        std::vector<std::string> operands;
+        const int64_t value = evaluate(e.prompt, &operands);
+        ASSERT_EQ(e.ground_truth, std::to_string(value));  // rewards always see the truth
+        const int64_t a = std::stoll(operands[0]), b = std::stoll(operands[1]);
+        const bool has_carry = (a % 10 + b % 10 >= 10) || ((a / 10) % 10 + (b / 10) % 10 >= 10);
+        const std::string response = e.extra.at("response");
+        if (e.extra.value("flawed_demo", false)) {
+            ASSERT_TRUE(has_carry) << e.prompt;
+            const int64_t no_carry = (a % 10 + b % 10) % 10 + 10 * (((a / 10) % 10 + (b / 10) % 10) % 10);
+            EXPECT_EQ(response, std::to_string(no_carry)) << e.prompt;
+            ++flawed;
+        } else {
+            EXPECT_EQ(response, std::to_string(value)) << e.prompt;
+        }
+        carry += has_carry;
+    }
+    ASSERT_GT(carry, 500);
+    EXPECT_NEAR(static_cast<double>(flawed) / carry, 0.7, 0.05);
+    for (const Example& e : task.val) {
+        EXPECT_FALSE(e.extra.contains("flawed_demo"));
+        EXPECT_EQ(e.extra.at("response").get<std::string>(), e.ground_truth);
+    }
+    // Same seed, same flawed set; the rate only exists for sums.
+    ArithmeticTask again = make_arithmetic_task(o);
+    for (size_t i = 0; i < task.train.size(); ++i) ASSERT_EQ(again.train[i].extra, task.train[i].extra);
+    o.operations = "+-";
+    EXPECT_THROW(make_arithmetic_task(o), rlpt::ConfigError);
+    o.operations = "+";
+    o.demo_carry_error_rate = 1.5;
+    EXPECT_THROW(make_arithmetic_task(o), rlpt::ConfigError);
+}

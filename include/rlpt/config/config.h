@@ -66,6 +66,7 @@ struct BuiltinTaskConfig {
     int64_t num_operands = 2;
     std::string ops = "+";
     bool reversed_answer = false;     // answer digits least significant first
+    double demo_carry_error_rate = 0.0;  // share of carry problems whose SFT target forgets the carry
     int64_t seed = 7;
 };
 

@@ -50,6 +50,11 @@ struct ArithmeticOptions {
     int64_t num_train = 10000;  // >= 1
     int64_t num_val = 256;      // >= 0
     double val_fraction = 0.1;  // share of the problem space held out, in (0, 1)
+    // Share in [0, 1] of training problems WITH a carry whose demonstration (extra["response"],
+    // the SFT target) adds column by column without carrying, e.g. "58+7=" -> "55"; such examples
+    // carry extra["flawed_demo"] = true. Ground truth (rewards) and validation stay correct. It
+    // models imperfect demonstrations that a verifiable reward can correct. Needs operations "+".
+    double demo_carry_error_rate = 0.0;
 };
 
 // Throws ConfigError naming the field ("arithmetic.max_digits ...") on a bad option.
