@@ -4,6 +4,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <unordered_set>
@@ -270,6 +271,11 @@ void TrainEngine::zero_grad() {
 StepResult TrainEngine::step() { return step(true); }
 
 StepResult TrainEngine::step(bool advance_schedule) {
+    using Clock = std::chrono::steady_clock;
+    const auto seconds_since = [](Clock::time_point t0) {
+        return std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    const auto t_begin = Clock::now();
     auto& st = *impl_;
     torch::NoGradGuard no_grad;
     std::exception_ptr err;
@@ -284,13 +290,13 @@ StepResult TrainEngine::step(bool advance_schedule) {
     for (auto& g : st.groups)
         for (const auto& [b, e] : g.buckets) st.transport->start_allreduce_sum(g.flat_grad.narrow(0, b, e - b));
     st.transport->finish_allreduces("gradient all-reduce");
-    double sum_sq = 0;
-    for (auto& g : st.groups) {
-        auto grads = g.flat_grad.narrow(0, 0, g.numel);
-        if (st.dp_size > 1) grads.div_(static_cast<double>(st.dp_size));
-        sum_sq += sum_of_squares(grads);
-    }
+    if (st.dp_size > 1)
+        for (auto& g : st.groups) g.flat_grad.narrow(0, 0, g.numel).div_(static_cast<double>(st.dp_size));
     StepResult r;
+    r.allreduce_s = seconds_since(t_begin);
+    const auto t_reduced = Clock::now();
+    double sum_sq = 0;
+    for (auto& g : st.groups) sum_sq += sum_of_squares(g.flat_grad.narrow(0, 0, g.numel));
     r.grad_norm = std::sqrt(sum_sq);
     r.lr = scheduled_lr(st.opts, st.schedule_step);
 
@@ -322,7 +328,11 @@ StepResult TrainEngine::step(bool advance_schedule) {
             const int64_t own = std::min(g.own_end, g.numel) - g.own_begin;
             if (!g.fp32() && own > 0)
                 g.flat_param.narrow(0, g.own_begin, own).copy_(g.master.narrow(0, 0, own));
-            if (st.opts.zero_stage == 1) st.transport->allgather_shards(g.flat_param, g.padded / st.dp_size);
+            if (st.opts.zero_stage == 1) {
+                const auto t0 = Clock::now();
+                st.transport->allgather_shards(g.flat_param, g.padded / st.dp_size);
+                r.allgather_s += seconds_since(t0);
+            }
         }
         // The data changed under the parameters' feet: let autograd see it.
         for (auto& s : st.slots) s.param.unsafeGetTensorImpl()->bump_version();
@@ -330,6 +340,7 @@ StepResult TrainEngine::step(bool advance_schedule) {
     }
     ++st.global_step;
     if (advance_schedule) ++st.schedule_step;
+    r.optimizer_s = seconds_since(t_reduced) - r.allgather_s;
     return r;
 }
 

@@ -1,13 +1,27 @@
 // Training throughput of the TrainEngine on the CPU: forward + backward (SFT token NLL through
-// the fp32 chunk-free head) + step (bucketed all-reduce, clip, AdamW, ZeRO-1 all-gather).
-// Checks first that training works (a tiny model overfits one batch; the big model's first
-// step is finite and lowers the loss on that batch), then times warm-up + median of timed
-// steps. Also measures this machine's fp32 matmul rate (torch::mm, N×N) at the same thread
-// count, so the MFU-like fraction = 6 · params · tokens / time / matmul rate is comparable.
-// Prints one JSON line per run (rank 0; times and RSS are maxima over ranks).
+// the fp32 head) + engine.step() (bucketed all-reduce, clip, AdamW, ZeRO-1 all-gather).
 //
-// Usage: mpirun -np <ranks> rlpt_bench_train [--model tiny|100m] [--batch B] [--seq T]
-//        [--iters N] [--threads N] [--zero 0|1] [--mm N]
+// Two modes, one JSON line each on rank 0 (scripts/bench_train.sh turns them into a table):
+//   --ceiling N   this machine's fp32 matmul rate: torch::mm of two N×N float32 matrices at
+//                 --threads torch threads (1 by default), median of 5 after a warm-up, GFLOP/s
+//                 = 2·N³ / time.
+//   --model M     training steps of model M on this rank's rows of a fixed random batch. It
+//                 checks first that training works (tiny: 30 steps must lower the loss on the
+//                 batch; 100m: the first step is finite and the second loss is lower), then
+//                 times `--iters` steps. Per step and phase the time is the maximum over ranks;
+//                 the line reports the median over steps of each phase separately.
+//
+// Models (both built in code, random weights; no download):
+//   tiny  the built-in policy with BuiltinModelConfig's defaults (what a config without
+//         model.path trains: Llama-style, hidden 128, 2 layers) over the arithmetic tasks'
+//         character vocabulary.
+//   100m  a Llama-style model: hidden 768, 12 layers, 12 heads (MHA), SwiGLU 2048, vocab 32000,
+//         tied embeddings (the head matmul is the embedding's only FLOPs, so 6·N·tokens counts
+//         every parameter's matmul once), RMSNorm, RoPE.
+//
+// Usage: mpirun -np <ranks> rlpt_bench_train --model tiny|100m [--batch B] [--seq T] [--iters N]
+//                                            [--threads N] [--zero 0|1]
+//        mpirun -np 1 rlpt_bench_train --ceiling N [--threads N]
 #include <ATen/CPUGeneratorImpl.h>
 #include <dlfcn.h>
 #include <sys/resource.h>
@@ -15,63 +29,101 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "rlpt/build_config.h"
 #include "rlpt/comm/mpi.h"
+#include "rlpt/config/config.h"
+#include "rlpt/core/error.h"
+#include "rlpt/data/arithmetic.h"
 #include "rlpt/engine/policy_ops.h"
 #include "rlpt/engine/train_engine.h"
 #include "rlpt/model/transformer.h"
+#include "rlpt/tokenizer/char_tokenizer.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
+double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 struct Args {
-    std::string model = "tiny";
+    std::string model;
+    int64_t ceiling = 0;  // > 0: measure the matmul ceiling at this size instead of training
     int64_t batch = 0, seq = 0;
-    int iters = 3;
-    int threads = 1;
+    int64_t iters = 3;
+    int64_t threads = 1;
     int64_t zero = 0;
-    int64_t mm = 2048;
 };
+
+int64_t parse_int(const std::string& key, const std::string& v, int64_t min) {
+    size_t used = 0;
+    int64_t x = 0;
+    try {
+        x = std::stoll(v, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    RLPT_CHECK(used == v.size() && !v.empty() && x >= min, "bench_train: {} wants an integer >= {}, got '{}'",
+               key, min, v);
+    return x;
+}
 
 Args parse(int argc, char** argv) {
     Args a;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const std::string k = argv[i], v = argv[i + 1];
-        if (k == "--model") a.model = v;
-        else if (k == "--batch") a.batch = std::atoll(v.c_str());
-        else if (k == "--seq") a.seq = std::atoll(v.c_str());
-        else if (k == "--iters") a.iters = std::max(1, std::atoi(v.c_str()));
-        else if (k == "--threads") a.threads = std::max(1, std::atoi(v.c_str()));
-        else if (k == "--zero") a.zero = std::atoll(v.c_str());
-        else if (k == "--mm") a.mm = std::atoll(v.c_str());
-        else {
-            std::fprintf(stderr, "unknown option %s\n", k.c_str());
-            std::exit(2);
-        }
+    for (int i = 1; i < argc; i += 2) {
+        const std::string k = argv[i];
+        RLPT_CHECK(i + 1 < argc, "bench_train: option {} needs a value", k);
+        const std::string v = argv[i + 1];
+        if (k == "--model")
+            a.model = v;
+        else if (k == "--ceiling")
+            a.ceiling = parse_int(k, v, 64);
+        else if (k == "--batch")
+            a.batch = parse_int(k, v, 1);
+        else if (k == "--seq")
+            a.seq = parse_int(k, v, 2);
+        else if (k == "--iters")
+            a.iters = parse_int(k, v, 1);
+        else if (k == "--threads")
+            a.threads = parse_int(k, v, 1);
+        else if (k == "--zero")
+            a.zero = parse_int(k, v, 0);
+        else
+            RLPT_THROW(ValueError,
+                       "bench_train: unknown option {} (--model, --ceiling, --batch, --seq, --iters, "
+                       "--threads, --zero)",
+                       k);
     }
+    RLPT_CHECK((a.ceiling > 0) != !a.model.empty(), "bench_train: give exactly one of --model and --ceiling");
     return a;
 }
 
 rlpt::model::ModelArgs model_args(const std::string& name) {
     using namespace rlpt::model;
-    if (name == "tiny") {  // the demo size
-        auto a = tiny_model_args(ModelFamily::kQwen2, 20);
-        a.hidden_size = 128;
-        a.intermediate_size = 256;
-        a.num_attention_heads = 4;
-        a.num_key_value_heads = 2;
-        a.head_dim = 32;
+    if (name == "tiny") {  // as roles' build_policy maps model.builtin
+        const rlpt::BuiltinModelConfig b;
+        const rlpt::tokenizer::CharTokenizer tok(rlpt::data::kArithmeticCharset);
+        auto a = tiny_model_args(ModelFamily::kLlama, tok.vocab_size());
+        a.hidden_size = b.hidden_size;
+        a.num_hidden_layers = b.num_layers;
+        a.num_attention_heads = b.num_heads;
+        a.num_key_value_heads = b.num_kv_heads;
+        a.head_dim = b.hidden_size / b.num_heads;
+        a.intermediate_size = b.intermediate_size;
+        a.max_position_embeddings = b.max_position;
+        a.rope_theta = b.rope_theta;
+        a.tie_word_embeddings = b.tie_embeddings;
         a.validate();
         return a;
     }
-    if (name == "100m") {  // Llama-style: MHA, untied head, no biases
+    if (name == "100m") {
         auto a = tiny_model_args(ModelFamily::kLlama, 32000);
         a.hidden_size = 768;
         a.num_hidden_layers = 12;
@@ -80,24 +132,25 @@ rlpt::model::ModelArgs model_args(const std::string& name) {
         a.head_dim = 64;
         a.intermediate_size = 2048;
         a.max_position_embeddings = 2048;
+        a.tie_word_embeddings = true;
         a.validate();
         return a;
     }
-    std::fprintf(stderr, "unknown model %s (tiny, 100m)\n", name.c_str());
-    std::exit(2);
+    RLPT_THROW(ValueError, "bench_train: unknown model '{}' (tiny, 100m)", name);
 }
 
 double matmul_gflops(int64_t n) {
     auto a = torch::randn({n, n}), b = torch::randn({n, n});
-    auto c = torch::mm(a, b);  // warm-up
+    auto c = torch::mm(a, b);  // warm-up: pages, BLAS buffers
     std::vector<double> t;
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < 5; ++i) {
         const auto t0 = Clock::now();
         c = torch::mm(a, b);
-        t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        t.push_back(seconds_since(t0));
     }
     std::sort(t.begin(), t.end());
-    return 2.0 * n * n * n / t[1] / 1e9;
+    return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / t[t.size() / 2] /
+           1e9;
 }
 
 const char* blas_core() {
@@ -106,99 +159,145 @@ const char* blas_core() {
     return fn ? fn() : "not OpenBLAS";
 }
 
+const char* coretype_env() {
+    const char* v = std::getenv("OPENBLAS_CORETYPE");
+    return v ? v : "unset";
+}
+
 double peak_rss_mib() {
     struct rusage ru {};
     getrusage(RUSAGE_SELF, &ru);
     return static_cast<double>(ru.ru_maxrss) / 1024.0;
 }
 
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+// Per-step phase times, seconds, each already the maximum over ranks.
+struct StepTimes {
+    double total = 0, fwd_bwd = 0, allreduce = 0, optimizer = 0, allgather = 0;
+};
+
+void run_ceiling(const Args& args) {
+    const double g = matmul_gflops(args.ceiling);
+    std::printf(
+        "{\"bench\":\"matmul_ceiling\",\"git_sha\":\"%s\",\"n\":%lld,\"threads\":%lld,\"gflops\":%.2f,"
+        "\"blas\":\"%s\",\"openblas_coretype\":\"%s\"}\n",
+        RLPT_GIT_SHA, static_cast<long long>(args.ceiling), static_cast<long long>(args.threads), g,
+        blas_core(), coretype_env());
+}
+
+void run_training(const Args& args, const rlpt::comm::Communicator& world) {
+    using namespace rlpt;
+    const auto margs = model_args(args.model);
+    const bool tiny = args.model == "tiny";
+    const int64_t batch = args.batch > 0 ? args.batch : (tiny ? 16 : 4);
+    const int64_t seq = args.seq > 0 ? args.seq : (tiny ? 128 : 256);
+    RLPT_CHECK(seq <= margs.max_position_embeddings, "bench_train: --seq {} exceeds the model's {} positions",
+               seq, margs.max_position_embeddings);
+
+    auto model = model::make_random_causal_lm(margs, 1);
+    engine::OptimOptions o;
+    o.lr = tiny ? 3e-3 : 1e-4;
+    o.zero_stage = args.zero;
+    engine::TrainEngine eng(model, world, o, 0);
+
+    // Each rank trains on its own rows of a fixed batch (SFT loss on every position but 0).
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(100 + world.rank());
+    auto ids = torch::randint(1, margs.vocab_size, {batch, seq}, gen, torch::kInt64);
+    auto mask = torch::ones({batch, seq}, torch::kInt64);
+    auto pos = (mask.cumsum(1) - 1).clamp_min(0);
+    auto loss_mask = mask.clone();
+    loss_mask.select(1, 0).zero_();
+    const int64_t global_loss_tokens = world.allreduce_sum_i64(loss_mask.sum().item<int64_t>());
+    const int64_t tokens_per_step = world.allreduce_sum_i64(batch * seq);
+
+    // One step: the timed part is zero_grad + forward + backward + engine.step().
+    double loss_local = 0;
+    auto train_step = [&]() -> std::pair<StepTimes, engine::StepResult> {
+        StepTimes t;
+        const auto t0 = Clock::now();
+        eng.zero_grad();
+        auto nll = engine::sft_token_nll_sum(*model, ids, mask, pos, loss_mask);
+        // This rank's share of the global token mean, times dp_size (the engine averages).
+        auto loss = nll * (static_cast<double>(world.size()) / static_cast<double>(global_loss_tokens));
+        loss.backward();
+        t.fwd_bwd = seconds_since(t0);
+        const auto r = eng.step();
+        t.total = seconds_since(t0);
+        t.allreduce = r.allreduce_s;
+        t.optimizer = r.optimizer_s;
+        t.allgather = r.allgather_s;
+        loss_local = loss.item<double>();
+        return {t, r};
+    };
+    auto global_loss = [&] { return world.allreduce_sum(loss_local) / world.size(); };
+
+    // Correctness first.
+    auto [t_first, r_first] = train_step();
+    const double first_loss = global_loss();
+    bool ok = !r_first.skipped && std::isfinite(r_first.grad_norm) && std::isfinite(first_loss);
+    double checked_loss = first_loss;
+    for (int i = 0; i < (tiny ? 30 : 1) && ok; ++i) {
+        auto [t, r] = train_step();
+        checked_loss = global_loss();
+        ok = !r.skipped && std::isfinite(checked_loss);
+    }
+    RLPT_CHECK(ok && checked_loss < first_loss, "bench_train: correctness check failed: loss {} -> {}",
+               first_loss, checked_loss);
+
+    std::vector<double> total, fwd_bwd, allreduce, optimizer, allgather;
+    for (int64_t i = 0; i < args.iters; ++i) {
+        world.barrier();
+        auto [t, r] = train_step();
+        RLPT_CHECK(!r.skipped, "bench_train: timed step {} was skipped (non-finite gradient norm)", i);
+        total.push_back(world.allreduce_max(t.total));
+        fwd_bwd.push_back(world.allreduce_max(t.fwd_bwd));
+        allreduce.push_back(world.allreduce_max(t.allreduce));
+        optimizer.push_back(world.allreduce_max(t.optimizer));
+        allgather.push_back(world.allreduce_max(t.allgather));
+    }
+    const double step_s = median(total);
+    const double params = static_cast<double>(eng.num_parameters());
+    const double tok_s = static_cast<double>(tokens_per_step) / step_s;
+    const double rss = world.allreduce_max(peak_rss_mib());
+    const double state_mib =
+        world.allreduce_max(static_cast<double>(eng.optimizer_state_bytes())) / 1048576.0;
+    if (world.rank() != 0) return;
+    std::printf(
+        "{\"bench\":\"train\",\"git_sha\":\"%s\",\"model\":\"%s\",\"params\":%.0f,\"ranks\":%d,"
+        "\"threads\":%lld,\"zero\":%lld,\"batch_per_rank\":%lld,\"seq\":%lld,\"tokens_per_step\":%lld,"
+        "\"iters\":%lld,\"step_s\":%.5f,\"fwd_bwd_s\":%.5f,\"allreduce_s\":%.5f,\"optimizer_s\":%.5f,"
+        "\"allgather_s\":%.5f,\"tokens_per_s\":%.2f,\"gflops_6n\":%.3f,\"peak_rss_mib\":%.1f,"
+        "\"optimizer_state_mib_per_rank\":%.2f,\"blas\":\"%s\",\"openblas_coretype\":\"%s\","
+        "\"loss_first\":%.4f,\"loss_checked\":%.4f}\n",
+        RLPT_GIT_SHA, args.model.c_str(), params, world.size(), static_cast<long long>(args.threads),
+        static_cast<long long>(args.zero), static_cast<long long>(batch), static_cast<long long>(seq),
+        static_cast<long long>(tokens_per_step), static_cast<long long>(args.iters), step_s, median(fwd_bwd),
+        median(allreduce), median(optimizer), median(allgather), tok_s, 6.0 * params * tok_s / 1e9, rss,
+        state_mib, blas_core(), coretype_env(), first_loss, checked_loss);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     rlpt::comm::MpiRuntime mpi(&argc, &argv);
-    using namespace rlpt;
     try {
         const Args args = parse(argc, argv);
-        torch::set_num_threads(args.threads);
-        auto world = comm::Communicator::world();
-        const auto margs = model_args(args.model);
-        const int64_t batch = args.batch > 0 ? args.batch : (args.model == "tiny" ? 16 : 4);
-        const int64_t seq = args.seq > 0 ? args.seq : (args.model == "tiny" ? 32 : 256);
-
-        const double gflops = matmul_gflops(args.mm);
-        auto model = model::make_random_causal_lm(margs, 1);
-        engine::OptimOptions o;
-        o.lr = args.model == "tiny" ? 3e-3 : 1e-4;
-        o.zero_stage = args.zero;
-        engine::TrainEngine eng(model, world, o, 0);
-
-        // Each rank trains on its own rows of a fixed batch (SFT loss on every position but 0).
-        auto gen = at::make_generator<at::CPUGeneratorImpl>(100 + world.rank());
-        auto ids = torch::randint(1, margs.vocab_size, {batch, seq}, gen, torch::kInt64);
-        auto mask = torch::ones({batch, seq}, torch::kInt64);
-        auto pos = (mask.cumsum(1) - 1).clamp_min(0);
-        auto loss_mask = mask.clone();
-        loss_mask.select(1, 0).zero_();
-        const int64_t global_tokens = world.allreduce_sum_i64(loss_mask.sum().item<int64_t>());
-        const double tokens_per_step = static_cast<double>(world.allreduce_sum_i64(batch * seq));
-        auto train_step = [&] {
-            eng.zero_grad();
-            auto nll = engine::sft_token_nll_sum(*model, ids, mask, pos, loss_mask);
-            // Share of the global mean times dp_size (the engine averages over ranks).
-            auto loss = nll * (static_cast<double>(world.size()) / static_cast<double>(global_tokens));
-            loss.backward();
-            auto r = eng.step();
-            const double mean = world.allreduce_sum(loss.item<double>()) / world.size();
-            return std::make_pair(mean, r);
-        };
-
-        // Correctness first.
-        auto [first_loss, r0] = train_step();
-        bool ok = !r0.skipped && std::isfinite(r0.grad_norm);
-        double last_loss = first_loss;
-        const int check_steps = args.model == "tiny" ? 30 : 1;
-        for (int i = 0; i < check_steps && ok; ++i) {
-            auto [l, r] = train_step();
-            ok = !r.skipped && std::isfinite(l);
-            last_loss = l;
+        torch::set_num_threads(static_cast<int>(args.threads));
+        auto world = rlpt::comm::Communicator::world();
+        if (args.ceiling > 0) {
+            RLPT_CHECK(world.size() == 1, "bench_train: --ceiling runs on one rank, got {}", world.size());
+            run_ceiling(args);
+        } else {
+            run_training(args, world);
         }
-        ok = ok && last_loss < first_loss;
-        if (!ok) {
-            if (world.rank() == 0)
-                std::fprintf(stderr, "correctness check failed: loss %.4f -> %.4f\n", first_loss, last_loss);
-            comm::MpiRuntime::abort(1);
-        }
-
-        std::vector<double> times;
-        for (int i = 0; i < args.iters; ++i) {
-            world.barrier();
-            const auto t0 = Clock::now();
-            train_step();
-            times.push_back(world.allreduce_max(std::chrono::duration<double>(Clock::now() - t0).count()));
-        }
-        std::sort(times.begin(), times.end());
-        const double t = times[times.size() / 2];
-        const double params = static_cast<double>(eng.num_parameters());
-        const double tok_s = tokens_per_step / t;
-        const double model_gflops = 6.0 * params * tokens_per_step / t / 1e9;
-        const double rss = world.allreduce_max(peak_rss_mib());
-        const double state_mib = world.allreduce_max(static_cast<double>(eng.optimizer_state_bytes())) / 1048576.0;
-        const double gflops_all = world.allreduce_sum(gflops);  // the machine's rate over all ranks
-        if (world.rank() == 0) {
-            std::printf(
-                "{\"bench\":\"train\",\"git_sha\":\"%s\",\"model\":\"%s\",\"params\":%.0f,\"ranks\":%d,"
-                "\"threads\":%d,\"zero\":%lld,\"batch_per_rank\":%lld,\"seq\":%lld,\"step_s\":%.4f,"
-                "\"tokens_per_s\":%.1f,\"model_gflops\":%.2f,\"matmul_gflops\":%.2f,\"mfu\":%.4f,"
-                "\"peak_rss_mib\":%.1f,\"optimizer_state_mib_per_rank\":%.2f,\"blas\":\"%s\",\"loss_first\":%.4f,"
-                "\"loss_checked\":%.4f}\n",
-                RLPT_GIT_SHA, args.model.c_str(), params, world.size(), args.threads,
-                static_cast<long long>(args.zero), static_cast<long long>(batch), static_cast<long long>(seq), t,
-                tok_s, model_gflops, gflops_all, model_gflops / gflops_all, rss, state_mib, blas_core(), first_loss,
-                last_loss);
-        }
+        std::fflush(stdout);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_train: %s\n", e.what());
-        comm::MpiRuntime::abort(1);
+        rlpt::comm::MpiRuntime::abort(1);
     }
     return 0;
 }

@@ -114,6 +114,7 @@ struct Run {
     std::vector<double> norms;
     torch::Tensor first_grad;  // all gradients after the first step (the DP mean), flattened
     int64_t state_bytes = 0;
+    double allgather_s = 0;  // StepResult::allgather_s summed over the steps
 };
 
 // `world` null: the single-process reference on the whole batch. Otherwise this rank's share of
@@ -127,7 +128,9 @@ Run run(const comm::Communicator* world, torch::Dtype dtype, int64_t zero_stage,
     comm::Communicator none;
     TrainEngine eng(out.model, world ? *world : none, options(zero_stage), 0);
     for (int k = 0; k < steps; ++k) {
-        out.norms.push_back(train_step(eng, *out.model, global_batch(k), rank * share, share, 2, d, world).grad_norm);
+        const auto r = train_step(eng, *out.model, global_batch(k), rank * share, share, 2, d, world);
+        out.norms.push_back(r.grad_norm);
+        out.allgather_s += r.allgather_s;
         if (k == 0) {
             std::vector<torch::Tensor> g;
             for (const auto& p : out.model->parameters()) g.push_back(p.grad().to(torch::kFloat64).flatten());
@@ -183,6 +186,9 @@ TEST_F(EngineDp, SameGlobalBatchSameUpdateFp32WithAndWithoutZero1) {
     const int64_t n = z0.state_bytes / 8;
     EXPECT_LE(z1.state_bytes, (n / world_.size() + 64) * 8);
     EXPECT_GE(z1.state_bytes, n / world_.size() * 8);
+    // The step's time split names the all-gather only where there is one.
+    EXPECT_EQ(z0.allgather_s, 0.0);
+    if (world_.size() > 1) EXPECT_GT(z1.allgather_s, 0.0);
 }
 
 TEST_F(EngineDp, SameGlobalBatchSameUpdateBf16Masters) {

@@ -113,6 +113,10 @@ TEST(EngineStep, Fp32SingleStepMatchesHandReferenceWithDecayOnMatricesOnly) {
     EXPECT_FALSE(r.skipped);
     EXPECT_DOUBLE_EQ(r.lr, 0.1);
     EXPECT_NEAR(r.grad_norm, std::sqrt(0.01 + 0.04 + 0.09 + 0.25 + 1.0 + 0.0625 + 0.015625), 1e-6);
+    // The time split is filled in: no all-gather without ZeRO-1, the update itself took time.
+    EXPECT_GE(r.allreduce_s, 0.0);
+    EXPECT_EQ(r.allgather_s, 0.0);
+    EXPECT_GT(r.optimizer_s, 0.0);
     rw.step(to_vec(gw), 0.1, 0.9, 0.999, 1e-8, 0.5, 1);
     rb.step(to_vec(gb), 0.1, 0.9, 0.999, 1e-8, 0.0, 1);
     auto w = to_vec(net->w), b = to_vec(net->b);

@@ -12,10 +12,10 @@
 //
 // Tensors: param, grad, exp_avg, exp_avg_sq are contiguous float32 with the same numel, on one
 // device. param/exp_avg/exp_avg_sq are updated in place (no autograd). On the CPU the update is
-// one fused pass (per-element arithmetic in double, stored as float), parallel over chunks with
-// at::parallel_for: the result does not depend on the thread count. Elsewhere (CUDA) it is a
-// sequence of torch ops (adamw_update_torch_), which is also available on the CPU as a
-// reference; the two agree to float rounding.
+// one fused pass (float arithmetic as in torch's fp32 AdamW, per-step constants computed in
+// double), parallel over chunks with at::parallel_for: the result does not depend on the
+// thread count. Elsewhere (CUDA) it is a sequence of torch ops (adamw_update_torch_), which is
+// also available on the CPU as a reference; the two agree to float rounding.
 #include <torch/torch.h>
 
 #include <cstdint>

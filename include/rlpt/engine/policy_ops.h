@@ -9,6 +9,9 @@
 // Log-probs are computed micro-batch by micro-batch without materialising more than one
 // micro-batch of logits: hidden states of the R predicting positions -> logits [mb, R, V] ->
 // fused log-softmax-gather + entropy (kernels/logprob) with the logits divided by temperature.
+// The head matmul runs in fp32 whatever the model dtype: for a bf16 model the [V, H] output
+// weight is cast to fp32 on every call (a transient V·H·4 bytes, e.g. 545 MB for Qwen2.5-0.5B).
+// Positions whose token is padding get finite values; callers mask them.
 #include <torch/torch.h>
 
 #include "rlpt/model/transformer.h"

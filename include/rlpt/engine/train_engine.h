@@ -21,7 +21,11 @@
 //
 // ZeRO-1 (zero_stage = 1): each DP rank keeps the AdamW moments only for its slice of the
 // flattened parameters, updates that slice, and the slices are all-gathered back into the
-// parameters; optimizer memory per rank drops from 8 bytes/param to 8/dp_size.
+// parameters; optimizer memory per rank drops from 8 bytes/param to 8/dp_size. The gradients
+// are still all-reduced in full (not reduce-scattered): the same arithmetic and buffers as
+// ZeRO-0, and the global norm needs no extra collective. ZeRO-0 and ZeRO-1 give bit-identical
+// parameters at the same DP size. Shards are equal: the flat buffers are padded to a multiple
+// of 64·dp_size elements.
 //
 // All DP ranks must hold identical parameters: the constructor broadcasts them from DP rank 0.
 // The constructor and step(), save_state(), load_state() are collective on `dp`.
@@ -84,6 +88,14 @@ struct StepResult {
     double grad_norm = 0;  // global L2 norm before clipping (NaN/inf when skipped)
     double lr = 0;         // learning rate used for this step
     bool skipped = false;  // non-finite gradient: no update was applied
+    // Wall-clock split of this call on this rank, seconds (steady clock; for logs and benchmarks):
+    // allreduce_s  entry agreement + gradient all-reduce + division by dp_size; with several
+    //              ranks it includes waiting for the slowest one (0-ish with one rank)
+    // allgather_s  the ZeRO-1 parameter all-gather (0 without ZeRO-1)
+    // optimizer_s  everything else: norm, clip, AdamW, bf16 master copies
+    double allreduce_s = 0;
+    double allgather_s = 0;
+    double optimizer_s = 0;
 };
 
 // Learning rate at scheduler step `step` (0-based) of a schedule: pure function, tested alone.
