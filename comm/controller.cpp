@@ -2,6 +2,7 @@
 
 #include "protocol_common.h"
 #include "rlpt/core/log.h"
+#include "rlpt/core/signals.h"
 #include "rlpt/protocol/runtime.h"
 
 namespace rlpt::protocol {
@@ -149,7 +150,10 @@ void Controller::receive_replies_until_done(Call& call) {
     const RoleSpec& spec = registry_[static_cast<size_t>(call.role)];
     const MethodSpec& m = spec.methods[call.method];
     const std::string what = spec.name + "." + m.name;
-    double timeout = m.timeout_s > 0 ? m.timeout_s : config_.trainer.call_timeout_s;
+    // trainer.call_timeout_s caps every call; a method's own timeout_s can only tighten it
+    // (ping: 120 s), so a user who lowers the cap gets the watchdog they asked for.
+    const double timeout =
+        m.timeout_s > 0 ? std::min(m.timeout_s, config_.trainer.call_timeout_s) : config_.trainer.call_timeout_s;
     comm::Deadline deadline = comm::Deadline::after_seconds(timeout - (detail::wall_seconds() - call.started));
     call.sends.complete(deadline, fmt::format("{}: sending the inputs", what));
 
@@ -160,6 +164,15 @@ void Controller::receive_replies_until_done(Call& call) {
     while (!call.waiting.empty()) {
         if (!comm::try_recv_message(MPI_ANY_SOURCE, wire::kTagReply, control, msg, &source)) {
             double now = detail::wall_seconds();
+            if (stop_requested() && !stop_noticed_) {
+                // Say what is in flight: when the launcher is ending the job (a rank died and
+                // mpirun/srun terminates the others) this is the last line naming the method.
+                stop_noticed_ = true;
+                std::string silent;
+                for (int r : call.waiting) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+                RLPT_LOG_WARN("{} received while {} (step {}) waits for rank(s) {}; stopping after this call",
+                              stop_signal_name(), what, call.step, silent);
+            }
             if (now - call.last_warn >= config_.trainer.stall_warn_s) {
                 call.last_warn = now;
                 std::string silent;

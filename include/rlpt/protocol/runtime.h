@@ -13,8 +13,9 @@
 // spin a core), collects from the output ranks only and unpads. An error on any worker comes
 // back as a RemoteError naming rank, role, method and step; the caller (main) prints it and
 // aborts the job. Waits longer than trainer.stall_warn_s log the ranks that have not
-// answered; trainer.call_timeout_s (or the method's timeout_s) turns a silent rank into a
-// TimeoutError instead of a hang.
+// answered; trainer.call_timeout_s (or the method's timeout_s when that is shorter) turns a
+// silent rank into a TimeoutError instead of a hang. A stop signal (rlpt/core/signals.h)
+// arriving during a wait is logged once with the call in flight; the call still completes.
 //
 // Threading: single MPI thread per rank; neither class is thread-safe.
 
@@ -158,6 +159,7 @@ class Controller {
     std::map<uint64_t, std::unique_ptr<Call>> calls_;
     std::map<int, uint64_t> busy_rank_;  // world rank -> seq of the call it is in
     bool shut_down_ = false;
+    bool stop_noticed_ = false;  // a SIGTERM/SIGUSR1 during a wait has been logged
     double wait_wall_s_ = 0;
     double wait_cpu_s_ = 0;
 };
