@@ -1,5 +1,7 @@
 #include "rlpt/comm/batch_transport.h"
 
+#include <cstring>
+
 #include "rlpt/core/error.h"
 
 namespace rlpt::comm {
@@ -19,8 +21,7 @@ void OutgoingBatch::post(const std::string& prefix, const Batch& b, int dest, in
                          MPI_Comm comm) {
     headers_.emplace_back(prefix);
     encode_layout(b, headers_.back());
-    const std::string& h = headers_.back();
-    isend_bytes(h.data(), static_cast<int64_t>(h.size()), dest, header_tag, comm, reqs_);
+    post_envelope(headers_.back(), dest, header_tag, comm, reqs_, headers_);
     for (const auto& kv : b.columns()) {
         torch::Tensor t = wire_tensor(kv.second);
         int64_t n = tensor_bytes(t);
@@ -32,8 +33,7 @@ void OutgoingBatch::post(const std::string& prefix, const Batch& b, int dest, in
 
 void OutgoingBatch::post_header_only(const std::string& prefix, int dest, int header_tag, MPI_Comm comm) {
     headers_.emplace_back(prefix);
-    const std::string& h = headers_.back();
-    isend_bytes(h.data(), static_cast<int64_t>(h.size()), dest, header_tag, comm, reqs_);
+    post_envelope(headers_.back(), dest, header_tag, comm, reqs_, headers_);
 }
 
 void OutgoingBatch::complete(const Deadline& d, const std::string& what) {
@@ -130,17 +130,89 @@ Batch recv_concat(std::vector<std::pair<int, BatchLayout>> shards, int data_tag,
     return out;
 }
 
+namespace {
+// Envelope: [uint8 inline][uint64 total length][message bytes if inline].
+constexpr size_t kEnvelopeHeader = 9;
+}  // namespace
+
+void post_envelope(const std::string& msg, int dest, int tag, MPI_Comm comm, std::vector<MPI_Request>& reqs,
+                   std::deque<std::string>& keep) {
+    const bool inline_msg = static_cast<int64_t>(msg.size()) <= kEnvelopeBytes;
+    std::string env(kEnvelopeHeader, '\0');
+    env[0] = inline_msg ? 1 : 0;
+    uint64_t n = msg.size();
+    std::memcpy(&env[1], &n, sizeof(n));
+    if (inline_msg) env += msg;
+    keep.push_back(std::move(env));
+    const std::string& e = keep.back();
+    isend_bytes(e.data(), static_cast<int64_t>(e.size()), dest, tag, comm, reqs);
+    if (!inline_msg) isend_bytes(msg.data(), static_cast<int64_t>(msg.size()), dest, tag + 1, comm, reqs);
+}
+
+Mailbox::Mailbox(MPI_Comm comm, int tag, std::vector<int> sources)
+    : comm_(comm), tag_(tag), sources_(std::move(sources)) {
+    buffers_.resize(sources_.size(), std::vector<char>(kEnvelopeHeader + static_cast<size_t>(kEnvelopeBytes)));
+    reqs_.assign(sources_.size(), MPI_REQUEST_NULL);
+    needs_post_.assign(sources_.size(), 1);
+}
+
+Mailbox::~Mailbox() {
+    for (auto& r : reqs_) {
+        if (r == MPI_REQUEST_NULL) continue;
+        MPI_Cancel(&r);
+        MPI_Wait(&r, MPI_STATUS_IGNORE);
+    }
+}
+
+void Mailbox::post(size_t i) {
+    RLPT_MPI_CHECK(MPI_Irecv(buffers_[i].data(), static_cast<int>(buffers_[i].size()), MPI_BYTE, sources_[i], tag_,
+                             comm_, &reqs_[i]));
+    needs_post_[i] = 0;
+}
+
+bool Mailbox::try_take(std::string& msg, int& source, const Deadline& d) {
+    for (size_t i = 0; i < sources_.size(); ++i)
+        if (needs_post_[i]) post(i);
+    int index = MPI_UNDEFINED, flag = 0;
+    MPI_Status st;
+    RLPT_MPI_CHECK(MPI_Testany(static_cast<int>(reqs_.size()), reqs_.data(), &index, &flag, &st));
+    if (!flag || index == MPI_UNDEFINED) return false;
+    const size_t i = static_cast<size_t>(index);
+    needs_post_[i] = 1;
+    int count = 0;
+    RLPT_MPI_CHECK(MPI_Get_count(&st, MPI_BYTE, &count));
+    const char* b = buffers_[i].data();
+    if (count < static_cast<int>(kEnvelopeHeader)) throw CommError(fmt::format("malformed envelope from rank {}", st.MPI_SOURCE));
+    uint64_t n = 0;
+    std::memcpy(&n, b + 1, sizeof(n));
+    source = sources_[i];
+    if (b[0] == 1) {
+        if (n != static_cast<uint64_t>(count) - kEnvelopeHeader) {
+            throw CommError(fmt::format("malformed envelope from rank {}: length mismatch", source));
+        }
+        msg.assign(b + kEnvelopeHeader, static_cast<size_t>(n));
+        return true;
+    }
+    msg.resize(static_cast<size_t>(n));
+    std::vector<MPI_Request> rq;
+    irecv_bytes(msg.data(), static_cast<int64_t>(n), source, tag_ + 1, comm_, rq);
+    wait_all(rq, d, fmt::format("a long control message from rank {}", source));
+    return true;
+}
+
 void send_batch(const Batch& b, int dest, int tag, MPI_Comm comm, const Deadline& d) {
     OutgoingBatch out;
-    out.post(std::string(), b, dest, tag, tag + 1, comm);
+    out.post(std::string(), b, dest, tag, tag + 2, comm);
     out.complete(d, fmt::format("sending a batch to rank {}", dest));
 }
 
 Batch recv_batch(int src, int tag, MPI_Comm comm, BufferPool& pool, const Deadline& d) {
     int source = src;
-    std::string header = recv_message(src, tag, comm, &source, d, fmt::format("a batch from rank {}", src));
+    std::string header;
+    Mailbox box(comm, tag, {src});
+    poll_until([&] { return box.try_take(header, source, d); }, d, fmt::format("a batch from rank {}", src));
     BatchLayout layout = decode_layout(header.data(), header.size());
-    return recv_columns(std::move(layout), source, tag + 1, comm, pool, d, fmt::format("batch data from rank {}", source));
+    return recv_columns(std::move(layout), source, tag + 2, comm, pool, d, fmt::format("batch data from rank {}", source));
 }
 
 }  // namespace rlpt::comm

@@ -18,15 +18,30 @@ struct Controller::Call {
     std::set<int> waiting;      // ranks whose reply header has not arrived
     std::map<int, BatchLayout> payloads;  // world rank -> layout of its payload
     bool has_local = false;
+    bool local_done = false;
+    Batch local_in;  // this rank's share, run in wait() (see below)
     Batch local_out;
     comm::OutgoingBatch sends;
     double started = 0;
     double last_warn = 0;
 };
 
+namespace {
+std::vector<int> worker_ranks(const comm::Topology& topo) {
+    std::vector<int> out;
+    for (int r = 0; r < topo.world_size(); ++r)
+        if (r != topo.world_rank()) out.push_back(r);
+    return out;
+}
+}  // namespace
+
 Controller::Controller(const std::vector<RoleSpec>& registry, const Config& config, const comm::Topology& topo,
                        WorkerHost* local)
-    : registry_(registry), config_(config), topo_(topo), local_(local) {}
+    : registry_(registry),
+      config_(config),
+      topo_(topo),
+      local_(local),
+      replies_(std::make_unique<comm::Mailbox>(topo.control().get(), wire::kTagReply, worker_ranks(topo))) {}
 
 Controller::~Controller() {
     try {
@@ -133,11 +148,21 @@ Controller::Pending Controller::submit_raw(int role_index, uint16_t method, cons
     if (local_role_rank >= 0) {
         RLPT_CHECK_KIND(InternalError, local_ != nullptr, "controller hosts {} but has no WorkerHost", spec.name);
         call->has_local = true;
-        call->local_out = local_->run(role_index, method, *input_of[static_cast<size_t>(local_role_rank)], step_);
+        call->local_in = *input_of[static_cast<size_t>(local_role_rank)];
     }
     Pending p{call->seq};
     calls_.emplace(call->seq, std::move(call));
     return p;
+}
+
+void Controller::run_local_share(Call& call) {
+    // The controller's own share runs when the call is waited for, not when it is submitted:
+    // calls that together form one collective across roles (actor -> rollout weight sync)
+    // are all submitted before any of them blocks in that collective.
+    if (!call.has_local || call.local_done) return;
+    call.local_done = true;
+    call.local_out = local_->run(call.role, call.method, call.local_in, call.step);
+    call.local_in = Batch(0);
 }
 
 Controller::Call& Controller::find_call(uint64_t seq) {
@@ -157,14 +182,13 @@ void Controller::receive_replies_until_done(Call& call) {
     comm::Deadline deadline = comm::Deadline::after_seconds(timeout - (detail::wall_seconds() - call.started));
     call.sends.complete(deadline, fmt::format("{}: sending the inputs", what));
 
-    MPI_Comm control = topo_.control().get();
     std::string msg;
     int source = -1;
     comm::detail::Backoff backoff;
     while (!call.waiting.empty()) {
-        if (!comm::try_recv_message(MPI_ANY_SOURCE, wire::kTagReply, control, msg, &source)) {
+        if (!replies_->try_take(msg, source, deadline)) {
             double now = detail::wall_seconds();
-            if (stop_requested() && !stop_noticed_) {
+            if (rlpt::stop_requested() && !stop_noticed_) {
                 // Say what is in flight: when the launcher is ending the job (a rank died and
                 // mpirun/srun terminates the others) this is the last line naming the method.
                 stop_noticed_ = true;
@@ -199,6 +223,12 @@ void Controller::receive_replies_until_done(Call& call) {
         Call& owner = find_call(r.seq);
         const RoleSpec& ospec = registry_[static_cast<size_t>(owner.role)];
         const MethodSpec& om = ospec.methods[owner.method];
+        if (r.stop_signal != 0 && remote_stop_signal_ == 0) {
+            remote_stop_signal_ = r.stop_signal;
+            remote_stop_rank_ = source;
+            RLPT_LOG_WARN("rank {} reports a stop signal ({}); stopping at the next step boundary", source,
+                          signal_name(r.stop_signal));
+        }
         if (r.status != static_cast<uint8_t>(wire::ReplyStatus::kOk)) {
             std::string text = msg.substr(sizeof(r));
             throw RemoteError(fmt::format("{}.{} failed on rank {} (role {}, step {}): {}", ospec.name, om.name, source,
@@ -272,11 +302,11 @@ std::vector<Batch> Controller::collect(Call& call) {
 
 std::vector<Batch> Controller::wait_all(Pending& p) {
     Call& call = find_call(p.seq);
-    double w0 = detail::wall_seconds(), c0 = detail::cpu_seconds();
+    // Every pending local share first, in submission order: the awaited call's remote ranks
+    // may be in a collective with an earlier call's local share.
+    for (auto& kv : calls_) run_local_share(*kv.second);
     receive_replies_until_done(call);
     std::vector<Batch> outs = collect(call);
-    wait_wall_s_ += detail::wall_seconds() - w0;
-    wait_cpu_s_ += detail::cpu_seconds() - c0;
     for (int w : call.ranks) {
         auto it = busy_rank_.find(w);
         if (it != busy_rank_.end() && it->second == call.seq) busy_rank_.erase(it);
@@ -292,11 +322,21 @@ Batch Controller::wait(Pending& p) {
     return std::move(wait_all(p).front());
 }
 
-void Controller::shutdown() {
+bool Controller::stop_requested() const { return rlpt::stop_requested() || remote_stop_signal_ != 0; }
+
+std::string Controller::stop_reason() const {
+    if (rlpt::stop_requested()) return fmt::format("{} on rank {}", stop_signal_name(), topo_.world_rank());
+    if (remote_stop_signal_ != 0) return fmt::format("{} on rank {}", signal_name(remote_stop_signal_), remote_stop_rank_);
+    return "";
+}
+
+void Controller::shutdown(int exit_code) {
     if (shut_down_) return;
     shut_down_ = true;
+    RLPT_CHECK(exit_code >= 0 && exit_code < 256, "shutdown: exit code {} is not in 0..255", exit_code);
     wire::CommandHeader h;
     h.kind = static_cast<uint8_t>(wire::CommandKind::kShutdown);
+    h.exit_code = static_cast<uint16_t>(exit_code);
     std::string prefix = detail::header_bytes(h);
     comm::OutgoingBatch sends;
     for (int w = 0; w < topo_.world_size(); ++w) {

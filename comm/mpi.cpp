@@ -209,6 +209,19 @@ Communicator Communicator::split_shared() const {
     return adopt(out);
 }
 
+Communicator Communicator::create_group(const std::vector<int>& ranks, int tag) const {
+    MPI_Group all = MPI_GROUP_NULL, sub = MPI_GROUP_NULL;
+    RLPT_MPI_CHECK(MPI_Comm_group(comm_, &all));
+    int rc = MPI_Group_incl(all, static_cast<int>(ranks.size()), ranks.data(), &sub);
+    MPI_Group_free(&all);
+    if (rc != MPI_SUCCESS) throw CommError(mpi_error_string(rc), __FILE__, __LINE__, "MPI_Group_incl");
+    MPI_Comm out = MPI_COMM_NULL;
+    rc = MPI_Comm_create_group(comm_, sub, tag, &out);
+    MPI_Group_free(&sub);
+    if (rc != MPI_SUCCESS) throw CommError(mpi_error_string(rc), __FILE__, __LINE__, "MPI_Comm_create_group");
+    return adopt(out);
+}
+
 void Communicator::barrier(const Deadline& d) const {
     MPI_Request req;
     RLPT_MPI_CHECK(MPI_Ibarrier(comm_, &req));

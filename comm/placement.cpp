@@ -248,6 +248,18 @@ Placement compute_placement(const PlacementConfig& cfg, int world_size, const st
     return p;
 }
 
+std::vector<int> weight_sync_ranks(const Placement& p) {
+    const RoleLayout* actor = p.find("actor");
+    const RoleLayout* rollout = p.find("rollout");
+    if (!actor || !rollout) return {};
+    std::vector<int> ranks{actor->world_ranks.front()};
+    for (int r : rollout->world_ranks) {
+        if (actor->role_rank(r) < 0) ranks.push_back(r);
+    }
+    if (ranks.size() == 1) return {};
+    return ranks;
+}
+
 std::vector<std::string> required_roles(const Config& c, std::string* why) {
     std::vector<std::string> out{"actor", "rollout"};
     std::vector<std::string> reasons;

@@ -1,23 +1,279 @@
+// The actor: the policy model, its training engine, and what moves its weights around.
 #include "rlpt/roles/actor.h"
 
+#include <filesystem>
+
+#include "model_setup.h"
+#include "rlpt/algo/agg_loss.h"
+#include "rlpt/algo/value_loss.h"
+#include "rlpt/ckpt/h5_store.h"
+#include "rlpt/comm/weight_sync.h"
+#include "rlpt/core/log.h"
 #include "role_common.h"
+#include "train_common.h"
 
 namespace rlpt::roles {
 namespace {
 
-class ActorWorker : public protocol::RoleWorker {};
+using protocol::RoleWorker;
+using protocol::WorkerContext;
+namespace fs = std::filesystem;
 
-std::unique_ptr<protocol::RoleWorker> make_actor(protocol::WorkerContext&) { return std::make_unique<ActorWorker>(); }
+class ActorWorker : public RoleWorker {
+  public:
+    std::shared_ptr<detail::SharedPolicy> policy;  // also published to colocated roles
+    std::unique_ptr<engine::TrainEngine> engine;
+    std::unique_ptr<comm::WeightSync> sync;
+    comm::Communicator sync_comm;
+};
+
+ActorWorker& self_of(RoleWorker& w) { return static_cast<ActorWorker&>(w); }
+
+ActorWorker& ready(RoleWorker& w) {
+    ActorWorker& a = self_of(w);
+    RLPT_CHECK_KIND(InternalError, a.engine != nullptr, "actor used before kInit");
+    return a;
+}
+
+Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+    ActorWorker& a = self_of(w);
+    const Config& c = *ctx.config;
+    auto device = detail::device_for(c, ctx.topology->placement(), ctx.world_rank);
+    a.policy = std::make_shared<detail::SharedPolicy>();
+    a.policy->model = detail::build_policy(c, device, in.meta_int("vocab_size", 0));
+    const bool sft = c.trainer.mode == "sft";
+    const OptimConfig& optim = sft ? c.sft.optim : c.actor.optim;
+    a.engine = std::make_unique<engine::TrainEngine>(a.policy->model, ctx.comms->dp,
+                                                     detail::optim_options(optim, in.meta_int("total_steps", 1)),
+                                                     static_cast<uint64_t>(c.trainer.seed) * 7919 + 17);
+    ctx.shared->put(detail::kSharedPolicy, a.policy);
+    int64_t params = 0;
+    for (const auto& p : a.policy->model->parameters()) params += p.numel();
+    if (ctx.comms->role_rank == 0) {
+        RLPT_LOG_INFO("actor: {} parameters ({}), {} on {}, dp={}", params,
+                      c.model.path.empty() ? "built-in" : c.model.path, c.model.dtype, device.str(), ctx.dp_size());
+    }
+    return Batch(0);
+}
+
+Batch compute_log_prob(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+    ActorWorker& a = ready(w);
+    torch::NoGradGuard no_grad;
+    const double temperature = in.meta_double("temperature", 1.0);
+    const int64_t R = in.at("responses").size(1);
+    const bool entropy = ctx.config->actor.calculate_entropy || ctx.config->actor.entropy_coeff != 0;
+    std::vector<torch::Tensor> lps, ents;
+    for (const Batch& mb : in.split(std::max<int64_t>(1, ctx.config->actor.log_prob_micro_batch_size_per_rank))) {
+        int64_t r = 0;
+        auto seq = detail::trimmed_sequences(mb, &r);
+        auto out = engine::compute_log_probs(*a.policy->model, seq, temperature, entropy);
+        lps.push_back(detail::pad_response_columns(out.log_probs.to(torch::kCPU), R));
+        if (entropy) ents.push_back(detail::pad_response_columns(out.entropy.to(torch::kCPU), R));
+    }
+    Batch out(in.size());
+    out.set("old_log_probs", in.size() ? torch::cat(lps, 0) : torch::zeros({0, R}));
+    if (entropy) out.set("entropy", in.size() ? torch::cat(ents, 0) : torch::zeros({0, R}));
+    return out;
+}
+
+Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+    ActorWorker& a = ready(w);
+    const Config& c = *ctx.config;
+    const ActorConfig& ac = c.actor;
+    const double temperature = in.meta_double("temperature", 1.0);
+    const int64_t M = in.meta_int("num_mini_batches");
+    const double global_rows = in.meta_double("global_mini_batch_rows");
+    RLPT_CHECK(M >= 1 && in.size() % M == 0, "actor update: {} local rows do not form {} mini-batches", in.size(), M);
+    const int64_t R = in.at("responses").size(1);
+    const int64_t rows = in.size() / M;
+    const comm::Communicator& dp = ctx.comms->dp;
+
+    algo::ActorLossConfig lc;
+    lc.loss_mode = ac.policy_loss.loss_mode;
+    lc.policy.clip_ratio = ac.clip_ratio;
+    lc.policy.clip_ratio_low = ac.clip_ratio_low;
+    lc.policy.clip_ratio_high = ac.clip_ratio_high;
+    lc.policy.clip_ratio_c = ac.clip_ratio_c;
+    lc.policy.tau_pos = ac.tau_pos;
+    lc.policy.tau_neg = ac.tau_neg;
+    lc.policy.clip_cov_ratio = ac.policy_loss.clip_cov_ratio;
+    lc.policy.clip_cov_lb = ac.policy_loss.clip_cov_lb;
+    lc.policy.clip_cov_ub = ac.policy_loss.clip_cov_ub;
+    lc.policy.kl_cov_ratio = ac.policy_loss.kl_cov_ratio;
+    lc.policy.ppo_kl_coef = ac.policy_loss.ppo_kl_coef;
+    lc.policy.loss_agg_mode = algo::parse_agg_mode(ac.loss_agg_mode);
+    lc.entropy_coeff = ac.entropy_coeff;
+    lc.use_kl_loss = ac.use_kl_loss;
+    lc.kl_loss_coef = ac.kl_loss_coef;
+    lc.kl_loss_type = ac.kl_loss_type;
+    const bool with_entropy = ac.entropy_coeff != 0;
+
+    Batch metrics(0);
+    for (int64_t epoch = 0; epoch < ac.ppo_epochs; ++epoch) {
+        for (int64_t j = 0; j < M; ++j) {
+            Batch mini = in.slice(j * rows, (j + 1) * rows);
+            algo::GlobalBatchInfo info;
+            info.dp_size = ctx.dp_size();
+            info.batch_num_tokens = dp.allreduce_sum(mini.at("response_mask").sum().item<double>());
+            info.global_batch_size = global_rows;
+            info.loss_scale_factor = ac.loss_scale_factor.value_or(static_cast<double>(R));
+            lc.policy.global_batch_info = info;
+            a.engine->zero_grad();
+            double loss_sum = 0;
+            for (const auto& idx : detail::micro_batches(mini, ac.ppo_micro_batch_size_per_rank, ac.use_dynamic_bsz,
+                                                         ac.ppo_max_token_len_per_rank, dp)) {
+                Batch mb = mini.index(idx);
+                int64_t r = 0;
+                auto seq = detail::trimmed_sequences(mb, &r);
+                auto lp = engine::compute_log_probs(*a.policy->model, seq, temperature, with_entropy);
+                algo::ActorLossInputs li;
+                auto dev = lp.log_probs.device();
+                li.policy.log_prob = lp.log_probs;
+                li.policy.old_log_prob = detail::first_columns(mb.at("old_log_probs"), r).to(dev);
+                li.policy.advantages = detail::first_columns(mb.at("advantages"), r).to(dev);
+                li.policy.response_mask = detail::first_columns(mb.at("response_mask"), r).to(dev);
+                if (with_entropy) li.entropy = lp.entropy;
+                if (ac.use_kl_loss) li.ref_log_prob = detail::first_columns(mb.at("ref_log_prob"), r).to(dev);
+                auto out = algo::compute_actor_loss(li, lc);
+                out.loss.backward();
+                loss_sum += out.loss.item<double>();
+                for (const auto& [k, v] : out.metrics) {
+                    if (k != "actor/pg_loss" && k != "actor/entropy_loss" && k != "actor/kl_loss") metrics.add_metric(k, v);
+                }
+                // Global shares: summed over micro-batches, averaged over ranks and mini-batches.
+                for (const char* k : {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss"}) {
+                    auto it = out.metrics.find(k);
+                    if (it != out.metrics.end()) metrics.add_metric(std::string(k) + "#mb", it->second, Reduce::kSum);
+                }
+            }
+            auto st = a.engine->step();
+            metrics.add_metric("actor/loss", loss_sum);
+            metrics.add_metric("actor/grad_norm", st.grad_norm);
+            metrics.add_metric("actor/lr", st.lr);
+            metrics.add_metric("actor/skipped_steps", st.skipped ? 1.0 : 0.0, Reduce::kSum);
+        }
+    }
+    // Turn the per-micro-batch sums into one value per rank and mini-batch (then mean).
+    const double n_steps = static_cast<double>(M * ac.ppo_epochs);
+    for (const char* k : {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss"}) {
+        auto it = metrics.metrics().find(std::string(k) + "#mb");
+        if (it == metrics.metrics().end()) continue;
+        double total = it->second.value();
+        metrics.metrics().erase(it);
+        metrics.add_metric(k, total / n_steps);
+    }
+    a.policy->version = static_cast<uint64_t>(a.engine->global_step());
+    return metrics;
+}
+
+Batch sft_step(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+    ActorWorker& a = ready(w);
+    const double global_tokens = in.meta_double("global_tokens");
+    RLPT_CHECK(global_tokens > 0, "sft step: the global batch has no loss tokens");
+    const int64_t micro = ctx.config->sft.micro_batch_size_per_rank;
+    a.engine->zero_grad();
+    double loss = 0;
+    for (const Batch& mb : in.split(std::max<int64_t>(1, micro))) {
+        auto nll = engine::sft_token_nll_sum(*a.policy->model, mb.at("input_ids"), mb.at("attention_mask"),
+                                             mb.at("position_ids"), mb.at("loss_mask"));
+        // A share of the global token mean, times dp_size: the engine averages over ranks.
+        auto l = nll * (static_cast<double>(ctx.dp_size()) / global_tokens);
+        l.backward();
+        loss += l.item<double>();
+    }
+    auto st = a.engine->step();
+    Batch out(0);
+    out.add_metric("sft/loss", loss);
+    out.add_metric("sft/grad_norm", st.grad_norm);
+    out.add_metric("sft/lr", st.lr);
+    a.policy->version = static_cast<uint64_t>(a.engine->global_step());
+    return out;
+}
+
+Batch send_weights(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+    ActorWorker& a = ready(w);
+    auto ranks = detail::weight_sync_ranks(ctx.topology->placement());
+    if (ranks.empty() || ranks.front() != ctx.world_rank) return Batch(0);
+    if (!a.sync) {
+        a.sync_comm = ctx.topology->control().create_group(ranks, detail::kWeightSyncGroupTag);
+        comm::WeightSyncOptions opts;
+        opts.bucket_bytes = static_cast<int64_t>(ctx.config->rollout.weight_sync.bucket_mb * 1024 * 1024);
+        opts.timeout_s = ctx.config->trainer.call_timeout_s;
+        a.sync = comm::make_weight_sync(ctx.config->rollout.weight_sync.backend, a.sync_comm, opts);
+    }
+    auto params = detail::parameter_list(*a.policy->model);
+    uint64_t version = static_cast<uint64_t>(in.meta_int("version", static_cast<int64_t>(a.policy->version)));
+    torch::NoGradGuard no_grad;
+    a.sync->sync(params, version);
+    return Batch(0);
+}
+
+Batch save(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+    ActorWorker& a = ready(w);
+    const std::string dir = in.meta_string("dir");
+    const std::string file = fmt::format("actor_rank{}.h5", ctx.comms->role_rank);
+    ckpt::H5Writer writer((fs::path(dir) / file).string());
+    a.engine->save_state(writer, "actor/");
+    writer.set_int_attr("actor/weight_version", static_cast<int64_t>(a.policy->version));
+    auto digest = writer.commit();
+    return detail::checkpoint_file_info(dir, file, digest.size, digest.crc32);
+}
+
+Batch load(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+    ActorWorker& a = ready(w);
+    const std::string path =
+        (fs::path(in.meta_string("dir")) / fmt::format("actor_rank{}.h5", ctx.comms->role_rank)).string();
+    if (!fs::exists(path)) {
+        throw IoError(fmt::format("checkpoint file {} is missing (was the checkpoint written with another number of "
+                                  "actor ranks?)",
+                                  path));
+    }
+    ckpt::H5Reader reader(path);
+    a.engine->load_state(reader, "actor/");
+    a.policy->version = static_cast<uint64_t>(reader.int_attr("actor/weight_version"));
+    return Batch(0);
+}
+
+Batch export_hf(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+    ActorWorker& a = ready(w);
+    if (ctx.comms->role_rank == 0) model::save_pretrained(*a.policy->model, in.meta_string("dir"));
+    return Batch(0);
+}
+
+std::unique_ptr<RoleWorker> make_actor(WorkerContext&) { return std::make_unique<ActorWorker>(); }
 
 }  // namespace
 
 const protocol::RoleSpec& actor_spec() {
     static const protocol::RoleSpec spec = [] {
+        using protocol::Collect;
+        using protocol::Distribute;
+        using protocol::FieldKind;
+        using protocol::FieldSpec;
+        const FieldSpec ids{"input_ids"}, mask{"attention_mask"}, pos{"position_ids"}, resp{"responses"},
+            rmask{"response_mask"};
         protocol::RoleSpec s;
         s.name = "actor";
         s.method_count = static_cast<uint16_t>(ActorMethod::kCount);
         s.factory = make_actor;
-        s.methods = {detail::ping_spec()};
+        s.methods = {
+            detail::ping_spec(),
+            {1, "init", Distribute::kOneToAll, Collect::kNone, true, true, 0, {}, {}, init},
+            {2, "compute_log_prob", Distribute::kDpSplit, Collect::kConcatDpSources, false, true, 0,
+             {ids, mask, pos, resp}, {{"old_log_probs"}}, compute_log_prob},
+            {3, "update", Distribute::kDpSplit, Collect::kConcatDpSources, true, false, 0,
+             {ids, mask, pos, resp, rmask, {"old_log_probs"}, {"advantages"}, {"num_mini_batches", FieldKind::kMeta}},
+             {},
+             update},
+            {4, "sft_step", Distribute::kDpSplit, Collect::kConcatDpSources, true, false, 0,
+             {ids, mask, pos, {"loss_mask"}, {"global_tokens", FieldKind::kMeta}}, {}, sft_step},
+            {5, "send_weights", Distribute::kOneToAll, Collect::kNone, false, true, 0, {}, {}, send_weights},
+            {6, "save", Distribute::kOneToAll, Collect::kAll, true, true, 0, {{"dir", FieldKind::kMeta}},
+             {{"file", FieldKind::kString}}, save},
+            {7, "load", Distribute::kOneToAll, Collect::kNone, true, true, 0, {{"dir", FieldKind::kMeta}}, {}, load},
+            {8, "export", Distribute::kOneToAll, Collect::kNone, false, true, 0, {{"dir", FieldKind::kMeta}}, {},
+             export_hf},
+        };
         return s;
     }();
     return spec;

@@ -1,23 +1,163 @@
+// The critic: value predictions and their clipped-loss update.
 #include "rlpt/roles/critic.h"
 
+#include <filesystem>
+
+#include "model_setup.h"
+#include "rlpt/algo/agg_loss.h"
+#include "rlpt/algo/value_loss.h"
+#include "rlpt/ckpt/h5_store.h"
 #include "role_common.h"
+#include "train_common.h"
 
 namespace rlpt::roles {
 namespace {
 
-class CriticWorker : public protocol::RoleWorker {};
+using protocol::RoleWorker;
+using protocol::WorkerContext;
+namespace fs = std::filesystem;
 
-std::unique_ptr<protocol::RoleWorker> make_critic(protocol::WorkerContext&) { return std::make_unique<CriticWorker>(); }
+class CriticWorker : public RoleWorker {
+  public:
+    std::shared_ptr<model::ValueModel> model;
+    std::unique_ptr<engine::TrainEngine> engine;
+};
+
+CriticWorker& ready(RoleWorker& w) {
+    auto& c = static_cast<CriticWorker&>(w);
+    RLPT_CHECK_KIND(InternalError, c.engine != nullptr, "critic used before kInit");
+    return c;
+}
+
+Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+    auto& cw = static_cast<CriticWorker&>(w);
+    const Config& c = *ctx.config;
+    auto device = detail::device_for(c, ctx.topology->placement(), ctx.world_rank);
+    auto dtype = detail::dtype_for(c);
+    if (!c.critic.model_path.empty()) {
+        cw.model = model::load_value_model(c.critic.model_path, dtype, device);
+    } else if (!c.model.path.empty()) {
+        cw.model = model::value_model_from_policy_checkpoint(c.model.path, dtype, device, model::ValueHeadInit::kZero);
+    } else {
+        auto policy = detail::build_policy(c, device, in.meta_int("vocab_size", 0));
+        cw.model = model::value_model_from_policy(*policy, dtype, device, model::ValueHeadInit::kZero);
+    }
+    cw.engine = std::make_unique<engine::TrainEngine>(cw.model, ctx.comms->dp,
+                                                      detail::optim_options(c.critic.optim, in.meta_int("total_steps", 1)),
+                                                      static_cast<uint64_t>(c.trainer.seed) * 104729 + 3);
+    return Batch(0);
+}
+
+Batch compute_values(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+    CriticWorker& cw = ready(w);
+    torch::NoGradGuard no_grad;
+    const int64_t R = in.at("responses").size(1);
+    std::vector<torch::Tensor> parts;
+    for (const Batch& mb : in.split(std::max<int64_t>(1, ctx.config->critic.forward_micro_batch_size_per_rank))) {
+        int64_t kept = 0;
+        auto seq = detail::trimmed_sequences(mb, &kept);
+        parts.push_back(detail::pad_response_columns(engine::compute_values(*cw.model, seq).to(torch::kCPU), R));
+    }
+    Batch out(in.size());
+    out.set("values", in.size() ? torch::cat(parts, 0) : torch::zeros({0, R}));
+    return out;
+}
+
+Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+    CriticWorker& cw = ready(w);
+    const Config& c = *ctx.config;
+    const int64_t M = in.meta_int("num_mini_batches");
+    const double global_rows = in.meta_double("global_mini_batch_rows");
+    RLPT_CHECK(M >= 1 && in.size() % M == 0, "critic update: {} local rows do not form {} mini-batches", in.size(), M);
+    const int64_t rows = in.size() / M, R = in.at("responses").size(1);
+    const int64_t epochs = c.critic.ppo_epochs.value_or(c.actor.ppo_epochs);
+    const auto mode = algo::parse_agg_mode(c.actor.loss_agg_mode);
+    Batch metrics(0);
+    for (int64_t e = 0; e < epochs; ++e) {
+        for (int64_t j = 0; j < M; ++j) {
+            Batch mini = in.slice(j * rows, (j + 1) * rows);
+            algo::GlobalBatchInfo info;
+            info.dp_size = ctx.dp_size();
+            info.batch_num_tokens = ctx.comms->dp.allreduce_sum(mini.at("response_mask").sum().item<double>());
+            info.global_batch_size = global_rows;
+            info.loss_scale_factor = c.actor.loss_scale_factor.value_or(static_cast<double>(R));
+            cw.engine->zero_grad();
+            double loss_sum = 0;
+            for (const auto& idx : detail::micro_batches(mini, c.critic.ppo_micro_batch_size_per_rank,
+                                                         c.actor.use_dynamic_bsz, c.actor.ppo_max_token_len_per_rank,
+                                                         ctx.comms->dp)) {
+                Batch mb = mini.index(idx);
+                int64_t r = 0;
+                auto seq = detail::trimmed_sequences(mb, &r);
+                auto vpred = engine::compute_values(*cw.model, seq);
+                auto dev = vpred.device();
+                auto out = algo::compute_value_loss(vpred, detail::first_columns(mb.at("returns"), r).to(dev),
+                                                    detail::first_columns(mb.at("values"), r).to(dev),
+                                                    detail::first_columns(mb.at("response_mask"), r).to(dev),
+                                                    c.critic.cliprange_value, mode, info);
+                out.loss.backward();
+                loss_sum += out.loss.item<double>();
+                for (const auto& [k, v] : out.metrics)
+                    if (k != "critic/vf_loss") metrics.add_metric(k, v);
+            }
+            auto st = cw.engine->step();
+            metrics.add_metric("critic/vf_loss", loss_sum);
+            metrics.add_metric("critic/grad_norm", st.grad_norm);
+            metrics.add_metric("critic/lr", st.lr);
+        }
+    }
+    return metrics;
+}
+
+Batch save(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+    CriticWorker& cw = ready(w);
+    const std::string dir = in.meta_string("dir");
+    const std::string file = fmt::format("critic_rank{}.h5", ctx.comms->role_rank);
+    ckpt::H5Writer writer((fs::path(dir) / file).string());
+    cw.engine->save_state(writer, "critic/");
+    auto d = writer.commit();
+    return detail::checkpoint_file_info(dir, file, d.size, d.crc32);
+}
+
+Batch load(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+    CriticWorker& cw = ready(w);
+    const std::string path =
+        (fs::path(in.meta_string("dir")) / fmt::format("critic_rank{}.h5", ctx.comms->role_rank)).string();
+    if (!fs::exists(path)) {
+        throw IoError(fmt::format("checkpoint file {} is missing (written with another number of critic ranks?)", path));
+    }
+    ckpt::H5Reader reader(path);
+    cw.engine->load_state(reader, "critic/");
+    return Batch(0);
+}
+
+std::unique_ptr<RoleWorker> make_critic(WorkerContext&) { return std::make_unique<CriticWorker>(); }
 
 }  // namespace
 
 const protocol::RoleSpec& critic_spec() {
     static const protocol::RoleSpec spec = [] {
+        using protocol::Collect;
+        using protocol::Distribute;
+        using protocol::FieldKind;
+        const protocol::FieldSpec ids{"input_ids"}, mask{"attention_mask"}, pos{"position_ids"}, resp{"responses"};
         protocol::RoleSpec s;
         s.name = "critic";
         s.method_count = static_cast<uint16_t>(CriticMethod::kCount);
         s.factory = make_critic;
-        s.methods = {detail::ping_spec()};
+        s.methods = {
+            detail::ping_spec(),
+            {1, "init", Distribute::kOneToAll, Collect::kNone, true, true, 0, {}, {}, init},
+            {2, "compute_values", Distribute::kDpSplit, Collect::kConcatDpSources, false, true, 0,
+             {ids, mask, pos, resp}, {{"values"}}, compute_values},
+            {3, "update", Distribute::kDpSplit, Collect::kConcatDpSources, true, false, 0,
+             {ids, mask, pos, resp, {"response_mask"}, {"values"}, {"returns"}, {"num_mini_batches", FieldKind::kMeta}},
+             {},
+             update},
+            {4, "save", Distribute::kOneToAll, Collect::kAll, true, true, 0, {{"dir", FieldKind::kMeta}},
+             {{"file", FieldKind::kString}}, save},
+            {5, "load", Distribute::kOneToAll, Collect::kNone, true, true, 0, {{"dir", FieldKind::kMeta}}, {}, load},
+        };
         return s;
     }();
     return spec;

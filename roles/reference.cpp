@@ -1,23 +1,66 @@
+// The reference policy: the initial weights, frozen.
 #include "rlpt/roles/reference.h"
 
+#include "model_setup.h"
 #include "role_common.h"
+#include "train_common.h"
 
 namespace rlpt::roles {
 namespace {
 
-class ReferenceWorker : public protocol::RoleWorker {};
+using protocol::RoleWorker;
+using protocol::WorkerContext;
 
-std::unique_ptr<protocol::RoleWorker> make_reference(protocol::WorkerContext&) { return std::make_unique<ReferenceWorker>(); }
+class ReferenceWorker : public RoleWorker {
+  public:
+    std::shared_ptr<model::CausalLM> model;
+};
+
+Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+    auto& r = static_cast<ReferenceWorker&>(w);
+    const Config& c = *ctx.config;
+    r.model = detail::build_policy(c, detail::device_for(c, ctx.topology->placement(), ctx.world_rank),
+                                   in.meta_int("vocab_size", 0));
+    for (auto& p : r.model->parameters()) p.set_requires_grad(false);
+    return Batch(0);
+}
+
+Batch compute_log_prob(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+    auto& r = static_cast<ReferenceWorker&>(w);
+    RLPT_CHECK_KIND(InternalError, r.model != nullptr, "reference used before kInit");
+    torch::NoGradGuard no_grad;
+    const double temperature = in.meta_double("temperature", 1.0);
+    const int64_t R = in.at("responses").size(1);
+    std::vector<torch::Tensor> parts;
+    for (const Batch& mb : in.split(std::max<int64_t>(1, ctx.config->ref.log_prob_micro_batch_size_per_rank))) {
+        int64_t kept = 0;
+        auto seq = detail::trimmed_sequences(mb, &kept);
+        auto out = engine::compute_log_probs(*r.model, seq, temperature, false);
+        parts.push_back(detail::pad_response_columns(out.log_probs.to(torch::kCPU), R));
+    }
+    Batch out(in.size());
+    out.set("ref_log_prob", in.size() ? torch::cat(parts, 0) : torch::zeros({0, R}));
+    return out;
+}
+
+std::unique_ptr<RoleWorker> make_reference(WorkerContext&) { return std::make_unique<ReferenceWorker>(); }
 
 }  // namespace
 
 const protocol::RoleSpec& reference_spec() {
     static const protocol::RoleSpec spec = [] {
+        using protocol::Collect;
+        using protocol::Distribute;
         protocol::RoleSpec s;
         s.name = "reference";
         s.method_count = static_cast<uint16_t>(ReferenceMethod::kCount);
         s.factory = make_reference;
-        s.methods = {detail::ping_spec()};
+        s.methods = {
+            detail::ping_spec(),
+            {1, "init", Distribute::kOneToAll, Collect::kNone, false, true, 0, {}, {}, init},
+            {2, "compute_log_prob", Distribute::kDpSplit, Collect::kConcatDpSources, false, true, 0,
+             {{"input_ids"}, {"attention_mask"}, {"position_ids"}, {"responses"}}, {{"ref_log_prob"}}, compute_log_prob},
+        };
         return s;
     }();
     return spec;

@@ -1,23 +1,65 @@
+// The reward model: a value-head model whose output at the last real token is the score.
 #include "rlpt/roles/reward_model.h"
 
+#include "model_setup.h"
 #include "role_common.h"
+#include "train_common.h"
 
 namespace rlpt::roles {
 namespace {
 
-class RewardModelWorker : public protocol::RoleWorker {};
+using protocol::RoleWorker;
+using protocol::WorkerContext;
 
-std::unique_ptr<protocol::RoleWorker> make_reward_model(protocol::WorkerContext&) { return std::make_unique<RewardModelWorker>(); }
+class RewardModelWorker : public RoleWorker {
+  public:
+    std::shared_ptr<model::ValueModel> model;
+};
+
+Batch init(RoleWorker& w, WorkerContext& ctx, const Batch&) {
+    auto& r = static_cast<RewardModelWorker&>(w);
+    const Config& c = *ctx.config;
+    RLPT_CHECK_KIND(ConfigError, !c.reward_model.model_path.empty(),
+                    "reward_model.enable=true needs reward_model.model_path (a value-head Hugging Face model)");
+    r.model = model::load_value_model(c.reward_model.model_path, detail::dtype_for(c),
+                                      detail::device_for(c, ctx.topology->placement(), ctx.world_rank));
+    for (auto& p : r.model->parameters()) p.set_requires_grad(false);
+    return Batch(0);
+}
+
+Batch compute_score(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+    auto& r = static_cast<RewardModelWorker&>(w);
+    RLPT_CHECK_KIND(InternalError, r.model != nullptr, "reward model used before kInit");
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> parts;
+    for (const Batch& mb : in.split(std::max<int64_t>(1, ctx.config->reward_model.micro_batch_size_per_rank))) {
+        int64_t kept = 0;
+        auto seq = detail::trimmed_sequences(mb, &kept);
+        parts.push_back(engine::compute_sequence_scores(*r.model, seq).to(torch::kCPU));
+    }
+    Batch out(in.size());
+    out.set("rm_scores", in.size() ? torch::cat(parts, 0) : torch::zeros({0}));
+    return out;
+}
+
+std::unique_ptr<RoleWorker> make_reward_model(WorkerContext&) { return std::make_unique<RewardModelWorker>(); }
 
 }  // namespace
 
 const protocol::RoleSpec& reward_model_spec() {
     static const protocol::RoleSpec spec = [] {
+        using protocol::Collect;
+        using protocol::Distribute;
         protocol::RoleSpec s;
         s.name = "reward_model";
         s.method_count = static_cast<uint16_t>(RewardModelMethod::kCount);
         s.factory = make_reward_model;
-        s.methods = {detail::ping_spec()};
+        s.methods = {
+            detail::ping_spec(),
+            {1, "init", Distribute::kOneToAll, Collect::kNone, false, true, 0, {}, {}, init},
+            {2, "compute_score", Distribute::kDpSplit, Collect::kConcatDpSources, false, true, 0,
+             {{"input_ids"}, {"attention_mask"}, {"position_ids"}, {"responses"}}, {{"rm_scores"}}, compute_score},
+        };
         return s;
     }();
     return spec;

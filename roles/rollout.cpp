@@ -1,23 +1,157 @@
+// The rollout: batched generation with the policy's current weights.
 #include "rlpt/roles/rollout.h"
 
+#include <sstream>
+
+#include "model_setup.h"
+#include "rlpt/comm/weight_sync.h"
+#include "rlpt/core/log.h"
+#include "rlpt/rollout/generator.h"
 #include "role_common.h"
 
 namespace rlpt::roles {
 namespace {
 
-class RolloutWorker : public protocol::RoleWorker {};
+using protocol::RoleWorker;
+using protocol::WorkerContext;
 
-std::unique_ptr<protocol::RoleWorker> make_rollout(protocol::WorkerContext&) { return std::make_unique<RolloutWorker>(); }
+class RolloutWorker : public RoleWorker {
+  public:
+    std::shared_ptr<detail::SharedPolicy> policy;  // the actor's (colocated) or our own copy
+    bool own_copy = false;
+    std::unique_ptr<comm::WeightSync> sync;
+    comm::Communicator sync_comm;
+};
+
+RolloutWorker& ready(RoleWorker& w) {
+    auto& r = static_cast<RolloutWorker&>(w);
+    RLPT_CHECK_KIND(InternalError, r.policy != nullptr, "rollout used before kInit");
+    return r;
+}
+
+Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+    auto& r = static_cast<RolloutWorker&>(w);
+    if (auto shared = ctx.shared->get<detail::SharedPolicy>(detail::kSharedPolicy)) {
+        r.policy = shared;  // colocated with the actor: same tensors, no copy, no sync
+        return Batch(0);
+    }
+    const Config& c = *ctx.config;
+    r.policy = std::make_shared<detail::SharedPolicy>();
+    r.policy->model = detail::build_policy(c, detail::device_for(c, ctx.topology->placement(), ctx.world_rank),
+                                           in.meta_int("vocab_size", 0));
+    r.own_copy = true;
+    return Batch(0);
+}
+
+std::vector<int64_t> parse_ids(const std::string& s) {
+    std::vector<int64_t> out;
+    std::stringstream ss(s);
+    for (std::string item; std::getline(ss, item, ',');)
+        if (!item.empty()) out.push_back(std::stoll(item));
+    return out;
+}
+
+Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+    RolloutWorker& r = ready(w);
+    const torch::Tensor ids = in.at("prompt_ids").contiguous();
+    const torch::Tensor mask = in.at("prompt_mask").to(torch::kBool).contiguous();
+    const int64_t B = in.size(), P = ids.size(1);
+    rollout::SamplingParams sp;
+    sp.temperature = in.meta_double("temperature", 1.0);
+    sp.top_p = in.meta_double("top_p", 1.0);
+    sp.top_k = in.meta_int("top_k", -1);
+    sp.greedy = in.meta_int("greedy", 0) != 0;
+    sp.max_new_tokens = in.meta_int("max_new_tokens");
+    sp.eos_id = in.meta_int("eos_id", -1);
+    sp.pad_id = in.meta_int("pad_id", 0);
+    if (in.has_meta("stop_ids")) sp.stop_token_ids = parse_ids(in.meta_string("stop_ids"));
+    const uint64_t seed = static_cast<uint64_t>(in.meta_int("seed", 0));
+    const int64_t step = in.meta_int("step", 0);
+
+    std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(B));
+    std::vector<uint64_t> seeds(static_cast<size_t>(B));
+    const auto& index = in.ints("sample_index");
+    for (int64_t i = 0; i < B; ++i) {
+        auto row = ids[i].masked_select(mask[i]);
+        prompts[static_cast<size_t>(i)].assign(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
+        seeds[static_cast<size_t>(i)] = rollout::sample_seed(seed, step, index[static_cast<size_t>(i)]);
+    }
+    Batch out(B);
+    const int64_t R = sp.max_new_tokens;
+    if (B == 0) {
+        for (const char* k : {"prompts"}) out.set(k, torch::zeros({0, P}, torch::kInt64));
+        for (const char* k : {"responses", "response_mask"}) out.set(k, torch::zeros({0, R}, torch::kInt64));
+        out.set("rollout_log_probs", torch::zeros({0, R}));
+        for (const char* k : {"input_ids", "attention_mask", "position_ids"}) out.set(k, torch::zeros({0, P + R}, torch::kInt64));
+        out.set_ints("finish_reason", {});
+        out.set_ints("weight_version", {});
+        return out;
+    }
+    auto g = rollout::generate(*r.policy->model, prompts, seeds, sp, ctx.config->rollout.micro_batch_size);
+    // Pad to the call's fixed widths (P of the input, R = max_new_tokens) so shards concatenate.
+    const int64_t gp = g.prompts.size(1), gr = g.responses.size(1);
+    auto padl = [&](const torch::Tensor& t, int64_t value) { return torch::constant_pad_nd(t, {P - gp, 0}, value); };
+    auto padr = [&](const torch::Tensor& t, double value) { return torch::constant_pad_nd(t, {0, R - gr}, value); };
+    out.set("prompts", padl(g.prompts, sp.pad_id));
+    out.set("responses", padr(g.responses, static_cast<double>(sp.pad_id)));
+    out.set("response_mask", padr(g.response_mask, 0));
+    out.set("rollout_log_probs", padr(g.rollout_log_probs, 0));
+    auto pad_seq = [&](const torch::Tensor& t, int64_t value) {
+        return torch::constant_pad_nd(torch::constant_pad_nd(t, {P - gp, 0}, value), {0, R - gr}, value);
+    };
+    out.set("input_ids", pad_seq(g.input_ids, sp.pad_id));
+    auto attn = pad_seq(g.attention_mask, 0);
+    out.set("attention_mask", attn);
+    out.set("position_ids", (attn.cumsum(1) - 1).clamp_min(0));
+    std::vector<int64_t> reasons, versions(static_cast<size_t>(B), static_cast<int64_t>(r.policy->version));
+    for (auto fr : g.finish_reasons) reasons.push_back(static_cast<int64_t>(fr));
+    out.set_ints("finish_reason", reasons);
+    out.set_ints("weight_version", versions);
+    return out;
+}
+
+Batch receive_weights(RoleWorker& w, WorkerContext& ctx, const Batch&) {
+    RolloutWorker& r = ready(w);
+    if (!r.own_copy) return Batch(0);  // colocated: the actor's tensors are ours
+    auto ranks = detail::weight_sync_ranks(ctx.topology->placement());
+    if (!r.sync) {
+        r.sync_comm = ctx.topology->control().create_group(ranks, detail::kWeightSyncGroupTag);
+        comm::WeightSyncOptions opts;
+        opts.bucket_bytes = static_cast<int64_t>(ctx.config->rollout.weight_sync.bucket_mb * 1024 * 1024);
+        opts.timeout_s = ctx.config->trainer.call_timeout_s;
+        r.sync = comm::make_weight_sync(ctx.config->rollout.weight_sync.backend, r.sync_comm, opts);
+    }
+    auto params = detail::parameter_list(*r.policy->model);
+    uint64_t version = 0;
+    torch::NoGradGuard no_grad;
+    r.sync->sync(params, version);
+    r.policy->version = version;
+    return Batch(0);
+}
+
+std::unique_ptr<RoleWorker> make_rollout(WorkerContext&) { return std::make_unique<RolloutWorker>(); }
 
 }  // namespace
 
 const protocol::RoleSpec& rollout_spec() {
     static const protocol::RoleSpec spec = [] {
+        using protocol::Collect;
+        using protocol::Distribute;
+        using protocol::FieldKind;
         protocol::RoleSpec s;
         s.name = "rollout";
         s.method_count = static_cast<uint16_t>(RolloutMethod::kCount);
         s.factory = make_rollout;
-        s.methods = {detail::ping_spec()};
+        s.methods = {
+            detail::ping_spec(),
+            {1, "init", Distribute::kOneToAll, Collect::kNone, false, true, 0, {}, {}, init},
+            {2, "generate", Distribute::kDpSplit, Collect::kConcatDpSources, false, true, 0,
+             {{"prompt_ids"}, {"prompt_mask"}, {"sample_index", FieldKind::kInt}, {"max_new_tokens", FieldKind::kMeta}},
+             {{"responses"}, {"response_mask"}, {"input_ids"}, {"attention_mask"}, {"position_ids"},
+              {"rollout_log_probs"}},
+             generate},
+            {3, "receive_weights", Distribute::kOneToAll, Collect::kNone, false, true, 0, {}, {}, receive_weights},
+        };
         return s;
     }();
     return spec;

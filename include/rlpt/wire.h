@@ -8,6 +8,9 @@
 // and a reply is the same shape back:
 //   [ReplyHeader][layout bytes | error text] tag kTagReply,       worker -> controller
 //   [column bytes] ...                      tag kTagReplyData,    worker -> controller
+// Command and reply messages travel as envelopes (comm/batch_transport.h: inline up to
+// 8 KiB into receives posted in advance; longer ones announce their length and follow on
+// the tag + 1).
 // on the control communicator (a dup of MPI_COMM_WORLD used for nothing else). MPI keeps
 // messages with the same (source, tag, communicator) in order, so data messages need no
 // sequence numbers. Every rank answers every call it takes part in (output sources with the
@@ -25,10 +28,10 @@ namespace rlpt::wire {
 constexpr uint32_t kMagic = 0x544c5052u;  // "RPLT"
 constexpr uint16_t kVersion = 1;
 
-constexpr int kTagCommand = 101;
-constexpr int kTagCommandData = 102;
-constexpr int kTagReply = 103;
-constexpr int kTagReplyData = 104;
+constexpr int kTagCommand = 101;      // + 1: long command messages
+constexpr int kTagCommandData = 103;
+constexpr int kTagReply = 111;        // + 1: long reply messages
+constexpr int kTagReplyData = 113;
 
 enum class CommandKind : uint8_t { kCall = 1, kShutdown = 2 };
 enum class ReplyStatus : uint8_t { kOk = 0, kError = 1 };
@@ -40,7 +43,7 @@ struct CommandHeader {
     uint8_t kind = 0;       // CommandKind
     uint8_t role = 0;       // index into the role registry
     uint16_t method = 0;    // index into the role's method table
-    uint16_t reserved = 0;
+    uint16_t exit_code = 0; // kShutdown: the code the workers exit with (75 after a stop signal)
     uint64_t seq = 0;       // call sequence number (per controller)
     int64_t step = -1;      // training step, for error messages
 };
@@ -52,7 +55,7 @@ struct ReplyHeader {
     uint8_t role = 0;
     uint16_t method = 0;
     uint8_t has_payload = 0; // 1: layout bytes + data messages follow
-    uint8_t reserved = 0;
+    uint8_t stop_signal = 0; // SIGTERM/SIGUSR1 this worker's process has received (0: none)
     int32_t world_rank = -1;
     uint64_t seq = 0;
 };

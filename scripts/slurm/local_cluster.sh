@@ -90,7 +90,7 @@ start_munge() {
     if munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; then return 0; fi
     [ -s /etc/munge/munge.key ] || die "/etc/munge/munge.key is missing (reinstall munge or run mungekey)"
     install -d -o munge -g munge -m 0755 /run/munge
-    runuser -u munge -- munged --force
+    runuser -u munge -- munged --force 9>&-
     for _ in $(seq 1 50); do
         if munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; then
             cp /run/munge/munged.pid "$state/munged.pid"  # ours: stop will end it
@@ -113,11 +113,12 @@ start() {
     start_munge
     if ! live_pid "$state/slurmctld.pid" slurmctld >/dev/null; then
         rm -f "$state/slurmctld.pid"
-        slurmctld -c -f "$conf" || die "slurmctld failed to start (see $state/log/slurmctld.log)"
+        # 9>&-: the daemons must not inherit the lock's descriptor (they would hold the lock).
+        slurmctld -c -f "$conf" 9>&- || die "slurmctld failed to start (see $state/log/slurmctld.log)"
     fi
     if ! live_pid "$state/slurmd.pid" slurmd >/dev/null; then
         rm -f "$state/slurmd.pid"
-        SLURM_CONF="$conf" slurmd -f "$conf" || die "slurmd failed to start (see $state/log/slurmd.log)"
+        SLURM_CONF="$conf" slurmd -f "$conf" 9>&- || die "slurmd failed to start (see $state/log/slurmd.log)"
     fi
     local s=""
     for _ in $(seq 1 300); do

@@ -143,10 +143,7 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
     try {
         protocol::WorkerHost host(role_registry(), config, topo, fault);
         if (!topo.is_controller()) {
-            host.serve();
-            RLPT_LOG_DEBUG("worker loop done: waited {:.1f} s for commands using {:.2f} s of CPU", host.idle_wall_s(),
-                           host.idle_cpu_s());
-            return kExitOk;
+            return host.serve();  // the controller's code: 0, or 75 after a stop signal
         }
         RunContext run;
         run.config = &config;
@@ -163,7 +160,7 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
                       run.run_dir, threads);
         protocol::Controller controller(role_registry(), config, topo, topo.hosted_roles().empty() ? nullptr : &host);
         int code = run_mode(controller, run);
-        controller.shutdown();
+        controller.shutdown(code);
         return code;
     } catch (const std::exception& e) {
         // Print from this rank, then end the whole job: peers may be blocked in collectives.

@@ -2,7 +2,9 @@
 
 #include <map>
 
+#include "rl_trainer.h"
 #include "rlpt/core/log.h"
+#include "sft_trainer.h"
 
 namespace rlpt::app {
 
@@ -26,10 +28,9 @@ void check_ranks(protocol::Controller& ctl, const RunContext& run) {
 
 int run_mode(protocol::Controller& ctl, const RunContext& run) {
     check_ranks(ctl, run);
-    RLPT_LOG_WARN("trainer.mode={}: this build has the foundation only (config, placement, role communicators, "
-                  "protocol); the {} trainer is not built yet, so the job stops here",
-                  run.config->trainer.mode, run.config->trainer.mode);
-    return 0;
+    if (run.config->trainer.mode == "sft") return run_sft(ctl, run);
+    RlTrainer trainer(ctl, run);
+    return trainer.run();
 }
 
 }  // namespace rlpt::app

@@ -96,7 +96,9 @@ void visit_data(Visitor& v, DataConfig& c) {
         b.value("num_val", t.num_val);
         b.value("min_digits", t.min_digits);
         b.value("max_digits", t.max_digits);
+        b.value("num_operands", t.num_operands);
         b.value("ops", t.ops);
+        b.value("reversed_answer", t.reversed_answer);
         b.value("seed", t.seed);
     });
     v.value("train_batch_size", c.train_batch_size);
@@ -201,6 +203,7 @@ void visit_reward(Visitor& v, RewardConfig& c) {
 }
 
 void visit_sft(Visitor& v, SftConfig& c) {
+    v.value("response_key", c.response_key);
     v.value("total_steps", c.total_steps);
     v.value("batch_size", c.batch_size);
     v.value("micro_batch_size_per_rank", c.micro_batch_size_per_rank);

@@ -139,6 +139,9 @@ void validate(const Config& c) {
                       d.builtin.max_digits <= 9,
                   "data.builtin.max_digits", "need 1 <= min_digits <= max_digits <= 9 (got {}..{})",
                   d.builtin.min_digits, d.builtin.max_digits);
+        k.require(d.builtin.num_operands >= 2 && d.builtin.num_operands * d.builtin.max_digits <= 18,
+                  "data.builtin.num_operands", "need >= 2 operands and num_operands*max_digits <= 18 (got {})",
+                  d.builtin.num_operands);
         k.require(!d.builtin.ops.empty() && d.builtin.ops.find_first_not_of("+-*") == std::string::npos,
                   "data.builtin.ops", "must be a non-empty combination of + - * (got '{}')", d.builtin.ops);
     }

@@ -64,6 +64,15 @@ const char* stop_signal_name() {
     }
 }
 
+std::string signal_name(int signo) {
+    switch (signo) {
+        case 0: return "";
+        case SIGTERM: return "SIGTERM";
+        case SIGUSR1: return "SIGUSR1";
+        default: return "signal " + std::to_string(signo);
+    }
+}
+
 int stop_signal_count() { return g_signal_count.load(); }
 
 void clear_stop_request() {

@@ -178,6 +178,16 @@ TEST(Protocol, EveryDispatchModeOnEveryLayout) {
                 for (int64_t i = 0; i < rows; ++i)
                     EXPECT_EQ(ranks[i].item<int64_t>(), sources[static_cast<size_t>(i / per)]) << "row " << i;
             }
+            // A layout far over the 8 KiB envelope (long strings) takes the long-message path.
+            {
+                Batch big(4);
+                big.set("x", torch::ones({4, 2}));
+                std::vector<std::string> s(4, std::string(50000, 'q'));
+                s[2] = std::string(70000, '\0');
+                big.set_strings("s", s);
+                Batch out = ctl.call(TestMethod::kEcho, big);
+                EXPECT_EQ(out.strings("s"), s);
+            }
             // one_to_all + first, collective inside the role communicator.
             Batch in(0);
             in.set_meta("add", 1.0);

@@ -21,15 +21,20 @@ run() {  # run NAME command...: output in $work/NAME.log, exit code checked
 job="rlpt-srun-np$n-$$"
 run mpirun mpirun -np "$n" "${mpi_flags[@]}" "$bin" "$@" trainer.output_dir="$work/mpirun-runs"
 run srun srun -J "$job" -n "$n" "$bin" "$@" trainer.output_dir="$work/srun-runs"
-# The placement block and the ping table, minus timestamps, pids and run paths.
+# The placement block and the ping table (a log line and the indented lines under it), minus
+# timestamps and pids.
 extract() {
-  sed -E -n 's/^\[rlpt [^]]*\] //p; /^  (rank|  )/p' "$1" |
-    grep -Ev "run directory|^Slurm job|this build has the foundation" | sed -E 's/  pid [0-9]+//'
+  awk '/^\[rlpt /{ sub(/^\[rlpt [^]]*\] /, ""); keep = ($0 ~ /^(placement:|all [0-9]+ worker rank)/);
+                   if (keep) print; next }
+       keep && /^  / { print }' "$1" | sed -E 's/  pid [0-9]+//'
 }
 extract "$work/mpirun.log" >"$work/mpirun.lines"
 extract "$work/srun.log" >"$work/srun.lines"
-if ! grep -q "all $((n - 1)) worker rank(s) answered" "$work/srun.lines"; then
-  echo "FAIL: srun run does not report all $((n - 1)) worker ranks"; status=1
+# Every rank of the placement answers the ping (rank 0 too when it hosts roles).
+ranks=$(grep -c "^  rank " "$work/srun.lines")
+hosting=$(grep -Eo "all [0-9]+ worker rank" "$work/srun.lines" | grep -Eo "[0-9]+")
+if [ "$ranks" -lt $((n - 1)) ] || [ "$ranks" != "${hosting:-x}" ]; then
+  echo "FAIL: the srun run's ping table has $ranks rank lines (expected ${hosting:-?}, at least $((n - 1)))"; status=1
 fi
 if ! diff -u "$work/mpirun.lines" "$work/srun.lines"; then
   echo "FAIL: placement/ping lines differ between mpirun (-) and srun (+)"; status=1

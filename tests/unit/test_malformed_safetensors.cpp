@@ -142,15 +142,15 @@ TEST(MalformedSafetensors, FuzzedFilesOnlyGiveIoErrors) {
     const std::string bytes = valid_file_bytes(dir);
     const std::string path = dir.file("fuzz.safetensors");
     auto counts = malformed::fuzz(
-        {bytes}, 3000, 99, "{}[]\":,0123456789-.eFIUB",
+        {bytes}, 1000, 99, "{}[]\":,0123456789-.eFIUB",
         [&](const std::string& b) {
             dir.write("fuzz.safetensors", b);
             open_and_read(path);
         },
         {ErrorKind::kIo});
     EXPECT_EQ(counts.bad, 0);
-    EXPECT_GT(counts.rejected, 500);
-    EXPECT_GT(counts.accepted, 30) << "flips inside the data buffer leave a valid file";
+    EXPECT_GT(counts.rejected, 150);
+    EXPECT_GT(counts.accepted, 10) << "flips inside the data buffer leave a valid file";
 }
 
 }  // namespace

@@ -51,6 +51,13 @@ TEST_F(StopSignals, FirstSignalWinsAndRepeatsAreCounted) {
     EXPECT_EQ(stop_signal_count(), 3);
 }
 
+TEST(SignalNames, KnownAndUnknownNumbers) {
+    EXPECT_EQ(signal_name(0), "");
+    EXPECT_EQ(signal_name(SIGTERM), "SIGTERM");
+    EXPECT_EQ(signal_name(SIGUSR1), "SIGUSR1");
+    EXPECT_EQ(signal_name(99), "signal 99");
+}
+
 TEST_F(StopSignals, ClearForgetsTheRequest) {
     raise(SIGTERM);
     clear_stop_request();

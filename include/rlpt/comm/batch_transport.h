@@ -9,6 +9,7 @@
 // shards receives each shard directly into its rows of the final concatenated column, so a
 // gather costs no extra copy either.
 
+#include <deque>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,7 +27,8 @@ class OutgoingBatch {
     OutgoingBatch() = default;
     OutgoingBatch(OutgoingBatch&&) = default;
     OutgoingBatch& operator=(OutgoingBatch&&) = default;
-    // Posts the header (prefix + layout of b) with header_tag and each column with data_tag.
+    // Posts the header (prefix + layout of b) as an envelope on header_tag (and header_tag + 1
+    // when long) and each column on data_tag.
     void post(const std::string& prefix, const Batch& b, int dest, int header_tag, int data_tag, MPI_Comm comm);
     // Posts only a header message (prefix), e.g. a status-only reply.
     void post_header_only(const std::string& prefix, int dest, int header_tag, MPI_Comm comm);
@@ -34,7 +36,8 @@ class OutgoingBatch {
     bool test();  // true when everything was sent
 
   private:
-    std::vector<std::string> headers_;
+    std::deque<std::string> headers_;  // messages and envelopes in flight (a deque: pushing never
+                                       // moves the strings that pending sends point into)
     std::vector<torch::Tensor> keep_;
     std::vector<MPI_Request> reqs_;
 };
@@ -54,7 +57,41 @@ Batch recv_columns(BatchLayout layout, int src, int data_tag, MPI_Comm comm, Buf
 Batch recv_concat(std::vector<std::pair<int, BatchLayout>> shards, int data_tag, MPI_Comm comm, BufferPool& pool,
                   const Deadline& d, const std::string& what);
 
-// Point-to-point convenience (tests, benchmarks): send / receive one batch.
+// Control messages ("envelopes") for the controller-worker protocol. Receives are posted in
+// advance, so a message is matched as it arrives and waiting is a cheap MPI_Test: Open MPI's
+// MPI_Improbe path (unexpected queue + probe per poll) doubles the latency of a round trip.
+// A message of up to kEnvelopeBytes travels inline in one message; a longer one sends a
+// short envelope announcing its length and then the whole message on tag + 1.
+constexpr int64_t kEnvelopeBytes = 8192;
+
+// Posts the message `msg` to `dest` (the request(s) are appended to `reqs`; `msg` and
+// `keep` must stay alive until they complete: the envelope bytes are kept in `keep`).
+void post_envelope(const std::string& msg, int dest, int tag, MPI_Comm comm, std::vector<MPI_Request>& reqs,
+                   std::deque<std::string>& keep);
+
+// Pre-posted receives of envelopes on `tag` from each of `sources`.
+class Mailbox {
+  public:
+    Mailbox(MPI_Comm comm, int tag, std::vector<int> sources);
+    ~Mailbox();  // cancels receives still posted
+    Mailbox(const Mailbox&) = delete;
+    Mailbox& operator=(const Mailbox&) = delete;
+    // If a message has arrived from any source, stores it (whole, long ones included) and its
+    // source and returns true. The receive of that source is re-posted on the next call.
+    bool try_take(std::string& msg, int& source, const Deadline& d);
+
+  private:
+    void post(size_t i);
+    MPI_Comm comm_;
+    int tag_;
+    std::vector<int> sources_;
+    std::vector<std::vector<char>> buffers_;
+    std::vector<MPI_Request> reqs_;
+    std::vector<char> needs_post_;
+};
+
+// Point-to-point convenience (tests, benchmarks): send / receive one batch (header envelope on
+// `tag`, column data on tag + 2).
 void send_batch(const Batch& b, int dest, int tag, MPI_Comm comm, const Deadline& d = Deadline::never());
 Batch recv_batch(int src, int tag, MPI_Comm comm, BufferPool& pool, const Deadline& d = Deadline::never());
 

@@ -124,6 +124,9 @@ class Communicator {
     Communicator split(int color, int key) const;
     // Collective on this communicator: the ranks sharing a node (MPI_COMM_TYPE_SHARED).
     Communicator split_shared() const;
+    // Collective over `ranks` only (ranks of this communicator; the new communicator's rank
+    // order follows the list): MPI_Comm_create_group. Ranks not listed must not call it.
+    Communicator create_group(const std::vector<int>& ranks, int tag) const;
 
     // ---- collectives (all collective on this communicator, all poll with back-off) ----
     void barrier(const Deadline& d = Deadline::never()) const;

@@ -64,6 +64,11 @@ struct Placement {
 Placement compute_placement(const PlacementConfig& cfg, int world_size, const std::vector<int>& node_of_rank,
                             const std::vector<std::string>& required_roles, const std::string& why = {});
 
+// Ranks taking part in the actor -> rollout weight sync: [actor role rank 0] + the rollout
+// ranks that do not host the actor (those use the actor's model in place). Empty when every
+// rollout rank is colocated with the actor (no sync needed).
+std::vector<int> weight_sync_ranks(const Placement& p);
+
 // Roles the algorithm in `c` needs: actor+rollout always; reference when a KL term is on;
 // critic for gae (or critic.enable=true); reward_model when reward_model.enable.
 std::vector<std::string> required_roles(const Config& c, std::string* why = nullptr);

@@ -63,7 +63,9 @@ struct BuiltinTaskConfig {
     int64_t num_val = 200;
     int64_t min_digits = 1;
     int64_t max_digits = 2;
+    int64_t num_operands = 2;
     std::string ops = "+";
+    bool reversed_answer = false;     // answer digits least significant first
     int64_t seed = 7;
 };
 
@@ -207,6 +209,7 @@ struct RewardConfig {
 };
 
 struct SftConfig {
+    std::string response_key = "response";  // Example::extra key holding the target response
     int64_t total_steps = 300;
     int64_t batch_size = 64;              // samples per optimizer step (all DP ranks)
     int64_t micro_batch_size_per_rank = 32;

@@ -6,10 +6,13 @@
 // install_stop_signal_handlers() makes SIGTERM and SIGUSR1 non-fatal on the calling process:
 // the handler only records the request (async-signal-safe: lock-free atomics, nothing else).
 // run_job calls it on every rank right after MPI_Init, so a worker never dies on SIGTERM
-// before the controller tells it to stop. Only the controller acts on the flag: it polls
-// stop_requested() at step boundaries (between calls, never inside one), finishes the step,
-// makes every role checkpoint, shuts the workers down and exits 75. Workers ignore their own
-// flag; they keep serving commands until the controller's shutdown.
+// before the controller tells it to stop. Only the controller decides: at each step boundary
+// (between calls, never inside one) the trainers ask protocol::Controller::stop_requested(),
+// which is true when the controller's own process got a stop signal OR any worker reported
+// one: every worker reply carries its process's stop_signal() (wire::ReplyHeader), so a signal
+// that reached a single rank (kill -USR1 <pid of rank 3>) still stops the job, at the latest
+// one step later. The controller then finishes the step, makes every role checkpoint, sends
+// shutdown with exit code 75 and every rank exits 75. Workers keep serving commands until then.
 // SIGINT (Ctrl-C) keeps its default action: it ends the run at once.
 //
 // How the signals reach the ranks (measured with Open MPI 4.1.4 and Slurm 22.05.8, see
@@ -31,6 +34,8 @@
 // thread of the process. The state is per process (a signal is per process); it is the one
 // file-scope mutable state in rlpt, which a signal handler cannot do without.
 
+#include <string>
+
 namespace rlpt {
 
 // Installs the handlers for SIGTERM and SIGUSR1 (sigaction, SA_RESTART so an interrupted
@@ -45,6 +50,9 @@ int stop_signal();
 
 // "SIGTERM", "SIGUSR1", or "" when no stop was requested.
 const char* stop_signal_name();
+
+// "SIGTERM", "SIGUSR1", "" for 0, "signal <n>" otherwise (a number another rank reported).
+std::string signal_name(int signo);
 
 // How many stop signals have arrived (the launcher may forward the same request twice, e.g.
 // `scancel --full` reaches a rank directly and through mpirun).

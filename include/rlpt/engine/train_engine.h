@@ -25,6 +25,30 @@
 //
 // All DP ranks must hold identical parameters: the constructor broadcasts them from DP rank 0.
 // The constructor and step(), save_state(), load_state() are collective on `dp`.
+//
+// Memory layout (what the engine does to the module): the trainable parameters of each dtype
+// are moved into one flat, padded buffer per dtype (Tensor::set_data: the parameter tensors
+// stay the same objects, now views into the buffer) and their .grad tensors are views into a
+// flat gradient buffer of the same layout, so backward() accumulates straight into the
+// buffer that is all-reduced (no copy in, no copy out). Do not move or re-create the
+// parameters (Module::to, loading into new tensors) after building the engine: step() checks
+// and throws a ValueError naming the parameter. Copying values in place (copy_) is fine.
+// module->zero_grad() is tolerated (it zeroes through a detached alias, or drops the .grad
+// tensors with set_to_none): step() treats a missing gradient as zero, copies a gradient that
+// lives elsewhere into the buffer, and zero_grad() re-attaches the views.
+//
+// Dtypes: float32 parameters are updated in place (the flat buffer is the fp32 state).
+// bfloat16 parameters get float32 master copies that the optimizer updates; the parameters are
+// the masters rounded to bf16 (round to nearest even) after every update. Gradients are float32
+// for both: the .grad of a bf16 parameter is a float32 tensor (autograd's in-place
+// accumulation `grad += new_grad` promotes), so micro-batch gradients accumulate, all-reduce
+// and clip in fp32, as under FSDP mixed precision, instead of rounding to 8 bits at every
+// micro-batch. Per parameter element and rank, persistent memory is
+//   fp32: 4 (param) + 4 (grad) + 8 (moments)              = 16 bytes, ZeRO-1: 8 + 8/dp
+//   bf16: 2 (param) + 4 (grad) + 4 (master) + 8 (moments)  = 18 bytes, ZeRO-1: 6 + 12/dp
+// Collective transport: no communication when the DP group has one rank (or `dp` is an invalid
+// Communicator, which means exactly that: a single-process engine for tools and tests); MPI for
+// CPU parameters; NCCL for CUDA parameters in builds with NCCL (ValueError otherwise).
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -62,33 +86,68 @@ struct StepResult {
     bool skipped = false;  // non-finite gradient: no update was applied
 };
 
-// Learning rate at optimizer step `step` (0-based) of a schedule: pure function, tested alone.
+// Learning rate at scheduler step `step` (0-based) of a schedule: pure function, tested alone.
+// Validates `o` (ValueError naming the field).
 double scheduled_lr(const OptimOptions& o, int64_t step);
+// ValueError naming the first out-of-range field (lr < 0, beta outside [0, 1), eps <= 0,
+// unknown scheduler, min_lr_ratio outside [0, 1], total_steps < 1, zero_stage not 0/1, ...).
+void validate_optim_options(const OptimOptions& o);
 
 class TrainEngine {
   public:
     // `module` is the model (CausalLM, ValueModel, ...) whose trainable parameters are
     // optimised. `dp` is the role's DP communicator (not duplicated; the engine's collectives
-    // use it serially). `seed` seeds the engine's RNG (dropout-free models still save it).
+    // use it serially; it must outlive the engine). `seed` seeds the engine's RNG (dropout-free
+    // models still save it). Every DP rank must pass the same parameter names, shapes and
+    // dtypes and the same options: otherwise every rank throws a CommError naming the first
+    // difference (never a hang). ValueError: no trainable parameters, parameters on several
+    // devices, a dtype other than float32/bfloat16, invalid options.
     TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::Communicator& dp, OptimOptions opts,
                 uint64_t seed);
     ~TrainEngine();
     TrainEngine(const TrainEngine&) = delete;
     TrainEngine& operator=(const TrainEngine&) = delete;
 
+    // Zeroes the flat gradient buffer (and re-attaches the .grad views if they were dropped).
     void zero_grad();
+    // step() == step(true). step(false) leaves the learning-rate schedule where it is: verl
+    // steps its scheduler once per training step, after the last mini-batch, so an actor with
+    // several mini-batches per training step calls step(false) per mini-batch and
+    // advance_schedule() once. After step() every .grad holds the DP-mean gradient (before
+    // clipping: the clip factor is applied inside the update). A skipped step zeroes them.
     StepResult step();
+    StepResult step(bool advance_schedule);
+    void advance_schedule();
 
-    int64_t global_step() const;   // optimizer steps taken (skipped steps count)
-    double current_lr() const;     // lr the next step will use
+    int64_t global_step() const;      // optimizer steps taken (skipped steps count)
+    int64_t schedule_step() const;    // scheduler steps taken (== global_step() with step())
+    int64_t applied_updates() const;  // non-skipped updates: AdamW's bias-correction count
+    double current_lr() const;        // lr the next step will use (scheduled_lr at schedule_step())
     const OptimOptions& options() const;
-    // Bytes of optimizer state held on this rank.
+    // Bytes of optimizer state held on this rank: exp_avg + exp_avg_sq (+ fp32 masters of bf16
+    // parameters) for the elements this rank updates (all of them, or its ZeRO-1 shard).
     int64_t optimizer_state_bytes() const;
+    // Trainable parameter elements (over all dtypes, without padding).
+    int64_t num_parameters() const;
+    // "self", "mpi" or "nccl".
+    const char* transport_name() const;
+    // The engine's RNG (CPU generator seeded with `seed`; saved and restored with the state).
+    torch::Generator generator() const;
 
     // Checkpointing under `prefix` (e.g. "actor/"): parameters (from DP rank 0's view, every rank
     // writes its own file), this rank's optimizer state (its slice under ZeRO-1), step, RNG
     // state. load_state() restores all of it bit-identically; a layout mismatch (other
     // parameter names/shapes, other DP size under ZeRO-1) is an IoError naming the tensor.
+    // Names written (prefix gets a '/' appended when missing):
+    //   <prefix>params/<parameter name>                   the parameter, its dtype
+    //   <prefix>optimizer/<group>/{exp_avg,exp_avg_sq}    fp32 flat (this rank's range)
+    //   <prefix>optimizer/<group>/master                  fp32 flat (bf16 groups)
+    //   <prefix>engine/{global_step,schedule_step,applied_updates}   int64 scalars
+    //   <prefix>engine/rng_state                          uint8 (the generator's state)
+    //   <prefix>engine/layout                             blob: parameter table, groups, ranges
+    // <group> is the dtype name ("float32", "bfloat16"). load_state() reads and checks
+    // everything before changing anything; if any rank fails, every rank throws (the failing
+    // rank its own IoError, the others an IoError naming it) and no rank's engine changed.
     void save_state(ckpt::H5Writer& w, const std::string& prefix) const;
     void load_state(ckpt::H5Reader& r, const std::string& prefix);
 

@@ -9,7 +9,8 @@
 //     Batch out = controller.call(roles::ActorMethod::kComputeLogProb, batch);
 //
 // call() pads/splits/sends per the method's table row, runs the local share itself when
-// rank 0 hosts the role, waits (polling with back-off, so a waiting controller does not
+// rank 0 hosts the role (in wait(), so several submitted calls that form one collective
+// together do not deadlock), waits (polling with back-off, so a waiting controller does not
 // spin a core), collects from the output ranks only and unpads. An error on any worker comes
 // back as a RemoteError naming rank, role, method and step; the caller (main) prints it and
 // aborts the job. Waits longer than trainer.stall_warn_s log the ranks that have not
@@ -59,14 +60,12 @@ class WorkerHost {
     bool hosts(int role_index) const;
     // Runs one method on this rank (fault injection included). Throws what the handler throws.
     Batch run(int role_index, uint16_t method, const Batch& in, int64_t step);
-    // The worker loop; returns after the controller's shutdown command.
-    void serve();
+    // The worker loop; returns after the controller's shutdown command, with the exit code the
+    // controller chose (0, or 75 after a stop signal). Every reply carries this process's stop
+    // signal (rlpt/core/signals.h) so the controller learns of a signal that reached only a worker.
+    int serve();
     ProcessShared& shared() { return shared_; }
     comm::BufferPool& pool() { return pool_; }
-    // Process CPU seconds spent inside serve() while waiting for commands (for the
-    // idle-CPU measurement) and the wall seconds waited.
-    double idle_cpu_s() const { return idle_cpu_s_; }
-    double idle_wall_s() const { return idle_wall_s_; }
 
   private:
     void maybe_inject_fault(const MethodSpec& m, int64_t step) const;
@@ -78,8 +77,6 @@ class WorkerHost {
     comm::BufferPool pool_;
     std::map<int, std::unique_ptr<RoleWorker>> workers_;
     std::map<int, WorkerContext> contexts_;
-    double idle_cpu_s_ = 0;
-    double idle_wall_s_ = 0;
 };
 
 class Controller {
@@ -132,12 +129,17 @@ class Controller {
     const comm::RoleLayout& layout(const std::string& role) const;
     int dp_size(const std::string& role) const { return layout(role).dp_size(); }
 
-    // Sends shutdown to every worker rank. Idempotent; the destructor calls it.
-    void shutdown();
+    // Stop requests (rlpt/core/signals.h): true once this process got SIGTERM/SIGUSR1 or any
+    // worker's reply said its process did. Trainers poll it at step boundaries; a worker's
+    // signal is seen with its next reply (every step calls every role, so within one step).
+    bool stop_requested() const;
+    // "SIGUSR1 on rank 0", "SIGTERM on rank 3" (the first one seen), or "" when none.
+    std::string stop_reason() const;
 
-    // Wall seconds spent waiting for replies and CPU seconds used meanwhile (idle measure).
-    double wait_wall_s() const { return wait_wall_s_; }
-    double wait_cpu_s() const { return wait_cpu_s_; }
+    // Sends shutdown to every worker rank; they leave serve() returning `exit_code`.
+    // Idempotent; the destructor calls it with 0.
+    void shutdown(int exit_code = 0);
+
 
   private:
     template <typename M>
@@ -145,6 +147,7 @@ class Controller {
         return role_index(RoleOf<M>::kName);
     }
     struct Call;
+    void run_local_share(Call& call);
     void receive_replies_until_done(Call& call);
     Call& find_call(uint64_t seq);
     std::vector<Batch> collect(Call& call);
@@ -154,14 +157,15 @@ class Controller {
     const comm::Topology& topo_;
     WorkerHost* local_;
     comm::BufferPool pool_;
+    std::unique_ptr<comm::Mailbox> replies_;  // receives posted in advance, one per worker rank
     int64_t step_ = -1;
     uint64_t next_seq_ = 1;
     std::map<uint64_t, std::unique_ptr<Call>> calls_;
     std::map<int, uint64_t> busy_rank_;  // world rank -> seq of the call it is in
     bool shut_down_ = false;
     bool stop_noticed_ = false;  // a SIGTERM/SIGUSR1 during a wait has been logged
-    double wait_wall_s_ = 0;
-    double wait_cpu_s_ = 0;
+    int remote_stop_signal_ = 0; // first stop signal a worker reported, and its rank
+    int remote_stop_rank_ = -1;
 };
 
 }  // namespace rlpt::protocol

@@ -1,5 +1,5 @@
 #pragma once
-// The reference role's remote methods (its dispatch table is in roles/reference.cpp).
+// The reference role: the frozen initial policy, for KL terms. Table in roles/reference.cpp.
 #include <cstdint>
 
 #include "rlpt/protocol/role_spec.h"
@@ -7,7 +7,10 @@
 namespace rlpt::roles {
 
 enum class ReferenceMethod : uint16_t {
-    kPing = 0,  // one_to_all / all: identity of every rank (start-up health check)
+    kPing = 0,          // one_to_all / all
+    kInit,              // one_to_all / none. meta vocab_size
+    kComputeLogProb,    // dp_split / concat: input_ids, attention_mask, position_ids, responses;
+                        //   meta temperature -> ref_log_prob [B, R] fp32
     kCount
 };
 

@@ -1,5 +1,5 @@
 #pragma once
-// The reward_model role's remote methods (its dispatch table is in roles/reward_model.cpp).
+// The reward-model role: a value-head model scoring whole sequences. Table in roles/reward_model.cpp.
 #include <cstdint>
 
 #include "rlpt/protocol/role_spec.h"
@@ -7,7 +7,9 @@
 namespace rlpt::roles {
 
 enum class RewardModelMethod : uint16_t {
-    kPing = 0,  // one_to_all / all: identity of every rank (start-up health check)
+    kPing = 0,      // one_to_all / all
+    kInit,          // one_to_all / none: loads reward_model.model_path (a *ForSequence/TokenClassification model)
+    kComputeScore,  // dp_split / concat: input_ids, attention_mask, position_ids, responses -> rm_scores [B] fp32
     kCount
 };
 

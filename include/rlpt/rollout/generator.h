@@ -23,13 +23,19 @@ namespace rlpt::rollout {
 struct SamplingParams {
     double temperature = 1.0;  // > 0 unless greedy
     double top_p = 1.0;        // (0, 1]
-    int64_t top_k = -1;        // -1: off
-    bool greedy = false;       // argmax (temperature ignored for the choice; log-probs use temperature)
-    int64_t max_new_tokens = 16;
+    int64_t top_k = -1;        // -1: off (0 is accepted as off too, as in Hugging Face); k >= V is off
+    bool greedy = false;       // argmax (temperature ignored for the choice; log-probs use temperature,
+                               // or T = 1 when temperature is 0)
+    int64_t max_new_tokens = 16;  // >= 1
     int64_t eos_id = -1;       // -1: none
     std::vector<int64_t> stop_token_ids;
-    int64_t pad_id = 0;        // fills prompts on the left and responses on the right
+    int64_t pad_id = 0;        // fills prompts on the left and responses on the right; in [0, V)
 };
+
+// ValueError naming the field for: temperature not finite or <= 0 (< 0 when greedy), top_p
+// outside (0, 1], top_k < -1, max_new_tokens < 1, and, when vocab_size > 0, pad_id / eos_id /
+// stop ids outside [0, vocab_size) (eos_id may be -1). generate() calls it.
+void validate_sampling_params(const SamplingParams& params, int64_t vocab_size);
 
 enum class FinishReason : int64_t { kEos = 0, kStop = 1, kLength = 2 };
 const char* finish_reason_name(FinishReason r);
@@ -48,11 +54,22 @@ struct GenerationOutput {
 
 // Generates one response per prompt (callers repeat prompts for n samples). `seeds` has one
 // seed per prompt. Rows are processed `micro_batch_size` at a time. Runs under NoGradGuard.
+// A row finishes when it emits eos_id (kEos) or a stop id (kStop; kEos wins when eos_id is
+// also listed), the token being kept, or after max_new_tokens tokens (kLength).
+// Details: prompts are sorted by length (stable) before being cut into micro-batches, so each
+// micro-batch pads to its own longest prompt; the output keeps the caller's order and pads to
+// the longest prompt of the whole call. Finished rows leave the decode batch at once
+// (KVCache::keep_rows). Any number of prompts >= 0 (none: every tensor is [0, 0]).
+// ValueError for: an empty prompt, a token id outside [0, V), seeds.size() != prompts.size(),
+// micro_batch_size < 1, invalid params (validate_sampling_params).
 GenerationOutput generate(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                           const std::vector<uint64_t>& seeds, const SamplingParams& params,
                           int64_t micro_batch_size = 256);
 
-// Per-sequence seed: a hash of (run seed, step, global sample index).
+// Per-sequence seed: a hash of (run seed, step, global sample index), with M = splitmix64_mix
+// and G = 0x9E3779B97F4A7C15:
+//   h = M(run_seed + G); h = M(h ^ M(step + 2G)); return M(h ^ M(global_index + 3G)).
+// step >= 0 and global_index >= 0 (ValueError otherwise).
 uint64_t sample_seed(uint64_t run_seed, int64_t step, int64_t global_index);
 
 }  // namespace rlpt::rollout

@@ -1,0 +1,47 @@
+#pragma once
+// The TrainEngine's optimizer arithmetic on flat fp32 buffers, public so it can be tested on
+// its own (tests/unit/test_engine_adamw.cpp) and reused by tools.
+//
+// adamw_update_() is torch.optim.AdamW (decoupled weight decay, bias-corrected) for one step:
+//   g      = grad · grad_scale                       (grad_scale: clip coefficient, 1 = none)
+//   param  = param · (1 − lr · weight_decay)
+//   m      = β1 · m + (1 − β1) · g
+//   v      = β2 · v + (1 − β2) · g²
+//   param  = param − lr / (1 − β1^step) · m / (√v / √(1 − β2^step) + eps)
+// `step` is the 1-based number of updates applied so far including this one (bias correction).
+//
+// Tensors: param, grad, exp_avg, exp_avg_sq are contiguous float32 with the same numel, on one
+// device. param/exp_avg/exp_avg_sq are updated in place (no autograd). On the CPU the update is
+// one fused pass (per-element arithmetic in double, stored as float), parallel over chunks with
+// at::parallel_for: the result does not depend on the thread count. Elsewhere (CUDA) it is a
+// sequence of torch ops (adamw_update_torch_), which is also available on the CPU as a
+// reference; the two agree to float rounding.
+#include <torch/torch.h>
+
+#include <cstdint>
+
+namespace rlpt::engine {
+
+struct AdamWStep {
+    double lr = 0;
+    double beta1 = 0.9;
+    double beta2 = 0.999;
+    double eps = 1e-8;
+    double weight_decay = 0;
+    int64_t step = 1;          // >= 1
+    double grad_scale = 1.0;   // multiplies the gradient before use
+};
+
+void adamw_update_(const torch::Tensor& param, const torch::Tensor& grad, const torch::Tensor& exp_avg,
+                   const torch::Tensor& exp_avg_sq, const AdamWStep& s);
+void adamw_update_torch_(const torch::Tensor& param, const torch::Tensor& grad, const torch::Tensor& exp_avg,
+                         const torch::Tensor& exp_avg_sq, const AdamWStep& s);
+
+// Σ x² of a contiguous float32 tensor, accumulated in double over fixed chunks of
+// kSumSquaresChunk elements whose partial sums are added in order: the same bits for any
+// number of threads (every DP rank derives the same clip coefficient). Non-CPU tensors use
+// torch ops (fp64 accumulation, order-dependent).
+inline constexpr int64_t kSumSquaresChunk = 1 << 16;
+double sum_of_squares(const torch::Tensor& x);
+
+}  // namespace rlpt::engine

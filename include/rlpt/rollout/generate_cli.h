@@ -1,0 +1,34 @@
+#pragma once
+// `rlpt generate`: sample from a checkpoint folder in one process (no MPI), the first thing to
+// run on a new model. Torch-free header.
+//
+//   rlpt generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3)
+//                 [--greedy | --temperature T --top-p P --top-k K] [--max-new-tokens N] [--n K]
+//                 [--seed S] [--chat-template none|qwen2|llama3] [--dtype float32|bfloat16]
+//                 [--output text|json] [--ignore-eos]
+//
+// Defaults: temperature 1, top-p 1, top-k -1 (off), max-new-tokens 64, n 1, seed 0, chat template
+// none, dtype float32, output text. --greedy may be combined with --temperature (it then only
+// scales the reported log-probs), not with --top-p/--top-k.
+// The prompt: --prompt is rendered with the chat template (one user message plus the generation
+// prompt; "none" uses the text as is) and encoded with the folder's tokenizer, special-token
+// text allowed. --prompt-ids are used as given (no template) and need no tokenizer; when the
+// folder has a loadable tokenizer the output also shows text.
+// Stopping: eos_id is the first of generation_config.json's eos_token_id (else config.json's,
+// else the tokenizer's eos); the other ids of that list, the tokenizer's eos and the chat
+// template's end-of-turn tokens are stop ids. --ignore-eos (an addition) disables all of them.
+// Sample i uses seed sample_seed(S, 0, i).
+// Output (stdout): text mode prints per sample the finish reason, text (when a tokenizer
+// exists), token ids and per-token log-probs; json mode prints one object:
+//   {"model", "dtype", "prompt_ids": [..], "prompt_text" (tokenizer only), "sampling": {..},
+//    "samples": [{"index", "seed", "token_ids": [..], "log_probs": [..], "text" (tokenizer only),
+//                 "finish_reason": "eos"|"stop"|"length"}]}
+// Exit codes: 0 done (also --help), 2 bad flags, a missing model folder or config.json, no
+// tokenizer for --prompt, prompt ids outside the vocabulary; 1 any other failure (e.g. a
+// corrupt checkpoint). Messages go to stderr, prefixed "rlpt generate: ".
+namespace rlpt::rollout {
+
+// argv[0] is "generate" (the subcommand name), flags follow.
+int generate_command(int argc, char** argv);
+
+}  // namespace rlpt::rollout

@@ -1,0 +1,48 @@
+#include "model_setup.h"
+
+#include <algorithm>
+
+#include "rlpt/core/log.h"
+
+namespace rlpt::roles::detail {
+
+torch::Device device_for(const Config& c, const comm::Placement& p, int world_rank) {
+    bool cuda = torch::cuda::is_available();
+    if (c.model.device == "cuda" && !cuda) {
+        throw ConfigError("model.device=cuda but this rank sees no CUDA device (or LibTorch was built without CUDA)");
+    }
+    if (c.model.device == "cpu" || !cuda) return torch::Device(torch::kCPU);
+    int n = static_cast<int>(torch::cuda::device_count());
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(p.local_rank(world_rank) % n));
+}
+
+torch::Dtype dtype_for(const Config& c) { return c.model.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32; }
+
+std::shared_ptr<model::CausalLM> build_policy(const Config& c, torch::Device device, int64_t vocab_size) {
+    if (!c.model.path.empty()) {
+        return model::load_pretrained(c.model.path, dtype_for(c), device);
+    }
+    RLPT_CHECK_KIND(ConfigError, vocab_size > 0, "a built-in model needs the tokenizer's vocabulary size");
+    const auto& b = c.model.builtin;
+    model::ModelArgs a = model::tiny_model_args(model::ModelFamily::kLlama, vocab_size);
+    a.hidden_size = b.hidden_size;
+    a.num_hidden_layers = b.num_layers;
+    a.num_attention_heads = b.num_heads;
+    a.num_key_value_heads = b.num_kv_heads;
+    a.head_dim = b.hidden_size / b.num_heads;
+    a.intermediate_size = b.intermediate_size;
+    a.max_position_embeddings = b.max_position;
+    a.rope_theta = b.rope_theta;
+    a.tie_word_embeddings = b.tie_embeddings;
+    a.torch_dtype = c.model.dtype;
+    a.validate();
+    return model::make_random_causal_lm(a, static_cast<uint64_t>(b.init_seed), dtype_for(c), device);
+}
+
+std::vector<torch::Tensor> parameter_list(torch::nn::Module& m) {
+    std::vector<torch::Tensor> out;
+    for (auto& p : m.named_parameters(/*recurse=*/true)) out.push_back(p.value());
+    return out;
+}
+
+}  // namespace rlpt::roles::detail

@@ -1,0 +1,37 @@
+#pragma once
+// Building models on a worker from the config (private to roles/).
+#include <memory>
+#include <string>
+
+#include "rlpt/config/config.h"
+#include "rlpt/comm/placement.h"
+#include "rlpt/model/transformer.h"
+#include "rlpt/model/value_model.h"
+#include "rlpt/protocol/role_spec.h"
+
+namespace rlpt::roles::detail {
+
+torch::Device device_for(const Config& c, const comm::Placement& p, int world_rank);
+torch::Dtype dtype_for(const Config& c);
+
+// The policy named by model.path, or a built-in random model (model.builtin sizes,
+// init_seed) whose vocabulary size comes from the controller's tokenizer (`vocab_size`).
+// Every call with the same config gives identical weights.
+std::shared_ptr<model::CausalLM> build_policy(const Config& c, torch::Device device, int64_t vocab_size);
+
+// Parameters in a fixed order (named_parameters), e.g. for weight sync.
+std::vector<torch::Tensor> parameter_list(torch::nn::Module& m);
+
+using comm::weight_sync_ranks;
+
+// Tag for MPI_Comm_create_group of the weight-sync communicator.
+constexpr int kWeightSyncGroupTag = 4242;
+
+// The shared key under which a colocated actor publishes its model (and the weight version).
+constexpr const char* kSharedPolicy = "policy";
+struct SharedPolicy {
+    std::shared_ptr<model::CausalLM> model;
+    uint64_t version = 0;
+};
+
+}  // namespace rlpt::roles::detail

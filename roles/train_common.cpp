@@ -1,0 +1,91 @@
+#include "train_common.h"
+
+#include <algorithm>
+
+#include "rlpt/algo/seqlen_balancing.h"
+
+namespace rlpt::roles::detail {
+
+engine::SequenceBatch trimmed_sequences(const Batch& b, int64_t* kept_r) {
+    const torch::Tensor& ids = b.at("input_ids");
+    const torch::Tensor& mask = b.at("attention_mask");
+    const int64_t R = b.at("responses").size(1);
+    const int64_t T = ids.size(1), P = T - R;
+    RLPT_CHECK(P >= 1, "sequences need at least one prompt column (T={}, R={})", T, R);
+    // Longest response actually present, and the first prompt column any row uses.
+    int64_t r_used = R;
+    if (b.has("response_mask") && R > 0) {
+        auto any = b.at("response_mask").sum(0).gt(0).nonzero();
+        r_used = any.numel() ? any.max().item<int64_t>() + 1 : 0;
+    }
+    r_used = std::max<int64_t>(r_used, 1);
+    r_used = std::min(r_used, R);
+    auto used_cols = mask.slice(1, 0, P).sum(0).gt(0).nonzero();
+    int64_t p0 = used_cols.numel() ? used_cols.min().item<int64_t>() : P - 1;
+    p0 = std::min(p0, P - 1);
+    engine::SequenceBatch s;
+    s.input_ids = ids.slice(1, p0, P + r_used);
+    s.attention_mask = mask.slice(1, p0, P + r_used);
+    s.position_ids = b.at("position_ids").slice(1, p0, P + r_used);
+    s.response_length = r_used;
+    if (kept_r) *kept_r = r_used;
+    return s;
+}
+
+torch::Tensor first_columns(const torch::Tensor& t, int64_t r) { return t.slice(1, 0, r); }
+
+torch::Tensor pad_response_columns(const torch::Tensor& t, int64_t R) {
+    if (t.size(1) == R) return t;
+    return torch::constant_pad_nd(t, {0, R - t.size(1)}, 0);
+}
+
+std::vector<std::vector<int64_t>> micro_batches(const Batch& mini, int64_t micro_size, bool dynamic,
+                                                int64_t max_tokens, const comm::Communicator& dp) {
+    const int64_t n = mini.size();
+    std::vector<std::vector<int64_t>> out;
+    if (!dynamic) {
+        for (int64_t b = 0; b < n; b += micro_size) {
+            std::vector<int64_t> idx;
+            for (int64_t i = b; i < std::min(n, b + micro_size); ++i) idx.push_back(i);
+            out.push_back(std::move(idx));
+        }
+        return out;
+    }
+    auto lens_t = mini.at("attention_mask").sum(1).to(torch::kInt64).contiguous();
+    std::vector<int64_t> lens(lens_t.data_ptr<int64_t>(), lens_t.data_ptr<int64_t>() + n);
+    int64_t local = algo::local_num_micro_batches(lens, max_tokens);
+    algo::MicroBatchOptions opts;
+    opts.max_token_len = max_tokens;
+    opts.min_num_micro_batches = dp.allreduce_max_i64(local);
+    return algo::rearrange_micro_batches(lens, opts);
+}
+
+engine::OptimOptions optim_options(const OptimConfig& o, int64_t total_steps) {
+    engine::OptimOptions e;
+    e.lr = o.lr;
+    e.beta1 = o.beta1;
+    e.beta2 = o.beta2;
+    e.eps = o.eps;
+    e.weight_decay = o.weight_decay;
+    e.total_steps = std::max<int64_t>(total_steps, 1);
+    e.warmup_steps = o.warmup_steps >= 0 ? o.warmup_steps
+                                          : static_cast<int64_t>(o.warmup_ratio * static_cast<double>(e.total_steps));
+    e.scheduler = o.scheduler;
+    e.min_lr_ratio = o.min_lr_ratio;
+    e.num_cycles = o.num_cycles;
+    e.clip_grad = o.clip_grad;
+    e.zero_stage = o.zero_stage;
+    e.grad_bucket_bytes = static_cast<int64_t>(o.grad_bucket_mb * 1024 * 1024);
+    return e;
+}
+
+Batch checkpoint_file_info(const std::string& dir, const std::string& file, uint64_t bytes, uint32_t crc) {
+    Batch out(1);
+    out.set_strings("dir", {dir});
+    out.set_strings("file", {file});
+    out.set_ints("bytes", {static_cast<int64_t>(bytes)});
+    out.set_ints("crc32", {static_cast<int64_t>(crc)});
+    return out;
+}
+
+}  // namespace rlpt::roles::detail

@@ -1,0 +1,35 @@
+#pragma once
+// Helpers shared by the roles that train or score sequences (private to roles/).
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "rlpt/batch/batch.h"
+#include "rlpt/config/config.h"
+#include "rlpt/engine/policy_ops.h"
+#include "rlpt/engine/train_engine.h"
+
+namespace rlpt::roles::detail {
+
+// The sequences of rows [b, e) of a batch, with all-padding columns trimmed: left prompt
+// columns no row uses and response columns past the longest response. `kept_r` receives
+// how many response columns remain (pad results back to R with pad_response_columns).
+engine::SequenceBatch trimmed_sequences(const Batch& b, int64_t* kept_r);
+// Slices a [rows, R] tensor to its first `r` columns.
+torch::Tensor first_columns(const torch::Tensor& t, int64_t r);
+// Pads [rows, r] to [rows, R] with zeros.
+torch::Tensor pad_response_columns(const torch::Tensor& t, int64_t R);
+
+// Micro-batches of a local mini-batch: fixed size, or token-budget (use_dynamic_bsz) with the
+// count agreed over the DP communicator. Returns row index lists.
+std::vector<std::vector<int64_t>> micro_batches(const Batch& mini, int64_t micro_size, bool dynamic,
+                                                int64_t max_tokens, const comm::Communicator& dp);
+
+engine::OptimOptions optim_options(const OptimConfig& o, int64_t total_steps);
+
+// Writes `<dir>/<role>_rank<k>.h5` via `save`, returns a 1-row batch with fields file, bytes,
+// crc32 (for the checkpoint manifest).
+Batch checkpoint_file_info(const std::string& dir, const std::string& file, uint64_t bytes, uint32_t crc);
+
+}  // namespace rlpt::roles::detail

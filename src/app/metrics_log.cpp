@@ -1,0 +1,50 @@
+#include "metrics_log.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+#include <vector>
+
+#include "rlpt/core/error.h"
+
+namespace rlpt::app {
+
+MetricsLog::MetricsLog(const std::string& run_dir, int64_t keep_up_to_step)
+    : path_((std::filesystem::path(run_dir) / "metrics.jsonl").string()) {
+    std::vector<std::string> kept;
+    if (keep_up_to_step >= 0) {
+        std::ifstream in(path_);
+        for (std::string line; std::getline(in, line);) {
+            try {
+                auto j = nlohmann::json::parse(line);
+                if (j.value("step", int64_t(-1)) <= keep_up_to_step) kept.push_back(line);
+            } catch (const nlohmann::json::exception&) {
+                // a torn last line from a crash: drop it
+            }
+        }
+    }
+    out_.open(path_, std::ios::trunc);
+    if (!out_) throw IoError(fmt::format("cannot write {}", path_));
+    for (const auto& l : kept) out_ << l << "\n";
+    out_.flush();
+}
+
+void MetricsLog::write(int64_t step, const std::map<std::string, double>& metrics) {
+    nlohmann::json j;
+    j["step"] = step;
+    for (const auto& [k, v] : metrics) {
+        if (std::isfinite(v)) j[k] = v;
+        else j[k] = nullptr;
+    }
+    out_ << j.dump() << "\n";
+    out_.flush();
+}
+
+double metric_or(const std::map<std::string, double>& m, const std::string& key, double fallback) {
+    auto it = m.find(key);
+    return it == m.end() ? fallback : it->second;
+}
+
+}  // namespace rlpt::app

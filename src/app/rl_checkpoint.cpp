@@ -1,0 +1,117 @@
+// Checkpoints of an RL run: every role with state writes its own HDF5 file into
+// <run_dir>/checkpoints/step_<N>/, the controller writes controller.h5 (step, data position,
+// KL controller), and the COMPLETE manifest (file sizes + CRCs) is written last. A checkpoint
+// without COMPLETE does not exist as far as resume is concerned.
+#include <filesystem>
+
+#include "rl_trainer.h"
+#include "rlpt/ckpt/checkpoint_dir.h"
+#include "rlpt/ckpt/h5_store.h"
+#include "rlpt/core/log.h"
+#include "rlpt/roles/actor.h"
+#include "rlpt/roles/critic.h"
+
+namespace rlpt::app {
+namespace {
+namespace fs = std::filesystem;
+
+constexpr int64_t kControllerStateVersion = 1;
+
+std::string checkpoint_root(const RunContext& run) { return (fs::path(run.run_dir) / "checkpoints").string(); }
+
+std::string hash_hex(uint64_t h) { return fmt::format("{:016x}", h); }
+
+void add_files(ckpt::Manifest& manifest, const std::vector<Batch>& infos) {
+    for (const Batch& b : infos) {
+        ckpt::ManifestFile f;
+        f.name = b.strings("file")[0];
+        f.digest.size = static_cast<uint64_t>(b.ints("bytes")[0]);
+        f.digest.crc32 = static_cast<uint32_t>(b.ints("crc32")[0]);
+        manifest.files.push_back(f);
+    }
+}
+}  // namespace
+
+void RlTrainer::save_checkpoint() {
+    const std::string root = checkpoint_root(run_);
+    const std::string dir = ckpt::create_step_dir(root, step_);
+    Batch m(0);
+    m.set_meta("dir", dir);
+    ckpt::Manifest manifest;
+    manifest.step = step_;
+    manifest.config_hash = hash_hex(config_hash(c_));
+    manifest.world_size = run_.topology->world_size();
+    for (const auto& r : run_.topology->placement().roles) manifest.roles[r.role] = r.world_ranks;
+    auto actor_call = ctl_.submit(roles::ActorMethod::kSave, m);
+    add_files(manifest, ctl_.wait_all(actor_call));
+    if (use_critic_) {
+        auto critic_call = ctl_.submit(roles::CriticMethod::kSave, m);
+        add_files(manifest, ctl_.wait_all(critic_call));
+    }
+    ckpt::H5Writer w((fs::path(dir) / "controller.h5").string());
+    auto st = sampler_->state();
+    w.set_int_attr("controller/state_version", kControllerStateVersion);
+    w.set_int_attr("controller/step", step_);
+    w.set_int_attr("controller/sampler_epoch", st.epoch);
+    w.set_int_attr("controller/sampler_position", st.position);
+    w.set_int_attr("controller/sampler_dataset_size", st.dataset_size);
+    w.set_int_attr("controller/sampler_seed", static_cast<int64_t>(st.seed));
+    w.set_double_attr("controller/kl_coef", kl_ctrl_.value());
+    auto digest = w.commit();
+    manifest.files.push_back({"controller.h5", digest});
+    ckpt::write_complete_marker(dir, manifest);
+    auto removed = ckpt::prune_checkpoints(root, static_cast<int>(c_.trainer.max_checkpoints), step_);
+    RLPT_LOG_INFO("checkpoint step {} written to {} ({} files){}", step_, dir, manifest.files.size(),
+                  removed.empty() ? "" : fmt::format("; removed {} older", removed.size()));
+}
+
+bool RlTrainer::try_resume() {
+    const std::string& mode = c_.trainer.resume;
+    if (mode == "disable") return false;
+    std::optional<ckpt::CheckpointInfo> info;
+    if (mode == "auto") {
+        info = ckpt::latest_complete_checkpoint(checkpoint_root(run_));
+        if (!info) return false;
+    } else {
+        RLPT_CHECK_KIND(ConfigError, ckpt::is_complete(mode),
+                        "trainer.resume={}: not a complete checkpoint directory (no valid COMPLETE manifest)", mode);
+        info = ckpt::CheckpointInfo{ckpt::read_manifest(mode).step, mode, ckpt::read_manifest(mode)};
+    }
+    ckpt::verify_checkpoint(info->dir);
+    const auto& man = info->manifest;
+    if (man.config_hash != hash_hex(config_hash(c_))) {
+        RLPT_LOG_WARN("resuming from {} which was written with a different config (changed keys take effect from "
+                      "here on)",
+                      info->dir);
+    }
+    for (const char* role : {"actor", "critic"}) {
+        auto it = man.roles.find(role);
+        const comm::RoleLayout* now = run_.topology->placement().find(role);
+        if (it != man.roles.end() && now && it->second.size() != now->world_ranks.size()) {
+            throw ConfigError(fmt::format("cannot resume from {}: it was written with {} {} rank(s), this run has {}",
+                                          info->dir, it->second.size(), role, now->world_ranks.size()));
+        }
+    }
+    ckpt::H5Reader r((fs::path(info->dir) / "controller.h5").string());
+    RLPT_CHECK_KIND(IoError, r.int_attr("controller/state_version") == kControllerStateVersion,
+                    "{}: controller state version {} is not {}", info->dir, r.int_attr("controller/state_version"),
+                    kControllerStateVersion);
+    data::SamplerState st;
+    st.epoch = r.int_attr("controller/sampler_epoch");
+    st.position = r.int_attr("controller/sampler_position");
+    st.dataset_size = r.int_attr("controller/sampler_dataset_size");
+    st.seed = static_cast<uint64_t>(r.int_attr("controller/sampler_seed"));
+    sampler_->set_state(st);
+    step_ = r.int_attr("controller/step");
+    kl_ctrl_.set_value(r.double_attr("controller/kl_coef"));
+    Batch m(0);
+    m.set_meta("dir", info->dir);
+    ctl_.call(roles::ActorMethod::kLoad, m);
+    if (use_critic_) ctl_.call(roles::CriticMethod::kLoad, m);
+    sync_weights();
+    RLPT_LOG_INFO("resumed from {} (step {}, epoch {}, {} of {} prompts of that epoch used)", info->dir, step_,
+                  st.epoch, st.position, st.dataset_size);
+    return true;
+}
+
+}  // namespace rlpt::app

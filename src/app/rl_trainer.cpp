@@ -1,0 +1,506 @@
+#include "rl_trainer.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "rlpt/algo/advantage.h"
+#include "rlpt/algo/agg_loss.h"
+#include "rlpt/algo/dapo.h"
+#include "rlpt/algo/data_metrics.h"
+#include "rlpt/algo/seqlen_balancing.h"
+#include "rlpt/app/job.h"
+#include "rlpt/core/log.h"
+#include "rlpt/roles/actor.h"
+#include "rlpt/roles/critic.h"
+#include "rlpt/roles/reference.h"
+#include "rlpt/roles/reward_model.h"
+#include "rlpt/roles/rollout.h"
+
+namespace rlpt::app {
+namespace {
+
+using roles::ActorMethod;
+using roles::CriticMethod;
+using roles::ReferenceMethod;
+using roles::RewardModelMethod;
+using roles::RolloutMethod;
+
+double now_s() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Times a stage into timing_s/<name>.
+class Stage {
+  public:
+    Stage(std::map<std::string, double>& timing, const char* name) : timing_(timing), name_(name), t0_(now_s()) {}
+    ~Stage() { timing_[std::string("timing_s/") + name_] += now_s() - t0_; }
+
+  private:
+    std::map<std::string, double>& timing_;
+    const char* name_;
+    double t0_;
+};
+
+std::string join_ids(const std::vector<int64_t>& v) {
+    std::string s;
+    for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+    return s;
+}
+
+Batch seq_columns(const Batch& b) { return b.select({"input_ids", "attention_mask", "position_ids", "responses"}); }
+
+}  // namespace
+
+RlTrainer::RlTrainer(protocol::Controller& ctl, const RunContext& run)
+    : ctl_(ctl),
+      run_(run),
+      c_(*run.config),
+      kl_ctrl_(algo::KlController::from_config(c_.algorithm.kl_ctrl.type, c_.algorithm.kl_ctrl.kl_coef,
+                                                c_.algorithm.kl_ctrl.target_kl, c_.algorithm.kl_ctrl.horizon)) {
+    use_ref_ = c_.actor.use_kl_loss || c_.algorithm.use_kl_in_reward;
+    use_critic_ = c_.critic.enable == "true" || (c_.critic.enable == "auto" && c_.algorithm.adv_estimator == "gae");
+    use_rm_ = c_.reward_model.enable;
+    task_ = load_task(c_);
+    sampler_ = std::make_unique<data::EpochSampler>(static_cast<int64_t>(task_.train.size()),
+                                                    static_cast<uint64_t>(c_.data.seed), c_.data.shuffle, true);
+    batches_per_epoch_ = sampler_->batches_per_epoch(c_.data.train_batch_size);
+    total_steps_ = c_.trainer.total_training_steps.value_or(c_.trainer.total_epochs * batches_per_epoch_);
+    check_batch_sizes();
+}
+
+void RlTrainer::check_batch_sizes() const {
+    const int64_t tb = c_.data.train_batch_size, mb = c_.actor.ppo_mini_batch_size, n = c_.rollout.n;
+    RLPT_CHECK_KIND(ConfigError, tb % mb == 0,
+                    "data.train_batch_size={} must be a multiple of actor.ppo_mini_batch_size={}", tb, mb);
+    const int64_t dp = ctl_.dp_size("actor");
+    RLPT_CHECK_KIND(ConfigError, (mb * n) % dp == 0,
+                    "actor.ppo_mini_batch_size x rollout.n = {} samples must split evenly over the {} actor ranks",
+                    mb * n, dp);
+    if (use_critic_) {
+        const int64_t cmb = c_.critic.ppo_mini_batch_size.value_or(mb), cdp = ctl_.dp_size("critic");
+        RLPT_CHECK_KIND(ConfigError, tb % cmb == 0 && (cmb * n) % cdp == 0,
+                        "critic mini-batches: data.train_batch_size={} must be a multiple of {} and {} x rollout.n "
+                        "must split over the {} critic ranks",
+                        tb, cmb, cmb, cdp);
+    }
+    RLPT_CHECK_KIND(ConfigError, tb <= static_cast<int64_t>(task_.train.size()),
+                    "data.train_batch_size={} is larger than the training set ({} prompts)", tb, task_.train.size());
+}
+
+void RlTrainer::init_roles() {
+    Batch init(0);
+    init.set_meta("vocab_size", task_.tok->vocab_size());
+    // The engine schedules per optimizer step: mini-batches x epochs per training step.
+    const int64_t tb = c_.data.train_batch_size;
+    init.set_meta("total_steps", total_steps_ * (tb / c_.actor.ppo_mini_batch_size) * c_.actor.ppo_epochs);
+    ctl_.call(ActorMethod::kInit, init);
+    ctl_.call(RolloutMethod::kInit, init);
+    if (use_ref_) ctl_.call(ReferenceMethod::kInit, init);
+    if (use_critic_) {
+        Batch ci = init;
+        const int64_t cmb = c_.critic.ppo_mini_batch_size.value_or(c_.actor.ppo_mini_batch_size);
+        ci.set_meta("total_steps", total_steps_ * (tb / cmb) * c_.critic.ppo_epochs.value_or(c_.actor.ppo_epochs));
+        ctl_.call(CriticMethod::kInit, ci);
+    }
+    if (use_rm_) ctl_.call(RewardModelMethod::kInit, init);
+}
+
+void RlTrainer::sync_weights() {
+    if (comm::weight_sync_ranks(run_.topology->placement()).empty()) return;  // colocated: shared tensors
+    Batch m(0);
+    auto recv = ctl_.submit(RolloutMethod::kReceiveWeights, m);
+    auto send = ctl_.submit(ActorMethod::kSendWeights, m);
+    ctl_.wait(send);
+    ctl_.wait(recv);
+}
+
+Batch RlTrainer::sampling_meta(Batch b, bool validation) const {
+    const auto& r = c_.rollout;
+    b.set_meta("temperature", validation ? r.val.temperature : r.temperature);
+    b.set_meta("top_p", validation ? r.val.top_p : r.top_p);
+    b.set_meta("top_k", validation ? r.val.top_k : r.top_k);
+    b.set_meta("greedy", static_cast<int64_t>(validation ? !r.val.do_sample : !r.do_sample));
+    b.set_meta("max_new_tokens", c_.data.max_response_length);
+    b.set_meta("eos_id", task_.eos_id);
+    b.set_meta("pad_id", task_.pad_id);
+    b.set_meta("stop_ids", join_ids(task_.stop_ids));
+    b.set_meta("seed", c_.trainer.seed);
+    // Validation draws from other streams than training steps.
+    b.set_meta("step", validation ? (int64_t(1) << 40) + step_ : step_);
+    return b;
+}
+
+Batch RlTrainer::generate(const std::vector<int64_t>& example_ids, int64_t n, int64_t first_sample_index,
+                          bool validation) {
+    const auto& exs = validation ? task_.val : task_.train;
+    const auto& ids = validation ? task_.val_ids : task_.train_ids;
+    std::vector<const data::Example*> e;
+    std::vector<const std::vector<int64_t>*> p;
+    for (int64_t i : example_ids) {
+        e.push_back(&exs[static_cast<size_t>(i)]);
+        p.push_back(&ids[static_cast<size_t>(i)]);
+    }
+    Batch prompts = sampling_meta(make_prompt_batch(task_, e, p, n, first_sample_index), validation);
+    Batch out = ctl_.call(RolloutMethod::kGenerate,
+                          prompts.select({"prompt_ids", "prompt_mask"}, {"sample_index"}));
+    out.update(prompts.select({}, {"uid", "data_source", "ground_truth", "extra"}));
+    out.set_meta("temperature", prompts.meta_double("temperature"));
+    return out;
+}
+
+// Generates, scores and (with DAPO dynamic sampling) filters until a full batch of
+// data.train_batch_size prompt groups is ready.
+Batch RlTrainer::generate_train_batch(std::map<std::string, double>& m, std::map<std::string, double>& timing) {
+    const int64_t want = c_.data.train_batch_size, n = c_.rollout.n;
+    const auto& fg = c_.algorithm.filter_groups;
+    std::vector<Batch> kept;
+    int64_t groups = 0, rounds = 0, groups_seen = 0;
+    while (groups < want) {
+        ++rounds;
+        const int64_t max_rounds = fg.max_num_gen_batches > 0 ? fg.max_num_gen_batches : 100;
+        RLPT_CHECK(!fg.enable || rounds <= max_rounds,
+                   "dynamic sampling: {} generation rounds gave only {} of {} prompt groups with varied rewards "
+                   "(algorithm.filter_groups.max_num_gen_batches); the task may be too easy or too hard",
+                   rounds - 1, groups, want);
+        auto idx = sampler_->next_batch(want);
+        Batch b;
+        {
+            Stage s(timing, "gen");
+            b = generate(idx, n, (step_ * 1000 + rounds - 1) * want * n, false);
+        }
+        Stage s(timing, "reward");
+        ScoredResponses sc = score_responses(task_, b);
+        std::vector<double> score = sc.score;
+        if (use_rm_) {
+            Batch rm = ctl_.call(RewardModelMethod::kComputeScore, seq_columns(b));
+            auto a = rm.at("rm_scores").to(torch::kFloat64).contiguous();
+            for (int64_t i = 0; i < b.size(); ++i) score[static_cast<size_t>(i)] += a[i].item<double>();
+        }
+        if (c_.reward.overlong_buffer.enable) {
+            auto lens = b.at("response_mask").sum(1).to(torch::kInt64).contiguous();
+            std::vector<int64_t> l(lens.data_ptr<int64_t>(), lens.data_ptr<int64_t>() + lens.numel());
+            auto pen = algo::overlong_penalties(l, {c_.data.max_response_length, c_.reward.overlong_buffer.len,
+                                                    c_.reward.overlong_buffer.penalty_factor});
+            for (size_t i = 0; i < pen.size(); ++i) score[i] += pen[i];
+        }
+        b.set("scores", torch::tensor(score, torch::kFloat64));
+        std::vector<double> acc = sc.acc;
+        for (auto& a : acc)
+            if (std::isnan(a)) a = 0.0;
+        b.set("acc", torch::tensor(acc, torch::kFloat64));
+        if (!fg.enable) {
+            kept.push_back(std::move(b));
+            groups += want;
+            break;
+        }
+        const auto& metric = fg.metric == "acc" ? acc : score;
+        auto res = algo::filter_groups_by_metric(metric, b.strings("uid"), true);
+        groups_seen += res.num_groups;
+        if (!res.kept_rows.empty()) {
+            kept.push_back(b.index(res.kept_rows));
+            groups += res.num_kept_groups;
+        }
+    }
+    Batch all = Batch::concat(kept);
+    if (all.size() > want * n) all = all.slice(0, want * n);
+    if (fg.enable) {
+        m["train/num_gen_batches"] = static_cast<double>(rounds);
+        m["train/kept_group_ratio"] = groups_seen ? static_cast<double>(groups) / static_cast<double>(groups_seen) : 1.0;
+    }
+    all.set("token_level_scores", token_level_scores(
+                                      std::vector<double>(all.at("scores").data_ptr<double>(),
+                                                          all.at("scores").data_ptr<double>() + all.size()),
+                                      all.at("response_mask")));
+    return all;
+}
+
+// Orders rows so that an even dp split gives rank k part k of every global mini-batch: each
+// rank's local mini-batch j then holds global mini-batch j's rows whatever the DP size. With
+// trainer.balance_batch the parts of each mini-batch are balanced by sequence workload.
+Batch RlTrainer::arrange_for_update(const Batch& b, int64_t dp, int64_t num_mini) const {
+    const int64_t rows = b.size() / num_mini, per = rows / dp;
+    RLPT_CHECK(rows * num_mini == b.size() && per * dp == rows, "{} rows do not form {} mini-batches over {} ranks",
+               b.size(), num_mini, dp);
+    auto lens_t = b.at("attention_mask").sum(1).to(torch::kInt64).contiguous();
+    std::vector<std::vector<std::vector<int64_t>>> parts(static_cast<size_t>(num_mini));
+    for (int64_t j = 0; j < num_mini; ++j) {
+        std::vector<int64_t> lens(lens_t.data_ptr<int64_t>() + j * rows, lens_t.data_ptr<int64_t>() + (j + 1) * rows);
+        algo::Partitions p;
+        if (c_.trainer.balance_batch && dp > 1) {
+            p = algo::get_seqlen_balanced_partitions(algo::calculate_workloads(lens), dp, true);
+        } else {
+            for (int64_t k = 0; k < dp; ++k) {
+                std::vector<int64_t> part;
+                for (int64_t i = k * per; i < (k + 1) * per; ++i) part.push_back(i);
+                p.push_back(part);
+            }
+        }
+        for (auto& part : p)
+            for (auto& i : part) i += j * rows;
+        parts[static_cast<size_t>(j)] = std::move(p);
+    }
+    std::vector<int64_t> order;
+    for (int64_t k = 0; k < dp; ++k)
+        for (int64_t j = 0; j < num_mini; ++j)
+            for (int64_t i : parts[static_cast<size_t>(j)][static_cast<size_t>(k)]) order.push_back(i);
+    return b.index(order);
+}
+
+std::map<std::string, double> RlTrainer::train_step() {
+    std::map<std::string, double> m, timing;
+    const double t_step = now_s();
+    ctl_.set_step(step_ + 1);
+    Batch batch = generate_train_batch(m, timing);
+    const double temperature = batch.meta_double("temperature");
+    const auto mask = batch.at("response_mask");
+    const auto agg = algo::parse_agg_mode(c_.actor.loss_agg_mode);
+
+    {
+        Stage s(timing, "old_log_prob");
+        Batch in = seq_columns(batch);
+        in.set_meta("temperature", temperature);
+        Batch old = ctl_.call(ActorMethod::kComputeLogProb, in);
+        batch.update(old);
+        if (old.has("entropy")) {
+            algo::GlobalBatchInfo gbi;
+            gbi.loss_scale_factor = c_.actor.loss_scale_factor;
+            m["actor/entropy"] = algo::agg_loss(old.at("entropy"), mask.to(torch::kFloat32), agg, gbi).item<double>();
+        }
+    }
+    if (use_ref_) {
+        Stage s(timing, "ref");
+        Batch in = seq_columns(batch);
+        in.set_meta("temperature", temperature);
+        batch.update(ctl_.call(ReferenceMethod::kComputeLogProb, in));
+    }
+    if (use_critic_) {
+        Stage s(timing, "values");
+        batch.update(ctl_.call(CriticMethod::kComputeValues, seq_columns(batch)));
+    }
+    {
+        Stage s(timing, "adv");
+        torch::Tensor rewards = batch.at("token_level_scores");
+        if (c_.algorithm.use_kl_in_reward) {
+            auto res = algo::apply_kl_penalty(rewards, batch.at("old_log_probs"), batch.at("ref_log_prob"), mask,
+                                              kl_ctrl_, c_.algorithm.kl_penalty);
+            rewards = res.token_level_rewards;
+            for (const auto& [k, v] : res.metrics) m[k] = v;
+        }
+        batch.set("token_level_rewards", rewards.to(torch::kFloat32));
+        algo::AdvantageInputs ai;
+        ai.token_level_rewards = batch.at("token_level_rewards");
+        ai.response_mask = mask;
+        if (use_critic_) ai.values = batch.at("values");
+        ai.index = algo::make_group_index(batch.strings("uid")).ids;
+        if (c_.algorithm.adv_estimator == "remax") {
+            // The baseline of each prompt: the reward of its greedy response.
+            std::vector<int64_t> unique;
+            for (size_t i = 0; i < batch.strings("uid").size(); i += static_cast<size_t>(c_.rollout.n))
+                unique.push_back(std::stoll(batch.strings("uid")[i]));
+            Batch greedy = generate(unique, 1, int64_t(1) << 41, true);
+            auto sc = score_responses(task_, greedy);
+            std::vector<double> base;
+            for (double v : sc.score)
+                for (int64_t k = 0; k < c_.rollout.n; ++k) base.push_back(v);
+            ai.reward_baselines = torch::tensor(base, torch::kFloat32);
+        }
+        algo::AdvantageParams ap;
+        ap.gamma = c_.algorithm.gamma;
+        ap.lam = c_.algorithm.lam;
+        ap.norm_adv_by_std_in_grpo = c_.algorithm.norm_adv_by_std_in_grpo;
+        auto adv = algo::compute_advantage(c_.algorithm.adv_estimator, ai, ap);
+        batch.set("advantages", adv.advantages.to(torch::kFloat32));
+        batch.set("returns", adv.returns.to(torch::kFloat32));
+    }
+
+    const int64_t tb = c_.data.train_batch_size, n = c_.rollout.n;
+    const bool update_actor = step_ >= c_.trainer.critic_warmup;
+    {
+        Stage s(timing, "update");
+        protocol::Controller::Pending critic_call, actor_call;
+        bool critic_pending = false, actor_pending = false;
+        if (use_critic_) {
+            const int64_t cmb = c_.critic.ppo_mini_batch_size.value_or(c_.actor.ppo_mini_batch_size);
+            Batch in = arrange_for_update(
+                batch.select({"input_ids", "attention_mask", "position_ids", "responses", "response_mask", "values",
+                              "returns"}),
+                ctl_.dp_size("critic"), tb / cmb);
+            in.set_meta("num_mini_batches", tb / cmb);
+            in.set_meta("global_mini_batch_rows", static_cast<double>(cmb * n));
+            critic_call = ctl_.submit(CriticMethod::kUpdate, in);
+            critic_pending = true;
+        }
+        if (update_actor) {
+            std::vector<std::string> cols{"input_ids",     "attention_mask", "position_ids", "responses",
+                                          "response_mask", "old_log_probs",  "advantages"};
+            if (c_.actor.use_kl_loss) cols.push_back("ref_log_prob");
+            const int64_t mb = c_.actor.ppo_mini_batch_size;
+            Batch in = arrange_for_update(batch.select(cols), ctl_.dp_size("actor"), tb / mb);
+            in.set_meta("temperature", temperature);
+            in.set_meta("num_mini_batches", tb / mb);
+            in.set_meta("global_mini_batch_rows", static_cast<double>(mb * n));
+            if (critic_pending && !ctl_.layout("critic").world_ranks.empty() &&
+                std::find_first_of(ctl_.layout("critic").world_ranks.begin(), ctl_.layout("critic").world_ranks.end(),
+                                   ctl_.layout("actor").world_ranks.begin(),
+                                   ctl_.layout("actor").world_ranks.end()) != ctl_.layout("critic").world_ranks.end()) {
+                // Critic and actor share ranks: one after the other.
+                Batch cm = ctl_.wait(critic_call);
+                for (const auto& [k, v] : reduce_metrics(cm.metrics())) m[k] = v;
+                critic_pending = false;
+            }
+            actor_call = ctl_.submit(ActorMethod::kUpdate, in);
+            actor_pending = true;
+        }
+        if (critic_pending) {
+            Batch cm = ctl_.wait(critic_call);
+            for (const auto& [k, v] : reduce_metrics(cm.metrics())) m[k] = v;
+        }
+        if (actor_pending) {
+            Batch am = ctl_.wait(actor_call);
+            for (const auto& [k, v] : reduce_metrics(am.metrics())) m[k] = v;
+        }
+    }
+    if (update_actor) {
+        Stage s(timing, "update_weights");
+        sync_weights();
+    }
+
+    // Metrics.
+    algo::DataMetricsInputs dm;
+    dm.token_level_scores = batch.at("token_level_scores");
+    dm.token_level_rewards = batch.at("token_level_rewards");
+    dm.advantages = batch.at("advantages");
+    dm.returns = batch.at("returns");
+    if (use_critic_) dm.values = batch.at("values");
+    dm.response_mask = mask;
+    dm.prompt_mask = batch.at("attention_mask").slice(1, 0, batch.at("prompts").size(1));
+    for (const auto& [k, v] : algo::compute_data_metrics(dm)) m[k] = v;
+    m["train/acc/mean"] = batch.at("acc").mean().item<double>();
+    for (const auto& [k, v] : timing) m[k] = v;
+    const double step_time = now_s() - t_step;
+    m["timing_s/step"] = step_time;
+    const double tokens = batch.at("attention_mask").sum().item<double>();
+    const double resp_tokens = mask.sum().item<double>();
+    m["perf/total_num_tokens"] = tokens;
+    m["perf/time_per_step"] = step_time;
+    m["perf/throughput"] = tokens / step_time / static_cast<double>(std::max(1, run_.topology->world_size() - 1));
+    if (resp_tokens > 0) m["timing_per_token_ms/gen"] = 1000.0 * metric_or(timing, "timing_s/gen", 0) / resp_tokens;
+    m["training/global_step"] = static_cast<double>(step_ + 1);
+    m["training/epoch"] = static_cast<double>(sampler_->epoch());
+    return m;
+}
+
+std::map<std::string, double> RlTrainer::validate() {
+    std::map<std::string, double> m;
+    if (task_.val.empty()) return m;
+    const double t0 = now_s();
+    const int64_t n = c_.rollout.val.n;
+    const int64_t chunk = c_.data.val_batch_size > 0 ? c_.data.val_batch_size : static_cast<int64_t>(task_.val.size());
+    std::map<std::string, std::vector<double>> score_by_ds, acc_by_ds;
+    for (int64_t b = 0; b < static_cast<int64_t>(task_.val.size()); b += chunk) {
+        std::vector<int64_t> idx;
+        for (int64_t i = b; i < std::min<int64_t>(b + chunk, static_cast<int64_t>(task_.val.size())); ++i) idx.push_back(i);
+        Batch out = generate(idx, n, b * n, true);
+        auto sc = score_responses(task_, out);
+        for (int64_t i = 0; i < out.size(); ++i) {
+            const std::string& ds = out.strings("data_source")[static_cast<size_t>(i)];
+            score_by_ds[ds].push_back(sc.score[static_cast<size_t>(i)]);
+            acc_by_ds[ds].push_back(std::isnan(sc.acc[static_cast<size_t>(i)]) ? sc.score[static_cast<size_t>(i)] > 0
+                                                                               : sc.acc[static_cast<size_t>(i)]);
+        }
+    }
+    for (const auto& [ds, v] : score_by_ds) {
+        const auto& a = acc_by_ds[ds];
+        double s = 0, acc = 0, best = 0;
+        for (size_t i = 0; i < v.size(); ++i) {
+            s += v[i];
+            acc += a[i];
+        }
+        for (size_t g = 0; g < v.size(); g += static_cast<size_t>(n)) {
+            double mx = -1e30;
+            for (size_t k = g; k < std::min(v.size(), g + static_cast<size_t>(n)); ++k) mx = std::max(mx, a[k]);
+            best += mx;
+        }
+        m[fmt::format("val-core/{}/reward/mean@{}", ds, n)] = s / static_cast<double>(v.size());
+        m[fmt::format("val-core/{}/acc/mean@{}", ds, n)] = acc / static_cast<double>(v.size());
+        if (n > 1) m[fmt::format("val-aux/{}/acc/best@{}/mean", ds, n)] = best / (static_cast<double>(v.size()) / n);
+    }
+    m["timing_s/testing"] = now_s() - t0;
+    return m;
+}
+
+void RlTrainer::log_progress(const std::map<std::string, double>& m) const {
+    auto g = [&](const char* k) { return metric_or(m, k, std::nan("")); };
+    std::string kl = m.count("actor/kl_loss") ? fmt::format(" | kl {:.4f}", g("actor/kl_loss"))
+                     : m.count("actor/reward_kl_penalty") ? fmt::format(" | kl {:.4f}", g("actor/reward_kl_penalty"))
+                                                          : fmt::format(" | ppo_kl {:.4f}", g("actor/ppo_kl"));
+    RLPT_LOG_INFO("step {}/{} ep {} | score {:.3f} acc {:.3f}{} | entropy {:.3f} | resp len {:.1f} | {:.1f} s (gen "
+                  "{:.1f}, reward {:.1f}, old {:.1f}, ref {:.1f}, values {:.1f}, update {:.1f}, sync {:.2f})",
+                  step_, total_steps_, sampler_->epoch(), g("critic/score/mean"), g("train/acc/mean"), kl,
+                  g("actor/entropy"), g("response_length/mean"), g("timing_s/step"), g("timing_s/gen"),
+                  g("timing_s/reward"), g("timing_s/old_log_prob"), metric_or(m, "timing_s/ref", 0),
+                  metric_or(m, "timing_s/values", 0), g("timing_s/update"), metric_or(m, "timing_s/update_weights", 0));
+}
+
+int RlTrainer::run() {
+    started_ = now_s();
+    init_roles();
+    const bool resumed = try_resume();
+    log_ = std::make_unique<MetricsLog>(run_.run_dir, resumed ? step_ : -1);
+    if (!resumed) sync_weights();
+    RLPT_LOG_INFO("training {} steps ({} prompts x {} samples per step, {} steps per epoch){}", total_steps_,
+                  c_.data.train_batch_size, c_.rollout.n, batches_per_epoch_,
+                  resumed ? fmt::format(", resumed at step {}", step_) : "");
+    std::map<std::string, double> last_val;
+    if (!resumed && c_.trainer.val_before_train) {
+        last_val = validate();
+        log_->write(0, last_val);
+        for (const auto& [k, v] : last_val)
+            if (k.rfind("val-core/", 0) == 0) RLPT_LOG_INFO("validation before training: {} = {:.4f}", k, v);
+    }
+    while (step_ < total_steps_) {
+        auto m = train_step();
+        ++step_;
+        const bool last = step_ == total_steps_;
+        if (c_.trainer.test_freq > 0 && (step_ % c_.trainer.test_freq == 0 || last)) {
+            last_val = validate();
+            for (const auto& [k, v] : last_val) m[k] = v;
+        }
+        log_progress(m);
+        for (const auto& [k, v] : m)
+            if (k.rfind("val-core/", 0) == 0) RLPT_LOG_INFO("  validation at step {}: {} = {:.4f}", step_, k, v);
+        log_->write(step_, m);
+        const bool saved = c_.trainer.save_freq > 0 && (step_ % c_.trainer.save_freq == 0 || last);
+        if (saved) save_checkpoint();
+        // Preemption (SIGTERM/SIGUSR1 on any rank): the step is done; checkpoint every role and
+        // exit 75 so a requeued job resumes here (trainer.resume=auto). After the last step
+        // the run is complete and ends normally.
+        if (!last && ctl_.stop_requested()) {
+            if (!saved) save_checkpoint();
+            RLPT_LOG_WARN("stopping after step {}/{} on {}: checkpoint written; exit code {} (a run with "
+                          "trainer.resume=auto continues from here)",
+                          step_, total_steps_, ctl_.stop_reason(), kExitPreempted);
+            return kExitPreempted;
+        }
+    }
+    if (c_.trainer.export_hf) {
+        std::string dir = (std::filesystem::path(run_.run_dir) / "hf_model").string();
+        Batch e(0);
+        e.set_meta("dir", dir);
+        ctl_.call(ActorMethod::kExport, e);
+        task_.tok->save(dir);
+        RLPT_LOG_INFO("exported the policy as a Hugging Face folder: {}", dir);
+    }
+    std::string summary;
+    for (const auto& [k, v] : last_val)
+        if (k.rfind("val-core/", 0) == 0) summary += fmt::format(", {} {:.4f}", k, v);
+    RLPT_LOG_INFO("done: {} steps in {:.1f} s{}; metrics in {}", step_, now_s() - started_, summary, log_->path());
+    return 0;
+}
+
+}  // namespace rlpt::app

@@ -1,0 +1,61 @@
+#pragma once
+// The RL trainer on the controller (DESIGN §5): the algorithm as it reads on paper.
+//
+//   for each step:
+//     prompts -> rollout (n samples each) -> reward -> old log-probs (actor)
+//     -> reference log-probs (KL on) -> values (critic on) -> KL-in-reward (on)
+//     -> advantages -> critic update (after critic_warmup) -> actor update
+//     -> weight sync -> metrics -> validation every test_freq -> checkpoint every save_freq
+//
+// Each stage is one call on a role. Private to src/app.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "metrics_log.h"
+#include "modes.h"
+#include "rlpt/algo/kl.h"
+#include "rlpt/data/sampler.h"
+#include "task_data.h"
+
+namespace rlpt::app {
+
+class RlTrainer {
+  public:
+    RlTrainer(protocol::Controller& ctl, const RunContext& run);
+    // Runs to trainer.total_training_steps (or the preemption point); returns the exit code.
+    int run();
+
+  private:
+    struct StepTimer;
+    void check_batch_sizes() const;
+    void init_roles();
+    void sync_weights();
+    Batch sampling_meta(Batch b, bool validation) const;
+    Batch generate(const std::vector<int64_t>& example_ids, int64_t n, int64_t first_sample_index, bool validation);
+    Batch generate_train_batch(std::map<std::string, double>& metrics, std::map<std::string, double>& timing);
+    Batch arrange_for_update(const Batch& b, int64_t dp, int64_t num_mini) const;
+    std::map<std::string, double> train_step();
+    std::map<std::string, double> validate();
+    void save_checkpoint();
+    bool try_resume();
+    void log_progress(const std::map<std::string, double>& m) const;
+
+    protocol::Controller& ctl_;
+    const RunContext& run_;
+    const Config& c_;
+    TaskData task_;
+    std::unique_ptr<data::EpochSampler> sampler_;
+    algo::KlController kl_ctrl_;
+    bool use_critic_ = false;
+    bool use_ref_ = false;
+    bool use_rm_ = false;
+    int64_t step_ = 0;  // training steps done
+    int64_t total_steps_ = 0;
+    int64_t batches_per_epoch_ = 1;
+    std::unique_ptr<MetricsLog> log_;
+    double started_ = 0;
+};
+
+}  // namespace rlpt::app

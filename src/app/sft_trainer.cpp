@@ -1,0 +1,184 @@
+#include "sft_trainer.h"
+
+#include <time.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "metrics_log.h"
+#include "rlpt/app/job.h"
+#include "rlpt/core/log.h"
+#include "rlpt/data/sampler.h"
+#include "rlpt/rollout/generator.h"
+#include "rlpt/roles/actor.h"
+#include "rlpt/roles/rollout.h"
+#include "sft_checkpoint.h"
+#include "task_data.h"
+
+namespace rlpt::app {
+namespace {
+
+double now_s() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+struct SftExample {
+    std::vector<int64_t> prompt;
+    std::vector<int64_t> response;  // EOS included
+};
+
+std::vector<SftExample> build_examples(const Config& c, const TaskData& t) {
+    std::vector<SftExample> out;
+    for (size_t i = 0; i < t.train.size(); ++i) {
+        const auto& extra = t.train[i].extra;
+        const std::string& key = c.sft.response_key;
+        RLPT_CHECK_KIND(ConfigError, extra.is_object() && extra.contains(key) && extra[key].is_string(),
+                        "sft: training example {} has no string '{}' to learn (set sft.response_key, and list the "
+                        "key in data.extra_keys for JSONL data)",
+                        t.train[i].index, key);
+        SftExample e;
+        e.prompt = t.train_ids[i];
+        e.response = t.tok->encode(extra[key].get<std::string>(), false);
+        if (t.eos_id >= 0) e.response.push_back(t.eos_id);
+        out.push_back(std::move(e));
+    }
+    return out;
+}
+
+// Right-padded [prompt ++ response] rows; loss on response tokens. Rows added to reach a
+// multiple of `multiple` carry no loss.
+Batch make_sft_batch(const std::vector<SftExample>& ex, const std::vector<int64_t>& idx, int64_t pad_id,
+                     int64_t multiple) {
+    int64_t T = 1;
+    for (int64_t i : idx)
+        T = std::max<int64_t>(T, static_cast<int64_t>(ex[static_cast<size_t>(i)].prompt.size() +
+                                                      ex[static_cast<size_t>(i)].response.size()));
+    const int64_t n = static_cast<int64_t>(idx.size());
+    const int64_t rows = (n + multiple - 1) / multiple * multiple;
+    auto ids = torch::full({rows, T}, pad_id, torch::kInt64);
+    auto mask = torch::zeros({rows, T}, torch::kInt64);
+    auto loss = torch::zeros({rows, T}, torch::kInt64);
+    auto a = ids.accessor<int64_t, 2>();
+    auto mk = mask.accessor<int64_t, 2>();
+    auto l = loss.accessor<int64_t, 2>();
+    for (int64_t r = 0; r < rows; ++r) {
+        const SftExample& e = ex[static_cast<size_t>(idx[static_cast<size_t>(r % n)])];
+        int64_t t = 0;
+        for (int64_t v : e.prompt) {
+            a[r][t] = v;
+            mk[r][t++] = 1;
+        }
+        for (int64_t v : e.response) {
+            a[r][t] = v;
+            mk[r][t] = 1;
+            l[r][t++] = r < n ? 1 : 0;
+        }
+    }
+    Batch b(rows);
+    b.set("input_ids", ids);
+    b.set("attention_mask", mask);
+    b.set("position_ids", (mask.cumsum(1) - 1).clamp_min(0));
+    b.set("loss_mask", loss);
+    return b;
+}
+
+// Greedy accuracy on the validation prompts through the rollout role.
+double greedy_accuracy(protocol::Controller& ctl, const Config& c, const TaskData& t, int64_t step) {
+    if (t.val.empty() || !ctl.has_role("rollout")) return std::nan("");
+    std::vector<const data::Example*> e;
+    std::vector<const std::vector<int64_t>*> p;
+    for (size_t i = 0; i < t.val.size(); ++i) {
+        e.push_back(&t.val[i]);
+        p.push_back(&t.val_ids[i]);
+    }
+    Batch prompts = make_prompt_batch(t, e, p, 1, 0);
+    Batch in = prompts.select({"prompt_ids", "prompt_mask"}, {"sample_index"});
+    in.set_meta("greedy", int64_t(1));
+    in.set_meta("temperature", 1.0);
+    in.set_meta("max_new_tokens", c.data.max_response_length);
+    in.set_meta("eos_id", t.eos_id);
+    in.set_meta("pad_id", t.pad_id);
+    std::string stops;
+    for (auto s : t.stop_ids) stops += (stops.empty() ? "" : ",") + std::to_string(s);
+    in.set_meta("stop_ids", stops);
+    in.set_meta("seed", c.trainer.seed);
+    in.set_meta("step", step);
+    Batch out = ctl.call(roles::RolloutMethod::kGenerate, in);
+    out.update(prompts.select({}, {"uid", "data_source", "ground_truth", "extra"}));
+    auto sc = score_responses(t, out);
+    double acc = 0;
+    for (size_t i = 0; i < sc.score.size(); ++i) acc += std::isnan(sc.acc[i]) ? (sc.score[i] > 0) : sc.acc[i];
+    return acc / static_cast<double>(sc.score.size());
+}
+
+}  // namespace
+
+int run_sft(protocol::Controller& ctl, const RunContext& run) {
+    const Config& c = *run.config;
+    const double t0 = now_s();
+    TaskData t = load_task(c);
+    auto examples = build_examples(c, t);
+    const int64_t steps = c.sft.total_steps, bs = c.sft.batch_size, dp = ctl.dp_size("actor");
+    RLPT_CHECK_KIND(ConfigError, bs <= static_cast<int64_t>(examples.size()),
+                    "sft.batch_size={} is larger than the training set ({} examples)", bs, examples.size());
+
+    Batch init(0);
+    init.set_meta("vocab_size", t.tok->vocab_size());
+    init.set_meta("total_steps", steps);
+    ctl.call(roles::ActorMethod::kInit, init);
+    if (ctl.has_role("rollout")) ctl.call(roles::RolloutMethod::kInit, init);
+
+    data::EpochSampler sampler(static_cast<int64_t>(examples.size()), static_cast<uint64_t>(c.data.seed), true, true);
+    const int64_t resumed_at = resume_sft(ctl, run, sampler);
+    MetricsLog log(run.run_dir, resumed_at > 0 ? resumed_at : -1);
+    RLPT_LOG_INFO("sft: {} steps of {} examples over {} actor rank(s); {} training examples{}", steps, bs, dp,
+                  examples.size(), resumed_at > 0 ? fmt::format(", resumed at step {}", resumed_at) : "");
+    double acc = resumed_at > 0 ? std::nan("") : greedy_accuracy(ctl, c, t, 0);
+    if (!std::isnan(acc)) {
+        RLPT_LOG_INFO("sft: greedy validation accuracy before training {:.3f}", acc);
+        log.write(0, {{"val/acc", acc}});
+    }
+    for (int64_t step = resumed_at + 1; step <= steps; ++step) {
+        ctl.set_step(step);
+        const double ts = now_s();
+        Batch b = make_sft_batch(examples, sampler.next_batch(bs), t.pad_id, dp);
+        b.set_meta("global_tokens", b.at("loss_mask").sum().item<double>());
+        Batch m = ctl.call(roles::ActorMethod::kSftStep, b);
+        auto red = reduce_metrics(m.metrics());
+        red["timing_s/step"] = now_s() - ts;
+        red["training/epoch"] = static_cast<double>(sampler.epoch());
+        const bool eval = (c.sft.eval_every > 0 && step % c.sft.eval_every == 0) || step == steps;
+        if (eval) red["val/acc"] = greedy_accuracy(ctl, c, t, step);
+        log.write(step, red);
+        if (eval || step == 1 || step % 25 == 0) {
+            RLPT_LOG_INFO("sft step {}/{} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:.2f} s{}", step, steps,
+                          red["sft/loss"], red["sft/grad_norm"], red["sft/lr"], red["timing_s/step"],
+                          eval ? fmt::format(" | greedy val acc {:.3f}", red["val/acc"]) : "");
+        }
+        const bool saved = c.trainer.save_freq > 0 && step % c.trainer.save_freq == 0 && step < steps;
+        if (saved) save_sft_checkpoint(ctl, run, step, sampler);
+        // Preemption (SIGTERM/SIGUSR1 on any rank): checkpoint and exit 75; a run with
+        // trainer.resume=auto continues after this step.
+        if (step < steps && ctl.stop_requested()) {
+            if (!saved) save_sft_checkpoint(ctl, run, step, sampler);
+            RLPT_LOG_WARN("sft: stopping after step {}/{} on {}: checkpoint written; exit code {} (a run with "
+                          "trainer.resume=auto continues from here)",
+                          step, steps, ctl.stop_reason(), kExitPreempted);
+            return kExitPreempted;
+        }
+    }
+    std::string out_dir = c.sft.output_model_dir.empty()
+                              ? (std::filesystem::path(run.run_dir) / "model").string()
+                              : c.sft.output_model_dir;
+    Batch e(0);
+    e.set_meta("dir", out_dir);
+    ctl.call(roles::ActorMethod::kExport, e);
+    t.tok->save(out_dir);
+    RLPT_LOG_INFO("sft done in {:.1f} s: model + tokenizer written to {} (Hugging Face format); metrics in {}",
+                  now_s() - t0, out_dir, log.path());
+    return 0;
+}
+
+}  // namespace rlpt::app

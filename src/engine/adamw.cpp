@@ -1,0 +1,110 @@
+#include "rlpt/engine/adamw.h"
+
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <vector>
+
+#include "rlpt/core/error.h"
+
+namespace rlpt::engine {
+namespace {
+
+void check_flat(const torch::Tensor& t, const char* what, int64_t numel, const torch::Device& device) {
+    RLPT_CHECK(t.defined() && t.scalar_type() == torch::kFloat32 && t.is_contiguous(),
+               "adamw: {} must be a defined contiguous float32 tensor", what);
+    RLPT_CHECK(t.numel() == numel, "adamw: {} has {} elements, param has {}", what, t.numel(), numel);
+    RLPT_CHECK(t.device() == device, "adamw: {} is on {}, param on {}", what, t.device().str(), device.str());
+}
+
+void check_args(const torch::Tensor& param, const torch::Tensor& grad, const torch::Tensor& exp_avg,
+                const torch::Tensor& exp_avg_sq, const AdamWStep& s) {
+    RLPT_CHECK(param.defined(), "adamw: param is undefined");
+    check_flat(param, "param", param.numel(), param.device());
+    check_flat(grad, "grad", param.numel(), param.device());
+    check_flat(exp_avg, "exp_avg", param.numel(), param.device());
+    check_flat(exp_avg_sq, "exp_avg_sq", param.numel(), param.device());
+    RLPT_CHECK(s.step >= 1, "adamw: step must be >= 1 (1-based), got {}", s.step);
+    RLPT_CHECK(std::isfinite(s.lr) && std::isfinite(s.grad_scale), "adamw: lr {} / grad_scale {} must be finite",
+               s.lr, s.grad_scale);
+}
+
+// Grain of the fused loop: large enough to amortise the scheduling, small enough to spread a
+// few-MB parameter over the threads.
+constexpr int64_t kGrain = 1 << 14;
+
+}  // namespace
+
+void adamw_update_(const torch::Tensor& param, const torch::Tensor& grad, const torch::Tensor& exp_avg,
+                   const torch::Tensor& exp_avg_sq, const AdamWStep& s) {
+    check_args(param, grad, exp_avg, exp_avg_sq, s);
+    if (!param.is_cpu()) {
+        adamw_update_torch_(param, grad, exp_avg, exp_avg_sq, s);
+        return;
+    }
+    float* p = param.data_ptr<float>();
+    const float* g = grad.data_ptr<float>();
+    float* m = exp_avg.data_ptr<float>();
+    float* v = exp_avg_sq.data_ptr<float>();
+    const double decay = 1.0 - s.lr * s.weight_decay;
+    const double b1 = s.beta1, b2 = s.beta2, scale = s.grad_scale, eps = s.eps;
+    const double step_size = s.lr / (1.0 - std::pow(s.beta1, static_cast<double>(s.step)));
+    const double inv_bc2_sqrt = 1.0 / std::sqrt(1.0 - std::pow(s.beta2, static_cast<double>(s.step)));
+    at::parallel_for(0, param.numel(), kGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            const double gi = static_cast<double>(g[i]) * scale;
+            const double mi = b1 * m[i] + (1.0 - b1) * gi;
+            const double vi = b2 * v[i] + (1.0 - b2) * gi * gi;
+            const double pi = static_cast<double>(p[i]) * decay;
+            m[i] = static_cast<float>(mi);
+            v[i] = static_cast<float>(vi);
+            // The stored (float) moments drive the update, as in torch's fp32 state.
+            const double denom = std::sqrt(static_cast<double>(v[i])) * inv_bc2_sqrt + eps;
+            p[i] = static_cast<float>(pi - step_size * static_cast<double>(m[i]) / denom);
+        }
+    });
+}
+
+void adamw_update_torch_(const torch::Tensor& param, const torch::Tensor& grad, const torch::Tensor& exp_avg,
+                         const torch::Tensor& exp_avg_sq, const AdamWStep& s) {
+    check_args(param, grad, exp_avg, exp_avg_sq, s);
+    torch::NoGradGuard no_grad;
+    torch::Tensor g = s.grad_scale == 1.0 ? grad : grad * s.grad_scale;
+    const double bc1 = 1.0 - std::pow(s.beta1, static_cast<double>(s.step));
+    const double bc2 = 1.0 - std::pow(s.beta2, static_cast<double>(s.step));
+    if (s.weight_decay != 0) param.mul_(1.0 - s.lr * s.weight_decay);
+    exp_avg.mul_(s.beta1).add_(g, 1.0 - s.beta1);
+    exp_avg_sq.mul_(s.beta2).addcmul_(g, g, 1.0 - s.beta2);
+    auto denom = (exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(s.eps);
+    param.addcdiv_(exp_avg, denom, -s.lr / bc1);
+}
+
+double sum_of_squares(const torch::Tensor& x) {
+    RLPT_CHECK(x.defined() && x.scalar_type() == torch::kFloat32 && x.is_contiguous(),
+               "sum_of_squares: expected a contiguous float32 tensor");
+    if (!x.is_cpu()) return x.to(torch::kFloat64).square().sum().item<double>();
+    const int64_t n = x.numel();
+    if (n == 0) return 0.0;
+    const int64_t n_chunks = (n + kSumSquaresChunk - 1) / kSumSquaresChunk;
+    std::vector<double> partial(static_cast<size_t>(n_chunks), 0.0);
+    const float* d = x.data_ptr<float>();
+    at::parallel_for(0, n_chunks, 1, [&](int64_t cb, int64_t ce) {
+        for (int64_t c = cb; c < ce; ++c) {
+            const int64_t lo = c * kSumSquaresChunk, hi = std::min(n, lo + kSumSquaresChunk);
+            // Eight independent accumulators (fixed assignment i % 8, fixed combination order)
+            // keep the adds pipelined without making the result order-dependent.
+            double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            int64_t i = lo;
+            for (; i + 8 <= hi; i += 8)
+                for (int k = 0; k < 8; ++k) acc[k] += static_cast<double>(d[i + k]) * d[i + k];
+            for (; i < hi; ++i) acc[0] += static_cast<double>(d[i]) * d[i];
+            partial[static_cast<size_t>(c)] =
+                ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        }
+    });
+    double total = 0;
+    for (double p : partial) total += p;
+    return total;
+}
+
+}  // namespace rlpt::engine

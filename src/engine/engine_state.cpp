@@ -1,0 +1,174 @@
+// TrainEngine::save_state / load_state: parameters, optimizer moments (+ fp32 masters), step
+// counters and the RNG, in the ckpt H5 store (names listed in train_engine.h).
+#include <map>
+#include <sstream>
+
+#include "engine/engine_impl.h"
+#include "rlpt/ckpt/h5_store.h"
+#include <fmt/ranges.h>
+
+#include "rlpt/core/error.h"
+#include "rlpt/engine/train_engine.h"
+
+namespace rlpt::engine {
+
+using detail::Group;
+
+namespace {
+
+constexpr const char* kLayoutMagic = "rlpt-train-engine-state 1";
+
+std::string normalized_prefix(const std::string& prefix) {
+    if (prefix.empty() || prefix.back() == '/') return prefix;
+    return prefix + "/";
+}
+
+// Ranges of the optimizer state this rank holds, per group: what load_state must find again.
+std::string state_layout(const detail::EngineState& st) {
+    std::string out = fmt::format("{}\nzero_stage {}\ndp_size {}\ndp_rank {}\n", kLayoutMagic, st.opts.zero_stage,
+                                  st.dp_size, st.dp_rank);
+    for (const auto& g : st.groups)
+        out += fmt::format("group {} numel {} padded {} own {} {}\n", detail::group_name(g), g.numel, g.padded,
+                           g.own_begin, g.own_end);
+    out += st.layout;
+    return out;
+}
+
+// "key value" lines of a saved layout (first word -> rest of the line; group lines keyed by name).
+std::map<std::string, std::string> parse_layout(const std::string& text) {
+    std::map<std::string, std::string> out;
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) {
+        std::istringstream ls(line);
+        std::string key, name;
+        ls >> key;
+        if (key == "group") {
+            ls >> name;
+            key += " " + name;
+        }
+        std::string rest;
+        std::getline(ls, rest);
+        if (!rest.empty() && rest[0] == ' ') rest.erase(0, 1);
+        out[key] = rest;
+    }
+    return out;
+}
+
+torch::Tensor read_checked(const ckpt::H5Reader& r, const std::string& name, torch::ScalarType dtype,
+                           torch::IntArrayRef shape, const std::string& hint = {}) {
+    RLPT_CHECK_KIND(IoError, r.contains(name), "checkpoint '{}' has no tensor '{}'{}", r.path(), name, hint);
+    const auto meta = r.tensor_meta(name);
+    RLPT_CHECK_KIND(IoError, meta.dtype == dtype && torch::IntArrayRef(meta.sizes) == shape,
+                    "checkpoint '{}': tensor '{}' is {} {}, the engine expects {} {}{}", r.path(), name,
+                    c10::toString(meta.dtype), torch::IntArrayRef(meta.sizes), c10::toString(dtype), shape, hint);
+    return r.read_tensor(name);
+}
+
+int64_t read_scalar(const ckpt::H5Reader& r, const std::string& name) {
+    return read_checked(r, name, torch::kInt64, {}).item<int64_t>();
+}
+
+}  // namespace
+
+void TrainEngine::save_state(ckpt::H5Writer& w, const std::string& prefix_in) const {
+    const auto& st = *impl_;
+    const std::string prefix = normalized_prefix(prefix_in);
+    std::exception_ptr err;
+    try {
+        torch::NoGradGuard no_grad;
+        for (const auto& s : st.slots) w.write_tensor(prefix + "params/" + s.name, s.param.detach());
+        for (const auto& g : st.groups) {
+            const std::string base = prefix + "optimizer/" + detail::group_name(g) + "/";
+            w.write_tensor(base + "exp_avg", g.exp_avg);
+            w.write_tensor(base + "exp_avg_sq", g.exp_avg_sq);
+            if (g.master.defined()) w.write_tensor(base + "master", g.master);
+        }
+        w.write_tensor(prefix + "engine/global_step", torch::scalar_tensor(st.global_step, torch::kInt64));
+        w.write_tensor(prefix + "engine/schedule_step", torch::scalar_tensor(st.schedule_step, torch::kInt64));
+        w.write_tensor(prefix + "engine/applied_updates", torch::scalar_tensor(st.applied_updates, torch::kInt64));
+        w.write_tensor(prefix + "engine/rng_state", st.generator.get_state());
+        w.write_blob(prefix + "engine/layout", state_layout(st));
+    } catch (...) {
+        err = std::current_exception();
+    }
+    st.agree<IoError>(err, "TrainEngine::save_state");
+}
+
+void TrainEngine::load_state(ckpt::H5Reader& r, const std::string& prefix_in) {
+    auto& st = *impl_;
+    const std::string prefix = normalized_prefix(prefix_in);
+    struct Loaded {
+        std::vector<torch::Tensor> params;
+        std::vector<torch::Tensor> exp_avg, exp_avg_sq, master;
+        int64_t global_step = 0, schedule_step = 0, applied_updates = 0;
+        torch::Tensor rng;
+    } in;
+    std::exception_ptr err;
+    try {
+        // Read and check everything first: nothing changes unless all of it is there.
+        for (const auto& s : st.slots)
+            in.params.push_back(read_checked(r, prefix + "params/" + s.name, s.param.scalar_type(), s.shape));
+        for (const auto& name : r.list(prefix + "params")) {
+            const std::string pname = name.substr(prefix.size() + 7);
+            bool known = false;
+            for (const auto& s : st.slots) known = known || s.name == pname;
+            RLPT_CHECK_KIND(IoError, known, "checkpoint '{}': tensor '{}' matches no trainable parameter of the model",
+                            r.path(), name);
+        }
+        const std::string layout_name = prefix + "engine/layout";
+        RLPT_CHECK_KIND(IoError, r.contains(layout_name), "checkpoint '{}' has no '{}'", r.path(), layout_name);
+        auto saved = parse_layout(r.read_blob(layout_name));
+        RLPT_CHECK_KIND(IoError, saved["rlpt-train-engine-state"] == "1",
+                        "checkpoint '{}': '{}' is not a train-engine layout", r.path(), layout_name);
+        const std::string saved_by = fmt::format(" (saved with ZeRO-{} over {} DP rank(s) by rank {}; this engine: "
+                                                 "ZeRO-{} over {} rank(s), rank {})",
+                                                 saved["zero_stage"], saved["dp_size"], saved["dp_rank"],
+                                                 st.opts.zero_stage, st.dp_size, st.dp_rank);
+        for (const auto& g : st.groups) {
+            const std::string base = prefix + "optimizer/" + detail::group_name(g) + "/";
+            const std::string mine = fmt::format("numel {} padded {} own {} {}", g.numel, g.padded, g.own_begin,
+                                                 g.own_end);
+            RLPT_CHECK_KIND(IoError, saved["group " + detail::group_name(g)] == mine,
+                            "checkpoint '{}': tensor '{}' covers another range of the {} parameters ('{}' vs this "
+                            "engine's '{}'){}",
+                            r.path(), base + "exp_avg", detail::group_name(g),
+                            saved["group " + detail::group_name(g)], mine, saved_by);
+            const int64_t own = g.own_end - g.own_begin;
+            in.exp_avg.push_back(read_checked(r, base + "exp_avg", torch::kFloat32, {own}, saved_by));
+            in.exp_avg_sq.push_back(read_checked(r, base + "exp_avg_sq", torch::kFloat32, {own}, saved_by));
+            in.master.push_back(g.fp32() ? torch::Tensor()
+                                         : read_checked(r, base + "master", torch::kFloat32, {own}, saved_by));
+        }
+        in.global_step = read_scalar(r, prefix + "engine/global_step");
+        in.schedule_step = read_scalar(r, prefix + "engine/schedule_step");
+        in.applied_updates = read_scalar(r, prefix + "engine/applied_updates");
+        const std::string rng_name = prefix + "engine/rng_state";
+        RLPT_CHECK_KIND(IoError, r.contains(rng_name), "checkpoint '{}' has no tensor '{}'", r.path(), rng_name);
+        in.rng = r.read_tensor(rng_name);
+        RLPT_CHECK_KIND(IoError, in.rng.scalar_type() == torch::kUInt8 && in.rng.dim() == 1,
+                        "checkpoint '{}': '{}' is not a generator state", r.path(), rng_name);
+        RLPT_CHECK_KIND(IoError, in.global_step >= 0 && in.schedule_step >= 0 && in.applied_updates >= 0 &&
+                                     in.applied_updates <= in.global_step,
+                        "checkpoint '{}': inconsistent step counters under '{}engine/'", r.path(), prefix);
+    } catch (...) {
+        err = std::current_exception();
+    }
+    st.agree<IoError>(err, "TrainEngine::load_state");
+
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < st.slots.size(); ++i) st.slots[i].param.copy_(in.params[i]);
+    for (size_t gi = 0; gi < st.groups.size(); ++gi) {
+        auto& g = st.groups[gi];
+        g.exp_avg.copy_(in.exp_avg[gi]);
+        g.exp_avg_sq.copy_(in.exp_avg_sq[gi]);
+        if (!g.fp32()) g.master.copy_(in.master[gi]);
+    }
+    st.global_step = in.global_step;
+    st.schedule_step = in.schedule_step;
+    st.applied_updates = in.applied_updates;
+    st.generator.set_state(in.rng);
+    for (auto& s : st.slots) s.param.unsafeGetTensorImpl()->bump_version();
+}
+
+}  // namespace rlpt::engine

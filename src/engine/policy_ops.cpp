@@ -1,0 +1,94 @@
+#include "rlpt/engine/policy_ops.h"
+
+#include <fmt/ranges.h>
+
+#include "rlpt/core/error.h"
+#include "rlpt/kernels/logprob.h"
+
+namespace rlpt::engine {
+namespace {
+
+// Shapes of a SequenceBatch; returns P = T - R (the prompt width).
+int64_t check_sequences(const SequenceBatch& seq, const char* op) {
+    const auto& ids = seq.input_ids;
+    RLPT_CHECK(ids.defined() && ids.dim() == 2 && ids.scalar_type() == torch::kInt64,
+               "{}: input_ids must be [B, T] int64, got {}", op, ids.defined() ? ids.sizes() : torch::IntArrayRef{});
+    RLPT_CHECK(seq.attention_mask.defined() && seq.attention_mask.sizes() == ids.sizes(),
+               "{}: attention_mask must be shaped like input_ids {}", op, ids.sizes());
+    RLPT_CHECK(seq.position_ids.defined() && seq.position_ids.sizes() == ids.sizes(),
+               "{}: position_ids must be shaped like input_ids {}", op, ids.sizes());
+    const int64_t t = ids.size(1), r = seq.response_length;
+    // Response token 0 sits at position P and is predicted from P - 1, so P >= 1.
+    RLPT_CHECK(r >= 1 && r < t, "{}: response_length must be in [1, T - 1] = [1, {}], got {}", op, t - 1, r);
+    return t - r;
+}
+
+// logits [N, V] fp32 of hidden [N, H] under the output projection (both cast to fp32).
+torch::Tensor lm_head_fp32(model::CausalLM& model, const torch::Tensor& hidden) {
+    auto w = model.lm_head_weight();
+    return torch::matmul(hidden.to(torch::kFloat32), w.to(torch::kFloat32).t());
+}
+
+}  // namespace
+
+LogProbs compute_log_probs(model::CausalLM& model, const SequenceBatch& seq, double temperature, bool with_entropy) {
+    const int64_t p = check_sequences(seq, "compute_log_probs");
+    const int64_t b = seq.input_ids.size(0), r = seq.response_length;
+    auto hidden = model.forward_hidden(seq.input_ids, seq.attention_mask, seq.position_ids);  // [B, T, H]
+    auto h = hidden.narrow(1, p - 1, r).reshape({b * r, hidden.size(2)});
+    auto logits = lm_head_fp32(model, h);                                                    // [B·R, V]
+    auto labels = seq.input_ids.narrow(1, p, r).reshape({b * r});
+    auto out = kernels::logprob_entropy(logits, labels, temperature, with_entropy);
+    LogProbs res;
+    res.log_probs = out.logp.view({b, r});
+    if (with_entropy) res.entropy = out.entropy.view({b, r});
+    return res;
+}
+
+torch::Tensor compute_values(model::ValueModel& model, const SequenceBatch& seq) {
+    const int64_t p = check_sequences(seq, "compute_values");
+    auto values = model.forward_values(seq.input_ids, seq.attention_mask, seq.position_ids);  // [B, T]
+    return values.narrow(1, p - 1, seq.response_length);
+}
+
+torch::Tensor compute_sequence_scores(model::ValueModel& model, const SequenceBatch& seq) {
+    const auto& mask = seq.attention_mask;
+    RLPT_CHECK(seq.input_ids.defined() && seq.input_ids.dim() == 2 && mask.defined() &&
+                   mask.sizes() == seq.input_ids.sizes(),
+               "compute_sequence_scores: input_ids [B, T] and attention_mask of the same shape are required");
+    const int64_t t = mask.size(1);
+    auto real = mask != 0;
+    auto has_token = real.any(1);
+    RLPT_CHECK(has_token.all().item<bool>(), "compute_sequence_scores: row {} has no real token",
+               torch::nonzero(has_token.logical_not()).flatten()[0].item<int64_t>());
+    // Index of each row's last real token: max over t of t·[mask != 0].
+    auto idx = (torch::arange(t, torch::TensorOptions().dtype(torch::kInt64).device(mask.device())).unsqueeze(0) *
+                real.to(torch::kInt64))
+                   .amax(1);
+    auto values = model.forward_values(seq.input_ids, mask, seq.position_ids);  // [B, T]
+    return values.gather(1, idx.unsqueeze(1)).squeeze(1);
+}
+
+torch::Tensor sft_token_nll_sum(model::CausalLM& model, const torch::Tensor& input_ids,
+                                const torch::Tensor& attention_mask, const torch::Tensor& position_ids,
+                                const torch::Tensor& loss_mask) {
+    RLPT_CHECK(input_ids.defined() && input_ids.dim() == 2 && input_ids.size(1) >= 2,
+               "sft_token_nll_sum: input_ids must be [B, T] with T >= 2");
+    RLPT_CHECK(loss_mask.defined() && loss_mask.sizes() == input_ids.sizes(),
+               "sft_token_nll_sum: loss_mask must be shaped like input_ids {}, got {}", input_ids.sizes(),
+               loss_mask.defined() ? loss_mask.sizes() : torch::IntArrayRef{});
+    auto selected = loss_mask != 0;
+    RLPT_CHECK(!selected.select(1, 0).any().item<bool>(),
+               "sft_token_nll_sum: loss_mask is set on position 0, which has no prefix to predict it from");
+    const int64_t b = input_ids.size(0), t = input_ids.size(1);
+    auto hidden = model.forward_hidden(input_ids, attention_mask, position_ids);  // [B, T, H]
+    // Target position (row, t) with t >= 1 is predicted from flat hidden row row·T + t − 1.
+    auto target = torch::nonzero(selected.flatten()).flatten();  // row·T + t
+    auto h = hidden.reshape({b * t, hidden.size(2)}).index_select(0, target - 1);
+    auto labels = input_ids.flatten().index_select(0, target);
+    auto logits = lm_head_fp32(model, h);
+    auto out = kernels::logprob_entropy(logits, labels, 1.0, false);
+    return -out.logp.sum();
+}
+
+}  // namespace rlpt::engine

@@ -1,0 +1,363 @@
+// TrainEngine: set-up (flat buffers, agreement, initial broadcast) and the optimizer step.
+// Checkpointing is in engine_state.cpp, the collectives in transport.cpp / nccl_transport.cpp.
+#include "rlpt/engine/train_engine.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <limits>
+#include <unordered_set>
+
+#include "engine/engine_impl.h"
+#include <fmt/ranges.h>
+
+#include "rlpt/core/error.h"
+#include "rlpt/core/log.h"
+#include "rlpt/engine/adamw.h"
+
+namespace rlpt::engine {
+
+using detail::Group;
+using detail::ParamSlot;
+
+namespace detail {
+
+std::string group_name(const Group& g) { return g.fp32() ? "float32" : "bfloat16"; }
+
+}  // namespace detail
+
+namespace {
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+std::string options_line(const OptimOptions& o) {
+    return fmt::format("options lr={} betas=({},{}) eps={} wd={} warmup={} scheduler={} min_lr_ratio={} "
+                       "num_cycles={} total_steps={} clip={} zero={} bucket={}",
+                       o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.warmup_steps, o.scheduler, o.min_lr_ratio,
+                       o.num_cycles, o.total_steps, o.clip_grad, o.zero_stage, o.grad_bucket_bytes);
+}
+
+// Trainable parameters in named_parameters() order, each tensor once (tied weights are
+// registered under one name only, but a module may register a tensor twice).
+std::vector<ParamSlot> collect_parameters(torch::nn::Module& module) {
+    std::vector<ParamSlot> slots;
+    std::unordered_set<const c10::TensorImpl*> seen;
+    for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+        const torch::Tensor& p = item.value();
+        if (!p.defined() || !p.requires_grad()) continue;
+        if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
+        ParamSlot s;
+        s.name = item.key();
+        s.param = p;
+        s.numel = p.numel();
+        s.shape = p.sizes().vec();
+        s.decay = p.dim() >= 2;
+        slots.push_back(std::move(s));
+    }
+    RLPT_CHECK(!slots.empty(), "TrainEngine: the module has no trainable parameters");
+    const auto device = slots.front().param.device();
+    for (const auto& s : slots) {
+        const auto dt = s.param.scalar_type();
+        RLPT_CHECK(dt == torch::kFloat32 || dt == torch::kBFloat16,
+                   "TrainEngine: parameter '{}' is {}; the engine trains float32 and bfloat16 parameters", s.name,
+                   c10::toString(dt));
+        RLPT_CHECK(s.param.device() == device, "TrainEngine: parameter '{}' is on {} but '{}' is on {}", s.name,
+                   s.param.device().str(), slots.front().name, device.str());
+    }
+    return slots;
+}
+
+std::string describe_layout(const std::vector<ParamSlot>& slots, const OptimOptions& opts) {
+    std::string out;
+    for (const auto& s : slots)
+        out += fmt::format("{} {} {}\n", s.name, c10::toString(s.param.scalar_type()), s.param.sizes());
+    out += options_line(opts);
+    return out;
+}
+
+// First line where two layout descriptions differ, for the error message.
+std::string first_difference(const std::string& a, const std::string& b) {
+    size_t pa = 0, pb = 0;
+    while (pa < a.size() || pb < b.size()) {
+        size_t ea = a.find('\n', pa), eb = b.find('\n', pb);
+        if (ea == std::string::npos) ea = a.size();
+        if (eb == std::string::npos) eb = b.size();
+        std::string la = pa < a.size() ? a.substr(pa, ea - pa) : "<nothing>";
+        std::string lb = pb < b.size() ? b.substr(pb, eb - pb) : "<nothing>";
+        if (la != lb) return fmt::format("'{}' vs '{}'", la, lb);
+        pa = ea + 1;
+        pb = eb + 1;
+    }
+    return "(identical)";
+}
+
+// All ranks exchange their layout (or their set-up error) and throw together on a mismatch.
+void agree_on_layout(const comm::Communicator* dp, const std::string& layout, std::exception_ptr local_error) {
+    if (dp == nullptr) {
+        if (local_error) std::rethrow_exception(local_error);
+        return;
+    }
+    std::string mine = layout;
+    if (local_error) {
+        try {
+            std::rethrow_exception(local_error);
+        } catch (const std::exception& e) {
+            mine = std::string("!") + e.what();
+        }
+    }
+    const auto all = dp->allgather_strings(mine);
+    std::string errors;
+    for (size_t r = 0; r < all.size(); ++r)
+        if (!all[r].empty() && all[r][0] == '!') errors += fmt::format(" [DP rank {}: {}]", r, all[r].substr(1));
+    if (!errors.empty()) {
+        if (local_error) std::rethrow_exception(local_error);
+        RLPT_THROW(CommError, "TrainEngine set-up failed on another DP rank:{}", errors);
+    }
+    for (size_t r = 1; r < all.size(); ++r) {
+        if (all[r] != all[0])
+            RLPT_THROW(CommError,
+                       "TrainEngine: DP ranks disagree on the parameters or options (every rank must build the "
+                       "same model with the same options): DP rank 0 vs DP rank {}: {}",
+                       r, first_difference(all[0], all[r]));
+    }
+}
+
+}  // namespace
+
+// ---- set-up ----------------------------------------------------------------------------------
+
+TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::Communicator& dp, OptimOptions opts,
+                         uint64_t seed)
+    : impl_(std::make_unique<Impl>()) {
+    auto& st = *impl_;
+    RLPT_CHECK(module != nullptr, "TrainEngine: module is null");
+    st.module = std::move(module);
+    st.opts = std::move(opts);
+    if (dp.valid() && dp.size() > 1) {
+        st.dp = &dp;
+        st.dp_rank = dp.rank();
+        st.dp_size = dp.size();
+    }
+    st.generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+
+    // 1. Local checks, then every rank compares layouts (a clean error everywhere, no hang).
+    std::exception_ptr err;
+    try {
+        validate_optim_options(st.opts);
+        st.slots = collect_parameters(*st.module);
+        st.device = st.slots.front().param.device();
+        st.layout = describe_layout(st.slots, st.opts);
+    } catch (...) {
+        err = std::current_exception();
+    }
+    agree_on_layout(st.dp, st.layout, err);
+
+    // 2. Flat buffers: parameters and gradients become views into them.
+    err = nullptr;
+    try {
+        torch::NoGradGuard no_grad;
+        const int64_t shard_multiple = st.opts.zero_stage == 1 ? st.dp_size * detail::kShardAlign : 1;
+        for (auto& s : st.slots) {
+            const auto dt = s.param.scalar_type();
+            size_t gi = 0;
+            while (gi < st.groups.size() && st.groups[gi].dtype != dt) ++gi;
+            if (gi == st.groups.size()) {
+                st.groups.emplace_back();
+                st.groups.back().dtype = dt;
+            }
+            s.group = gi;
+            s.offset = st.groups[gi].numel;
+            st.groups[gi].numel += s.numel;
+        }
+        const int64_t bucket_elems =
+            std::max<int64_t>(1, std::min(st.opts.grad_bucket_bytes, comm::kMaxMessageBytes) / 4);
+        for (auto& g : st.groups) {
+            g.padded = round_up(g.numel, shard_multiple);
+            auto topts = torch::TensorOptions().dtype(g.dtype).device(st.device);
+            // zeros, not empty: the pages are touched here, once, not in the first step.
+            g.flat_param = torch::zeros({g.padded}, topts);
+            g.flat_grad = torch::zeros({g.padded}, topts.dtype(torch::kFloat32));
+            for (int64_t b = 0; b < g.numel; b += bucket_elems) g.buckets.emplace_back(b, std::min(g.numel, b + bucket_elems));
+        }
+        for (auto& s : st.slots) {
+            auto& g = st.groups[s.group];
+            auto view = g.flat_param.narrow(0, s.offset, s.numel).view(s.shape);
+            view.copy_(s.param);
+            s.param.set_data(view);
+            s.grad_view = g.flat_grad.narrow(0, s.offset, s.numel).view(s.shape);
+            auto& grad = s.param.mutable_grad();
+            if (grad.defined()) s.grad_view.copy_(grad);
+            grad = s.grad_view;
+        }
+        if (st.dp == nullptr) {
+            st.transport = detail::make_self_transport();
+        } else if (st.device.is_cpu()) {
+            st.transport = detail::make_mpi_transport(*st.dp);
+        } else {
+            RLPT_CHECK(st.device.is_cuda(), "TrainEngine: parameters on {} are not supported (cpu, cuda)",
+                       st.device.str());
+            st.transport = detail::make_nccl_transport(*st.dp, st.device.index());
+        }
+    } catch (...) {
+        err = std::current_exception();
+    }
+    st.agree<CommError>(err, "TrainEngine set-up");
+
+    // 3. Rank 0's parameters everywhere, then the optimizer state of this rank's range.
+    for (auto& g : st.groups) st.transport->broadcast(g.flat_param, 0);
+    torch::NoGradGuard no_grad;
+    for (auto& g : st.groups) {
+        if (st.opts.zero_stage == 1) {
+            const int64_t shard = g.padded / st.dp_size;
+            g.own_begin = st.dp_rank * shard;
+            g.own_end = g.own_begin + shard;
+        } else {
+            g.own_begin = 0;
+            g.own_end = g.numel;
+        }
+        const int64_t own = g.own_end - g.own_begin;
+        auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(st.device);
+        g.exp_avg = torch::zeros({own}, f32);
+        g.exp_avg_sq = torch::zeros({own}, f32);
+        if (!g.fp32()) g.master = g.flat_param.narrow(0, g.own_begin, own).to(torch::kFloat32).contiguous();
+    }
+    RLPT_LOG_DEBUG("TrainEngine: {} parameters in {} group(s), transport {}, ZeRO-{}, {} optimizer bytes",
+                   num_parameters(), st.groups.size(), st.transport->name(), st.opts.zero_stage,
+                   optimizer_state_bytes());
+}
+
+TrainEngine::~TrainEngine() = default;
+
+// ---- gradients ------------------------------------------------------------------------------
+
+namespace {
+
+// The parameter still lives in the flat buffer, and its .grad is the flat gradient view
+// (re-attached, with the values copied in, when something replaced or dropped it).
+void check_and_attach(ParamSlot& s, const Group& g) {
+    const auto* expected = static_cast<const char*>(g.flat_param.data_ptr()) + s.offset * g.flat_param.element_size();
+    RLPT_CHECK(s.param.data_ptr() == expected && s.param.sizes() == s.grad_view.sizes(),
+               "TrainEngine: parameter '{}' was moved or re-created after the engine was built (Module::to, "
+               "assigning a new tensor); copy values into it in place instead",
+               s.name);
+    auto& grad = s.param.mutable_grad();
+    if (!grad.defined()) {
+        s.grad_view.zero_();
+    } else if (!grad.is_same(s.grad_view)) {
+        // Replaced (e.g. dropped by zero_grad(true) and re-created by backward in the parameter's
+        // dtype): take its values, converted to fp32.
+        RLPT_CHECK(grad.sizes() == s.grad_view.sizes(), "TrainEngine: gradient of '{}' has shape {}, expected {}",
+                   s.name, grad.sizes(), s.grad_view.sizes());
+        if (grad.data_ptr() != s.grad_view.data_ptr()) s.grad_view.copy_(grad);
+    }
+    grad = s.grad_view;
+}
+
+}  // namespace
+
+void TrainEngine::zero_grad() {
+    auto& st = *impl_;
+    torch::NoGradGuard no_grad;
+    for (auto& s : st.slots) {
+        auto& grad = s.param.mutable_grad();
+        if (!grad.is_same(s.grad_view)) grad = s.grad_view;
+    }
+    for (auto& g : st.groups) g.flat_grad.zero_();
+}
+
+// ---- the step -------------------------------------------------------------------------------
+
+StepResult TrainEngine::step() { return step(true); }
+
+StepResult TrainEngine::step(bool advance_schedule) {
+    auto& st = *impl_;
+    torch::NoGradGuard no_grad;
+    std::exception_ptr err;
+    try {
+        for (auto& s : st.slots) check_and_attach(s, st.groups[s.group]);
+    } catch (...) {
+        err = std::current_exception();
+    }
+    st.agree<CommError>(err, "TrainEngine::step");
+
+    // 1. Mean gradient over DP, bucket by bucket, all buckets in flight at once.
+    for (auto& g : st.groups)
+        for (const auto& [b, e] : g.buckets) st.transport->start_allreduce_sum(g.flat_grad.narrow(0, b, e - b));
+    st.transport->finish_allreduces("gradient all-reduce");
+    double sum_sq = 0;
+    for (auto& g : st.groups) {
+        auto grads = g.flat_grad.narrow(0, 0, g.numel);
+        if (st.dp_size > 1) grads.div_(static_cast<double>(st.dp_size));
+        sum_sq += sum_of_squares(grads);
+    }
+    StepResult r;
+    r.grad_norm = std::sqrt(sum_sq);
+    r.lr = scheduled_lr(st.opts, st.schedule_step);
+
+    // 2. Non-finite norm: skip (verl), zero the gradients, still count the step.
+    if (!std::isfinite(r.grad_norm)) {
+        r.skipped = true;
+        for (auto& g : st.groups) g.flat_grad.zero_();
+        RLPT_LOG_WARN("TrainEngine: gradient norm is {} at step {}: update skipped", r.grad_norm, st.global_step);
+    } else {
+        // 3. Clip (torch's clip_grad_norm_: max_norm / (norm + 1e-6), at most 1) inside AdamW.
+        AdamWStep a;
+        a.lr = r.lr;
+        a.beta1 = st.opts.beta1;
+        a.beta2 = st.opts.beta2;
+        a.eps = st.opts.eps;
+        a.step = st.applied_updates + 1;
+        if (st.opts.clip_grad > 0) a.grad_scale = std::min(1.0, st.opts.clip_grad / (r.grad_norm + 1e-6));
+        for (const auto& s : st.slots) {
+            auto& g = st.groups[s.group];
+            const int64_t lo = std::max(s.offset, g.own_begin), hi = std::min(s.offset + s.numel, g.own_end);
+            if (lo >= hi) continue;
+            a.weight_decay = s.decay ? st.opts.weight_decay : 0.0;
+            const int64_t n = hi - lo, own_off = lo - g.own_begin;
+            auto target = g.fp32() ? g.flat_param.narrow(0, lo, n) : g.master.narrow(0, own_off, n);
+            adamw_update_(target, g.flat_grad.narrow(0, lo, n), g.exp_avg.narrow(0, own_off, n),
+                          g.exp_avg_sq.narrow(0, own_off, n), a);
+        }
+        for (auto& g : st.groups) {
+            const int64_t own = std::min(g.own_end, g.numel) - g.own_begin;
+            if (!g.fp32() && own > 0)
+                g.flat_param.narrow(0, g.own_begin, own).copy_(g.master.narrow(0, 0, own));
+            if (st.opts.zero_stage == 1) st.transport->allgather_shards(g.flat_param, g.padded / st.dp_size);
+        }
+        // The data changed under the parameters' feet: let autograd see it.
+        for (auto& s : st.slots) s.param.unsafeGetTensorImpl()->bump_version();
+        ++st.applied_updates;
+    }
+    ++st.global_step;
+    if (advance_schedule) ++st.schedule_step;
+    return r;
+}
+
+void TrainEngine::advance_schedule() { ++impl_->schedule_step; }
+
+// ---- accessors ------------------------------------------------------------------------------
+
+int64_t TrainEngine::global_step() const { return impl_->global_step; }
+int64_t TrainEngine::schedule_step() const { return impl_->schedule_step; }
+int64_t TrainEngine::applied_updates() const { return impl_->applied_updates; }
+double TrainEngine::current_lr() const { return scheduled_lr(impl_->opts, impl_->schedule_step); }
+const OptimOptions& TrainEngine::options() const { return impl_->opts; }
+const char* TrainEngine::transport_name() const { return impl_->transport->name(); }
+torch::Generator TrainEngine::generator() const { return impl_->generator; }
+
+int64_t TrainEngine::optimizer_state_bytes() const {
+    int64_t bytes = 0;
+    for (const auto& g : impl_->groups) {
+        bytes += (g.exp_avg.numel() + g.exp_avg_sq.numel()) * 4;
+        if (g.master.defined()) bytes += g.master.numel() * 4;
+    }
+    return bytes;
+}
+
+int64_t TrainEngine::num_parameters() const {
+    int64_t n = 0;
+    for (const auto& g : impl_->groups) n += g.numel;
+    return n;
+}
+
+}  // namespace rlpt::engine

@@ -1,0 +1,115 @@
+#include "engine/transport.h"
+
+#include <limits>
+#include <vector>
+
+#include "rlpt/core/error.h"
+
+namespace rlpt::engine::detail {
+namespace {
+
+class SelfTransport final : public Transport {
+  public:
+    const char* name() const override { return "self"; }
+    void start_allreduce_sum(const torch::Tensor&) override {}
+    void finish_allreduces(const std::string&) override {}
+    void allgather_shards(const torch::Tensor&, int64_t) override {}
+    void broadcast(const torch::Tensor&, int) override {}
+};
+
+// Owns a committed MPI datatype.
+class MpiType {
+  public:
+    explicit MpiType(int64_t bytes) {
+        RLPT_MPI_CHECK(MPI_Type_contiguous(static_cast<int>(bytes), MPI_BYTE, &type_));
+        RLPT_MPI_CHECK(MPI_Type_commit(&type_));
+    }
+    ~MpiType() { MPI_Type_free(&type_); }
+    MpiType(const MpiType&) = delete;
+    MpiType& operator=(const MpiType&) = delete;
+    MPI_Datatype get() const { return type_; }
+
+  private:
+    MPI_Datatype type_ = MPI_DATATYPE_NULL;
+};
+
+void check_cpu_contiguous(const torch::Tensor& t, const char* op) {
+    RLPT_CHECK(t.defined() && t.is_cpu() && t.is_contiguous(),
+               "engine MPI transport: {} needs a contiguous CPU tensor (CUDA tensors need a build with NCCL)", op);
+}
+
+class MpiTransport final : public Transport {
+  public:
+    explicit MpiTransport(const comm::Communicator& dp) : dp_(dp) {}
+
+    const char* name() const override { return "mpi"; }
+
+    void start_allreduce_sum(const torch::Tensor& t) override {
+        check_cpu_contiguous(t, "all-reduce");
+        RLPT_CHECK(t.scalar_type() == torch::kFloat32, "engine MPI transport: all-reduce of {} (float32 only)",
+                   c10::toString(t.scalar_type()));
+        RLPT_CHECK(t.numel() * 4 <= comm::kMaxMessageBytes, "engine MPI transport: all-reduce bucket of {} bytes",
+                   t.numel() * 4);
+        if (t.numel() == 0) return;
+        MPI_Request req = MPI_REQUEST_NULL;
+        RLPT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), static_cast<int>(t.numel()), MPI_FLOAT, MPI_SUM,
+                                      dp_.get(), &req));
+        pending_.push_back(req);
+    }
+
+    void finish_allreduces(const std::string& what) override {
+        comm::wait_all(pending_, comm::Deadline::never(), what);
+        pending_.clear();
+    }
+
+    void allgather_shards(const torch::Tensor& t, int64_t shard) override {
+        check_cpu_contiguous(t, "all-gather");
+        const int n = dp_.size();
+        RLPT_CHECK(shard % kShardAlign == 0 && t.numel() == shard * n,
+                   "engine MPI transport: all-gather of {} elements in shards of {} over {} ranks", t.numel(), shard,
+                   n);
+        if (shard == 0) return;
+        // Counts and displacements are ints: count in units of kShardAlign elements, and move
+        // at most kMaxMessageBytes of each shard per round.
+        const int64_t unit_bytes = kShardAlign * static_cast<int64_t>(t.element_size());
+        const int64_t shard_units = shard / kShardAlign;
+        RLPT_CHECK(shard_units * n < std::numeric_limits<int>::max(),
+                   "engine MPI transport: all-gather of {} elements is too large", t.numel());
+        MpiType unit(unit_bytes);
+        const int64_t round_units = std::max<int64_t>(1, comm::kMaxMessageBytes / unit_bytes);
+        std::vector<int> counts(static_cast<size_t>(n)), displs(static_cast<size_t>(n));
+        for (int64_t off = 0; off < shard_units; off += round_units) {
+            const int64_t c = std::min(round_units, shard_units - off);
+            for (int r = 0; r < n; ++r) {
+                counts[static_cast<size_t>(r)] = static_cast<int>(c);
+                displs[static_cast<size_t>(r)] = static_cast<int>(r * shard_units + off);
+            }
+            MPI_Request req = MPI_REQUEST_NULL;
+            RLPT_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, t.data_ptr(), counts.data(),
+                                           displs.data(), unit.get(), dp_.get(), &req));
+            comm::wait_one(req, comm::Deadline::never(), "parameter all-gather (ZeRO-1)");
+        }
+    }
+
+    void broadcast(const torch::Tensor& t, int root) override {
+        check_cpu_contiguous(t, "broadcast");
+        dp_.bcast(t.data_ptr(), t.numel() * static_cast<int64_t>(t.element_size()), root);
+    }
+
+  private:
+    const comm::Communicator& dp_;
+    // Requests still pending when the transport dies belong to a step that threw; waiting for
+    // them could block on peers that are gone, so they are left to MPI_Finalize / MPI_Abort.
+    std::vector<MPI_Request> pending_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_self_transport() { return std::make_unique<SelfTransport>(); }
+
+std::unique_ptr<Transport> make_mpi_transport(const comm::Communicator& dp) {
+    RLPT_CHECK(dp.valid(), "engine: the MPI transport needs a valid communicator");
+    return std::make_unique<MpiTransport>(dp);
+}
+
+}  // namespace rlpt::engine::detail

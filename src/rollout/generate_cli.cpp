@@ -1,0 +1,299 @@
+#include "rlpt/rollout/generate_cli.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "rlpt/core/error.h"
+#include "rlpt/model/transformer.h"
+#include "rlpt/rollout/generator.h"
+#include "rlpt/rollout/sampler.h"
+#include "rlpt/tokenizer/chat_template.h"
+#include "rlpt/tokenizer/tokenizer.h"
+
+namespace rlpt::rollout {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+
+// A failure that maps to exit code 2 (bad usage or missing inputs).
+struct UsageError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+struct Options {
+    std::string model_dir;
+    std::string prompt;
+    std::string prompt_ids;
+    bool greedy = false;
+    double temperature = 1.0;
+    double top_p = 1.0;
+    int64_t top_k = -1;
+    int64_t max_new_tokens = 64;
+    int64_t n = 1;
+    uint64_t seed = 0;
+    std::string chat_template = "none";
+    std::string dtype = "float32";
+    std::string output = "text";
+    bool ignore_eos = false;
+    bool have_prompt = false;
+};
+
+std::vector<int64_t> parse_ids(const std::string& text) {
+    std::vector<int64_t> ids;
+    std::stringstream ss(text);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        const auto b = item.find_first_not_of(" \t");
+        const auto e = item.find_last_not_of(" \t");
+        const std::string tok = b == std::string::npos ? "" : item.substr(b, e - b + 1);
+        size_t used = 0;
+        long long v = -1;
+        try {
+            v = std::stoll(tok, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (tok.empty() || used != tok.size() || v < 0)
+            throw UsageError(fmt::format("--prompt-ids: '{}' is not a non-negative integer (expected e.g. 1,2,3)", tok));
+        ids.push_back(v);
+    }
+    if (ids.empty() || text.back() == ',') throw UsageError("--prompt-ids: expected a comma-separated list such as 1,2,3");
+    return ids;
+}
+
+// eos_token_id of generation_config.json (an int or a list), or empty when the file or key is absent.
+std::vector<int64_t> generation_config_eos(const std::string& dir) {
+    const auto path = std::filesystem::path(dir) / "generation_config.json";
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) return {};
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(text.str());
+    } catch (const std::exception& e) {
+        RLPT_THROW(IoError, "{}: invalid JSON: {}", path.string(), e.what());
+    }
+    std::vector<int64_t> out;
+    if (!j.is_object() || !j.contains("eos_token_id") || j["eos_token_id"].is_null()) return out;
+    const auto& e = j["eos_token_id"];
+    if (e.is_number_integer()) {
+        out.push_back(e.get<int64_t>());
+    } else if (e.is_array()) {
+        for (const auto& x : e) {
+            RLPT_CHECK_KIND(IoError, x.is_number_integer(), "{}: eos_token_id must hold integers, got {}", path.string(),
+                            e.dump());
+            out.push_back(x.get<int64_t>());
+        }
+    } else {
+        RLPT_THROW(IoError, "{}: eos_token_id must be an integer or a list, got {}", path.string(), e.dump());
+    }
+    return out;
+}
+
+// eos / stop / pad ids from the checkpoint, the tokenizer and the chat family.
+void set_special_ids(SamplingParams& params, const Options& opt, const model::ModelArgs& args,
+                     const tokenizer::Tokenizer* tok, tokenizer::ChatFamily family) {
+    const int64_t vocab = args.vocab_size;
+    std::vector<int64_t> ends = generation_config_eos(opt.model_dir);
+    if (ends.empty()) ends = args.eos_token_ids;
+    if (tok && tok->eos_id() >= 0) ends.push_back(tok->eos_id());
+    if (tok)
+        for (const auto& name : tokenizer::chat_stop_tokens(family)) {
+            const int64_t id = tok->token_to_id(name);
+            if (id >= 0) ends.push_back(id);
+        }
+    std::vector<int64_t> in_vocab;
+    for (int64_t id : ends)
+        if (id >= 0 && id < vocab && std::find(in_vocab.begin(), in_vocab.end(), id) == in_vocab.end())
+            in_vocab.push_back(id);
+    if (!opt.ignore_eos && !in_vocab.empty()) {
+        params.eos_id = in_vocab.front();
+        params.stop_token_ids.assign(in_vocab.begin() + 1, in_vocab.end());
+    }
+    for (int64_t pad : {tok ? tok->pad_id() : -1, args.pad_token_id, in_vocab.empty() ? -1 : in_vocab.front()}) {
+        if (pad >= 0 && pad < vocab) {
+            params.pad_id = pad;
+            break;
+        }
+    }
+}
+
+nlohmann::json sampling_json(const SamplingParams& p, uint64_t seed) {
+    return {{"greedy", p.greedy},       {"temperature", p.temperature},       {"top_p", p.top_p},
+            {"top_k", p.top_k},         {"max_new_tokens", p.max_new_tokens}, {"eos_id", p.eos_id},
+            {"stop_token_ids", p.stop_token_ids}, {"seed", seed}};
+}
+
+int run(const Options& opt) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(opt.model_dir, ec))
+        throw UsageError(fmt::format("model folder '{}' does not exist", opt.model_dir));
+    if (!std::filesystem::is_regular_file(std::filesystem::path(opt.model_dir) / "config.json", ec))
+        throw UsageError(fmt::format("'{}' is not a model folder: it has no config.json", opt.model_dir));
+    tokenizer::ChatFamily family = tokenizer::ChatFamily::kNone;
+    try {
+        family = tokenizer::parse_chat_family(opt.chat_template);
+    } catch (const Error& e) {
+        throw UsageError(e.message());
+    }
+    if (!opt.have_prompt && family != tokenizer::ChatFamily::kNone)
+        throw UsageError("--chat-template applies to --prompt text; --prompt-ids are used as given");
+
+    std::unique_ptr<tokenizer::Tokenizer> tok;
+    std::vector<int64_t> prompt_ids;
+    if (opt.have_prompt) {
+        try {
+            tok = tokenizer::load_tokenizer(opt.model_dir);
+        } catch (const Error& e) {
+            throw UsageError(fmt::format("--prompt needs the folder's tokenizer ({}); pass --prompt-ids instead",
+                                         e.message()));
+        }
+        const std::string text = family == tokenizer::ChatFamily::kNone
+                                     ? opt.prompt
+                                     : tokenizer::apply_chat_template(family, {{"user", opt.prompt}}, true);
+        try {
+            prompt_ids = tok->encode(text, /*allow_special=*/true);
+        } catch (const Error& e) {
+            throw UsageError(fmt::format("--prompt cannot be encoded: {}", e.message()));
+        }
+        if (prompt_ids.empty()) throw UsageError("--prompt encodes to no tokens");
+    } else {
+        prompt_ids = parse_ids(opt.prompt_ids);
+        try {
+            tok = tokenizer::load_tokenizer(opt.model_dir);
+        } catch (const Error& e) {
+            std::fprintf(stderr, "rlpt generate: no text output: %s\n", e.message().c_str());
+        }
+    }
+
+    auto model = model::load_pretrained(opt.model_dir, model::dtype_from_name(opt.dtype));
+    model->eval();
+    const int64_t vocab = model->args().vocab_size;
+    for (int64_t id : prompt_ids)
+        if (id >= vocab)
+            throw UsageError(fmt::format("prompt id {} is outside the model's vocabulary [0, {})", id, vocab));
+
+    SamplingParams params;
+    params.greedy = opt.greedy;
+    params.temperature = opt.temperature;
+    params.top_p = opt.top_p;
+    params.top_k = opt.top_k;
+    params.max_new_tokens = opt.max_new_tokens;
+    set_special_ids(params, opt, model->args(), tok.get(), family);
+
+    std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(opt.n), prompt_ids);
+    std::vector<uint64_t> seeds;
+    for (int64_t i = 0; i < opt.n; ++i) seeds.push_back(sample_seed(opt.seed, 0, i));
+    const GenerationOutput out = generate(*model, prompts, seeds, params, std::max<int64_t>(opt.n, 1));
+
+    auto response = [&](int64_t i) {
+        const int64_t len = out.response_mask[i].sum().item<int64_t>();
+        auto ids = out.responses[i].narrow(0, 0, len).contiguous();
+        auto lps = out.rollout_log_probs[i].narrow(0, 0, len).contiguous();
+        return std::make_pair(std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + len),
+                              std::vector<float>(lps.data_ptr<float>(), lps.data_ptr<float>() + len));
+    };
+    if (opt.output == "json") {
+        nlohmann::json j = {{"model", opt.model_dir}, {"dtype", opt.dtype}, {"prompt_ids", prompt_ids}};
+        if (tok) j["prompt_text"] = tok->decode(prompt_ids);
+        j["sampling"] = sampling_json(params, opt.seed);
+        j["samples"] = nlohmann::json::array();
+        for (int64_t i = 0; i < opt.n; ++i) {
+            auto [ids, lps] = response(i);
+            nlohmann::json s = {{"index", i}, {"seed", seeds[static_cast<size_t>(i)]}, {"token_ids", ids},
+                                {"log_probs", lps}};
+            if (tok) s["text"] = tok->decode(ids);
+            s["finish_reason"] = finish_reason_name(out.finish_reasons[static_cast<size_t>(i)]);
+            j["samples"].push_back(std::move(s));
+        }
+        std::fputs((j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n").c_str(), stdout);
+    } else {
+        std::string text = fmt::format("model: {} ({}, {}, vocab {})\nprompt: {} tokens {}\n", opt.model_dir,
+                                       model->args().architecture(), opt.dtype, vocab, prompt_ids.size(),
+                                       nlohmann::json(prompt_ids).dump());
+        if (tok) text += fmt::format("{}\n", tok->decode(prompt_ids));
+        for (int64_t i = 0; i < opt.n; ++i) {
+            auto [ids, lps] = response(i);
+            double sum = 0;
+            for (float l : lps) sum += l;
+            text += fmt::format("--- sample {} (finish: {}, {} tokens, sum log-prob {:.4f})\n", i,
+                                finish_reason_name(out.finish_reasons[static_cast<size_t>(i)]), ids.size(), sum);
+            if (tok) text += fmt::format("{}\n", tok->decode(ids));
+            text += fmt::format("ids: {}\nlog-probs: [{:.4f}]\n", nlohmann::json(ids).dump(), fmt::join(lps, ", "));
+        }
+        std::fputs(text.c_str(), stdout);
+    }
+    std::fflush(stdout);
+    return kExitOk;
+}
+
+}  // namespace
+
+int generate_command(int argc, char** argv) {
+    Options opt;
+    CLI::App app{"Generate from a model folder (Hugging Face layout) on the CPU, without MPI.", "rlpt generate"};
+    app.add_option("--model", opt.model_dir, "model folder (config.json + *.safetensors [+ tokenizer])")->required();
+    auto* o_prompt = app.add_option("--prompt", opt.prompt, "prompt text (needs the folder's tokenizer)");
+    auto* o_ids = app.add_option("--prompt-ids", opt.prompt_ids, "prompt token ids, e.g. 1,2,3");
+    o_prompt->excludes(o_ids);
+    auto* f_greedy = app.add_flag("--greedy", opt.greedy, "argmax decoding");
+    app.add_option("--temperature", opt.temperature, "sampling temperature (default 1)");
+    app.add_option("--top-p", opt.top_p, "nucleus sampling mass in (0, 1] (default 1: off)")->excludes(f_greedy);
+    app.add_option("--top-k", opt.top_k, "keep the K most likely tokens (default -1: off)")->excludes(f_greedy);
+    app.add_option("--max-new-tokens", opt.max_new_tokens, "response length limit (default 64)");
+    app.add_option("--n", opt.n, "samples of the prompt (default 1)");
+    app.add_option("--seed", opt.seed, "run seed (default 0)");
+    app.add_option("--chat-template", opt.chat_template, "none|qwen2|llama3 (default none)")
+        ->check(CLI::IsMember({"none", "qwen2", "llama3"}));
+    app.add_option("--dtype", opt.dtype, "float32|bfloat16 (default float32)")
+        ->check(CLI::IsMember({"float32", "bfloat16"}));
+    app.add_option("--output", opt.output, "text|json (default text)")->check(CLI::IsMember({"text", "json"}));
+    app.add_flag("--ignore-eos", opt.ignore_eos, "do not stop at EOS or end-of-turn tokens");
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        std::fprintf(stderr, "rlpt generate: %s (see rlpt generate --help)\n", e.what());
+        return kExitUsage;
+    }
+    try {
+        opt.have_prompt = o_prompt->count() > 0;
+        if (!opt.have_prompt && o_ids->count() == 0) throw UsageError("one of --prompt or --prompt-ids is required");
+        if (opt.n < 1) throw UsageError(fmt::format("--n must be >= 1, got {}", opt.n));
+        SamplingParams check;
+        check.greedy = opt.greedy;
+        check.temperature = opt.temperature;
+        check.top_p = opt.top_p;
+        check.top_k = opt.top_k;
+        check.max_new_tokens = opt.max_new_tokens;
+        try {
+            validate_sampling_params(check, /*vocab_size=*/0);
+        } catch (const ValueError& e) {
+            throw UsageError(e.message());
+        }
+        return run(opt);
+    } catch (const UsageError& e) {
+        std::fprintf(stderr, "rlpt generate: %s\n", e.what());
+        return kExitUsage;
+    } catch (const ConfigError& e) {
+        std::fprintf(stderr, "rlpt generate: %s\n", e.what());
+        return kExitUsage;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "rlpt generate: %s\n", e.what());
+        return kExitError;
+    }
+}
+
+}  // namespace rlpt::rollout

@@ -1,0 +1,10 @@
+# TrainEngine throughput benchmark (label bench). Registered under the "bench" ctest
+# configuration so a plain `ctest` never runs it: `ctest -C bench -L bench -R train -V`, or
+# scripts/bench_train.sh for the markdown table.
+add_executable(rlpt_bench_train ${CMAKE_CURRENT_LIST_DIR}/bench_train.cpp)
+target_link_libraries(rlpt_bench_train PRIVATE rlpt_core)
+rlpt_torch_target(rlpt_bench_train)
+rlpt_warnings(rlpt_bench_train)
+add_test(NAME bench_train COMMAND ${PROJECT_SOURCE_DIR}/scripts/bench_train.sh $<TARGET_FILE:rlpt_bench_train>
+         CONFIGURATIONS bench)
+set_tests_properties(bench_train PROPERTIES LABELS bench TIMEOUT 3600 RUN_SERIAL TRUE ENVIRONMENT "${RLPT_TEST_ENV}")

@@ -1,0 +1,317 @@
+// Data-parallel TrainEngine over MPI_COMM_WORLD (run at 1, 2 and 3 ranks, tests/mpi/engine.cmake).
+// Every rank computes the single-process reference itself (same seeds, whole global batch), so
+// the test checks "the same global batch gives the same update whatever the DP size".
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <filesystem>
+
+#include "rlpt/algo/agg_loss.h"
+#include "rlpt/ckpt/h5_store.h"
+#include "rlpt/comm/mpi.h"
+#include "rlpt/core/error.h"
+#include "rlpt/engine/policy_ops.h"
+#include "rlpt/engine/train_engine.h"
+#include "rlpt/model/transformer.h"
+
+namespace rlpt::engine {
+namespace {
+
+constexpr int64_t kGlobalRows = 12, kPrompt = 4, kResponse = 5, kVocab = 20;
+constexpr int kSteps = 3;
+
+model::ModelArgs args() {
+    auto a = model::tiny_model_args(model::ModelFamily::kQwen2, kVocab);
+    a.hidden_size = 32;
+    a.intermediate_size = 48;
+    a.num_attention_heads = 4;
+    a.num_key_value_heads = 2;
+    a.head_dim = 8;
+    a.validate();
+    return a;
+}
+
+// The global batch of step k: 12 rollout-shaped rows with varying prompt/response lengths and
+// one advantage per row.
+struct GlobalBatch {
+    SequenceBatch seq;
+    torch::Tensor adv;  // [12]
+};
+GlobalBatch global_batch(int k) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 + k);
+    GlobalBatch g;
+    const int64_t t = kPrompt + kResponse;
+    g.seq.input_ids = torch::randint(1, kVocab, {kGlobalRows, t}, gen, torch::kInt64);
+    g.seq.attention_mask = torch::ones({kGlobalRows, t}, torch::kInt64);
+    for (int64_t i = 0; i < kGlobalRows; ++i) {
+        const int64_t left = (i + k) % 3, right = (i * 2 + k) % kResponse;
+        if (left) g.seq.attention_mask[i].narrow(0, 0, left).zero_();
+        if (right) g.seq.attention_mask[i].narrow(0, t - right, right).zero_();
+    }
+    g.seq.input_ids.masked_fill_(g.seq.attention_mask == 0, 0);
+    g.seq.position_ids = (g.seq.attention_mask.cumsum(1) - 1).clamp_min(0);
+    g.seq.response_length = kResponse;
+    g.adv = torch::randn({kGlobalRows}, gen);
+    return g;
+}
+
+SequenceBatch rows(const SequenceBatch& s, int64_t begin, int64_t n) {
+    SequenceBatch out;
+    out.input_ids = s.input_ids.narrow(0, begin, n);
+    out.attention_mask = s.attention_mask.narrow(0, begin, n);
+    out.position_ids = s.position_ids.narrow(0, begin, n);
+    out.response_length = s.response_length;
+    return out;
+}
+
+torch::Tensor response_mask(const SequenceBatch& s) {
+    return s.attention_mask.narrow(1, s.input_ids.size(1) - s.response_length, s.response_length);
+}
+
+// One training step on rows [begin, begin + n) of the global batch, in micro-batches of `mb`
+// rows, with the token-mean loss normalised by the global token count (ALGORITHMS §1.3).
+StepResult train_step(TrainEngine& eng, model::CausalLM& m, const GlobalBatch& g, int64_t begin, int64_t n,
+                      int64_t mb, int64_t dp_size, const comm::Communicator* dp) {
+    auto mine = rows(g.seq, begin, n);
+    int64_t tokens = response_mask(mine).sum().item<int64_t>();
+    if (dp) tokens = dp->allreduce_sum_i64(tokens);
+    algo::GlobalBatchInfo info;
+    info.dp_size = dp_size;
+    info.batch_num_tokens = static_cast<double>(tokens);
+    eng.zero_grad();
+    for (int64_t b = 0; b < n; b += mb) {
+        const int64_t len = std::min(mb, n - b);
+        auto s = rows(mine, b, len);
+        auto lp = compute_log_probs(m, s, 1.0, false).log_probs;
+        auto adv = g.adv.narrow(0, begin + b, len).unsqueeze(1);
+        algo::agg_loss(-adv * lp, response_mask(s), algo::AggMode::kTokenMean, info).backward();
+    }
+    return eng.step();
+}
+
+// eps = 1e-3 keeps the Adam update a smooth function of the gradient: with a tiny eps, an
+// element whose gradient is a near-cancelling sum (random-sign advantages) has m̂/√v̂ ≈ ±1 for
+// any rounding noise, and the reduction order across ranks legitimately changes such noise.
+// The gradients themselves are compared separately, with a tight norm-wise tolerance.
+OptimOptions options(int64_t zero_stage) {
+    OptimOptions o;
+    o.lr = 2e-2;
+    o.eps = 1e-3;
+    o.weight_decay = 0.1;
+    o.clip_grad = 0.5;  // active: the clip coefficient must agree too
+    o.scheduler = "cosine";
+    o.warmup_steps = 1;
+    o.total_steps = kSteps;
+    o.min_lr_ratio = 0.1;
+    o.zero_stage = zero_stage;
+    o.grad_bucket_bytes = 4 * 3000;  // several buckets
+    return o;
+}
+
+struct Run {
+    std::shared_ptr<model::CausalLM> model;
+    std::vector<double> norms;
+    torch::Tensor first_grad;  // all gradients after the first step (the DP mean), flattened
+    int64_t state_bytes = 0;
+};
+
+// `world` null: the single-process reference on the whole batch. Otherwise this rank's share of
+// the rows. Micro-batches of 2 rows in both cases (the shares of 12 rows over 1-3 ranks are
+// whole micro-batches), so the runs differ only in how the gradients are summed.
+Run run(const comm::Communicator* world, torch::Dtype dtype, int64_t zero_stage, int steps = kSteps) {
+    Run out;
+    const int rank = world ? world->rank() : 0;
+    const int64_t d = world ? world->size() : 1, share = kGlobalRows / d;
+    out.model = model::make_random_causal_lm(args(), rank == 0 ? 21 : 77, dtype);  // rank 0's wins
+    comm::Communicator none;
+    TrainEngine eng(out.model, world ? *world : none, options(zero_stage), 0);
+    for (int k = 0; k < steps; ++k) {
+        out.norms.push_back(train_step(eng, *out.model, global_batch(k), rank * share, share, 2, d, world).grad_norm);
+        if (k == 0) {
+            std::vector<torch::Tensor> g;
+            for (const auto& p : out.model->parameters()) g.push_back(p.grad().to(torch::kFloat64).flatten());
+            out.first_grad = torch::cat(g);
+        }
+    }
+    out.state_bytes = eng.optimizer_state_bytes();
+    return out;
+}
+
+// |got - ref| <= rel·|ref| + abs, element-wise.
+void expect_close(model::CausalLM& got, model::CausalLM& ref, double rel, double abs, const std::string& what) {
+    auto g = got.named_parameters();
+    for (const auto& item : ref.named_parameters()) {
+        auto a = g[item.key()].to(torch::kFloat64), b = item.value().to(torch::kFloat64);
+        const double err = ((a - b).abs() - rel * b.abs()).max().item<double>();
+        EXPECT_LE(err, abs) << what << ": " << item.key();
+    }
+}
+
+bool bitwise_equal(model::CausalLM& a, model::CausalLM& b) {
+    auto pb = b.named_parameters();
+    for (const auto& item : a.named_parameters())
+        if (!torch::equal(item.value(), pb[item.key()])) return false;
+    return true;
+}
+
+class EngineDp : public ::testing::Test {
+  protected:
+    void SetUp() override { torch::set_num_threads(1); }
+    comm::Communicator world_ = comm::Communicator::world();
+};
+
+TEST_F(EngineDp, SameGlobalBatchSameUpdateFp32WithAndWithoutZero1) {
+    auto ref = run(nullptr, torch::kFloat32, 0);
+    auto z0 = run(&world_, torch::kFloat32, 0);
+    auto z1 = run(&world_, torch::kFloat32, 1);
+    // The DP-mean gradient of the first step is the whole batch's gradient.
+    EXPECT_LE((z0.first_grad - ref.first_grad).norm().item<double>(), 1e-6 * ref.first_grad.norm().item<double>());
+    for (int k = 0; k < kSteps; ++k) EXPECT_NEAR(z0.norms[k], ref.norms[k], 1e-5 * ref.norms[k]) << k;
+    expect_close(*z0.model, *ref.model, 1e-5, 1e-6, "ZeRO-0");
+    // ZeRO-1 runs the same arithmetic on slices: bit-identical to ZeRO-0 at the same DP size.
+    EXPECT_TRUE(bitwise_equal(*z0.model, *z1.model));
+    EXPECT_EQ(z0.norms, z1.norms);
+    // Every rank ends with the same parameters (all-reduce results agree; ZeRO-1 all-gathers).
+    for (const auto& p : z1.model->parameters()) {
+        auto mine = p.detach().contiguous().clone();
+        auto root = mine.clone();
+        world_.bcast(root.data_ptr(), root.numel() * 4, 0);
+        ASSERT_TRUE(torch::equal(mine, root));
+    }
+    // Optimizer memory: 8 bytes per element without ZeRO, ~8/D with it.
+    const int64_t n = z0.state_bytes / 8;
+    EXPECT_LE(z1.state_bytes, (n / world_.size() + 64) * 8);
+    EXPECT_GE(z1.state_bytes, n / world_.size() * 8);
+}
+
+TEST_F(EngineDp, SameGlobalBatchSameUpdateBf16Masters) {
+    // One step. Gradients accumulate and reduce in fp32, but each micro-batch's backward runs
+    // in bf16 on a loss scaled by dp_size (ALGORITHMS §1.3): for a power of two that scaling is
+    // exact, otherwise (3 ranks) the bf16 roundings differ and the gradients agree to bf16
+    // precision (~2^-8), i.e. the update to ~2^-7·lr. On top, a parameter whose master sits
+    // on a rounding boundary may land one bf16 step (<= 2^-7 relative) away. Later steps run
+    // bf16 forwards on slightly different weights: bf16 noise, not data parallelism.
+    const bool exact_scale = (world_.size() & (world_.size() - 1)) == 0;
+    auto ref = run(nullptr, torch::kBFloat16, 0, 1);
+    auto one = run(&world_, torch::kBFloat16, 1, 1);
+    expect_close(*one.model, *ref.model, 1.0 / 128, exact_scale ? 1e-7 : options(1).lr / 128, "bf16 ZeRO-1");
+    EXPECT_NEAR(one.norms[0], ref.norms[0], (exact_scale ? 1e-5 : 1.0 / 256) * ref.norms[0]);
+    auto z0 = run(&world_, torch::kBFloat16, 0);
+    auto z1 = run(&world_, torch::kBFloat16, 1);
+    EXPECT_TRUE(bitwise_equal(*z0.model, *z1.model));
+    EXPECT_EQ(z1.state_bytes < z0.state_bytes, world_.size() > 1);
+}
+
+std::string temp_path(const std::string& tag, int rank) {
+    return (std::filesystem::temp_directory_path() /
+            fmt::format("rlpt_engine_mpi_{}_{}_{}.h5", tag, static_cast<long>(getpid()), rank))
+        .string();
+}
+
+TEST_F(EngineDp, Zero1SaveLoadContinuesBitIdentically) {
+    const int64_t d = world_.size(), share = kGlobalRows / d;
+    auto straight = model::make_random_causal_lm(args(), 21);
+    TrainEngine es(straight, world_, options(1), 0);
+    for (int k = 0; k < kSteps + 1; ++k)
+        train_step(es, *straight, global_batch(k), world_.rank() * share, share, 2, d, &world_);
+
+    auto first = model::make_random_causal_lm(args(), 21);
+    TrainEngine e1(first, world_, options(1), 0);
+    for (int k = 0; k < 2; ++k) train_step(e1, *first, global_batch(k), world_.rank() * share, share, 2, d, &world_);
+    const std::string path = temp_path("zero1", world_.rank());
+    {
+        ckpt::H5Writer w(path);
+        e1.save_state(w, "actor/");
+        w.commit();
+    }
+    auto resumed = model::make_random_causal_lm(args(), 5);
+    TrainEngine e2(resumed, world_, options(1), 3);
+    {
+        ckpt::H5Reader r(path);
+        e2.load_state(r, "actor/");
+    }
+    for (int k = 2; k < kSteps + 1; ++k)
+        train_step(e2, *resumed, global_batch(k), world_.rank() * share, share, 2, d, &world_);
+    EXPECT_TRUE(bitwise_equal(*straight, *resumed));
+
+    // Another DP size under ZeRO-1 (here: one rank) cannot take this rank's slice.
+    if (d > 1) {
+        auto solo = model::make_random_causal_lm(args(), 5);
+        comm::Communicator none;
+        TrainEngine e3(solo, none, options(1), 0);
+        ckpt::H5Reader r(path);
+        try {
+            e3.load_state(r, "actor/");
+            ADD_FAILURE() << "loaded a ZeRO-1 slice into another DP size";
+        } catch (const IoError& e) {
+            EXPECT_NE(std::string(e.what()).find("actor/optimizer/float32/exp_avg"), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find(fmt::format("over {} DP rank(s)", d)), std::string::npos) << e.what();
+        }
+    }
+    std::filesystem::remove(path);
+}
+
+// ---- mismatches: a clean error on every rank, never a hang ------------------------------------
+
+TEST_F(EngineDp, MismatchedParameterShapesFailOnEveryRank) {
+    if (world_.size() < 2) GTEST_SKIP() << "needs two ranks";
+    auto a = args();
+    if (world_.rank() == 1) a.intermediate_size = 64;
+    auto m = model::make_random_causal_lm(a, 1);
+    try {
+        TrainEngine eng(m, world_, options(0), 0);
+        ADD_FAILURE() << "no error on rank " << world_.rank();
+    } catch (const CommError& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("disagree"), std::string::npos) << what;
+        EXPECT_NE(what.find("mlp.gate_proj.weight"), std::string::npos) << what;
+        EXPECT_NE(what.find("[48, 32]"), std::string::npos) << what;
+        EXPECT_NE(what.find("[64, 32]"), std::string::npos) << what;
+    }
+    world_.barrier();  // everyone got here: nobody hangs in a collective
+}
+
+TEST_F(EngineDp, MismatchedOptionsFailOnEveryRank) {
+    if (world_.size() < 2) GTEST_SKIP() << "needs two ranks";
+    auto o = options(1);
+    if (world_.rank() == world_.size() - 1) o.lr = 1e-3;
+    auto m = model::make_random_causal_lm(args(), 1);
+    EXPECT_THROW(TrainEngine(m, world_, o, 0), CommError);
+    world_.barrier();
+}
+
+TEST_F(EngineDp, LocalSetupErrorReachesEveryRank) {
+    if (world_.size() < 2) GTEST_SKIP() << "needs two ranks";
+    auto m = model::make_random_causal_lm(args(), 1, world_.rank() == 1 ? torch::kFloat16 : torch::kFloat32);
+    try {
+        TrainEngine eng(m, world_, options(0), 0);
+        ADD_FAILURE() << "no error on rank " << world_.rank();
+    } catch (const ValueError& e) {
+        EXPECT_EQ(world_.rank(), 1) << e.what();  // the rank with the bad dtype: its own error
+    } catch (const CommError& e) {
+        EXPECT_NE(world_.rank(), 1) << e.what();
+        EXPECT_NE(std::string(e.what()).find("DP rank 1"), std::string::npos) << e.what();
+    }
+    world_.barrier();
+}
+
+TEST_F(EngineDp, ALocalStepErrorReachesEveryRank) {
+    if (world_.size() < 2) GTEST_SKIP() << "needs two ranks";
+    auto m = model::make_random_causal_lm(args(), 1);
+    TrainEngine eng(m, world_, options(0), 0);
+    if (world_.rank() == 0) m->to(torch::kFloat64);  // moves rank 0's parameters out of the buffer
+    try {
+        eng.step();
+        ADD_FAILURE() << "no error on rank " << world_.rank();
+    } catch (const ValueError& e) {
+        EXPECT_EQ(world_.rank(), 0) << e.what();
+    } catch (const CommError& e) {
+        EXPECT_NE(world_.rank(), 0) << e.what();
+        EXPECT_NE(std::string(e.what()).find("was moved"), std::string::npos) << e.what();
+    }
+    world_.barrier();
+}
+
+}  // namespace
+}  // namespace rlpt::engine
