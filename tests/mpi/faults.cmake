@@ -72,3 +72,16 @@ add_test(NAME placement_simulated_2nodes_np4 COMMAND ${_ops}/expect_output.sh --
      trainer.total_training_steps=1 trainer.export_hf=false)
 set_tests_properties(placement_simulated_2nodes_np4 PROPERTIES LABELS mpi PROCESSORS 2 TIMEOUT 120
   ENVIRONMENT "${RLPT_TEST_ENV};RLPT_SIMULATE_NODES=2")
+
+# Resuming an SFT run from an RL checkpoint is refused with one clear message (exit 2): the
+# setup writes an RL checkpoint (step 1) into a run directory, the SFT run then finds it.
+set(_mixed ${CMAKE_CURRENT_BINARY_DIR}/fault_runs/resume_mixed_modes)
+add_test(NAME resume_mixed_modes_setup COMMAND sh -c "rm -rf '${_mixed}' && exec \"$0\" \"$@\""
+  ${_mpirun} 2 ${RLPT_MPIEXEC_FLAGS} $<TARGET_FILE:rlpt> ${_tiny} trainer.output_dir=${_mixed}
+  trainer.total_training_steps=1 trainer.save_freq=1 trainer.export_hf=false)
+set_tests_properties(resume_mixed_modes_setup PROPERTIES LABELS mpi PROCESSORS 2 TIMEOUT 120
+  FIXTURES_SETUP rl_checkpoint_for_sft ENVIRONMENT "${RLPT_TEST_ENV}")
+rlpt_add_failure_test(resume_sft_from_rl_checkpoint_refused_np2 NP 2 TARGET rlpt ONCE MAX_SECONDS 60
+  REGEX "cannot resume an sft run from .*step_0*1: it is a checkpoint of a trainer\\.mode=rl run"
+  ARGS ${_tiny} trainer.output_dir=${_mixed} trainer.mode=sft)
+set_tests_properties(resume_sft_from_rl_checkpoint_refused_np2 PROPERTIES FIXTURES_REQUIRED rl_checkpoint_for_sft)

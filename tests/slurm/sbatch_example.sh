@@ -33,16 +33,21 @@ finish() {
   echo "sbatch_example: $([ $status -eq 0 ] && echo ok || echo FAILED) after $SECONDS s"
   exit $status
 }
-wait_for() {  # wait_for SECONDS FILE REGEX
+wait_for() {  # wait_for SECONDS FILE REGEX [STOP_FILE STOP_REGEX]: early failure on STOP_REGEX
   local i
-  for i in $(seq 1 $(( $1 * 10 ))); do grep -Eq "$3" "$2" 2>/dev/null && return 0; sleep 0.1; done
+  for i in $(seq 1 $(( $1 * 10 ))); do
+    grep -Eq "$3" "$2" 2>/dev/null && return 0
+    [ $# -ge 5 ] && grep -Eq "$5" "$4" 2>/dev/null && { sleep 0.5; grep -Eq "$3" "$2" 2>/dev/null; return; }
+    sleep 0.1
+  done
   return 1
 }
 job=$(sbatch --parsable "${opts[@]}" "$script" "$config" trainer.total_training_steps=1000 \
       trainer.save_freq=-1 trainer.test_freq=-1 trainer.export_hf=false) || { fail "sbatch failed"; finish; }
 job="${job%%;*}"
 log0="$RLPT_RUN_DIR/logs/rlpt-$job-restart0.log"
-wait_for 90 "$log0" "step [0-9]+/1000 ep" || { fail "the job did not finish a training step"; finish; }
+out="$work/slurm-$job.out"
+wait_for 90 "$log0" "step [0-9]+/1000 ep" "$out" "rlpt exited with" || { fail "the job did not finish a training step"; finish; }
 grep -Eq "Slurm job $job step [0-9]+ on nodes " "$log0" || fail "the log does not name the Slurm job"
 t0=$(date +%s.%N)
 scancel --batch --signal=USR1 "$job"
@@ -50,17 +55,21 @@ wait_for 60 "$log0" "stopping after step [0-9]+/1000 on SIGUSR1" ||
   fail "rlpt did not stop after SIGUSR1 to the batch shell"
 n=$(grep -Eo "stopping after step [0-9]+" "$log0" | head -1 | grep -Eo "[0-9]+$")
 echo "sbatch_example: rlpt stopped after step ${n:-?}, $(echo "$(date +%s.%N) - $t0" | bc) s after the signal"
-out="$work/slurm-$job.out"
 wait_for 30 "$out" "requeueing job $job" || fail "the batch script did not requeue the job"
 grep -q "rlpt exited with 75" "$out" || fail "the batch script did not see exit code 75"
-# Slurm holds a requeued job for ~2 minutes (BeginTime); start it now.
+# Slurm usually holds a requeued job for ~2 minutes (BeginTime); start it now when it does.
+log1="$RLPT_RUN_DIR/logs/rlpt-$job-restart1.log"
 for _ in $(seq 1 100); do
-  [ "$(squeue -h -j "$job" -o %T 2>/dev/null)" = PENDING ] && break
+  [ -f "$log1" ] && break
+  if [ "$(squeue -h -j "$job" -o %T 2>/dev/null)" = PENDING ]; then
+    scontrol show job "$job" | grep -Eo "(JobState|Reason|Restarts|BeginTime)=[^ ]+" | tr '\n' ' '; echo
+    # Not at once: slurmd may still be cleaning up the old step <job>.0, and a restart within
+    # a second or two fails to launch its srun step ("aborted before step completely launched").
+    sleep 8
+    scontrol update jobid="$job" starttime=now && break
+  fi
   sleep 0.1
 done
-scontrol show job "$job" | grep -Eo "(JobState|Reason|Restarts)=[^ ]+" | tr '\n' ' '; echo
-scontrol update jobid="$job" starttime=now || fail "cannot release the requeued job"
-log1="$RLPT_RUN_DIR/logs/rlpt-$job-restart1.log"
 if wait_for 90 "$log1" "resumed from .*step_0*${n:-x} \(step ${n:-x}[,)]"; then
   echo "sbatch_example: the requeued job resumed from step $n, $(echo "$(date +%s.%N) - $t0" | bc) s after the signal"
 else
