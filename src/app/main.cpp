@@ -10,6 +10,7 @@
 #include "rlpt/app/job.h"
 #include "rlpt/build_config.h"
 #include "rlpt/core/error.h"
+#include "rlpt/rollout/generate_cli.h"
 
 namespace rlpt::app {
 namespace {
@@ -19,6 +20,9 @@ const char* kUsage = R"(rlpt: reinforcement-learning post-training for language 
 Usage:
   mpirun -np N rlpt CONFIG.yaml [key=value ...]   train (trainer.mode: rl or sft)
   srun -n N rlpt CONFIG.yaml [key=value ...]      the same inside a Slurm allocation
+  rlpt generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--greedy] [--output json] ...
+                                                  sample from a checkpoint folder (no MPI;
+                                                  rlpt generate --help lists every flag)
   rlpt --help | --version
 
   key=value overrides any config key by its dotted path, e.g. trainer.total_training_steps=10
@@ -43,6 +47,7 @@ int main(int argc, char** argv) {
                     blas_description().c_str());
         return kExitOk;
     }
+    if (!std::strcmp(argv[1], "generate")) return rollout::generate_command(argc - 1, argv + 1);
     JobOptions opts;
     opts.config_path = argv[1];
     if (opts.config_path.size() > 0 && opts.config_path[0] == '-') {

@@ -7,9 +7,9 @@ rlpt_add_failure_test(app_bad_value_refused_np2 NP 2 TARGET rlpt ONCE MAX_SECOND
 rlpt_add_failure_test(app_missing_config_np2 NP 2 TARGET rlpt ONCE MAX_SECONDS 60
   REGEX "no/such.yaml: cannot open config file" ARGS no/such.yaml)
 rlpt_add_failure_test(app_impossible_layout_np3 NP 3 TARGET rlpt ONCE MAX_SECONDS 60
-  REGEX "the groups ask for 5 ranks but only 2 are available"
+  REGEX "the groups ask for 5 ranks but only 3 are available"
   ARGS ${_tiny} "placement.groups=[{roles: [actor, rollout], ranks: 5}]")
 rlpt_add_failure_test(app_single_rank_refused_np1 NP 1 TARGET rlpt ONCE MAX_SECONDS 60
-  REGEX "leave no rank for the roles" ARGS ${_tiny})
+  REGEX "leave no rank for the roles" ARGS ${_tiny} placement.controller_hosts_roles=false)
 rlpt_add_failure_test(app_missing_role_refused_np3 NP 3 TARGET rlpt ONCE MAX_SECONDS 60
   REGEX "role 'critic' is needed \\(algorithm.adv_estimator=gae\\)" ARGS ${_tiny} algorithm.adv_estimator=gae)

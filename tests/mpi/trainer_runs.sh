@@ -46,7 +46,17 @@ case "$check" in
     grep -q '"actor/pg_loss"' runs/tiny/metrics.jsonl
     grep -q '"val-core/rlpt/arithmetic/acc/mean@1"' runs/tiny/metrics.jsonl
     test -f runs/tiny/hf_model/config.json && test -f runs/tiny/hf_model/model.safetensors
-    test -f runs/tiny/checkpoints/step_000002/COMPLETE || ls -R runs/tiny/checkpoints
+    test -f runs/tiny/checkpoints/step_2/COMPLETE
+    if [ "$np" = 1 ]; then  # rlpt generate on the exported folder: json ids + log-probs, deterministic greedy
+      "$bin" generate --model runs/tiny/hf_model --prompt-ids 1,4,5,13 --greedy --max-new-tokens 4 --output json > g1.json
+      "$bin" generate --model runs/tiny/hf_model --prompt-ids 1,4,5,13 --greedy --max-new-tokens 4 --output json > g2.json
+      cmp g1.json g2.json
+      "$py" -c 'import json,sys; d=json.load(open("g1.json")); s=d["samples"][0]; assert 1 <= len(s["token_ids"]) <= 4 and len(s["log_probs"]) == len(s["token_ids"]) and all(p <= 0 for p in s["log_probs"]), d'
+      "$bin" generate --model runs/tiny/hf_model --prompt "12+3=" --n 2 --temperature 0.7 --max-new-tokens 4 | tee g.txt
+      grep -q "finish" g.txt
+      if "$bin" generate --model runs/tiny/hf_model --prompt-ids 1,99999 2> gerr.txt; then exit 1; fi
+      grep -q "rlpt generate: " gerr.txt
+    fi
     ;;
   dp-invariance)
     common=(trainer.output_dir=runs trainer.total_training_steps=3 trainer.val_before_train=false)
@@ -63,7 +73,7 @@ case "$check" in
     run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=resumed trainer.total_training_steps=2
     run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=resumed trainer.total_training_steps=4 \
       | tee resume.log
-    grep -q "resumed from .*step_000002 (step 2, epoch 0, 24 of 24" resume.log
+    grep -q "resumed from .*step_2 (step 2, epoch 0, 24 of 24" resume.log
     compare runs/straight/metrics.jsonl runs/resumed/metrics.jsonl 3,4 0 \
       critic/score/mean actor/pg_loss actor/grad_norm training/epoch
     cmp runs/straight/hf_model/model.safetensors runs/resumed/hf_model/model.safetensors
