@@ -2,6 +2,7 @@
 
 #include "protocol_common.h"
 #include "rlpt/core/log.h"
+#include "rlpt/core/signals.h"
 #include "rlpt/protocol/runtime.h"
 
 namespace rlpt::protocol {
@@ -174,7 +175,10 @@ void Controller::receive_replies_until_done(Call& call) {
     const RoleSpec& spec = registry_[static_cast<size_t>(call.role)];
     const MethodSpec& m = spec.methods[call.method];
     const std::string what = spec.name + "." + m.name;
-    double timeout = m.timeout_s > 0 ? m.timeout_s : config_.trainer.call_timeout_s;
+    // trainer.call_timeout_s caps every call; a method's own timeout_s can only tighten it
+    // (ping: 120 s), so a user who lowers the cap gets the watchdog they asked for.
+    const double timeout =
+        m.timeout_s > 0 ? std::min(m.timeout_s, config_.trainer.call_timeout_s) : config_.trainer.call_timeout_s;
     comm::Deadline deadline = comm::Deadline::after_seconds(timeout - (detail::wall_seconds() - call.started));
     call.sends.complete(deadline, fmt::format("{}: sending the inputs", what));
 
@@ -184,6 +188,15 @@ void Controller::receive_replies_until_done(Call& call) {
     while (!call.waiting.empty()) {
         if (!replies_->try_take(msg, source, deadline)) {
             double now = detail::wall_seconds();
+            if (rlpt::stop_requested() && !stop_noticed_) {
+                // Say what is in flight: when the launcher is ending the job (a rank died and
+                // mpirun/srun terminates the others) this is the last line naming the method.
+                stop_noticed_ = true;
+                std::string silent;
+                for (int r : call.waiting) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+                RLPT_LOG_WARN("{} received while {} (step {}) waits for rank(s) {}; stopping after this call",
+                              stop_signal_name(), what, call.step, silent);
+            }
             if (now - call.last_warn >= config_.trainer.stall_warn_s) {
                 call.last_warn = now;
                 std::string silent;
@@ -210,6 +223,12 @@ void Controller::receive_replies_until_done(Call& call) {
         Call& owner = find_call(r.seq);
         const RoleSpec& ospec = registry_[static_cast<size_t>(owner.role)];
         const MethodSpec& om = ospec.methods[owner.method];
+        if (r.stop_signal != 0 && remote_stop_signal_ == 0) {
+            remote_stop_signal_ = r.stop_signal;
+            remote_stop_rank_ = source;
+            RLPT_LOG_WARN("rank {} reports a stop signal ({}); stopping at the next step boundary", source,
+                          signal_name(r.stop_signal));
+        }
         if (r.status != static_cast<uint8_t>(wire::ReplyStatus::kOk)) {
             std::string text = msg.substr(sizeof(r));
             throw RemoteError(fmt::format("{}.{} failed on rank {} (role {}, step {}): {}", ospec.name, om.name, source,
@@ -303,11 +322,21 @@ Batch Controller::wait(Pending& p) {
     return std::move(wait_all(p).front());
 }
 
-void Controller::shutdown() {
+bool Controller::stop_requested() const { return rlpt::stop_requested() || remote_stop_signal_ != 0; }
+
+std::string Controller::stop_reason() const {
+    if (rlpt::stop_requested()) return fmt::format("{} on rank {}", stop_signal_name(), topo_.world_rank());
+    if (remote_stop_signal_ != 0) return fmt::format("{} on rank {}", signal_name(remote_stop_signal_), remote_stop_rank_);
+    return "";
+}
+
+void Controller::shutdown(int exit_code) {
     if (shut_down_) return;
     shut_down_ = true;
+    RLPT_CHECK(exit_code >= 0 && exit_code < 256, "shutdown: exit code {} is not in 0..255", exit_code);
     wire::CommandHeader h;
     h.kind = static_cast<uint8_t>(wire::CommandKind::kShutdown);
+    h.exit_code = static_cast<uint16_t>(exit_code);
     std::string prefix = detail::header_bytes(h);
     comm::OutgoingBatch sends;
     for (int w = 0; w < topo_.world_size(); ++w) {

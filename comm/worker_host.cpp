@@ -6,6 +6,7 @@
 
 #include "protocol_common.h"
 #include "rlpt/core/log.h"
+#include "rlpt/core/signals.h"
 #include "rlpt/protocol/runtime.h"
 
 namespace rlpt::protocol {
@@ -95,7 +96,7 @@ bool sends_payload(Collect c, const WorkerContext& ctx) {
 }
 }  // namespace
 
-void WorkerHost::serve() {
+int WorkerHost::serve() {
     const int controller = topo_.placement().controller_rank;
     MPI_Comm control = topo_.control().get();
     comm::Mailbox commands(control, wire::kTagCommand, {controller});
@@ -106,7 +107,7 @@ void WorkerHost::serve() {
                          comm::Deadline::never(), "the next command from the controller");
 
         auto h = detail::parse_header<wire::CommandHeader>(msg, "command from the controller");
-        if (h.kind == static_cast<uint8_t>(wire::CommandKind::kShutdown)) return;
+        if (h.kind == static_cast<uint8_t>(wire::CommandKind::kShutdown)) return h.exit_code;
         if (h.kind != static_cast<uint8_t>(wire::CommandKind::kCall)) {
             throw CommError(fmt::format("unknown command kind {} from the controller", h.kind));
         }
@@ -125,6 +126,9 @@ void WorkerHost::serve() {
         reply.method = h.method;
         reply.world_rank = topo_.world_rank();
         reply.seq = h.seq;
+        // A stop signal that reached only this rank still stops the job: the controller reads
+        // this at its next step boundary (rlpt/core/signals.h).
+        reply.stop_signal = static_cast<uint8_t>(stop_signal());
         Batch out;
         std::string error;
         try {

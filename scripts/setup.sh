@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Installs what is missing (Debian/Ubuntu packages), then configures and builds rlpt in
 # ./build. Idempotent and quiet when there is nothing to do.
-#   scripts/setup.sh [--no-build] [--with-slurm]
+#   scripts/setup.sh [--no-build] [--no-slurm]
+# The Slurm packages (slurmctld slurmd slurm-client munge, ~3 MB) are for the Slurm tests
+# (ctest -L slurm, scripts/slurm/local_cluster.sh); --no-slurm leaves them out (those tests
+# then skip).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-build=1; slurm=0
+build=1; slurm=1
 for a in "$@"; do
   case "$a" in
     --no-build) build=0;;
-    --with-slurm) slurm=1;;
+    --with-slurm) slurm=1;;  # the default; kept for old command lines
+    --no-slurm) slurm=0;;
     *) echo "setup.sh: unknown option $a" >&2; exit 2;;
   esac
 done

@@ -43,7 +43,7 @@ struct CommandHeader {
     uint8_t kind = 0;       // CommandKind
     uint8_t role = 0;       // index into the role registry
     uint16_t method = 0;    // index into the role's method table
-    uint16_t reserved = 0;
+    uint16_t exit_code = 0; // kShutdown: the code the workers exit with (75 after a stop signal)
     uint64_t seq = 0;       // call sequence number (per controller)
     int64_t step = -1;      // training step, for error messages
 };
@@ -55,7 +55,7 @@ struct ReplyHeader {
     uint8_t role = 0;
     uint16_t method = 0;
     uint8_t has_payload = 0; // 1: layout bytes + data messages follow
-    uint8_t reserved = 0;
+    uint8_t stop_signal = 0; // SIGTERM/SIGUSR1 this worker's process has received (0: none)
     int32_t world_rank = -1;
     uint64_t seq = 0;
 };

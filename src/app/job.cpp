@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "rlpt/comm/topology.h"
 #include "rlpt/core/debug_env.h"
 #include "rlpt/core/log.h"
+#include "rlpt/core/signals.h"
 #include "rlpt/protocol/runtime.h"
 
 namespace rlpt::app {
@@ -50,6 +52,26 @@ int threads_for(const Config& c, const comm::Placement& p, int world_rank) {
     return std::max(1, cores / std::max(1, on_node));
 }
 
+// "Slurm job 42 step 0 (nodes n[1-2], 8 tasks)" when launched inside a Slurm allocation, else
+// "". Ranks, sizes and local ranks always come from MPI; Slurm's variables only name the run in
+// the log (the run directory keeps trainer.experiment_name so a resubmitted job, which gets a
+// new job id, still finds its checkpoints with trainer.resume=auto).
+std::string slurm_description() {
+    auto env = [](const char* name) {
+        const char* v = std::getenv(name);
+        return std::string(v ? v : "");
+    };
+    const std::string job = env("SLURM_JOB_ID");
+    if (job.empty()) return "";
+    std::string s = "Slurm job " + job;
+    if (const std::string step = env("SLURM_STEP_ID"); !step.empty()) s += " step " + step;
+    if (const std::string restarts = env("SLURM_RESTART_COUNT"); !restarts.empty() && restarts != "0") {
+        s += " (requeued " + restarts + "x)";
+    }
+    s += " on nodes " + (env("SLURM_JOB_NODELIST").empty() ? std::string("?") : env("SLURM_JOB_NODELIST"));
+    return s;
+}
+
 int exit_code_for(const std::exception& e) {
     if (dynamic_cast<const protocol::RemoteError*>(&e)) return kExitWorkerError;
     if (const auto* err = dynamic_cast<const Error*>(&e)) {
@@ -63,6 +85,9 @@ int exit_code_for(const std::exception& e) {
 
 int run_job(const JobOptions& opts, int* argc, char*** argv) {
     comm::MpiRuntime mpi(argc, argv);
+    // SIGTERM/SIGUSR1 become a stop request on every rank (rlpt/core/signals.h): the
+    // controller acts on it at a step boundary; workers wait for its shutdown.
+    install_stop_signal_handlers();
     auto world = comm::Communicator::world();
     set_process_identity({world.rank(), world.rank() == 0 ? "controller" : ""});
     const DebugEnv env = read_debug_env();
@@ -118,8 +143,7 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
     try {
         protocol::WorkerHost host(role_registry(), config, topo, fault);
         if (!topo.is_controller()) {
-            host.serve();
-            return kExitOk;
+            return host.serve();  // the controller's code: 0, or 75 after a stop signal
         }
         RunContext run;
         run.config = &config;
@@ -130,12 +154,13 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
             std::ofstream f(fs::path(run.run_dir) / "config.yaml");
             f << "# effective config of this run (rlpt " << opts.config_path << ")\n" << to_yaml(config);
         }
+        if (const std::string slurm = slurm_description(); !slurm.empty()) RLPT_LOG_INFO("{}", slurm);
         RLPT_LOG_INFO("{}", topo.placement().describe());
         RLPT_LOG_INFO("run directory {} (effective config in config.yaml); {} torch thread(s) per rank",
                       run.run_dir, threads);
         protocol::Controller controller(role_registry(), config, topo, topo.hosted_roles().empty() ? nullptr : &host);
         int code = run_mode(controller, run);
-        controller.shutdown();
+        controller.shutdown(code);
         return code;
     } catch (const std::exception& e) {
         // Print from this rank, then end the whole job: peers may be blocked in collectives.

@@ -11,6 +11,7 @@
 #include "rlpt/algo/dapo.h"
 #include "rlpt/algo/data_metrics.h"
 #include "rlpt/algo/seqlen_balancing.h"
+#include "rlpt/app/job.h"
 #include "rlpt/core/log.h"
 #include "rlpt/roles/actor.h"
 #include "rlpt/roles/critic.h"
@@ -474,7 +475,18 @@ int RlTrainer::run() {
         for (const auto& [k, v] : m)
             if (k.rfind("val-core/", 0) == 0) RLPT_LOG_INFO("  validation at step {}: {} = {:.4f}", step_, k, v);
         log_->write(step_, m);
-        if (c_.trainer.save_freq > 0 && (step_ % c_.trainer.save_freq == 0 || last)) save_checkpoint();
+        const bool saved = c_.trainer.save_freq > 0 && (step_ % c_.trainer.save_freq == 0 || last);
+        if (saved) save_checkpoint();
+        // Preemption (SIGTERM/SIGUSR1 on any rank): the step is done; checkpoint every role and
+        // exit 75 so a requeued job resumes here (trainer.resume=auto). After the last step
+        // the run is complete and ends normally.
+        if (!last && ctl_.stop_requested()) {
+            if (!saved) save_checkpoint();
+            RLPT_LOG_WARN("stopping after step {}/{} on {}: checkpoint written; exit code {} (a run with "
+                          "trainer.resume=auto continues from here)",
+                          step_, total_steps_, ctl_.stop_reason(), kExitPreempted);
+            return kExitPreempted;
+        }
     }
     if (c_.trainer.export_hf) {
         std::string dir = (std::filesystem::path(run_.run_dir) / "hf_model").string();

@@ -6,11 +6,13 @@
 #include <filesystem>
 
 #include "metrics_log.h"
+#include "rlpt/app/job.h"
 #include "rlpt/core/log.h"
 #include "rlpt/data/sampler.h"
 #include "rlpt/rollout/generator.h"
 #include "rlpt/roles/actor.h"
 #include "rlpt/roles/rollout.h"
+#include "sft_checkpoint.h"
 #include "task_data.h"
 
 namespace rlpt::app {
@@ -129,15 +131,16 @@ int run_sft(protocol::Controller& ctl, const RunContext& run) {
     if (ctl.has_role("rollout")) ctl.call(roles::RolloutMethod::kInit, init);
 
     data::EpochSampler sampler(static_cast<int64_t>(examples.size()), static_cast<uint64_t>(c.data.seed), true, true);
-    MetricsLog log(run.run_dir, -1);
-    RLPT_LOG_INFO("sft: {} steps of {} examples over {} actor rank(s); {} training examples", steps, bs, dp,
-                  examples.size());
-    double acc = greedy_accuracy(ctl, c, t, 0);
+    const int64_t resumed_at = resume_sft(ctl, run, sampler);
+    MetricsLog log(run.run_dir, resumed_at > 0 ? resumed_at : -1);
+    RLPT_LOG_INFO("sft: {} steps of {} examples over {} actor rank(s); {} training examples{}", steps, bs, dp,
+                  examples.size(), resumed_at > 0 ? fmt::format(", resumed at step {}", resumed_at) : "");
+    double acc = resumed_at > 0 ? std::nan("") : greedy_accuracy(ctl, c, t, 0);
     if (!std::isnan(acc)) {
         RLPT_LOG_INFO("sft: greedy validation accuracy before training {:.3f}", acc);
         log.write(0, {{"val/acc", acc}});
     }
-    for (int64_t step = 1; step <= steps; ++step) {
+    for (int64_t step = resumed_at + 1; step <= steps; ++step) {
         ctl.set_step(step);
         const double ts = now_s();
         Batch b = make_sft_batch(examples, sampler.next_batch(bs), t.pad_id, dp);
@@ -153,6 +156,17 @@ int run_sft(protocol::Controller& ctl, const RunContext& run) {
             RLPT_LOG_INFO("sft step {}/{} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:.2f} s{}", step, steps,
                           red["sft/loss"], red["sft/grad_norm"], red["sft/lr"], red["timing_s/step"],
                           eval ? fmt::format(" | greedy val acc {:.3f}", red["val/acc"]) : "");
+        }
+        const bool saved = c.trainer.save_freq > 0 && step % c.trainer.save_freq == 0 && step < steps;
+        if (saved) save_sft_checkpoint(ctl, run, step, sampler);
+        // Preemption (SIGTERM/SIGUSR1 on any rank): checkpoint and exit 75; a run with
+        // trainer.resume=auto continues after this step.
+        if (step < steps && ctl.stop_requested()) {
+            if (!saved) save_sft_checkpoint(ctl, run, step, sampler);
+            RLPT_LOG_WARN("sft: stopping after step {}/{} on {}: checkpoint written; exit code {} (a run with "
+                          "trainer.resume=auto continues from here)",
+                          step, steps, ctl.stop_reason(), kExitPreempted);
+            return kExitPreempted;
         }
     }
     std::string out_dir = c.sft.output_model_dir.empty()

@@ -3,6 +3,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -39,6 +42,10 @@ struct Origins {
         auto it = overridden.find(path);
         if (it != overridden.end()) return it->second;
         if (n.Mark().line >= 0) return fmt::format("{}:{}", file, n.Mark().line + 1);
+        // A section an override created ("trainr.x=1" creates 'trainr'): name that override.
+        const std::string prefix = path + ".";
+        auto below = overridden.lower_bound(prefix);
+        if (below != overridden.end() && below->first.compare(0, prefix.size(), prefix) == 0) return below->second;
         return file;
     }
 };
@@ -53,12 +60,13 @@ class Loader : public Visitor {
                                           origins_.of(path_, node_), path_.empty() ? "<top level>" : path_,
                                           describe_node(node_)));
         }
+        check_keys();
     }
 
     void finish() const {
         if (!node_ || !node_.IsMap()) return;
         for (const auto& kv : node_) {
-            std::string key = kv.first.as<std::string>();
+            const std::string& key = kv.first.Scalar();
             if (!seen_.count(key)) {
                 std::string known;
                 for (const auto& k : order_) known += (known.empty() ? "" : ", ") + k;
@@ -106,6 +114,26 @@ class Loader : public Visitor {
     }
 
   private:
+    // Keys must be plain names, each given once: yaml-cpp keeps both entries of a repeated key
+    // and lookups see only the first, so a later value would be ignored without a word.
+    void check_keys() const {
+        if (!node_ || !node_.IsMap()) return;
+        std::map<std::string, std::string> first_at;
+        for (const auto& kv : node_) {
+            if (!kv.first.IsScalar()) {
+                throw ConfigError(fmt::format("{}: a key in '{}' must be a plain name, got {}",
+                                              origins_.of(path_, kv.first), path_.empty() ? "<top level>" : path_,
+                                              describe_node(kv.first)));
+            }
+            const std::string key_path = join_path(path_, kv.first.Scalar());
+            const std::string at = origins_.of(key_path, kv.first);
+            auto [it, fresh] = first_at.emplace(kv.first.Scalar(), at);
+            if (!fresh) {
+                throw ConfigError(fmt::format("{}: duplicate key '{}' (first set at {})", at, key_path, it->second));
+            }
+        }
+    }
+
     YAML::Node child(const char* key) {
         seen_.insert(key);
         order_.push_back(key);
@@ -134,6 +162,9 @@ class Loader : public Visitor {
                 v = x;
             } else {
                 v = n.as<T>();
+                if constexpr (std::is_same_v<T, double>) {
+                    if (std::isnan(v)) throw std::invalid_argument(n.Scalar());  // no setting means NaN
+                }
             }
         } catch (const std::exception&) {
             throw ConfigError(fmt::format("{}: '{}' must be {}, got {}", origins_.of(path, n), path, expected,
@@ -251,6 +282,17 @@ class Dumper : public Visitor {
     YAML::Emitter& out_;
 };
 
+// A list index from an override segment of digits; SIZE_MAX when it does not fit (so the
+// range checks below report it).
+size_t parse_index(const std::string& digits) {
+    size_t idx = 0;
+    for (char ch : digits) {
+        if (idx > (SIZE_MAX - 9) / 10) return SIZE_MAX;
+        idx = idx * 10 + static_cast<size_t>(ch - '0');
+    }
+    return idx;
+}
+
 // Applies "a.b.c=value" to the YAML tree (creating mappings; numeric segments index lists).
 void apply_override(YAML::Node& root, const std::string& ov, Origins& origins) {
     auto eq = ov.find('=');
@@ -280,19 +322,23 @@ void apply_override(YAML::Node& root, const std::string& ov, Origins& origins) {
         if (numeric && !cur.IsSequence() && i > 0) {
             // Indexing a list the file does not set (e.g. placement.groups.0.ranks=2):
             // start from the list's default value.
+            // (reset() rebinds; `def = node` would assign contents and throw on a missing key.)
             YAML::Node def = YAML::Load(to_yaml(Config{}));
-            for (size_t j = 0; j < i && def; ++j) {
+            bool found = true;
+            for (size_t j = 0; j < i && found; ++j) {
                 const YAML::Node& cdef = def;
-                def = cdef[parts[j]];
+                const YAML::Node sub = def.IsMap() ? cdef[parts[j]] : YAML::Node(YAML::NodeType::Undefined);
+                found = sub.IsDefined();
+                if (found) def.reset(sub);
             }
-            if (def && def.IsSequence()) {
+            if (found && def.IsSequence()) {
                 chain[i - 1][parts[i - 1]] = YAML::Clone(def);
                 cur = chain[i - 1][parts[i - 1]];
                 chain.back() = cur;
             }
         }
         if (numeric && cur.IsSequence()) {
-            size_t idx = std::stoul(p);
+            size_t idx = parse_index(p);
             if (idx >= cur.size()) {
                 throw ConfigError(fmt::format("command line: override '{}': list '{}' has {} items", ov,
                                               key.substr(0, key.find(p) - 1), cur.size()));
@@ -300,7 +346,8 @@ void apply_override(YAML::Node& root, const std::string& ov, Origins& origins) {
             chain.push_back(cur[idx]);
         } else {
             if (cur.IsScalar()) {
-                throw ConfigError(fmt::format("command line: override '{}': '{}' is not a section", ov, p));
+                throw ConfigError(fmt::format("command line: override '{}': '{}' is not a section", ov,
+                                              i > 0 ? parts[i - 1] : p));
             }
             YAML::Node next = cur[p];
             if (!next || next.IsNull()) {
@@ -314,10 +361,14 @@ void apply_override(YAML::Node& root, const std::string& ov, Origins& origins) {
     const std::string& last = parts.back();
     bool numeric = last.find_first_not_of("0123456789") == std::string::npos;
     if (numeric && parent.IsSequence()) {
-        size_t idx = std::stoul(last);
+        size_t idx = parse_index(last);
         if (idx >= parent.size()) throw ConfigError(fmt::format("command line: override '{}': index out of range", ov));
         parent[idx] = value;
     } else {
+        if (parent.IsScalar()) {
+            throw ConfigError(fmt::format("command line: override '{}': '{}' is not a section", ov,
+                                          parts.size() > 1 ? parts[parts.size() - 2] : key));
+        }
         parent[last] = value;
     }
     origins.overridden[key] = fmt::format("command line ({})", ov);
@@ -330,7 +381,14 @@ Config bind_yaml(YAML::Node root, const std::string& source, const std::vector<s
     origins.file = source;
     origins.out = &c.origins;
     if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-    for (const auto& ov : overrides) apply_override(root, ov, origins);
+    for (const auto& ov : overrides) {
+        try {
+            apply_override(root, ov, origins);
+        } catch (const YAML::Exception& e) {
+            // yaml-cpp refuses some paths (a list indexed by name, a map by number, ...).
+            throw ConfigError(fmt::format("command line: override '{}' does not fit the config: {}", ov, e.msg));
+        }
+    }
     Loader loader(root, "", origins);
     config_detail::visit_config(loader, c);
     loader.finish();
@@ -342,6 +400,13 @@ Config bind_yaml(YAML::Node root, const std::string& source, const std::vector<s
 
 Config config_from_yaml(const std::string& yaml_text, const std::string& source_name,
                         const std::vector<std::string>& overrides) {
+    // yaml-cpp reads a NUL byte as the start of an escape and mangles the value around it.
+    if (const size_t nul = yaml_text.find('\0'); nul != std::string::npos) {
+        const size_t line_start = yaml_text.rfind('\n', nul);
+        const size_t line = static_cast<size_t>(std::count(yaml_text.begin(), yaml_text.begin() + nul, '\n')) + 1;
+        throw ConfigError(fmt::format("{}:{}:{}: the file contains a NUL byte (binary or corrupt?)", source_name, line,
+                                      nul - (line_start == std::string::npos ? 0 : line_start + 1) + 1));
+    }
     YAML::Node root;
     try {
         root = YAML::Load(yaml_text);

@@ -12,8 +12,9 @@ std::string env_or_empty(const char* name) {
     return v ? std::string(v) : std::string();
 }
 
+// A short run of digits (at most 6: no machine has a million ranks), so std::stoi cannot overflow.
 bool all_digits(const std::string& s) {
-    return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+    return !s.empty() && s.size() <= 6 && s.find_first_not_of("0123456789") == std::string::npos;
 }
 }  // namespace
 
@@ -26,7 +27,8 @@ DebugEnv read_debug_env() {
 }
 
 int simulated_node_label(const std::string& spec, int world_rank, int world_size) {
-    if (all_digits(spec)) {
+    if (!spec.empty() && spec.find_first_not_of("0123456789") == std::string::npos) {
+        RLPT_CHECK_KIND(ConfigError, all_digits(spec), "RLPT_SIMULATE_NODES={}: ranks per node is too large", spec);
         int per_node = std::stoi(spec);
         RLPT_CHECK_KIND(ConfigError, per_node > 0, "RLPT_SIMULATE_NODES={}: ranks per node must be > 0", spec);
         return world_rank / per_node;

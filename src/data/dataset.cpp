@@ -78,6 +78,28 @@ std::vector<int64_t> array_element_lines(const std::string& text) {
     return lines;
 }
 
+// Records nested deeper than this are refused while parsing: nlohmann's dump() and copies
+// recurse once per level, so a line of 100k brackets would overflow the stack later (in an
+// error message, or when copied into Example::extra).
+constexpr int kMaxJsonDepth = 200;
+
+// Parses JSON text; any parser complaint (syntax, number overflow, nesting) is an IoError
+// "<where>: bad JSON: ...".
+nlohmann::json parse_json_text(const std::string& text, const std::string& where) {
+    auto depth_guard = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+        if (depth > kMaxJsonDepth && (event == nlohmann::json::parse_event_t::object_start ||
+                                      event == nlohmann::json::parse_event_t::array_start)) {
+            RLPT_THROW(IoError, "{}: bad JSON: nested deeper than {} levels", where, kMaxJsonDepth);
+        }
+        return true;
+    };
+    try {
+        return nlohmann::json::parse(text, depth_guard);
+    } catch (const nlohmann::json::exception& e) {
+        RLPT_THROW(IoError, "{}: bad JSON: {}", where, e.what());
+    }
+}
+
 std::vector<Example> read_json_lines(const std::string& path, const std::string& text,
                                      const DatasetOptions& options) {
     std::vector<Example> out;
@@ -89,12 +111,7 @@ std::vector<Example> read_json_lines(const std::string& path, const std::string&
         if (!line.empty() && line.back() == '\r') line.pop_back();
         if (line.find_first_not_of(" \t") == std::string::npos) continue;
         const std::string where = fmt::format("{}:{}", path, line_no);
-        nlohmann::json record;
-        try {
-            record = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::parse_error& e) {
-            RLPT_THROW(IoError, "{}: bad JSON: {}", where, e.what());
-        }
+        const nlohmann::json record = parse_json_text(line, where);
         out.push_back(example_from_json(record, options, where, static_cast<int64_t>(out.size())));
     }
     return out;
@@ -102,12 +119,7 @@ std::vector<Example> read_json_lines(const std::string& path, const std::string&
 
 std::vector<Example> read_json_array(const std::string& path, const std::string& text,
                                      const DatasetOptions& options) {
-    nlohmann::json doc;
-    try {
-        doc = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
-        RLPT_THROW(IoError, "{}: bad JSON: {}", path, e.what());
-    }
+    const nlohmann::json doc = parse_json_text(text, path);
     RLPT_CHECK_KIND(IoError, doc.is_array(), "{}: expected a JSON array of records, got {}", path,
                     type_name(doc));
     const std::vector<int64_t> lines = array_element_lines(text);

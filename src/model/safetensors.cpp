@@ -39,6 +39,8 @@ struct FileMapping {
 
 namespace {
 
+constexpr int kMaxHeaderDepth = 16;
+
 struct DtypeName {
     const char* name;
     torch::Dtype dtype;
@@ -124,8 +126,17 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
                     header_len, file_size);
     const char* hdr = reinterpret_cast<const char*>(base + 8);
     json header;
+    // A header is 3 levels deep; refuse deep nesting while parsing (dump() in the error
+    // messages below recurses per level and would overflow the stack on a hostile file).
+    auto depth_guard = [&](int depth, json::parse_event_t event, json&) {
+        if (depth > kMaxHeaderDepth &&
+            (event == json::parse_event_t::object_start || event == json::parse_event_t::array_start)) {
+            RLPT_THROW(IoError, "safetensors file '{}': header is nested deeper than {} levels", path, kMaxHeaderDepth);
+        }
+        return true;
+    };
     try {
-        header = json::parse(hdr, hdr + header_len);
+        header = json::parse(hdr, hdr + header_len, depth_guard);
     } catch (const json::exception& e) {
         RLPT_THROW(IoError, "safetensors file '{}': header is not valid JSON: {}", path, e.what());
     }

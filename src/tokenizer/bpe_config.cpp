@@ -249,6 +249,14 @@ void finalize(Impl& impl) {
     int64_t size = 0;
     for (const auto& [token, id] : impl.model->vocab()) size = std::max<int64_t>(size, id + 1);
     for (const auto& t : impl.added_tokens) size = std::max<int64_t>(size, t.id + 1);
+    // The id tables are dense. Real tokenizers number their tokens 0..n-1 (added tokens may
+    // reuse or follow vocabulary ids); a file with one token at id 2^31-2 would make the tables
+    // tens of gigabytes, so ids far beyond the token count are refused.
+    const int64_t n_tokens = static_cast<int64_t>(impl.model->vocab().size() + impl.added_tokens.size());
+    const int64_t max_size = 2 * n_tokens + 1024;
+    RLPT_CHECK_KIND(IoError, size <= max_size,
+                    "{}: token ids go up to {} but the file has only {} tokens (rlpt needs ids below {})",
+                    impl.source, size - 1, n_tokens, max_size);
     impl.tokens.assign(size, std::string());
     impl.flags.assign(size, 0);
     for (const auto& [token, id] : impl.model->vocab()) {

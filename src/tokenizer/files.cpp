@@ -55,9 +55,19 @@ void make_dirs(const std::string& dir) {
 }
 
 nlohmann::json parse_json(const std::string& text, const std::string& source) {
+    // tokenizer.json is ~6 levels deep. Deeper nesting is refused while parsing: dump() (used
+    // in error messages) and copies recurse per level and would overflow the stack.
+    constexpr int kMaxDepth = 64;
+    auto depth_guard = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+        if (depth > kMaxDepth && (event == nlohmann::json::parse_event_t::object_start ||
+                                  event == nlohmann::json::parse_event_t::array_start)) {
+            RLPT_THROW(IoError, "{}: invalid JSON: nested deeper than {} levels", source, kMaxDepth);
+        }
+        return true;
+    };
     try {
-        return nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
+        return nlohmann::json::parse(text, depth_guard);
+    } catch (const nlohmann::json::exception& e) {  // syntax errors, number overflow (1e999)
         RLPT_THROW(IoError, "{}: invalid JSON: {}", source, e.what());
     }
 }

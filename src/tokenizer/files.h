@@ -23,7 +23,8 @@ void write_text_file(const std::string& path, const std::string& text);
 // Creates dir and its parents; IoError on failure.
 void make_dirs(const std::string& dir);
 
-// IoError "<source>: invalid JSON: <parser message>".
+// IoError "<source>: invalid JSON: <parser message>" (also for numbers out of range and
+// nesting deeper than 64 levels).
 nlohmann::json parse_json(const std::string& text, const std::string& source);
 
 // The special-id rules of bpe_tokenizer.h for the model directory `dir`. lookup maps a token

@@ -107,7 +107,7 @@ struct MethodSpec {
     Collect collect = Collect::kNone;
     bool collective = true;
     bool pad_to_dp = true;
-    double timeout_s = 0;  // 0: trainer.call_timeout_s
+    double timeout_s = 0;  // 0: trainer.call_timeout_s; > 0: min(this, trainer.call_timeout_s)
     std::vector<FieldSpec> inputs;
     std::vector<FieldSpec> outputs;
     Handler handler = nullptr;

@@ -14,8 +14,9 @@
 // spin a core), collects from the output ranks only and unpads. An error on any worker comes
 // back as a RemoteError naming rank, role, method and step; the caller (main) prints it and
 // aborts the job. Waits longer than trainer.stall_warn_s log the ranks that have not
-// answered; trainer.call_timeout_s (or the method's timeout_s) turns a silent rank into a
-// TimeoutError instead of a hang.
+// answered; trainer.call_timeout_s (or the method's timeout_s when that is shorter) turns a
+// silent rank into a TimeoutError instead of a hang. A stop signal (rlpt/core/signals.h)
+// arriving during a wait is logged once with the call in flight; the call still completes.
 //
 // Threading: single MPI thread per rank; neither class is thread-safe.
 
@@ -59,8 +60,10 @@ class WorkerHost {
     bool hosts(int role_index) const;
     // Runs one method on this rank (fault injection included). Throws what the handler throws.
     Batch run(int role_index, uint16_t method, const Batch& in, int64_t step);
-    // The worker loop; returns after the controller's shutdown command.
-    void serve();
+    // The worker loop; returns after the controller's shutdown command, with the exit code the
+    // controller chose (0, or 75 after a stop signal). Every reply carries this process's stop
+    // signal (rlpt/core/signals.h) so the controller learns of a signal that reached only a worker.
+    int serve();
     ProcessShared& shared() { return shared_; }
     comm::BufferPool& pool() { return pool_; }
 
@@ -126,8 +129,16 @@ class Controller {
     const comm::RoleLayout& layout(const std::string& role) const;
     int dp_size(const std::string& role) const { return layout(role).dp_size(); }
 
-    // Sends shutdown to every worker rank. Idempotent; the destructor calls it.
-    void shutdown();
+    // Stop requests (rlpt/core/signals.h): true once this process got SIGTERM/SIGUSR1 or any
+    // worker's reply said its process did. Trainers poll it at step boundaries; a worker's
+    // signal is seen with its next reply (every step calls every role, so within one step).
+    bool stop_requested() const;
+    // "SIGUSR1 on rank 0", "SIGTERM on rank 3" (the first one seen), or "" when none.
+    std::string stop_reason() const;
+
+    // Sends shutdown to every worker rank; they leave serve() returning `exit_code`.
+    // Idempotent; the destructor calls it with 0.
+    void shutdown(int exit_code = 0);
 
 
   private:
@@ -152,6 +163,9 @@ class Controller {
     std::map<uint64_t, std::unique_ptr<Call>> calls_;
     std::map<int, uint64_t> busy_rank_;  // world rank -> seq of the call it is in
     bool shut_down_ = false;
+    bool stop_noticed_ = false;  // a SIGTERM/SIGUSR1 during a wait has been logged
+    int remote_stop_signal_ = 0; // first stop signal a worker reported, and its rank
+    int remote_stop_rank_ = -1;
 };
 
 }  // namespace rlpt::protocol

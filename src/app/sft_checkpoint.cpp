@@ -1,0 +1,104 @@
+#include "sft_checkpoint.h"
+
+#include <filesystem>
+
+#include "rlpt/ckpt/checkpoint_dir.h"
+#include "rlpt/ckpt/h5_store.h"
+#include "rlpt/core/log.h"
+#include "rlpt/roles/actor.h"
+
+namespace rlpt::app {
+namespace {
+namespace fs = std::filesystem;
+
+constexpr int64_t kSftStateVersion = 1;
+
+std::string checkpoint_root(const RunContext& run) { return (fs::path(run.run_dir) / "checkpoints").string(); }
+
+std::string config_hash_hex(const Config& c) { return fmt::format("{:016x}", config_hash(c)); }
+}  // namespace
+
+void save_sft_checkpoint(protocol::Controller& ctl, const RunContext& run, int64_t step,
+                         const data::EpochSampler& sampler) {
+    const Config& c = *run.config;
+    const std::string root = checkpoint_root(run);
+    const std::string dir = ckpt::create_step_dir(root, step);
+    ckpt::Manifest manifest;
+    manifest.step = step;
+    manifest.config_hash = config_hash_hex(c);
+    manifest.world_size = run.topology->world_size();
+    for (const auto& r : run.topology->placement().roles) manifest.roles[r.role] = r.world_ranks;
+    Batch m(0);
+    m.set_meta("dir", dir);
+    for (const Batch& b : ctl.call_all(roles::ActorMethod::kSave, m)) {
+        ckpt::ManifestFile f;
+        f.name = b.strings("file")[0];
+        f.digest.size = static_cast<uint64_t>(b.ints("bytes")[0]);
+        f.digest.crc32 = static_cast<uint32_t>(b.ints("crc32")[0]);
+        manifest.files.push_back(f);
+    }
+    ckpt::H5Writer w((fs::path(dir) / "controller.h5").string());
+    const auto st = sampler.state();
+    w.set_string_attr("controller/mode", "sft");
+    w.set_int_attr("controller/state_version", kSftStateVersion);
+    w.set_int_attr("controller/step", step);
+    w.set_int_attr("controller/sampler_epoch", st.epoch);
+    w.set_int_attr("controller/sampler_position", st.position);
+    w.set_int_attr("controller/sampler_dataset_size", st.dataset_size);
+    w.set_int_attr("controller/sampler_seed", static_cast<int64_t>(st.seed));
+    manifest.files.push_back({"controller.h5", w.commit()});
+    ckpt::write_complete_marker(dir, manifest);
+    auto removed = ckpt::prune_checkpoints(root, static_cast<int>(c.trainer.max_checkpoints), step);
+    RLPT_LOG_INFO("sft checkpoint step {} written to {} ({} files){}", step, dir, manifest.files.size(),
+                  removed.empty() ? "" : fmt::format("; removed {} older", removed.size()));
+}
+
+int64_t resume_sft(protocol::Controller& ctl, const RunContext& run, data::EpochSampler& sampler) {
+    const Config& c = *run.config;
+    const std::string& mode = c.trainer.resume;
+    if (mode == "disable") return 0;
+    std::string dir;
+    if (mode == "auto") {
+        auto info = ckpt::latest_complete_checkpoint(checkpoint_root(run));
+        if (!info) return 0;
+        dir = info->dir;
+    } else {
+        RLPT_CHECK_KIND(ConfigError, ckpt::is_complete(mode),
+                        "trainer.resume={}: not a complete checkpoint directory (no valid COMPLETE manifest)", mode);
+        dir = mode;
+    }
+    ckpt::verify_checkpoint(dir);
+    const ckpt::Manifest man = ckpt::read_manifest(dir);
+    ckpt::H5Reader r((fs::path(dir) / "controller.h5").string());
+    const std::string written_by = r.has_attr("controller/mode") ? r.string_attr("controller/mode") : "rl";
+    RLPT_CHECK_KIND(ConfigError, written_by == "sft",
+                    "cannot resume an sft run from {}: it is a checkpoint of a trainer.mode={} run", dir, written_by);
+    RLPT_CHECK_KIND(IoError, r.int_attr("controller/state_version") == kSftStateVersion,
+                    "{}: sft state version {} is not {}", dir, r.int_attr("controller/state_version"),
+                    kSftStateVersion);
+    auto it = man.roles.find("actor");
+    const int n_actor = static_cast<int>(ctl.layout("actor").world_ranks.size());
+    if (it != man.roles.end() && static_cast<int>(it->second.size()) != n_actor) {
+        throw ConfigError(fmt::format("cannot resume from {}: it was written with {} actor rank(s), this run has {}",
+                                      dir, it->second.size(), n_actor));
+    }
+    if (man.config_hash != config_hash_hex(c)) {
+        RLPT_LOG_WARN("resuming from {} which was written with a different config (changed keys take effect from "
+                      "here on)",
+                      dir);
+    }
+    data::SamplerState st;
+    st.epoch = r.int_attr("controller/sampler_epoch");
+    st.position = r.int_attr("controller/sampler_position");
+    st.dataset_size = r.int_attr("controller/sampler_dataset_size");
+    st.seed = static_cast<uint64_t>(r.int_attr("controller/sampler_seed"));
+    sampler.set_state(st);
+    Batch m(0);
+    m.set_meta("dir", dir);
+    ctl.call(roles::ActorMethod::kLoad, m);
+    const int64_t step = r.int_attr("controller/step");
+    RLPT_LOG_INFO("sft: resumed from {} (step {}, epoch {})", dir, step, st.epoch);
+    return step;
+}
+
+}  // namespace rlpt::app
