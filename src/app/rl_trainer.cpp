@@ -447,6 +447,14 @@ void RlTrainer::log_progress(const std::map<std::string, double>& m) const {
                   metric_or(m, "timing_s/values", 0), g("timing_s/update"), metric_or(m, "timing_s/update_weights", 0));
 }
 
+void RlTrainer::export_policy(const std::string& dir) {
+    Batch e(0);
+    e.set_meta("dir", dir);
+    ctl_.call(ActorMethod::kExport, e);
+    task_.tok->save(dir);
+    RLPT_LOG_INFO("exported the policy as a Hugging Face folder: {}", dir);
+}
+
 int RlTrainer::run() {
     started_ = now_s();
     init_roles();
@@ -477,6 +485,8 @@ int RlTrainer::run() {
         log_->write(step_, m);
         const bool saved = c_.trainer.save_freq > 0 && (step_ % c_.trainer.save_freq == 0 || last);
         if (saved) save_checkpoint();
+        if (c_.trainer.export_hf_freq > 0 && step_ % c_.trainer.export_hf_freq == 0)
+            export_policy((std::filesystem::path(run_.run_dir) / "hf_models" / fmt::format("step_{}", step_)).string());
         // Preemption (SIGTERM/SIGUSR1 on any rank): the step is done; checkpoint every role and
         // exit 75 so a requeued job resumes here (trainer.resume=auto). After the last step
         // the run is complete and ends normally.
@@ -488,14 +498,7 @@ int RlTrainer::run() {
             return kExitPreempted;
         }
     }
-    if (c_.trainer.export_hf) {
-        std::string dir = (std::filesystem::path(run_.run_dir) / "hf_model").string();
-        Batch e(0);
-        e.set_meta("dir", dir);
-        ctl_.call(ActorMethod::kExport, e);
-        task_.tok->save(dir);
-        RLPT_LOG_INFO("exported the policy as a Hugging Face folder: {}", dir);
-    }
+    if (c_.trainer.export_hf) export_policy((std::filesystem::path(run_.run_dir) / "hf_model").string());
     std::string summary;
     for (const auto& [k, v] : last_val)
         if (k.rfind("val-core/", 0) == 0) summary += fmt::format(", {} {:.4f}", k, v);

@@ -39,6 +39,8 @@ class RlTrainer {
     std::map<std::string, double> train_step();
     std::map<std::string, double> validate();
     void save_checkpoint();
+    // Writes the current policy (+ tokenizer) as a Hugging Face folder at `dir`.
+    void export_policy(const std::string& dir);
     bool try_resume();
     void log_progress(const std::map<std::string, double>& m) const;
 

@@ -49,6 +49,7 @@ void visit_trainer(Visitor& v, TrainerConfig& c) {
     v.value("call_timeout_s", c.call_timeout_s);
     v.value("stall_warn_s", c.stall_warn_s);
     v.value("export_hf", c.export_hf);
+    v.value("export_hf_freq", c.export_hf_freq);
 }
 
 void visit_placement(Visitor& v, PlacementConfig& c) {

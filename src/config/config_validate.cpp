@@ -70,6 +70,8 @@ void validate(const Config& c) {
     k.require(!t.output_dir.empty(), "trainer.output_dir", "must not be empty");
     k.positive(t.total_epochs, "trainer.total_epochs");
     if (t.total_training_steps) k.positive(*t.total_training_steps, "trainer.total_training_steps");
+    k.require(t.export_hf_freq == -1 || t.export_hf_freq > 0, "trainer.export_hf_freq",
+              "must be -1 (never) or > 0 (got {})", t.export_hf_freq);
     k.require(t.save_freq == -1 || t.save_freq > 0, "trainer.save_freq", "must be -1 (never) or > 0 (got {})",
               t.save_freq);
     k.require(t.test_freq == -1 || t.test_freq > 0, "trainer.test_freq", "must be -1 (never) or > 0 (got {})",

@@ -41,7 +41,9 @@ PY
 case "$check" in
   smoke-*)
     np="${check#smoke-}"
-    run "$np" "$src/configs/tiny.yaml" trainer.output_dir=runs trainer.save_freq=2 trainer.test_freq=1
+    run "$np" "$src/configs/tiny.yaml" trainer.output_dir=runs trainer.save_freq=2 trainer.test_freq=1 \
+      trainer.export_hf_freq=1
+    test -f runs/tiny/hf_models/step_1/model.safetensors && test -f runs/tiny/hf_models/step_2/config.json
     test -s runs/tiny/metrics.jsonl
     grep -q '"actor/pg_loss"' runs/tiny/metrics.jsonl
     grep -q '"val-core/rlpt/arithmetic/acc/mean@1"' runs/tiny/metrics.jsonl

@@ -250,6 +250,7 @@ struct TrainerConfig {
     double call_timeout_s = 3600.0;     // a role call that takes longer aborts the job
     double stall_warn_s = 60.0;         // warn, naming the silent ranks, after this long
     bool export_hf = true;              // write the final policy as a Hugging Face folder
+    int64_t export_hf_freq = -1;        // also every N steps, to <run>/hf_models/step_<N>; -1: never
 };
 
 struct Config {
