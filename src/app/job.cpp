@@ -107,6 +107,14 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
         auto required = comm::required_roles(config, &why);
         auto labels = comm::detect_node_labels(world, env.simulate_nodes);
         placement = comm::compute_placement(config.placement, world.size(), labels, required, why);
+        // The placement and the protocol handle model-parallel groups; the model engines do not
+        // shard a model yet, so such a group would silently run the full model on every rank.
+        for (size_t g = 0; g < config.placement.groups.size(); ++g) {
+            RLPT_CHECK_KIND(ConfigError, config.placement.groups[g].model_parallel_size == 1,
+                            "placement.groups[{}].model_parallel_size: tensor/model parallelism inside a role is "
+                            "not supported yet (each role rank holds the whole model); use 1 (got {})",
+                            g, config.placement.groups[g].model_parallel_size);
+        }
         fault = protocol::FaultPlan::parse(env.fault);
         protocol::validate_registry(role_registry());
     } catch (const Error& e) {

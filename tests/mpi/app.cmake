@@ -13,3 +13,6 @@ rlpt_add_failure_test(app_single_rank_refused_np1 NP 1 TARGET rlpt ONCE MAX_SECO
   REGEX "leave no rank for the roles" ARGS ${_tiny} placement.controller_hosts_roles=false)
 rlpt_add_failure_test(app_missing_role_refused_np3 NP 3 TARGET rlpt ONCE MAX_SECONDS 60
   REGEX "role 'critic' is needed \\(algorithm.adv_estimator=gae\\)" ARGS ${_tiny} algorithm.adv_estimator=gae)
+rlpt_add_failure_test(app_model_parallel_refused_np3 NP 3 TARGET rlpt ONCE MAX_SECONDS 60
+  REGEX "placement.groups\\[0\\].model_parallel_size: tensor/model parallelism inside a role is not supported yet"
+  ARGS ${_tiny} "placement.groups=[{roles: [actor, rollout, reference], ranks: auto, model_parallel_size: 3}]")
