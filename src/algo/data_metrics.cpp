@@ -43,8 +43,10 @@ std::map<std::string, double> compute_data_metrics(const DataMetricsInputs& in) 
     RLPT_CHECK(in.prompt_mask.size(0) == ref.size(0), "{}: prompt_mask has {} rows but the batch has {}",
                kWhere, in.prompt_mask.size(0), ref.size(0));
 
-    const double max_response_length = static_cast<double>(ref.size(1));
-    const double max_prompt_length = static_cast<double>(in.prompt_mask.size(1));
+    const double max_response_length =
+        static_cast<double>(in.max_response_length > 0 ? in.max_response_length : ref.size(1));
+    const double max_prompt_length =
+        static_cast<double>(in.max_prompt_length > 0 ? in.max_prompt_length : in.prompt_mask.size(1));
     auto resp_attn = in.response_attention_mask.defined() ? in.response_attention_mask : in.response_mask;
     auto response_length = as_f64(resp_attn.to(torch::kBool)).sum(-1);
     auto prompt_length = as_f64(in.prompt_mask.to(torch::kBool)).sum(-1);
@@ -71,15 +73,15 @@ std::map<std::string, double> compute_data_metrics(const DataMetricsInputs& in) 
     }
     add_stats(m, "response_length", response_length);
     m["response_length/clip_ratio"] =
-        (response_length == max_response_length).to(torch::kFloat64).mean().item<double>();
+        (response_length >= max_response_length).to(torch::kFloat64).mean().item<double>();
     auto non_aborted_length = response_length.masked_select(non_aborted);
     add_stats(m, "response_length_non_aborted", non_aborted_length);
     m["response_length_non_aborted/clip_ratio"] =
-        (non_aborted_length == max_response_length).to(torch::kFloat64).mean().item<double>();
+        (non_aborted_length >= max_response_length).to(torch::kFloat64).mean().item<double>();
     m["response/aborted_ratio"] = aborted.to(torch::kFloat64).mean().item<double>();
     add_stats(m, "prompt_length", prompt_length);
     m["prompt_length/clip_ratio"] =
-        (prompt_length == max_prompt_length).to(torch::kFloat64).mean().item<double>();
+        (prompt_length >= max_prompt_length).to(torch::kFloat64).mean().item<double>();
     return m;
 }
 

@@ -379,6 +379,8 @@ std::map<std::string, double> RlTrainer::train_step() {
     if (use_critic_) dm.values = batch.at("values");
     dm.response_mask = mask;
     dm.prompt_mask = batch.at("attention_mask").slice(1, 0, batch.at("prompts").size(1));
+    dm.max_prompt_length = c_.data.max_prompt_length;
+    dm.max_response_length = c_.data.max_response_length;
     for (const auto& [k, v] : algo::compute_data_metrics(dm)) m[k] = v;
     m["train/acc/mean"] = batch.at("acc").mean().item<double>();
     for (const auto& [k, v] : timing) m[k] = v;

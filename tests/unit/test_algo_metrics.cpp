@@ -62,6 +62,18 @@ TEST_F(MetricsFixture, HandValues) {
     EXPECT_EQ(m.size(), 29u);
 }
 
+TEST_F(MetricsFixture, ClipRatiosAgainstConfiguredLimits) {
+    // Prompts padded only to the batch's longest (3): against a limit of 8 none is clipped.
+    in.max_prompt_length = 8;
+    in.max_response_length = 2;  // responses {4, 2, 0}: two reach the limit
+    auto m = compute_data_metrics(in);
+    EXPECT_DOUBLE_EQ(m.at("prompt_length/clip_ratio"), 0.0);
+    EXPECT_NEAR(m.at("response_length/clip_ratio"), 2.0 / 3, 1e-12);
+    EXPECT_DOUBLE_EQ(m.at("response_length_non_aborted/clip_ratio"), 1.0);
+    in.max_prompt_length = 2;  // prompt lengths {3, 2, 1}
+    EXPECT_NEAR(compute_data_metrics(in).at("prompt_length/clip_ratio"), 2.0 / 3, 1e-12);
+}
+
 TEST_F(MetricsFixture, NoCriticAndSeparateAttentionMask) {
     in.values = torch::Tensor();
     // Multi-turn: the attention mask counts token 3 of row 1 too (an observation token excluded

@@ -20,6 +20,11 @@ struct DataMetricsInputs {
                                             // which defines response lengths (defaults to
                                             // response_mask; they differ for multi-turn)
     torch::Tensor prompt_mask;              // B×P: prompt part of the attention mask
+    // Length limits the clip ratios compare against; -1: the tensor widths T and P (verl pads
+    // every batch to the configured limits, so there they coincide; rlpt pads prompts only to
+    // the batch's longest, where P would count the longest prompts as "clipped").
+    int64_t max_response_length = -1;
+    int64_t max_prompt_length = -1;
 };
 
 // Keys (T = response width = max_response_length, P = prompt width):
@@ -28,10 +33,11 @@ struct DataMetricsInputs {
 //   critic/advantages/{mean,max,min}, critic/returns/{mean,max,min}   over masked tokens
 //   critic/values/{mean,max,min}, critic/vf_explained_var = 1 - Var(R-V)/(Var(R) + 1e-5)
 //                                    (unbiased variances over masked tokens; NaN with 1 token)
-//   response_length/{mean,max,min,clip_ratio}          all rows; clip_ratio = share with len == T
+//   response_length/{mean,max,min,clip_ratio}          all rows; clip_ratio = share with len >= T
+//                                    (T, P below: max_response_length / max_prompt_length when set)
 //   response_length_non_aborted/{mean,max,min,clip_ratio}
 //   response/aborted_ratio           share of rows with response length 0
-//   prompt_length/{mean,max,min,clip_ratio}            clip_ratio = share with len == P
+//   prompt_length/{mean,max,min,clip_ratio}            clip_ratio = share with len >= P
 // Throws ValueError when every row is aborted (as verl does) or no response token is masked in.
 std::map<std::string, double> compute_data_metrics(const DataMetricsInputs& in);
 
