@@ -153,6 +153,22 @@ Batch RlTrainer::generate(const std::vector<int64_t>& example_ids, int64_t n, in
     return out;
 }
 
+// Every sample of a batch must come from one weight version, and after an actor update from a
+// newer one than the previous batch: rollout never samples with stale weights.
+void RlTrainer::check_weight_version(const Batch& b) {
+    const auto& v = b.ints("weight_version");
+    if (v.empty()) return;
+    for (int64_t x : v)
+        RLPT_CHECK(x == v[0], "step {}: the rollout ranks sampled with different weight versions ({} and {}); a "
+                   "weight sync did not reach every rollout rank", step_ + 1, v[0], x);
+    RLPT_CHECK(!expect_newer_weights_ || v[0] > last_weight_version_,
+               "step {}: the rollout sampled with stale weights (version {} after an actor update; the previous "
+               "batch already used version {}): the weight sync did not reach the rollout", step_ + 1, v[0],
+               last_weight_version_);
+    last_weight_version_ = v[0];
+    expect_newer_weights_ = false;
+}
+
 // Generates, scores and (with DAPO dynamic sampling) filters until a full batch of
 // data.train_batch_size prompt groups is ready.
 Batch RlTrainer::generate_train_batch(std::map<std::string, double>& m, std::map<std::string, double>& timing) {
@@ -173,6 +189,7 @@ Batch RlTrainer::generate_train_batch(std::map<std::string, double>& m, std::map
             Stage s(timing, "gen");
             b = generate(idx, n, (step_ * 1000 + rounds - 1) * want * n, false);
         }
+        check_weight_version(b);
         Stage s(timing, "reward");
         ScoredResponses sc = score_responses(task_, b);
         std::vector<double> score = sc.score;
@@ -368,6 +385,7 @@ std::map<std::string, double> RlTrainer::train_step() {
     if (update_actor) {
         Stage s(timing, "update_weights");
         sync_weights();
+        expect_newer_weights_ = true;
     }
 
     // Metrics.

@@ -39,6 +39,7 @@ class RlTrainer {
     std::map<std::string, double> train_step();
     std::map<std::string, double> validate();
     void save_checkpoint();
+    void check_weight_version(const Batch& b);
     // Writes the current policy (+ tokenizer) as a Hugging Face folder at `dir`.
     void export_policy(const std::string& dir);
     bool try_resume();
@@ -54,6 +55,10 @@ class RlTrainer {
     bool use_ref_ = false;
     bool use_rm_ = false;
     int64_t step_ = 0;  // training steps done
+    // Stale-weight guard: the weight version (actor optimizer steps) of the last training batch,
+    // and whether an actor update + sync happened since (the next batch must then be newer).
+    int64_t last_weight_version_ = -1;
+    bool expect_newer_weights_ = false;
     int64_t total_steps_ = 0;
     int64_t batches_per_epoch_ = 1;
     std::unique_ptr<MetricsLog> log_;

@@ -60,6 +60,29 @@ case "$check" in
       grep -q "rlpt generate: " gerr.txt
     fi
     ;;
+  split)
+    # Actor+reference and rollout on different ranks: weights travel by the bucketed MPI broadcast
+    # after every update (an entropy bonus makes every update change them), and the trainer
+    # refuses stale weight versions. Per-row seeds make the samples depend only on the weights,
+    # so 2 and 1 separate rollout ranks must match a colocated run (shared tensors) step by step.
+    common=(trainer.output_dir=runs trainer.total_training_steps=4 trainer.val_before_train=false
+            actor.entropy_coeff=0.05 actor.optim.lr=0.01)
+    run 3 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=split2 \
+      'placement.groups=[{roles: [actor, reference], ranks: 1}, {roles: [rollout], ranks: 2}]' | tee split.log
+    grep -q "rollout .*ranks \[1,2\]" split.log
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=split1 \
+      'placement.groups=[{roles: [actor, reference], ranks: 1}, {roles: [rollout], ranks: 1}]'
+    run 1 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=colocated
+    for r in split1 split2; do
+      compare runs/colocated/metrics.jsonl runs/$r/metrics.jsonl 1,2,3,4 2e-3 \
+        response_length/mean actor/entropy actor/grad_norm
+    done
+    "$py" - runs/colocated/metrics.jsonl <<'PY'
+import json, sys
+e = [json.loads(l)["actor/entropy"] for l in open(sys.argv[1])]
+assert abs(e[-1] - e[0]) > 1e-3, f"the updates did not change the policy: entropy {e}"
+PY
+    ;;
   dp-invariance)
     common=(trainer.output_dir=runs trainer.total_training_steps=3 trainer.val_before_train=false)
     run 1 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=one
