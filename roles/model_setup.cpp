@@ -24,18 +24,8 @@ std::shared_ptr<model::CausalLM> build_policy(const Config& c, torch::Device dev
     }
     RLPT_CHECK_KIND(ConfigError, vocab_size > 0, "a built-in model needs the tokenizer's vocabulary size");
     const auto& b = c.model.builtin;
-    model::ModelArgs a = model::tiny_model_args(model::ModelFamily::kLlama, vocab_size);
-    a.hidden_size = b.hidden_size;
-    a.num_hidden_layers = b.num_layers;
-    a.num_attention_heads = b.num_heads;
-    a.num_key_value_heads = b.num_kv_heads;
-    a.head_dim = b.hidden_size / b.num_heads;
-    a.intermediate_size = b.intermediate_size;
-    a.max_position_embeddings = b.max_position;
-    a.rope_theta = b.rope_theta;
-    a.tie_word_embeddings = b.tie_embeddings;
+    model::ModelArgs a = model::builtin_model_args(b, vocab_size);
     a.torch_dtype = c.model.dtype;
-    a.validate();
     return model::make_random_causal_lm(a, static_cast<uint64_t>(b.init_seed), dtype_for(c), device);
 }
 

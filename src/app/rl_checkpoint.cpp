@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "rl_trainer.h"
+#include "controller_state.h"
 #include "rlpt/ckpt/checkpoint_dir.h"
 #include "rlpt/ckpt/h5_store.h"
 #include "rlpt/core/log.h"
@@ -52,10 +53,7 @@ void RlTrainer::save_checkpoint() {
     auto st = sampler_->state();
     w.set_int_attr("controller/state_version", kControllerStateVersion);
     w.set_int_attr("controller/step", step_);
-    w.set_int_attr("controller/sampler_epoch", st.epoch);
-    w.set_int_attr("controller/sampler_position", st.position);
-    w.set_int_attr("controller/sampler_dataset_size", st.dataset_size);
-    w.set_int_attr("controller/sampler_seed", static_cast<int64_t>(st.seed));
+    write_sampler_state(w, st);
     w.set_double_attr("controller/kl_coef", kl_ctrl_.value());
     auto digest = w.commit();
     manifest.files.push_back({"controller.h5", digest});
@@ -96,11 +94,7 @@ bool RlTrainer::try_resume() {
     RLPT_CHECK_KIND(IoError, r.int_attr("controller/state_version") == kControllerStateVersion,
                     "{}: controller state version {} is not {}", info->dir, r.int_attr("controller/state_version"),
                     kControllerStateVersion);
-    data::SamplerState st;
-    st.epoch = r.int_attr("controller/sampler_epoch");
-    st.position = r.int_attr("controller/sampler_position");
-    st.dataset_size = r.int_attr("controller/sampler_dataset_size");
-    st.seed = static_cast<uint64_t>(r.int_attr("controller/sampler_seed"));
+    const data::SamplerState st = read_sampler_state(r);
     sampler_->set_state(st);
     step_ = r.int_attr("controller/step");
     kl_ctrl_.set_value(r.double_attr("controller/kl_coef"));

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "controller_state.h"
 #include "rlpt/ckpt/checkpoint_dir.h"
 #include "rlpt/ckpt/h5_store.h"
 #include "rlpt/core/log.h"
@@ -42,10 +43,7 @@ void save_sft_checkpoint(protocol::Controller& ctl, const RunContext& run, int64
     w.set_string_attr("controller/mode", "sft");
     w.set_int_attr("controller/state_version", kSftStateVersion);
     w.set_int_attr("controller/step", step);
-    w.set_int_attr("controller/sampler_epoch", st.epoch);
-    w.set_int_attr("controller/sampler_position", st.position);
-    w.set_int_attr("controller/sampler_dataset_size", st.dataset_size);
-    w.set_int_attr("controller/sampler_seed", static_cast<int64_t>(st.seed));
+    write_sampler_state(w, st);
     manifest.files.push_back({"controller.h5", w.commit()});
     ckpt::write_complete_marker(dir, manifest);
     auto removed = ckpt::prune_checkpoints(root, static_cast<int>(c.trainer.max_checkpoints), step);
@@ -87,11 +85,7 @@ int64_t resume_sft(protocol::Controller& ctl, const RunContext& run, data::Epoch
                       "here on)",
                       dir);
     }
-    data::SamplerState st;
-    st.epoch = r.int_attr("controller/sampler_epoch");
-    st.position = r.int_attr("controller/sampler_position");
-    st.dataset_size = r.int_attr("controller/sampler_dataset_size");
-    st.seed = static_cast<uint64_t>(r.int_attr("controller/sampler_seed"));
+    const data::SamplerState st = read_sampler_state(r);
     sampler.set_state(st);
     Batch m(0);
     m.set_meta("dir", dir);

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "rlpt/config/config.h"
 #include "rlpt/core/error.h"
 #include "rlpt/model/safetensors.h"
 
@@ -343,6 +344,21 @@ ModelArgs tiny_model_args(ModelFamily family, int64_t vocab_size) {
     a.rms_norm_eps = 1e-6;
     a.tie_word_embeddings = family == ModelFamily::kQwen2;
     a.qkv_bias = family == ModelFamily::kQwen2;
+    a.validate();
+    return a;
+}
+
+ModelArgs builtin_model_args(const BuiltinModelConfig& b, int64_t vocab_size) {
+    ModelArgs a = tiny_model_args(ModelFamily::kLlama, vocab_size);
+    a.hidden_size = b.hidden_size;
+    a.num_hidden_layers = b.num_layers;
+    a.num_attention_heads = b.num_heads;
+    a.num_key_value_heads = b.num_kv_heads;
+    a.head_dim = b.hidden_size / b.num_heads;
+    a.intermediate_size = b.intermediate_size;
+    a.max_position_embeddings = b.max_position;
+    a.rope_theta = b.rope_theta;
+    a.tie_word_embeddings = b.tie_embeddings;
     a.validate();
     return a;
 }

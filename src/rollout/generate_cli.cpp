@@ -47,6 +47,17 @@ struct Options {
     bool have_prompt = false;
 };
 
+// The sampling flags as SamplingParams (special ids are set once the model is known).
+SamplingParams sampling_params(const Options& opt) {
+    SamplingParams p;
+    p.greedy = opt.greedy;
+    p.temperature = opt.temperature;
+    p.top_p = opt.top_p;
+    p.top_k = opt.top_k;
+    p.max_new_tokens = opt.max_new_tokens;
+    return p;
+}
+
 std::vector<int64_t> parse_ids(const std::string& text) {
     std::vector<int64_t> ids;
     std::stringstream ss(text);
@@ -184,12 +195,7 @@ int run(const Options& opt) {
         if (id >= vocab)
             throw UsageError(fmt::format("prompt id {} is outside the model's vocabulary [0, {})", id, vocab));
 
-    SamplingParams params;
-    params.greedy = opt.greedy;
-    params.temperature = opt.temperature;
-    params.top_p = opt.top_p;
-    params.top_k = opt.top_k;
-    params.max_new_tokens = opt.max_new_tokens;
+    SamplingParams params = sampling_params(opt);
     set_special_ids(params, opt, model->args(), tok.get(), family);
 
     std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(opt.n), prompt_ids);
@@ -272,12 +278,7 @@ int generate_command(int argc, char** argv) {
         opt.have_prompt = o_prompt->count() > 0;
         if (!opt.have_prompt && o_ids->count() == 0) throw UsageError("one of --prompt or --prompt-ids is required");
         if (opt.n < 1) throw UsageError(fmt::format("--n must be >= 1, got {}", opt.n));
-        SamplingParams check;
-        check.greedy = opt.greedy;
-        check.temperature = opt.temperature;
-        check.top_p = opt.top_p;
-        check.top_k = opt.top_k;
-        check.max_new_tokens = opt.max_new_tokens;
+        const SamplingParams check = sampling_params(opt);
         try {
             validate_sampling_params(check, /*vocab_size=*/0);
         } catch (const ValueError& e) {

@@ -110,18 +110,7 @@ rlpt::model::ModelArgs model_args(const std::string& name) {
     if (name == "tiny") {  // as roles' build_policy maps model.builtin
         const rlpt::BuiltinModelConfig b;
         const rlpt::tokenizer::CharTokenizer tok(rlpt::data::kArithmeticCharset);
-        auto a = tiny_model_args(ModelFamily::kLlama, tok.vocab_size());
-        a.hidden_size = b.hidden_size;
-        a.num_hidden_layers = b.num_layers;
-        a.num_attention_heads = b.num_heads;
-        a.num_key_value_heads = b.num_kv_heads;
-        a.head_dim = b.hidden_size / b.num_heads;
-        a.intermediate_size = b.intermediate_size;
-        a.max_position_embeddings = b.max_position;
-        a.rope_theta = b.rope_theta;
-        a.tie_word_embeddings = b.tie_embeddings;
-        a.validate();
-        return a;
+        return builtin_model_args(b, tok.vocab_size());
     }
     if (name == "100m") {
         auto a = tiny_model_args(ModelFamily::kLlama, 32000);

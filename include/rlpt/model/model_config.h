@@ -13,6 +13,10 @@
 #include <string>
 #include <vector>
 
+namespace rlpt {
+struct BuiltinModelConfig;  // rlpt/config/config.h
+}  // namespace rlpt
+
 namespace rlpt::model {
 
 enum class ModelFamily { kLlama, kQwen2 };
@@ -87,5 +91,9 @@ void save_model_args(const ModelArgs& args, const std::string& dir);
 // 64, 2 layers, 4 heads, 2 KV heads (GQA), intermediate 128, max positions 512, rope_theta
 // 10000, eps 1e-6. Adjust fields afterwards as needed and call validate().
 ModelArgs tiny_model_args(ModelFamily family, int64_t vocab_size);
+
+// The Llama-family model a config's model.builtin section describes (roles build it when
+// model.path is empty; benchmarks use it too), validated; torch_dtype stays "float32".
+ModelArgs builtin_model_args(const BuiltinModelConfig& builtin, int64_t vocab_size);
 
 }  // namespace rlpt::model
