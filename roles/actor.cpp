@@ -62,17 +62,20 @@ Batch compute_log_prob(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     const double temperature = in.meta_double("temperature", 1.0);
     const int64_t R = in.at("responses").size(1);
     const bool entropy = ctx.config->actor.calculate_entropy || ctx.config->actor.entropy_coeff != 0;
-    std::vector<torch::Tensor> lps, ents;
+    const bool sum_pi_squared = in.meta_int("sum_pi_squared", 0) != 0;
+    std::vector<torch::Tensor> lps, ents, spsq;
     for (const Batch& mb : in.split(std::max<int64_t>(1, ctx.config->actor.log_prob_micro_batch_size_per_rank))) {
         int64_t r = 0;
         auto seq = detail::trimmed_sequences(mb, &r);
-        auto out = engine::compute_log_probs(*a.policy->model, seq, temperature, entropy);
+        auto out = engine::compute_log_probs(*a.policy->model, seq, temperature, entropy, sum_pi_squared);
         lps.push_back(detail::pad_response_columns(out.log_probs.to(torch::kCPU), R));
         if (entropy) ents.push_back(detail::pad_response_columns(out.entropy.to(torch::kCPU), R));
+        if (sum_pi_squared) spsq.push_back(detail::pad_response_columns(out.sum_pi_squared.to(torch::kCPU), R));
     }
     Batch out(in.size());
     out.set("old_log_probs", in.size() ? torch::cat(lps, 0) : torch::zeros({0, R}));
     if (entropy) out.set("entropy", in.size() ? torch::cat(ents, 0) : torch::zeros({0, R}));
+    if (sum_pi_squared) out.set("sum_pi_squared", in.size() ? torch::cat(spsq, 0) : torch::zeros({0, R}));
     return out;
 }
 
@@ -101,6 +104,7 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     lc.policy.clip_cov_ub = ac.policy_loss.clip_cov_ub;
     lc.policy.kl_cov_ratio = ac.policy_loss.kl_cov_ratio;
     lc.policy.ppo_kl_coef = ac.policy_loss.ppo_kl_coef;
+    lc.policy.dro_beta = ac.policy_loss.dro_beta;
     lc.policy.loss_agg_mode = algo::parse_agg_mode(ac.loss_agg_mode);
     lc.entropy_coeff = ac.entropy_coeff;
     lc.use_kl_loss = ac.use_kl_loss;
@@ -120,6 +124,7 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
             lc.policy.global_batch_info = info;
             a.engine->zero_grad();
             double loss_sum = 0;
+            int64_t micro = 0;
             for (const auto& idx : detail::micro_batches(mini, ac.ppo_micro_batch_size_per_rank, ac.use_dynamic_bsz,
                                                          ac.ppo_max_token_len_per_rank, dp)) {
                 Batch mb = mini.index(idx);
@@ -132,6 +137,11 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
                 li.policy.old_log_prob = detail::first_columns(mb.at("old_log_probs"), r).to(dev);
                 li.policy.advantages = detail::first_columns(mb.at("advantages"), r).to(dev);
                 li.policy.response_mask = detail::first_columns(mb.at("response_mask"), r).to(dev);
+                // Losses that draw (clip_cov) get a generator keyed by run seed, optimizer step (restored
+                // on resume), DP rank and micro-batch: the same draws after a resume, none from the global RNG.
+                li.policy.generator = at::detail::createCPUGenerator(detail::stream_seed(
+                    {static_cast<uint64_t>(c.trainer.seed), static_cast<uint64_t>(a.engine->global_step()),
+                     static_cast<uint64_t>(dp.rank()), static_cast<uint64_t>(micro++)}));
                 if (with_entropy) li.entropy = lp.entropy;
                 if (ac.use_kl_loss) li.ref_log_prob = detail::first_columns(mb.at("ref_log_prob"), r).to(dev);
                 auto out = algo::compute_actor_loss(li, lc);
@@ -146,13 +156,14 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
                     if (it != out.metrics.end()) metrics.add_metric(std::string(k) + "#mb", it->second, Reduce::kSum);
                 }
             }
-            auto st = a.engine->step();
+            auto st = a.engine->step(/*advance_schedule=*/false);
             metrics.add_metric("actor/loss", loss_sum);
             metrics.add_metric("actor/grad_norm", st.grad_norm);
             metrics.add_metric("actor/lr", st.lr);
             metrics.add_metric("actor/skipped_steps", st.skipped ? 1.0 : 0.0, Reduce::kSum);
         }
     }
+    a.engine->advance_schedule();  // once per training step, as verl's lr scheduler
     // Turn the per-micro-batch sums into one value per rank and mini-batch (then mean).
     const double n_steps = static_cast<double>(M * ac.ppo_epochs);
     for (const char* k : {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss"}) {

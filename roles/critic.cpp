@@ -100,12 +100,13 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
                 for (const auto& [k, v] : out.metrics)
                     if (k != "critic/vf_loss") metrics.add_metric(k, v);
             }
-            auto st = cw.engine->step();
+            auto st = cw.engine->step(/*advance_schedule=*/false);
             metrics.add_metric("critic/vf_loss", loss_sum);
             metrics.add_metric("critic/grad_norm", st.grad_norm);
             metrics.add_metric("critic/lr", st.lr);
         }
     }
+    cw.engine->advance_schedule();  // once per training step, as verl's lr scheduler
     return metrics;
 }
 

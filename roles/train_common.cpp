@@ -79,6 +79,17 @@ engine::OptimOptions optim_options(const OptimConfig& o, int64_t total_steps) {
     return e;
 }
 
+uint64_t stream_seed(std::initializer_list<uint64_t> keys) {
+    auto mix = [](uint64_t z) {
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+        return z ^ (z >> 31);
+    };
+    uint64_t h = 0x9E3779B97F4A7C15ULL;
+    for (uint64_t k : keys) h = mix(h ^ mix(k + 0x9E3779B97F4A7C15ULL));
+    return h;
+}
+
 Batch checkpoint_file_info(const std::string& dir, const std::string& file, uint64_t bytes, uint32_t crc) {
     Batch out(1);
     out.set_strings("dir", {dir});

@@ -2,6 +2,7 @@
 // Helpers shared by the roles that train or score sequences (private to roles/).
 #include <torch/torch.h>
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,12 @@ torch::Tensor pad_response_columns(const torch::Tensor& t, int64_t R);
 std::vector<std::vector<int64_t>> micro_batches(const Batch& mini, int64_t micro_size, bool dynamic,
                                                 int64_t max_tokens, const comm::Communicator& dp);
 
+// total_steps: training steps (the engine's schedule advances once per training step).
 engine::OptimOptions optim_options(const OptimConfig& o, int64_t total_steps);
+
+// A 64-bit seed for a random stream named by `keys` (SplitMix64 mixing of each key in turn):
+// distinct keys give independent streams, equal keys the same one.
+uint64_t stream_seed(std::initializer_list<uint64_t> keys);
 
 // Writes `<dir>/<role>_rank<k>.h5` via `save`, returns a 1-row batch with fields file, bytes,
 // crc32 (for the checkpoint manifest).

@@ -8,10 +8,10 @@
 // and a reply is the same shape back:
 //   [ReplyHeader][layout bytes | error text] tag kTagReply,       worker -> controller
 //   [column bytes] ...                      tag kTagReplyData,    worker -> controller
-// Command and reply messages travel as envelopes (comm/batch_transport.h: inline up to
+// All of them travel on the control communicator (a dup of MPI_COMM_WORLD used for nothing
+// else). Command and reply messages travel as envelopes (comm/batch_transport.h: inline up to
 // 8 KiB into receives posted in advance; longer ones announce their length and follow on
-// the tag + 1).
-// on the control communicator (a dup of MPI_COMM_WORLD used for nothing else). MPI keeps
+// the tag + 1). MPI keeps
 // messages with the same (source, tag, communicator) in order, so data messages need no
 // sequence numbers. Every rank answers every call it takes part in (output sources with the
 // payload, the others with status only), so an error on any rank reaches the controller.

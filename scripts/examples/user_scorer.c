@@ -5,9 +5,8 @@
  * Build (from the rlpt source tree; any C99 compiler):
  *     cc -O2 -shared -fPIC -I include scripts/examples/user_scorer.c -o libuser_scorer.so
  *
- * Use it for a data_source with the scorer spec (rlpt/reward/registry.h):
- *     {"type": "user", "path": "/abs/path/libuser_scorer.so"}
- * e.g. in a registry config {"scorers": {"my/dataset": {"type": "user", "path": ...}}}.
+ * Use it in a run with reward.scorer=custom reward.custom_library=/abs/path/libuser_scorer.so
+ * (see rlpt/reward/user_scorer.h for the other ways).
  *
  * Scoring: 1.0 when the trimmed response equals the trimmed ground truth (ASCII case
  * folded), else 0.0; acc is the same; pred is the trimmed response. An empty ground truth

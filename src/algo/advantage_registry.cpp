@@ -13,7 +13,7 @@ using EstimatorFn = AdvantageOutput (*)(const AdvantageInputs&, const AdvantageP
 struct Estimator {
     const char* name;
     EstimatorFn fn;
-    bool needs_values;
+    EstimatorNeeds needs;
 };
 
 void require(const torch::Tensor& t, const char* estimator, const char* field) {
@@ -59,30 +59,50 @@ AdvantageOutput run_remax(const AdvantageInputs& in, const AdvantageParams&) {
     require(in.reward_baselines, "remax", "reward_baselines");
     return compute_remax(in.token_level_rewards, in.response_mask, in.reward_baselines);
 }
+AdvantageOutput run_gdpo(const AdvantageInputs& in, const AdvantageParams& p) {
+    require(in.index, "gdpo", "index");
+    require(in.reward_components, "gdpo", "reward_components");
+    auto out = compute_gdpo(in.reward_components, in.response_mask, in.index, p.gdpo_weights, p.epsilon,
+                            p.norm_adv_by_std_in_grpo);
+    auto dt = in.token_level_rewards.scalar_type();
+    return {out.advantages.to(dt), out.returns.to(dt)};
+}
+template <AdvantageOutput (*Fn)(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                const torch::Tensor&, const torch::Tensor&, bool)>
+AdvantageOutput run_otb(const AdvantageInputs& in, const AdvantageParams& p) {
+    require(in.index, "optimal_token_baseline", "index");
+    require(in.old_log_probs, "optimal_token_baseline", "old_log_probs");
+    require(in.sum_pi_squared, "optimal_token_baseline", "sum_pi_squared");
+    return Fn(in.token_level_rewards, in.response_mask, in.index, in.old_log_probs, in.sum_pi_squared,
+              p.otb_handle_zero_tail);
+}
+
+constexpr EstimatorNeeds kNothing{};
+constexpr EstimatorNeeds kValues{true, false, false, false};
+constexpr EstimatorNeeds kGreedyBaselines{false, true, false, false};
+constexpr EstimatorNeeds kSumPiSquared{false, false, true, false};
+constexpr EstimatorNeeds kRewardComponents{false, false, false, true};
 
 constexpr Estimator kEstimators[] = {
-    {"gae", run_gae, true},
-    {"grpo", run_grpo, false},
-    {"grpo_vectorized", run_grpo, false},
-    {"grpo_passk", run_grpo_passk, false},
-    {"rloo", run_rloo, false},
-    {"rloo_vectorized", run_rloo, false},
-    {"opo", run_opo, false},
-    {"gpg", run_gpg, false},
-    {"reinforce_plus_plus", run_rpp, false},
-    {"reinforce_plus_plus_baseline", run_rpp_baseline, false},
-    {"remax", run_remax, false},
+    {"gae", run_gae, kValues},
+    {"grpo", run_grpo, kNothing},
+    {"grpo_vectorized", run_grpo, kNothing},
+    {"grpo_passk", run_grpo_passk, kNothing},
+    {"rloo", run_rloo, kNothing},
+    {"rloo_vectorized", run_rloo, kNothing},
+    {"opo", run_opo, kNothing},
+    {"gpg", run_gpg, kNothing},
+    {"reinforce_plus_plus", run_rpp, kNothing},
+    {"reinforce_plus_plus_baseline", run_rpp_baseline, kNothing},
+    {"remax", run_remax, kGreedyBaselines},
+    {"gdpo", run_gdpo, kRewardComponents},
+    {"optimal_token_baseline", run_otb<compute_optimal_token_baseline>, kSumPiSquared},
+    {"tir_optimal_token_baseline", run_otb<compute_tir_optimal_token_baseline>, kSumPiSquared},
 };
-
-// verl estimators rlpt knows about but does not implement.
-constexpr const char* kUnsupported[] = {"gdpo", "optimal_token_baseline", "tir_optimal_token_baseline"};
 
 const Estimator& find_estimator(const std::string& name) {
     for (const auto& e : kEstimators)
         if (name == e.name) return e;
-    for (const char* u : kUnsupported)
-        RLPT_CHECK(name != u, "advantage estimator '{}' is not supported by rlpt; supported estimators: {}",
-                   name, fmt::join(advantage_estimator_names(), ", "));
     RLPT_THROW(ValueError, "unknown advantage estimator '{}'; valid names: {}", name,
                fmt::join(advantage_estimator_names(), ", "));
 }
@@ -95,8 +115,12 @@ std::vector<std::string> advantage_estimator_names() {
     return names;
 }
 
+EstimatorNeeds advantage_estimator_needs(const std::string& name) {
+    return find_estimator(name).needs;
+}
+
 bool advantage_estimator_needs_values(const std::string& name) {
-    return find_estimator(name).needs_values;
+    return find_estimator(name).needs.values;
 }
 
 AdvantageOutput compute_advantage(const std::string& name, const AdvantageInputs& inputs,

@@ -1,15 +1,20 @@
 #include "rlpt/algo/data_metrics.h"
 
+#include <cmath>
+
 #include "algo/checks.h"
 
 namespace rlpt::algo {
 
 namespace {
 
+// NaN for an empty selection (an all-aborted batch), as verl's _safe_mean_max_min.
 void add_stats(std::map<std::string, double>& m, const std::string& prefix, const torch::Tensor& v) {
-    m[prefix + "/mean"] = v.mean().item<double>();
-    m[prefix + "/max"] = v.max().item<double>();
-    m[prefix + "/min"] = v.min().item<double>();
+    const double nan = std::nan("");
+    const bool empty = v.numel() == 0;
+    m[prefix + "/mean"] = empty ? nan : v.mean().item<double>();
+    m[prefix + "/max"] = empty ? nan : v.max().item<double>();
+    m[prefix + "/min"] = empty ? nan : v.min().item<double>();
 }
 
 torch::Tensor as_f64(const torch::Tensor& t) {
@@ -52,11 +57,7 @@ std::map<std::string, double> compute_data_metrics(const DataMetricsInputs& in) 
     auto prompt_length = as_f64(in.prompt_mask.to(torch::kBool)).sum(-1);
     auto aborted = response_length == 0.0;
     auto non_aborted = ~aborted;
-    RLPT_CHECK(non_aborted.any().item<bool>(),
-               "{}: all {} samples are aborted (response length 0); there is nothing to report", kWhere,
-               ref.size(0));
     auto valid = in.response_mask.to(torch::kCPU, torch::kBool);
-    RLPT_CHECK(valid.any().item<bool>(), "{}: response_mask selects no token", kWhere);
 
     std::map<std::string, double> m;
     add_stats(m, "critic/score", as_f64(in.token_level_scores).sum(-1).masked_select(non_aborted));
@@ -69,7 +70,7 @@ std::map<std::string, double> compute_data_metrics(const DataMetricsInputs& in) 
         add_stats(m, "critic/values", valid_values);
         auto diff_var = (valid_returns - valid_values).var().item<double>();
         auto ret_var = valid_returns.var().item<double>();
-        m["critic/vf_explained_var"] = 1.0 - diff_var / (ret_var + 1e-5);
+        m["critic/vf_explained_var"] = valid_values.numel() ? 1.0 - diff_var / (ret_var + 1e-5) : std::nan("");
     }
     add_stats(m, "response_length", response_length);
     m["response_length/clip_ratio"] =

@@ -1,4 +1,5 @@
-// Policy losses: vanilla (PPO + dual-clip), gspo, sapo, gpg, cispo, dro; and the dispatcher.
+// Policy losses: vanilla (PPO + dual-clip), gspo, sapo, gpg, cispo, dro, dppo_tv, dppo_kl; and the
+// dispatcher.
 #include "rlpt/algo/policy_loss.h"
 
 #include <fmt/format.h>
@@ -165,11 +166,60 @@ PolicyLossOutput compute_policy_loss_dro(const PolicyLossInputs& in, const Polic
 
 namespace {
 
-using LossFn = PolicyLossOutput (*)(const PolicyLossInputs&, const PolicyLossConfig&);
+// dppo_tv / dppo_kl share everything but the trust-region test.
+template <typename ValidFn>
+PolicyLossOutput dppo(const PolicyLossInputs& in, const PolicyLossConfig& cfg, const char* where, ValidFn valid_fn) {
+    detail::check_policy_inputs(in, where);
+    detail::check_clip_ratios(cfg, where);
+    RLPT_CHECK(cfg.clip_ratio_c > 0.0, "{}: clip_ratio_c (ratio truncation) must be > 0, got {}", where,
+               cfg.clip_ratio_c);
+    const auto& a = in.advantages;
+    const auto dt = in.log_prob.scalar_type();
+    auto lr = torch::clamp(in.log_prob - in.old_log_prob, -20.0, 20.0);
+    auto ratio = torch::exp(lr);
+    auto truncated = torch::clamp_max(ratio, cfg.clip_ratio_c).detach();
+    torch::Tensor valid;
+    {
+        torch::NoGradGuard no_grad;
+        auto p = torch::exp(in.log_prob.detach());
+        auto p_old = torch::exp(in.old_log_prob.detach());
+        valid = valid_fn(p, p_old, in.log_prob.detach(), in.old_log_prob.detach(), a > 0).to(dt);
+    }
+    auto loss_tok = -a * truncated * in.log_prob * valid;
 
-PolicyLossOutput run_clip_cov(const PolicyLossInputs& in, const PolicyLossConfig& cfg) {
-    return compute_policy_loss_clip_cov(in, cfg);
+    PolicyLossOutput out;
+    out.loss = aggregate(loss_tok, in, cfg, cfg.loss_agg_mode);
+    out.metrics["actor/pg_clipfrac"] = detail::masked_mean_value(1.0 - valid, in.response_mask);
+    out.metrics["actor/ppo_kl"] = detail::masked_mean_value(-lr, in.response_mask);
+    out.metrics["actor/pg_clipfrac_lower"] =
+        detail::masked_mean_value((ratio > cfg.clip_ratio_c).to(dt) * valid, in.response_mask);
+    return out;
 }
+
+}  // namespace
+
+PolicyLossOutput compute_policy_loss_dppo_tv(const PolicyLossInputs& in, const PolicyLossConfig& cfg) {
+    return dppo(in, cfg, "policy_loss(dppo_tv)",
+                [&](const torch::Tensor& p, const torch::Tensor& p_old, const torch::Tensor&, const torch::Tensor&,
+                    const torch::Tensor& positive) {
+                    return torch::where(positive, (p - p_old) <= cfg.eps_high(), (p - p_old) >= -cfg.eps_low());
+                });
+}
+
+PolicyLossOutput compute_policy_loss_dppo_kl(const PolicyLossInputs& in, const PolicyLossConfig& cfg) {
+    return dppo(in, cfg, "policy_loss(dppo_kl)",
+                [&](const torch::Tensor& p, const torch::Tensor& p_old, const torch::Tensor& logp,
+                    const torch::Tensor& logp_old, const torch::Tensor& positive) {
+                    auto bkl = p_old * (logp_old - logp) + (1.0 - p_old) * torch::log((1.0 - p_old + 1e-8) /
+                                                                                     (1.0 - p + 1e-8));
+                    return torch::where(positive, (bkl <= cfg.eps_high()) | (p <= p_old),
+                                        (bkl <= cfg.eps_low()) | (p >= p_old));
+                });
+}
+
+namespace {
+
+using LossFn = PolicyLossOutput (*)(const PolicyLossInputs&, const PolicyLossConfig&);
 
 struct LossEntry {
     const char* name;
@@ -182,11 +232,13 @@ constexpr LossEntry kLosses[] = {
     {"gpg", compute_policy_loss_gpg},
     {"cispo", compute_policy_loss_cispo},
     {"dro", compute_policy_loss_dro},
-    {"clip_cov", run_clip_cov},
+    {"clip_cov", compute_policy_loss_clip_cov},
     {"kl_cov", compute_policy_loss_kl_cov},
     {"geo_mean", compute_policy_loss_geo_mean},
+    {"dppo_tv", compute_policy_loss_dppo_tv},
+    {"dppo_kl", compute_policy_loss_dppo_kl},
 };
-constexpr const char* kUnsupported[] = {"dppo_tv", "dppo_kl", "bypass_mode"};
+constexpr const char* kUnsupported[] = {"bypass_mode"};
 
 }  // namespace
 

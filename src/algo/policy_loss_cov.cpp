@@ -8,10 +8,12 @@
 
 namespace rlpt::algo {
 
-PolicyLossOutput compute_policy_loss_clip_cov(const PolicyLossInputs& in, const PolicyLossConfig& cfg,
-                                              c10::optional<at::Generator> generator) {
+PolicyLossOutput compute_policy_loss_clip_cov(const PolicyLossInputs& in, const PolicyLossConfig& cfg) {
     constexpr const char* kWhere = "policy_loss(clip_cov)";
     detail::check_policy_inputs(in, kWhere);
+    RLPT_CHECK(in.generator.has_value(),
+               "{}: draws a random subset of tokens and needs a seeded generator (PolicyLossInputs::generator); "
+               "torch's global RNG would make resumed runs differ", kWhere);
     detail::check_clip_ratios(cfg, kWhere);
     RLPT_CHECK(cfg.clip_cov_ratio > 0.0, "{}: clip_cov_ratio must be > 0, got {}", kWhere,
                cfg.clip_cov_ratio);
@@ -36,7 +38,7 @@ PolicyLossOutput compute_policy_loss_clip_cov(const PolicyLossInputs& in, const 
         corr = torch::ones_like(a);
         if (flat_idx.numel() > 0) {
             auto perm =
-                torch::randperm(flat_idx.numel(), generator, torch::TensorOptions().dtype(torch::kLong));
+                torch::randperm(flat_idx.numel(), in.generator, torch::TensorOptions().dtype(torch::kLong));
             auto chosen = flat_idx.index_select(0, perm.slice(0, 0, std::min(clip_num, flat_idx.numel())));
             corr.reshape({-1}).index_fill_(0, chosen, 0.0);
         }

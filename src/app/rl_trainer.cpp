@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "rlpt/algo/advantage.h"
 #include "rlpt/algo/agg_loss.h"
@@ -54,6 +55,9 @@ std::string join_ids(const std::vector<int64_t>& v) {
 
 Batch seq_columns(const Batch& b) { return b.select({"input_ids", "attention_mask", "position_ids", "responses"}); }
 
+// Batch columns holding gdpo's per-sample reward components: <prefix><key>, float64 [B].
+const std::string kComponentPrefix = "reward_component/";
+
 }  // namespace
 
 RlTrainer::RlTrainer(protocol::Controller& ctl, const RunContext& run)
@@ -95,18 +99,12 @@ void RlTrainer::check_batch_sizes() const {
 void RlTrainer::init_roles() {
     Batch init(0);
     init.set_meta("vocab_size", task_.tok->vocab_size());
-    // The engine schedules per optimizer step: mini-batches x epochs per training step.
-    const int64_t tb = c_.data.train_batch_size;
-    init.set_meta("total_steps", total_steps_ * (tb / c_.actor.ppo_mini_batch_size) * c_.actor.ppo_epochs);
+    // The lr schedules count training steps (verl steps its scheduler once per training step).
+    init.set_meta("total_steps", total_steps_);
     ctl_.call(ActorMethod::kInit, init);
     ctl_.call(RolloutMethod::kInit, init);
     if (use_ref_) ctl_.call(ReferenceMethod::kInit, init);
-    if (use_critic_) {
-        Batch ci = init;
-        const int64_t cmb = c_.critic.ppo_mini_batch_size.value_or(c_.actor.ppo_mini_batch_size);
-        ci.set_meta("total_steps", total_steps_ * (tb / cmb) * c_.critic.ppo_epochs.value_or(c_.actor.ppo_epochs));
-        ctl_.call(CriticMethod::kInit, ci);
-    }
+    if (use_critic_) ctl_.call(CriticMethod::kInit, init);
     if (use_rm_) ctl_.call(RewardModelMethod::kInit, init);
 }
 
@@ -145,12 +143,70 @@ Batch RlTrainer::generate(const std::vector<int64_t>& example_ids, int64_t n, in
         e.push_back(&exs[static_cast<size_t>(i)]);
         p.push_back(&ids[static_cast<size_t>(i)]);
     }
-    Batch prompts = sampling_meta(make_prompt_batch(task_, e, p, n, first_sample_index), validation);
+    return run_rollout(sampling_meta(make_prompt_batch(task_, e, p, n, first_sample_index), validation));
+}
+
+Batch RlTrainer::run_rollout(const Batch& prompts) {
     Batch out = ctl_.call(RolloutMethod::kGenerate,
                           prompts.select({"prompt_ids", "prompt_mask"}, {"sample_index"}));
     out.update(prompts.select({}, {"uid", "data_source", "ground_truth", "extra"}));
     out.set_meta("temperature", prompts.meta_double("temperature"));
+    if (!c_.rollout.calculate_log_probs) out.erase("rollout_log_probs");  // verl: then none are kept
     return out;
+}
+
+// ReMax's baseline: the reward of the greedy response to each row's own prompt (the first row of
+// each uid: the prompt tokens, data_source, ground truth and extra of the batch itself), with the
+// training sampling settings but greedy decoding, as verl's do_sample=False copy of the batch.
+torch::Tensor RlTrainer::greedy_baselines(const Batch& batch) {
+    const auto& uids = batch.strings("uid");
+    std::map<std::string, int64_t> group_of;
+    std::vector<int64_t> first_rows, group(uids.size());
+    for (size_t i = 0; i < uids.size(); ++i) {
+        auto it = group_of.emplace(uids[i], static_cast<int64_t>(first_rows.size())).first;
+        if (it->second == static_cast<int64_t>(first_rows.size())) first_rows.push_back(static_cast<int64_t>(i));
+        group[i] = it->second;
+    }
+    Batch rows = batch.index(first_rows);
+    const int64_t P = rows.at("prompts").size(1);
+    Batch prompts(rows.size());
+    prompts.set("prompt_ids", rows.at("prompts"));
+    prompts.set("prompt_mask", rows.at("attention_mask").slice(1, 0, P));
+    for (const char* f : {"uid", "data_source", "ground_truth", "extra"}) prompts.set_strings(f, rows.strings(f));
+    std::vector<int64_t> index(first_rows.size());
+    for (size_t i = 0; i < index.size(); ++i) index[i] = (int64_t(1) << 41) + static_cast<int64_t>(i);
+    prompts.set_ints("sample_index", std::move(index));
+    prompts = sampling_meta(std::move(prompts), false);
+    prompts.set_meta("greedy", int64_t(1));
+    auto scores = score_responses(task_, run_rollout(prompts)).score;
+    std::vector<double> base;
+    for (int64_t g : group) base.push_back(scores[static_cast<size_t>(g)]);
+    return torch::tensor(base, torch::kFloat32);
+}
+
+// gdpo: one column per algorithm.gdpo_reward_keys entry, from what the scorers reported.
+void RlTrainer::set_reward_components(Batch& b, const ScoredResponses& sc) const {
+    for (const auto& key : c_.algorithm.gdpo_reward_keys) {
+        std::vector<double> v;
+        if (key == "score") v = sc.score;
+        else if (key == "acc") v = sc.acc;
+        else if (auto it = sc.extra.find(key); it != sc.extra.end()) v = it->second;
+        v.resize(static_cast<size_t>(b.size()), std::nan(""));
+        for (size_t i = 0; i < v.size(); ++i)
+            RLPT_CHECK_KIND(ConfigError, !std::isnan(v[i]),
+                            "algorithm.gdpo_reward_keys: the scorer of sample {} (data_source '{}') reports no '{}' "
+                            "(scorers report score, acc when they know correctness, and the numbers of their "
+                            "ScoreResult::extra)", i, b.strings("data_source")[i], key);
+        b.set(kComponentPrefix + key, torch::tensor(v, torch::kFloat64));
+    }
+}
+
+// Ranks doing role work (verl divides throughput by the GPUs in its resource pools).
+int RlTrainer::working_ranks() const {
+    std::set<int> ranks;
+    for (const auto& layout : run_.topology->placement().roles)
+        ranks.insert(layout.world_ranks.begin(), layout.world_ranks.end());
+    return std::max<int>(1, static_cast<int>(ranks.size()));
 }
 
 // Every sample of a batch must come from one weight version, and after an actor update from a
@@ -192,6 +248,8 @@ Batch RlTrainer::generate_train_batch(std::map<std::string, double>& m, std::map
         check_weight_version(b);
         Stage s(timing, "reward");
         ScoredResponses sc = score_responses(task_, b);
+        if (algo::advantage_estimator_needs(c_.algorithm.adv_estimator).reward_components)
+            set_reward_components(b, sc);
         std::vector<double> score = sc.score;
         if (use_rm_) {
             Batch rm = ctl_.call(RewardModelMethod::kComputeScore, seq_columns(b));
@@ -215,7 +273,10 @@ Batch RlTrainer::generate_train_batch(std::map<std::string, double>& m, std::map
             groups += want;
             break;
         }
-        const auto& metric = fg.metric == "acc" ? acc : score;
+        // verl's names: acc and score are what the scorer reported; seq_reward sums the token-level
+        // scores (with the reward model and overlong penalty); seq_final_reward sums the token-level
+        // rewards, which equal them here (validation refuses it with KL in the reward).
+        const auto& metric = fg.metric == "acc" ? acc : fg.metric == "score" ? sc.score : score;
         auto res = algo::filter_groups_by_metric(metric, b.strings("uid"), true);
         groups_seen += res.num_groups;
         if (!res.kept_rows.empty()) {
@@ -276,11 +337,16 @@ std::map<std::string, double> RlTrainer::train_step() {
     const double temperature = batch.meta_double("temperature");
     const auto mask = batch.at("response_mask");
     const auto agg = algo::parse_agg_mode(c_.actor.loss_agg_mode);
+    const auto needs = algo::advantage_estimator_needs(c_.algorithm.adv_estimator);
+    if (mask.sum().item<double>() == 0)
+        RLPT_LOG_WARN("step {}: every one of the {} responses is empty (aborted); the step runs on, and the metrics "
+                      "over responses are NaN", step_ + 1, batch.size());
 
     {
         Stage s(timing, "old_log_prob");
         Batch in = seq_columns(batch);
         in.set_meta("temperature", temperature);
+        if (needs.sum_pi_squared) in.set_meta("sum_pi_squared", int64_t(1));
         Batch old = ctl_.call(ActorMethod::kComputeLogProb, in);
         batch.update(old);
         if (old.has("entropy")) {
@@ -314,22 +380,21 @@ std::map<std::string, double> RlTrainer::train_step() {
         ai.response_mask = mask;
         if (use_critic_) ai.values = batch.at("values");
         ai.index = algo::make_group_index(batch.strings("uid")).ids;
-        if (c_.algorithm.adv_estimator == "remax") {
-            // The baseline of each prompt: the reward of its greedy response.
-            std::vector<int64_t> unique;
-            for (size_t i = 0; i < batch.strings("uid").size(); i += static_cast<size_t>(c_.rollout.n))
-                unique.push_back(std::stoll(batch.strings("uid")[i]));
-            Batch greedy = generate(unique, 1, int64_t(1) << 41, true);
-            auto sc = score_responses(task_, greedy);
-            std::vector<double> base;
-            for (double v : sc.score)
-                for (int64_t k = 0; k < c_.rollout.n; ++k) base.push_back(v);
-            ai.reward_baselines = torch::tensor(base, torch::kFloat32);
+        if (needs.reward_baselines) ai.reward_baselines = greedy_baselines(batch);
+        if (needs.sum_pi_squared) {
+            ai.old_log_probs = batch.at("old_log_probs");
+            ai.sum_pi_squared = batch.at("sum_pi_squared");
+        }
+        if (needs.reward_components) {
+            std::vector<torch::Tensor> comps;
+            for (const auto& k : c_.algorithm.gdpo_reward_keys) comps.push_back(batch.at(kComponentPrefix + k));
+            ai.reward_components = torch::stack(comps);
         }
         algo::AdvantageParams ap;
         ap.gamma = c_.algorithm.gamma;
         ap.lam = c_.algorithm.lam;
         ap.norm_adv_by_std_in_grpo = c_.algorithm.norm_adv_by_std_in_grpo;
+        ap.gdpo_weights = c_.algorithm.gdpo_reward_weights;
         auto adv = algo::compute_advantage(c_.algorithm.adv_estimator, ai, ap);
         batch.set("advantages", adv.advantages.to(torch::kFloat32));
         batch.set("returns", adv.returns.to(torch::kFloat32));
@@ -408,7 +473,7 @@ std::map<std::string, double> RlTrainer::train_step() {
     const double resp_tokens = mask.sum().item<double>();
     m["perf/total_num_tokens"] = tokens;
     m["perf/time_per_step"] = step_time;
-    m["perf/throughput"] = tokens / step_time / static_cast<double>(std::max(1, run_.topology->world_size() - 1));
+    m["perf/throughput"] = tokens / step_time / static_cast<double>(working_ranks());
     if (resp_tokens > 0) m["timing_per_token_ms/gen"] = 1000.0 * metric_or(timing, "timing_s/gen", 0) / resp_tokens;
     m["training/global_step"] = static_cast<double>(step_ + 1);
     m["training/epoch"] = static_cast<double>(sampler_->epoch());
@@ -481,7 +546,8 @@ int RlTrainer::run() {
     const bool resumed = try_resume();
     log_ = std::make_unique<MetricsLog>(run_.run_dir, resumed ? step_ : -1);
     if (!resumed) sync_weights();
-    RLPT_LOG_INFO("training {} steps ({} prompts x {} samples per step, {} steps per epoch){}", total_steps_,
+    RLPT_LOG_INFO("{}/{}: training {} steps ({} prompts x {} samples per step, {} steps per epoch){}",
+                  c_.trainer.project_name, c_.trainer.experiment_name, total_steps_,
                   c_.data.train_batch_size, c_.rollout.n, batches_per_epoch_,
                   resumed ? fmt::format(", resumed at step {}", step_) : "");
     std::map<std::string, double> last_val;

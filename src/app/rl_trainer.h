@@ -34,6 +34,12 @@ class RlTrainer {
     void sync_weights();
     Batch sampling_meta(Batch b, bool validation) const;
     Batch generate(const std::vector<int64_t>& example_ids, int64_t n, int64_t first_sample_index, bool validation);
+    // One rollout call on a prompt batch (make_prompt_batch's fields + sampling meta).
+    Batch run_rollout(const Batch& prompts);
+    // remax: [B] fp32, the reward of the greedy response to each row's prompt.
+    torch::Tensor greedy_baselines(const Batch& batch);
+    void set_reward_components(Batch& b, const ScoredResponses& sc) const;
+    int working_ranks() const;
     Batch generate_train_batch(std::map<std::string, double>& metrics, std::map<std::string, double>& timing);
     Batch arrange_for_update(const Batch& b, int64_t dp, int64_t num_mini) const;
     std::map<std::string, double> train_step();

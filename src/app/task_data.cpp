@@ -127,13 +127,11 @@ TaskData load_task(const Config& c) {
         RLPT_CHECK_KIND(ConfigError, !c.reward.custom_library.empty(),
                         "reward.scorer=custom needs reward.custom_library (a shared library, see "
                         "include/rlpt/reward/user_scorer.h)");
-        std::shared_ptr<const reward::Scorer> user = reward::UserScorer::load(c.reward.custom_library);
-        t.scorers.set_default(user);
-        for (const auto& ds : t.scorers.data_sources()) t.scorers.set(ds, user);
+        t.scorers = reward::ScorerRegistry();  // one scorer for every data_source
+        t.scorers.set_default(reward::UserScorer::load(c.reward.custom_library));
     } else if (c.reward.scorer != "auto") {
-        auto s = reward::make_scorer(nlohmann::json{{"type", c.reward.scorer}}, "reward.scorer");
-        t.scorers.set_default(s);
-        for (const auto& ds : t.scorers.data_sources()) t.scorers.set(ds, s);
+        t.scorers = reward::ScorerRegistry();
+        t.scorers.set_default(reward::make_scorer(nlohmann::json{{"type", c.reward.scorer}}, "reward.scorer"));
     } else if (!c.reward.custom_library.empty()) {
         t.scorers.set_default(reward::UserScorer::load(c.reward.custom_library));
     }
@@ -212,7 +210,13 @@ ScoredResponses score_responses(const TaskData& t, const Batch& b) {
         }
         out.score.push_back(s.score);
         out.acc.push_back(s.acc ? *s.acc : std::nan(""));
+        for (const auto& [k, v] : s.extra) {
+            auto& col = out.extra[k];
+            col.resize(static_cast<size_t>(i), std::nan(""));
+            col.push_back(v);
+        }
     }
+    for (auto& [k, col] : out.extra) col.resize(static_cast<size_t>(B), std::nan(""));
     return out;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // The controller's data side: tokenizer, datasets, scorers, and the Batches that carry
 // prompts to the rollout and responses to the scorers. Private to src/app.
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +45,8 @@ struct ScoredResponses {
     std::vector<double> score;  // per row
     std::vector<double> acc;    // per row; NaN when the scorer gives no accuracy
     std::vector<std::string> text;
+    // ScoreResult::extra by key, one value per row (NaN for rows whose scorer did not report it).
+    std::map<std::string, std::vector<double>> extra;
 };
 
 // Decodes each row's response tokens (response_mask, special tokens skipped) and scores it

@@ -19,6 +19,7 @@ class Visitor {
     virtual void value(const char* key, std::optional<int64_t>& v) = 0;
     virtual void value(const char* key, std::optional<double>& v) = 0;
     virtual void value(const char* key, std::vector<int64_t>& v) = 0;
+    virtual void value(const char* key, std::vector<double>& v) = 0;
     virtual void value(const char* key, std::vector<std::string>& v) = 0;
     virtual void section(const char* key, const std::function<void(Visitor&)>& body) = 0;
     // A list of structs: `resize(n)` is called with the element count before `item(v, i)`.

@@ -85,6 +85,7 @@ class Loader : public Visitor {
     void value(const char* key, std::optional<int64_t>& v) override { optional(key, v, "an integer or null"); }
     void value(const char* key, std::optional<double>& v) override { optional(key, v, "a number or null"); }
     void value(const char* key, std::vector<int64_t>& v) override { sequence(key, v, "a list of integers"); }
+    void value(const char* key, std::vector<double>& v) override { sequence(key, v, "a list of numbers"); }
     void value(const char* key, std::vector<std::string>& v) override { sequence(key, v, "a list of strings"); }
 
     void section(const char* key, const std::function<void(Visitor&)>& body) override {
@@ -255,6 +256,11 @@ class Dumper : public Visitor {
     void value(const char* key, std::vector<int64_t>& v) override {
         out_ << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
         for (auto x : v) out_ << static_cast<long long>(x);
+        out_ << YAML::EndSeq;
+    }
+    void value(const char* key, std::vector<double>& v) override {
+        out_ << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
+        for (auto x : v) out_ << fmt::format("{}", x);
         out_ << YAML::EndSeq;
     }
     void value(const char* key, std::vector<std::string>& v) override {

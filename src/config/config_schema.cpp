@@ -133,6 +133,7 @@ void visit_actor(Visitor& v, ActorConfig& c) {
         p.value("clip_cov_ub", l.clip_cov_ub);
         p.value("kl_cov_ratio", l.kl_cov_ratio);
         p.value("ppo_kl_coef", l.ppo_kl_coef);
+        p.value("dro_beta", l.dro_beta);
     });
     v.value("loss_agg_mode", c.loss_agg_mode);
     v.value("loss_scale_factor", c.loss_scale_factor);
@@ -191,6 +192,8 @@ void visit_algorithm(Visitor& v, AlgorithmConfig& c) {
         f.value("metric", c.filter_groups.metric);
         f.value("max_num_gen_batches", c.filter_groups.max_num_gen_batches);
     });
+    v.value("gdpo_reward_keys", c.gdpo_reward_keys);
+    v.value("gdpo_reward_weights", c.gdpo_reward_weights);
 }
 
 void visit_reward(Visitor& v, RewardConfig& c) {

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <set>
 
+#include "rlpt/algo/names.h"
 #include "rlpt/config/config.h"
 #include "rlpt/core/error.h"
 
@@ -20,6 +21,11 @@ class Checker {
     }
 
     void one_of(const std::string& value, const std::string& key, std::initializer_list<const char*> choices) const {
+        one_of_range(value, key, choices);
+    }
+
+    template <typename Range>
+    void one_of_range(const std::string& value, const std::string& key, const Range& choices) const {
         std::string list;
         for (const char* ch : choices) {
             if (value == ch) return;
@@ -158,8 +164,15 @@ void validate(const Config& c) {
     if (a.clip_ratio_low) k.require(*a.clip_ratio_low >= 0, "actor.clip_ratio_low", "must be >= 0 (got {})", *a.clip_ratio_low);
     if (a.clip_ratio_high) k.require(*a.clip_ratio_high >= 0, "actor.clip_ratio_high", "must be >= 0 (got {})", *a.clip_ratio_high);
     k.require(a.clip_ratio_c > 1, "actor.clip_ratio_c", "dual-clip constant must be > 1 (got {})", a.clip_ratio_c);
-    k.one_of(a.policy_loss.loss_mode, "actor.policy_loss.loss_mode",
-             {"vanilla", "gspo", "gpg", "cispo", "sapo", "clip_cov", "kl_cov", "geo_mean", "dro"});
+    k.one_of_range(a.policy_loss.loss_mode, "actor.policy_loss.loss_mode", algo::kPolicyLossNames);
+    if (a.policy_loss.loss_mode == "dro") {
+        k.require(a.policy_loss.dro_beta.has_value() && *a.policy_loss.dro_beta > 0, "actor.policy_loss.dro_beta",
+                  "loss_mode dro needs dro_beta > 0 (the weight of its quadratic penalty; verl has no default){}",
+                  a.policy_loss.dro_beta ? fmt::format(", got {}", *a.policy_loss.dro_beta) : std::string());
+    }
+    k.require(!a.shuffle, "actor.shuffle",
+              "true is not supported: the actor takes its mini-batches in batch order (the data loader already "
+              "shuffles prompts with data.shuffle)");
     k.one_of(a.loss_agg_mode, "actor.loss_agg_mode",
              {"token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"});
     if (a.loss_scale_factor) k.require(*a.loss_scale_factor > 0, "actor.loss_scale_factor", "must be > 0");
@@ -190,9 +203,7 @@ void validate(const Config& c) {
     k.positive(c.reward_model.micro_batch_size_per_rank, "reward_model.micro_batch_size_per_rank");
 
     const auto& al = c.algorithm;
-    k.one_of(al.adv_estimator, "algorithm.adv_estimator",
-             {"gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo", "gpg",
-              "grpo_passk"});
+    k.one_of_range(al.adv_estimator, "algorithm.adv_estimator", algo::kAdvantageEstimatorNames);
     k.require(al.gamma >= 0 && al.gamma <= 1, "algorithm.gamma", "must be in [0, 1] (got {})", al.gamma);
     k.require(al.lam >= 0 && al.lam <= 1, "algorithm.lam", "must be in [0, 1] (got {})", al.lam);
     k.one_of(al.kl_penalty, "algorithm.kl_penalty",
@@ -202,6 +213,16 @@ void validate(const Config& c) {
     k.require(al.kl_ctrl.horizon > 0, "algorithm.kl_ctrl.horizon", "must be > 0 (got {})", al.kl_ctrl.horizon);
     k.require(al.kl_ctrl.target_kl > 0, "algorithm.kl_ctrl.target_kl", "must be > 0 (got {})", al.kl_ctrl.target_kl);
     k.one_of(al.filter_groups.metric, "algorithm.filter_groups.metric", {"acc", "score", "seq_reward", "seq_final_reward"});
+    k.require(al.filter_groups.metric != "seq_final_reward" || !al.use_kl_in_reward, "algorithm.filter_groups.metric",
+              "seq_final_reward with algorithm.use_kl_in_reward=true is not supported (the KL penalty needs the "
+              "old and reference log-probs, computed after filtering); use seq_reward");
+    if (al.adv_estimator == "gdpo") {
+        k.require(!al.gdpo_reward_keys.empty(), "algorithm.gdpo_reward_keys",
+                  "gdpo needs the reward components to normalise separately (e.g. [score, acc])");
+    }
+    k.require(al.gdpo_reward_weights.empty() || al.gdpo_reward_weights.size() == al.gdpo_reward_keys.size(),
+              "algorithm.gdpo_reward_weights", "needs one weight per gdpo_reward_keys entry ({}), got {}",
+              al.gdpo_reward_keys.size(), al.gdpo_reward_weights.size());
     k.require(al.filter_groups.max_num_gen_batches >= 0, "algorithm.filter_groups.max_num_gen_batches",
               "must be >= 0 (got {})", al.filter_groups.max_num_gen_batches);
     if (al.adv_estimator == "grpo" || al.adv_estimator == "rloo" || al.adv_estimator == "grpo_passk") {

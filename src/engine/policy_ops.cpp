@@ -31,7 +31,8 @@ torch::Tensor lm_head_fp32(model::CausalLM& model, const torch::Tensor& hidden) 
 
 }  // namespace
 
-LogProbs compute_log_probs(model::CausalLM& model, const SequenceBatch& seq, double temperature, bool with_entropy) {
+LogProbs compute_log_probs(model::CausalLM& model, const SequenceBatch& seq, double temperature, bool with_entropy,
+                           bool with_sum_pi_squared) {
     const int64_t p = check_sequences(seq, "compute_log_probs");
     const int64_t b = seq.input_ids.size(0), r = seq.response_length;
     auto hidden = model.forward_hidden(seq.input_ids, seq.attention_mask, seq.position_ids);  // [B, T, H]
@@ -42,6 +43,10 @@ LogProbs compute_log_probs(model::CausalLM& model, const SequenceBatch& seq, dou
     LogProbs res;
     res.log_probs = out.logp.view({b, r});
     if (with_entropy) res.entropy = out.entropy.view({b, r});
+    if (with_sum_pi_squared) {
+        auto z = logits / std::max(temperature, 1e-8);
+        res.sum_pi_squared = torch::exp(torch::logsumexp(2.0 * z, -1) - 2.0 * torch::logsumexp(z, -1)).view({b, r});
+    }
     return res;
 }
 

@@ -9,6 +9,7 @@
 #include "rlpt/reward/format.h"
 #include "rlpt/reward/gsm8k.h"
 #include "rlpt/reward/math.h"
+#include "rlpt/reward/math_dapo.h"
 #include "rlpt/reward/number.h"
 #include "rlpt/reward/user_scorer_loader.h"
 
@@ -94,6 +95,12 @@ void ScorerRegistry::set(const std::string& data_source, std::shared_ptr<const S
     scorers_[data_source] = std::move(scorer);
 }
 
+void ScorerRegistry::set_prefix(const std::string& prefix, std::shared_ptr<const Scorer> scorer) {
+    RLPT_CHECK_KIND(ConfigError, !prefix.empty(), "scorer registry: empty data_source prefix");
+    RLPT_CHECK_KIND(ConfigError, scorer != nullptr, "scorer registry: null scorer for prefix '{}'", prefix);
+    prefixes_[prefix] = std::move(scorer);
+}
+
 void ScorerRegistry::set_default(std::shared_ptr<const Scorer> scorer) {
     default_ = std::move(scorer);
 }
@@ -112,6 +119,15 @@ std::vector<std::string> ScorerRegistry::data_sources() const {
 const Scorer& ScorerRegistry::get(std::string_view data_source) const {
     auto it = scorers_.find(data_source);
     if (it != scorers_.end()) return *it->second;
+    const Scorer* by_prefix = nullptr;
+    size_t longest = 0;
+    for (const auto& [prefix, scorer] : prefixes_) {
+        if (data_source.substr(0, prefix.size()) == prefix && prefix.size() > longest) {
+            by_prefix = scorer.get();
+            longest = prefix.size();
+        }
+    }
+    if (by_prefix) return *by_prefix;
     if (default_) return *default_;
     RLPT_THROW(ConfigError,
                "no reward scorer for data_source '{}' (known data_sources: {}); configure a scorer for it "
@@ -131,6 +147,9 @@ void add_builtin_scorers(ScorerRegistry& registry) {
     registry.set("DigitalLearningGmbH/MATH-lighteval", math);
     registry.set("HuggingFaceH4/MATH-500", math);
     registry.set("rlpt/arithmetic", std::make_shared<ArithmeticScorer>());
+    auto dapo = std::make_shared<MathDapoScorer>();
+    for (const char* ds : {"math_dapo", "math", "math_dapo_reasoning"}) registry.set(ds, dapo);
+    registry.set_prefix("aime", dapo);
 }
 
 std::shared_ptr<const Scorer> make_scorer(const nlohmann::json& spec, const std::string& where) {
@@ -146,6 +165,8 @@ std::shared_ptr<const Scorer> make_scorer(const nlohmann::json& spec, const std:
         });
     } else if (type == "math") {
         scorer = std::make_shared<MathScorer>();
+    } else if (type == "math_dapo") {
+        scorer = std::make_shared<MathDapoScorer>();
     } else if (type == "number") {
         NumberScorerOptions o;
         const std::string extraction = r.string("extraction", std::string("last_number"));
@@ -199,8 +220,8 @@ std::shared_ptr<const Scorer> make_scorer(const nlohmann::json& spec, const std:
         scorer = std::make_shared<WeightedSumScorer>(std::move(weighted));
     } else {
         RLPT_THROW(ConfigError,
-                   "{}.type: unknown scorer type '{}' (known: gsm8k, math, number, arithmetic, "
-                   "format, user, sum)",
+                   "{}.type: unknown scorer type '{}' (known: gsm8k, math, math_dapo, number, "
+                   "arithmetic, format, user, sum)",
                    where, type);
     }
     r.finish();

@@ -1,4 +1,6 @@
 // compute_data_metrics on a hand-checked batch (B = 3, T = 4, P = 3; row 2 aborted).
+#include <cmath>
+
 #include "rlpt/algo/data_metrics.h"
 #include "test_algo_util.h"
 
@@ -88,10 +90,20 @@ TEST_F(MetricsFixture, NoCriticAndSeparateAttentionMask) {
     EXPECT_EQ(m.size(), 25u);
 }
 
-TEST_F(MetricsFixture, AllAbortedAndBadShapesAreErrors) {
+TEST_F(MetricsFixture, AllAbortedGivesNanStatisticsAsVerl) {
     auto all_aborted = in;
     all_aborted.response_mask = torch::zeros({3, 4}, torch::kInt64);
-    test::expect_value_error([&] { compute_data_metrics(all_aborted); }, "all 3 samples are aborted");
+    all_aborted.values = torch::zeros({3, 4}, torch::kFloat64);
+    auto m = compute_data_metrics(all_aborted);
+    for (const char* k : {"critic/score/mean", "critic/score/max", "critic/rewards/min", "critic/advantages/mean",
+                          "critic/returns/max", "critic/values/mean", "critic/vf_explained_var",
+                          "response_length_non_aborted/mean"})
+        EXPECT_TRUE(std::isnan(m.at(k))) << k;
+    EXPECT_EQ(m.at("response/aborted_ratio"), 1.0);
+    EXPECT_EQ(m.at("response_length/mean"), 0.0);
+}
+
+TEST_F(MetricsFixture, BadShapesAreErrors) {
     auto bad = in;
     bad.prompt_mask = torch::ones({2, 3}, torch::kInt64);
     test::expect_value_error([&] { compute_data_metrics(bad); }, "prompt_mask has 2 rows");
@@ -100,11 +112,13 @@ TEST_F(MetricsFixture, AllAbortedAndBadShapesAreErrors) {
     test::expect_value_error([&] { compute_data_metrics(bad2); }, "'returns'");
 }
 
-TEST_F(MetricsFixture, ResponseMaskWithoutTokensIsAnError) {
+TEST_F(MetricsFixture, ResponseMaskWithoutTokensGivesNanTokenStatistics) {
     auto in2 = in;
     in2.response_attention_mask = in.response_mask.clone();
     in2.response_mask = torch::zeros({3, 4}, torch::kInt64);
-    test::expect_value_error([&] { compute_data_metrics(in2); }, "selects no token");
+    auto m = compute_data_metrics(in2);
+    EXPECT_TRUE(std::isnan(m.at("critic/advantages/mean")));
+    EXPECT_FALSE(std::isnan(m.at("critic/score/mean")));  // rows are not aborted: lengths come from the attention mask
 }
 
 }  // namespace

@@ -119,7 +119,9 @@ TEST_F(PolicyFixture, ClipCovWithSingleCandidateIsDeterministic) {
     PolicyLossConfig cfg;
     cfg.clip_cov_lb = -0.3;
     cfg.clip_cov_ub = -0.2;
-    check(compute_policy_loss_clip_cov(inputs(), cfg), 0.102066727363781,
+    auto in = inputs();
+    in.generator = at::detail::createCPUGenerator(1);
+    check(compute_policy_loss_clip_cov(in, cfg), 0.102066727363781,
           {0, 0, -0.12014526815726, 0, 0.640241295762581, 0, 0, -0.189457871670111},
           {{"actor/pg_clipfrac", 1.0 / 7}, {"actor/ppo_kl", -1.8 / 7}});
 }
@@ -136,11 +138,51 @@ TEST(ClipCov, RandomSubsetHasClipNumTokensAndFollowsTheGenerator) {
     PolicyLossConfig cfg;
     cfg.clip_cov_lb = -100.0;  // every token is a candidate
     cfg.clip_cov_ub = 100.0;
-    auto gen_a = at::detail::createCPUGenerator(7), gen_b = at::detail::createCPUGenerator(7);
-    auto a = compute_policy_loss_clip_cov(in, cfg, gen_a);
-    auto b2 = compute_policy_loss_clip_cov(in, cfg, gen_b);
+    in.generator = at::detail::createCPUGenerator(7);
+    auto a = compute_policy_loss_clip_cov(in, cfg);
+    in.generator = at::detail::createCPUGenerator(7);
+    auto b2 = compute_policy_loss_clip_cov(in, cfg);
     EXPECT_NEAR(a.metrics.at("actor/pg_clipfrac"), 2.0 / 10000, 1e-12);
     EXPECT_EQ(a.loss.item<double>(), b2.loss.item<double>());
+    // Never torch's global RNG: without a generator the loss refuses to draw.
+    in.generator.reset();
+    test::expect_value_error([&] { compute_policy_loss_clip_cov(in, cfg); }, "seeded generator");
+}
+
+// dppo_tv / dppo_kl on a batch of valid probabilities (B = 2, T = 3, one padded token), ε = 0.2,
+// c = 3. Expected values computed by hand from ALGORITHMS.md §1.2 (token-mean over 5 tokens):
+//   (0,0) A>0, p - p_old = 0.298 > ε: outside both regions (bkl = 0.316 > ε, p > p_old)
+//   (0,1) A<0, p - p_old = -0.239 < -ε: outside TV; bkl = 0.117 <= ε: inside KL
+//   (1,0) ratio e^1.5 > c: truncated to 3 (counted in pg_clipfrac_lower), inside both
+// TV loss: [0.5·e^0.1·1.9 - 0.7·3·1.5 + 2·0.05] / 5 = -0.4000175255656268.
+struct DppoFixture : ::testing::Test {
+    torch::Tensor old_lp = t2d({{-0.5, -0.5, -2.0}, {-3.0, -0.05, -1.0}});
+    torch::Tensor new_lp = t2d({{-0.1, -1.0, -1.9}, {-1.5, -0.05, -1.2}});
+    torch::Tensor adv = t2d({{1.0, -1.0, 0.5}, {-0.7, 2.0, -0.3}});
+    torch::Tensor mask = torch::tensor({1, 1, 1, 1, 1, 0}, torch::kInt64).reshape({2, 3});
+    torch::Tensor logp;
+    PolicyLossInputs inputs() {
+        logp = new_lp.clone().requires_grad_(true);
+        return {old_lp, logp, adv, mask, {}};
+    }
+    void check(const PolicyLossOutput& out, double loss, const std::vector<double>& grad, double clipfrac) {
+        EXPECT_NEAR(out.loss.item<double>(), loss, 1e-12);
+        out.loss.backward();
+        expect_close(logp.grad(), grad, 1e-12);
+        EXPECT_NEAR(out.metrics.at("actor/pg_clipfrac"), clipfrac, 1e-12);
+        EXPECT_NEAR(out.metrics.at("actor/pg_clipfrac_lower"), 1.0 / 5, 1e-12);
+        EXPECT_NEAR(out.metrics.at("actor/ppo_kl"), -1.5 / 5, 1e-12);
+    }
+};
+
+TEST_F(DppoFixture, TotalVariation) {
+    check(compute_policy_loss("dppo_tv", inputs(), {}), -0.4000175255656268,
+          {0, 0, -0.11051709180756478, 0.42, -0.4, 0}, 2.0 / 5);
+}
+
+TEST_F(DppoFixture, BinaryKl) {
+    check(compute_policy_loss("dppo_kl", inputs(), {}), -0.5213236575081535,
+          {0, 0.12130613194252668, -0.11051709180756478, 0.42, -0.4, 0}, 1.0 / 5);
 }
 
 TEST_F(PolicyFixture, KlCov) {
@@ -189,6 +231,7 @@ TEST_F(PolicyFixture, GeoMeanShardsUseGlobalRowCount) {
 TEST_F(PolicyFixture, FullyMaskedBatchGivesZeroLossAndMetrics) {
     auto in = inputs();
     in.response_mask = torch::zeros_like(mask);
+    in.generator = at::detail::createCPUGenerator(3);
     for (const auto& name : policy_loss_names()) {
         PolicyLossConfig cfg;
         cfg.dro_beta = 0.1;
@@ -202,10 +245,9 @@ TEST_F(PolicyFixture, DispatchAndErrors) {
     auto in = inputs();
     EXPECT_EQ(compute_policy_loss("vanilla", in, {}).loss.item<double>(),
               compute_policy_loss_vanilla(in, {}).loss.item<double>());
-    EXPECT_EQ(policy_loss_names().size(), 9u);
     test::expect_value_error([&] { compute_policy_loss("vanila", in, {}); },
                              "unknown policy loss_mode 'vanila'");
-    test::expect_value_error([&] { compute_policy_loss("dppo_tv", in, {}); }, "not supported");
+    test::expect_value_error([&] { compute_policy_loss("bypass_mode", in, {}); }, "not supported");
     PolicyLossConfig bad_c;
     bad_c.clip_ratio_c = 1.0;
     test::expect_value_error([&] { compute_policy_loss_vanilla(in, bad_c); }, "clip_ratio_c");
@@ -227,7 +269,9 @@ TEST_F(PolicyFixture, DispatchAndErrors) {
 TEST_F(PolicyFixture, CovarianceRatiosMustBePositive) {
     PolicyLossConfig cfg;
     cfg.clip_cov_ratio = 0.0;
-    test::expect_value_error([&] { compute_policy_loss_clip_cov(inputs(), cfg); }, "clip_cov_ratio");
+    auto in = inputs();
+    in.generator = at::detail::createCPUGenerator(1);
+    test::expect_value_error([&] { compute_policy_loss_clip_cov(in, cfg); }, "clip_cov_ratio");
     cfg = {};
     cfg.kl_cov_ratio = -1.0;
     test::expect_value_error([&] { compute_policy_loss_kl_cov(inputs(), cfg); }, "kl_cov_ratio");

@@ -75,6 +75,29 @@ TEST(Config, RangeErrorsNameKeyAndOrigin) {
         {"placement.groups.0.ranks"});
 }
 
+TEST(Config, KeysThatCannotWorkAreRefusedNotIgnored) {
+    // dro needs its beta (verl has no default): refused at load, not at the first update.
+    expect_config_error([] { config_from_yaml("", "o", {"actor.policy_loss.loss_mode=dro"}); },
+                        {"actor.policy_loss.dro_beta", "needs dro_beta > 0"});
+    EXPECT_EQ(*config_from_yaml("", "o", {"actor.policy_loss.loss_mode=dro", "actor.policy_loss.dro_beta=0.1"})
+                   .actor.policy_loss.dro_beta,
+              0.1);
+    expect_config_error([] { config_from_yaml("", "o", {"actor.shuffle=true"}); }, {"actor.shuffle", "not supported"});
+    expect_config_error(
+        [] {
+            config_from_yaml("", "o", {"algorithm.filter_groups.metric=seq_final_reward", "algorithm.use_kl_in_reward=true"});
+        },
+        {"algorithm.filter_groups.metric", "seq_final_reward"});
+    expect_config_error([] { config_from_yaml("", "o", {"algorithm.adv_estimator=gdpo"}); },
+                        {"algorithm.gdpo_reward_keys", "gdpo needs"});
+    expect_config_error(
+        [] { config_from_yaml("", "o", {"algorithm.gdpo_reward_keys=[score, acc]", "algorithm.gdpo_reward_weights=[1]"}); },
+        {"algorithm.gdpo_reward_weights", "one weight per"});
+    Config c = config_from_yaml("", "o", {"algorithm.gdpo_reward_keys=[score, acc]", "algorithm.gdpo_reward_weights=[1, 0.25]"});
+    EXPECT_EQ(c.algorithm.gdpo_reward_weights, (std::vector<double>{1.0, 0.25}));
+    EXPECT_EQ(config_from_yaml(rlpt::to_yaml(c), "dump").algorithm.gdpo_reward_weights, c.algorithm.gdpo_reward_weights);
+}
+
 TEST(Config, YamlSyntaxErrorHasLine) {
     expect_config_error([] { config_from_yaml("trainer:\n  mode: [rl\n", "s.yaml"); }, {"s.yaml:", "YAML syntax error"});
 }

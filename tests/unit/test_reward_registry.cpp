@@ -44,7 +44,9 @@ TEST(RewardRegistry, BuiltinsDispatchLikeVerl) {
     add_builtin_scorers(reg);
     EXPECT_EQ(reg.data_sources(),
               (std::vector<std::string>{"DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500",
-                                        "lighteval/MATH", "openai/gsm8k", "rlpt/arithmetic"}));
+                                        "lighteval/MATH", "math", "math_dapo", "math_dapo_reasoning", "openai/gsm8k",
+                                        "rlpt/arithmetic"}));
+    EXPECT_EQ(reg.get("aime2024").name(), "math_dapo");  // verl's startswith("aime")
     EXPECT_EQ(reg.get("openai/gsm8k").name(), "gsm8k(strict)");
     EXPECT_EQ(reg.get("lighteval/MATH").name(), "math");
     EXPECT_EQ(reg.get("DigitalLearningGmbH/MATH-lighteval").name(), "math");
@@ -58,8 +60,8 @@ TEST(RewardRegistry, BuiltinsDispatchLikeVerl) {
 TEST(RewardRegistry, UnknownDataSourceNamesItAndTheKnownOnes) {
     ScorerRegistry reg;
     add_builtin_scorers(reg);
-    std::string msg = message_of<rlpt::ConfigError>([&] { reg.get("math_dapo"); });
-    EXPECT_NE(msg.find("'math_dapo'"), std::string::npos) << msg;
+    std::string msg = message_of<rlpt::ConfigError>([&] { reg.get("numina_olympiads"); });
+    EXPECT_NE(msg.find("'numina_olympiads'"), std::string::npos) << msg;
     EXPECT_NE(msg.find("openai/gsm8k"), std::string::npos) << msg;
     EXPECT_NE(msg.find("rlpt/arithmetic"), std::string::npos) << msg;
 
@@ -68,7 +70,7 @@ TEST(RewardRegistry, UnknownDataSourceNamesItAndTheKnownOnes) {
     EXPECT_NE(msg.find("known data_sources: none"), std::string::npos) << msg;
 
     reg.set_default(make_scorer(json{{"type", "number"}}, "default"));
-    EXPECT_EQ(reg.get("math_dapo").name(), "number(last_number)");
+    EXPECT_EQ(reg.get("numina_olympiads").name(), "number(last_number)");
     EXPECT_EQ(reg.get("openai/gsm8k").name(), "gsm8k(strict)");  // entries win over the default
 }
 
@@ -162,7 +164,7 @@ TEST(RewardRegistry, RegistryFromConfig) {
     ScorerRegistry bare = make_scorer_registry(json{{"builtins", false}}, "reward");
     EXPECT_TRUE(bare.data_sources().empty());
     EXPECT_EQ(bare.default_scorer(), nullptr);
-    EXPECT_EQ(make_scorer_registry(json(nullptr), "reward").data_sources().size(), 5u);
+    EXPECT_EQ(make_scorer_registry(json(nullptr), "reward").data_sources().size(), 8u);
 
     std::string msg = message_of<rlpt::ConfigError>([] {
         make_scorer_registry(json{{"scorer", 1}}, "reward");

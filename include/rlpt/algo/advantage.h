@@ -9,6 +9,9 @@
 //   index                int64 [B] group labels (uid of the prompt); any values, only equality
 //                        matters (make_group_index maps strings/ints to dense ids)
 //   reward_baselines     [B] floating (remax only: reward of the greedy rollout)
+//   old_log_probs, sum_pi_squared   B×T floating (optimal_token_baseline*: log π_old of the
+//                        sampled token and Σ_v π_v² of its distribution, from the actor)
+//   reward_components    [K, B] floating (gdpo: K per-sample reward components)
 // Every estimator returns {advantages, returns}, both B×T in the rewards' dtype, computed without
 // autograd, and ZERO outside the response mask (see the notes at each function for the places
 // where this deliberately differs from verl).
@@ -93,14 +96,48 @@ AdvantageOutput compute_reinforce_plus_plus_baseline(const torch::Tensor& token_
 AdvantageOutput compute_remax(const torch::Tensor& token_level_rewards, const torch::Tensor& response_mask,
                               const torch::Tensor& reward_baselines);
 
+// GDPO: for each component k (row k of reward_components [K, B]), GRPO on its per-sample scores
+// gives A_k (the same group statistics, singleton and ε rules as compute_grpo); then
+// A = masked_whiten(Σ_k w_k·A_k, m)·m for both outputs. weights: empty = 1 each, else K values.
+// (verl places each score at the last valid token and sums over T, which is the score itself.)
+// Throws when the batch has < 2 valid tokens (whitening).
+AdvantageOutput compute_gdpo(const torch::Tensor& reward_components, const torch::Tensor& response_mask,
+                             const torch::Tensor& index, const std::vector<double>& weights = {},
+                             double epsilon = 1e-6, bool norm_by_std = true);
+
+// Optimal token baseline (OTB): G = reverse-cumsum(r·m); w_t = 1 - 2·exp(old_logp_t) + Σπ²_t;
+// W = cumsum(w·m) along T. Per group, per position t: B_t = Σ_i G·W·m / (Σ_i W·m + 1e-8);
+// A = (G - B)·m, returns = G. Group of one: B = 0. handle_zero_tail: when a group's longest
+// response is strictly longer than all others, its baseline from the second-longest length on is
+// 0. Computed in float64, returned in the rewards' dtype. (verl's optional rollout IS weights,
+// w·ρ², are not supported: rlpt has no rollout correction yet.)
+AdvantageOutput compute_optimal_token_baseline(const torch::Tensor& token_level_rewards,
+                                               const torch::Tensor& response_mask, const torch::Tensor& index,
+                                               const torch::Tensor& old_log_probs,
+                                               const torch::Tensor& sum_pi_squared, bool handle_zero_tail = true);
+
+// The multi-turn form (tir_optimal_token_baseline): each row's valid tokens are compacted first,
+// so the baseline is per valid-token position k (B_k = Σ_i G·W / (Σ_i W + 1e-8) over the group's
+// compacted rows, zero-padded); rows without valid tokens are skipped (advantage 0). The zero-tail
+// rule works on compacted lengths. Equal to compute_optimal_token_baseline when every response
+// mask is a prefix.
+AdvantageOutput compute_tir_optimal_token_baseline(const torch::Tensor& token_level_rewards,
+                                                   const torch::Tensor& response_mask, const torch::Tensor& index,
+                                                   const torch::Tensor& old_log_probs,
+                                                   const torch::Tensor& sum_pi_squared,
+                                                   bool handle_zero_tail = true);
+
 // ---- dispatch by name (algorithm.adv_estimator) ---------------------------------------------
 
 struct AdvantageInputs {
     torch::Tensor token_level_rewards;  // required
     torch::Tensor response_mask;        // required
     torch::Tensor values;               // gae
-    torch::Tensor index;                // grpo*, rloo*, opo, gpg, reinforce_plus_plus_baseline
+    torch::Tensor index;                // grpo*, rloo*, opo, gpg, reinforce_plus_plus_baseline, gdpo, otb*
     torch::Tensor reward_baselines;     // remax
+    torch::Tensor old_log_probs;        // optimal_token_baseline, tir_optimal_token_baseline
+    torch::Tensor sum_pi_squared;       // optimal_token_baseline, tir_optimal_token_baseline
+    torch::Tensor reward_components;    // gdpo: [K, B]
 };
 
 struct AdvantageParams {
@@ -109,16 +146,25 @@ struct AdvantageParams {
     double epsilon = 1e-6;                // grpo family
     bool norm_adv_by_std_in_grpo = true;  // algorithm.norm_adv_by_std_in_grpo
     double gpg_f_norm = 1.0;
+    std::vector<double> gdpo_weights;     // algorithm.gdpo_reward_weights (empty: 1 each)
+    bool otb_handle_zero_tail = true;     // verl's default for both OTB estimators
 };
 
-// Valid names: gae, grpo, grpo_vectorized (= grpo), grpo_passk, rloo, rloo_vectorized (= rloo),
-// opo, gpg, reinforce_plus_plus, reinforce_plus_plus_baseline, remax. verl's gdpo,
-// optimal_token_baseline and tir_optimal_token_baseline are refused as unsupported; anything else
-// as unknown. Both errors (ValueError) list the valid names. A missing required input (e.g. values
-// for gae) is a ValueError naming it.
+// What an estimator needs beyond rewards and mask, so the trainer knows which stages to run.
+struct EstimatorNeeds {
+    bool values = false;             // a critic (gae)
+    bool reward_baselines = false;   // greedy-rollout rewards (remax)
+    bool sum_pi_squared = false;     // the actor's Σπ² with the old log-probs (otb*)
+    bool reward_components = false;  // per-component scores (gdpo)
+};
+
+// Valid names are verl's (advantage_estimator_names() lists them; grpo_vectorized = grpo and
+// rloo_vectorized = rloo, see compute_rloo). Anything else is a ValueError listing the valid
+// names. A missing required input (e.g. values for gae) is a ValueError naming it.
 AdvantageOutput compute_advantage(const std::string& name, const AdvantageInputs& inputs,
                                   const AdvantageParams& params = {});
 std::vector<std::string> advantage_estimator_names();
+EstimatorNeeds advantage_estimator_needs(const std::string& name);
 // Whether the estimator needs `values` (a critic): true only for gae.
 bool advantage_estimator_needs_values(const std::string& name);
 

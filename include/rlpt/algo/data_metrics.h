@@ -38,7 +38,8 @@ struct DataMetricsInputs {
 //   response_length_non_aborted/{mean,max,min,clip_ratio}
 //   response/aborted_ratio           share of rows with response length 0
 //   prompt_length/{mean,max,min,clip_ratio}            clip_ratio = share with len >= P
-// Throws ValueError when every row is aborted (as verl does) or no response token is masked in.
+// A statistic over an empty selection (every row aborted, or no response token masked in) is NaN,
+// as in verl: the caller warns and the run goes on.
 std::map<std::string, double> compute_data_metrics(const DataMetricsInputs& in);
 
 }  // namespace rlpt::algo

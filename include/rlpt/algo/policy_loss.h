@@ -50,6 +50,9 @@ struct PolicyLossInputs {
     torch::Tensor advantages;
     torch::Tensor response_mask;
     torch::Tensor rollout_is_weights;  // optional
+    // Losses that draw random numbers (clip_cov) draw them from this generator and refuse to run
+    // without one: never from torch's global RNG, so a resumed run repeats the same draws.
+    c10::optional<at::Generator> generator;
 };
 
 struct PolicyLossOutput {
@@ -85,9 +88,8 @@ PolicyLossOutput compute_policy_loss_dro(const PolicyLossInputs& in, const Polic
 // clip_cov: ratio = exp(lr) (no clamp); L1, L2 as in vanilla; cov = (A - Ā)(logp - mean logp)
 // over valid tokens. Among valid, not-already-clipped tokens with lb < cov < ub, a random subset
 // of max(int(clip_cov_ratio·Σm), 1) gets weight 0; loss_tok = max(L1, L2)·corr.
-// pg_clipfrac = masked_mean(corr == 0). `generator` makes the random choice reproducible.
-PolicyLossOutput compute_policy_loss_clip_cov(const PolicyLossInputs& in, const PolicyLossConfig& cfg,
-                                              c10::optional<at::Generator> generator = c10::nullopt);
+// pg_clipfrac = masked_mean(corr == 0). The random subset comes from in.generator (required).
+PolicyLossOutput compute_policy_loss_clip_cov(const PolicyLossInputs& in, const PolicyLossConfig& cfg);
 
 // kl_cov: ratio = exp(lr) (no clamp, no clipping); loss_tok = -A·ratio, plus ppo_kl_coef·|lr| on
 // the max(1, int(N·kl_cov_ratio)) valid tokens with the largest cov (N = valid tokens).
@@ -102,9 +104,22 @@ PolicyLossOutput compute_policy_loss_kl_cov(const PolicyLossInputs& in, const Po
 // shard-invariant when split. Metrics: pg_clipfrac / _lower = masked_mean((lr != clamp)·(A >< 0)).
 PolicyLossOutput compute_policy_loss_geo_mean(const PolicyLossInputs& in, const PolicyLossConfig& cfg);
 
-// Dispatch by actor.policy_loss.loss_mode: vanilla, gspo, sapo, gpg, cispo, dro, clip_cov,
-// kl_cov, geo_mean. verl's dppo_tv, dppo_kl and bypass_mode are refused as unsupported; other
-// names as unknown (ValueError listing the valid names).
+// dppo_tv / dppo_kl (binary-divergence trust region): truncated_ratio = sg(min(ratio, clip_ratio_c))
+// with ratio = exp(clamp(lr, ±20)); loss_tok = -A·truncated_ratio·logp·valid, where p = exp(logp),
+// p_old = exp(old_log_prob) and
+//   tv: valid = A > 0 ? p - p_old <= ε_h : p - p_old >= -ε_l
+//   kl: bkl = p_old·(log p_old - logp) + (1 - p_old)·log((1 - p_old + 1e-8)/(1 - p + 1e-8));
+//       valid = A > 0 ? (bkl <= ε_h or p <= p_old) : (bkl <= ε_l or p >= p_old)
+// (ε_l/ε_h are divergence bounds here, not ratio bounds). Metrics: pg_clipfrac =
+// masked_mean(1 - valid), pg_clipfrac_lower = masked_mean((ratio > c)·valid), ppo_kl.
+// c is clip_ratio_c (actor.clip_ratio_c, default 3.0, the value verl's ActorConfig passes; its
+// code falls back to 20 only when the field is absent). Must be > 0.
+PolicyLossOutput compute_policy_loss_dppo_tv(const PolicyLossInputs& in, const PolicyLossConfig& cfg);
+PolicyLossOutput compute_policy_loss_dppo_kl(const PolicyLossInputs& in, const PolicyLossConfig& cfg);
+
+// Dispatch by actor.policy_loss.loss_mode, verl's names (policy_loss_names() lists them; the
+// same names are in rlpt/algo/names.h for config validation). verl's bypass_mode is refused as
+// unsupported; other names as unknown (ValueError listing the valid names).
 PolicyLossOutput compute_policy_loss(const std::string& loss_mode, const PolicyLossInputs& in,
                                      const PolicyLossConfig& cfg);
 std::vector<std::string> policy_loss_names();

@@ -61,13 +61,14 @@ struct PollPolicy {
     double yield_until_us = 2000.0;
     double max_sleep_us = 1000.0;
 };
-// Process-wide polling policy (set once from the config before any communication).
+// Process-wide polling policy, set once at start-up before any communication (run_job sets the
+// defaults above; no config key changes them).
 void set_poll_policy(const PollPolicy& p);
 const PollPolicy& poll_policy();
 
 // Calls `ready()` until it returns true, backing off per poll_policy(). Throws
-// TimeoutError("timed out after Xs waiting for <what>") at the deadline. The optional
-// `on_slow` hook runs every `slow_every_s` seconds of waiting (stall warnings).
+// TimeoutError("timed out after Xs waiting for <what>") at the deadline. (Stall warnings are the
+// controller's watchdog, not this loop's.)
 template <typename Ready>
 void poll_until(Ready&& ready, const Deadline& deadline, const std::string& what);
 

@@ -27,7 +27,9 @@ struct OptimConfig {
     double beta2 = 0.999;
     double eps = 1e-8;
     double weight_decay = 0.01;
-    int64_t warmup_steps = -1;     // -1: use warmup_ratio x total steps
+    // The schedule advances once per TRAINING step (verl), not per optimizer step: RL roles step
+    // the optimizer once per mini-batch and epoch but move the lr only after the whole update.
+    int64_t warmup_steps = -1;     // training steps; -1: use warmup_ratio x total training steps
     double warmup_ratio = 0.0;
     std::string scheduler = "constant";  // constant | cosine
     double min_lr_ratio = 0.0;     // cosine floor, as a fraction of lr
@@ -98,6 +100,7 @@ struct PolicyLossConfig {
     double clip_cov_ub = 5.0;
     double kl_cov_ratio = 2e-4;
     double ppo_kl_coef = 0.1;
+    std::optional<double> dro_beta;  // dro: required, > 0 (verl's default null)
 };
 
 struct ActorConfig {
@@ -107,7 +110,7 @@ struct ActorConfig {
     bool use_dynamic_bsz = false;
     int64_t ppo_max_token_len_per_rank = 16384;
     int64_t ppo_epochs = 1;
-    bool shuffle = false;
+    bool shuffle = false;                      // true is refused: mini-batches are taken in order
     double clip_ratio = 0.2;
     std::optional<double> clip_ratio_low;      // null: clip_ratio
     std::optional<double> clip_ratio_high;     // null: clip_ratio
@@ -146,7 +149,7 @@ struct RolloutConfig {
     bool do_sample = true;
     std::vector<int64_t> stop_token_ids;
     int64_t micro_batch_size = 256;  // sequences generated together per rank
-    bool calculate_log_probs = true;
+    bool calculate_log_probs = true;  // false: the batch carries no rollout_log_probs (verl)
     SamplingConfig val{0.0, 1.0, -1, false, 1};
     WeightSyncConfig weight_sync;
 };
@@ -181,7 +184,9 @@ struct KlCtrlConfig {
 
 struct FilterGroupsConfig {
     bool enable = false;
-    std::string metric = "acc";     // score | acc
+    // acc | score (the scorer's score) | seq_reward (Σ token_level_scores: score + reward model +
+    // overlong penalty) | seq_final_reward (Σ token_level_rewards; = seq_reward without KL in reward)
+    std::string metric = "acc";
     int64_t max_num_gen_batches = 0;  // 0: unlimited
 };
 
@@ -194,6 +199,10 @@ struct AlgorithmConfig {
     std::string kl_penalty = "kl";
     KlCtrlConfig kl_ctrl;
     FilterGroupsConfig filter_groups;
+    // gdpo: the per-sample reward components normalised separately (score, acc, or a number a
+    // scorer reports in ScoreResult::extra) and their weights (empty: 1 each).
+    std::vector<std::string> gdpo_reward_keys;
+    std::vector<double> gdpo_reward_weights;
 };
 
 struct OverlongBufferConfig {
@@ -232,7 +241,7 @@ struct PlacementConfig {
 
 struct TrainerConfig {
     std::string mode = "rl";            // rl | sft
-    std::string project_name = "rlpt";
+    std::string project_name = "rlpt";  // names the run in the start-up log line (no tracker)
     std::string experiment_name = "run";
     std::string output_dir = "runs";    // run directory: <output_dir>/<experiment_name>
     int64_t total_epochs = 1;

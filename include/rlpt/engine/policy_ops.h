@@ -29,11 +29,15 @@ struct SequenceBatch {
 struct LogProbs {
     torch::Tensor log_probs;  // [B, R] fp32
     torch::Tensor entropy;    // [B, R] fp32, undefined unless requested
+    // [B, R] fp32 Σ_v π_v² of the temperature-scaled distribution, exp(logsumexp(2z) - 2·logsumexp(z));
+    // undefined unless requested (the optimal-token-baseline estimators need it).
+    torch::Tensor sum_pi_squared;
 };
 
 // Differentiable when grad mode is on (training); call under torch::NoGradGuard for
 // inference. Rows are processed as given (the caller micro-batches).
-LogProbs compute_log_probs(model::CausalLM& model, const SequenceBatch& seq, double temperature, bool with_entropy);
+LogProbs compute_log_probs(model::CausalLM& model, const SequenceBatch& seq, double temperature, bool with_entropy,
+                           bool with_sum_pi_squared = false);
 
 // Value predictions for the response tokens: values[i, t] is the value head at the position
 // that predicts response token t (position P + t - 1), [B, R] fp32.

@@ -7,8 +7,10 @@
 //   lighteval/MATH, DigitalLearningGmbH/MATH-lighteval,
 //   HuggingFaceH4/MATH-500                                    -> math
 //   rlpt/arithmetic                                           -> arithmetic
-// verl's other sources (math_dapo, aime*, numina_*, code sandboxes, ...) are not built in;
-// they are unknown data_sources unless configured.
+//   math_dapo, math, math_dapo_reasoning, and every data_source starting with "aime"
+//                                                             -> math_dapo (rlpt/reward/math_dapo.h)
+// verl's other sources (numina_*, code sandboxes, ...) are not built in; they are unknown
+// data_sources unless configured.
 
 #include <map>
 #include <memory>
@@ -26,6 +28,9 @@ class ScorerRegistry {
     // Maps `data_source` (exact string) to `scorer`, replacing any earlier entry.
     // Throws ConfigError on an empty data_source or a null scorer.
     void set(const std::string& data_source, std::shared_ptr<const Scorer> scorer);
+    // Scorer for every data_source starting with `prefix` that has no exact entry (verl's
+    // startswith("aime")); the longest matching prefix wins.
+    void set_prefix(const std::string& prefix, std::shared_ptr<const Scorer> scorer);
     // Scorer for data_sources without an entry; nullptr (the default) means "unknown is an error".
     void set_default(std::shared_ptr<const Scorer> scorer);
 
@@ -33,8 +38,8 @@ class ScorerRegistry {
     std::vector<std::string> data_sources() const;  // sorted
     const Scorer* default_scorer() const { return default_.get(); }
 
-    // The scorer for `data_source`: its entry, else the default. Throws ConfigError naming
-    // the data_source and every known one when there is neither.
+    // The scorer for `data_source`: its entry, else its longest prefix entry, else the default.
+    // Throws ConfigError naming the data_source and every known one when there is none.
     const Scorer& get(std::string_view data_source) const;
 
     // get(request.data_source).score(request).
@@ -42,6 +47,7 @@ class ScorerRegistry {
 
   private:
     std::map<std::string, std::shared_ptr<const Scorer>, std::less<>> scorers_;
+    std::map<std::string, std::shared_ptr<const Scorer>, std::less<>> prefixes_;
     std::shared_ptr<const Scorer> default_;
 };
 
@@ -53,6 +59,7 @@ void add_builtin_scorers(ScorerRegistry& registry);
 // ConfigError naming `where` and the key. Specs (all keys but "type" optional):
 //   {"type": "gsm8k", "method": "strict"|"flexible", "format_score": 0.0, "score": 1.0}
 //   {"type": "math"}
+//   {"type": "math_dapo"}
 //   {"type": "number", "extraction": "last_number"|"whole", "score": 1.0, "format_score": 0.0}
 //   {"type": "arithmetic", "answer_format": "plain"|"reversed", "score": 1.0, "format_score": 0.0}
 //   {"type": "format", "pattern": "<ICU regex>" (required), "match": "search"|"full",

@@ -3,8 +3,11 @@
  * C++.
  *
  * A user scorer is a shared library that rlpt loads at run time (dlopen) and calls once
- * per sample to turn a decoded response into a reward. Configure it per data_source with
- * the scorer spec {"type": "user", "path": "/abs/path/libmyscorer.so"} (see
+ * per sample to turn a decoded response into a reward. In a run it is set with the config
+ * keys reward.custom_library=/abs/path/libmyscorer.so plus reward.scorer=custom (it then
+ * scores every data_source) or reward.scorer=auto (it scores the data_sources that have no
+ * built-in scorer). The config has no per-data_source scorer map; code that builds its own
+ * registry can give a data_source the spec {"type": "user", "path": "..."} (see
  * rlpt/reward/registry.h, make_scorer / make_scorer_registry).
  * See scripts/examples/user_scorer.c for a complete example with build instructions.
  *
