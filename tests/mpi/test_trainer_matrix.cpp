@@ -174,6 +174,26 @@ TEST(TrainerMatrix, RemaxBaselineIsTheGreedyAnswerToTheSamePrompt) {
     EXPECT_EQ(get(m, "critic/advantages/min"), 0.0);
 }
 
+TEST(TrainerMatrix, DynamicSamplingMetricsAndRolloutLogProbsOff) {
+    std::string lib;
+    if (is_controller()) lib = build_digest_scorer();
+    comm::Communicator::world().bcast_string(lib, 0);
+    if (lib.empty()) GTEST_SKIP() << "no C compiler 'cc': cannot build the test scorer";
+    // The digest scorer rewards longer answers, so sampled groups differ and dynamic sampling
+    // keeps some; each metric name of verl's filter_groups runs (acc is constant here).
+    for (const char* metric : {"score", "seq_reward", "seq_final_reward"}) {
+        SCOPED_TRACE(metric);
+        auto steps = run_trainer(std::string("dapo-") + metric,
+                                 {"algorithm.filter_groups.enable=true", "algorithm.filter_groups.max_num_gen_batches=20",
+                                  std::string("algorithm.filter_groups.metric=") + metric, "reward.scorer=custom",
+                                  "reward.custom_library=" + lib, "rollout.calculate_log_probs=false"});
+        if (!is_controller()) continue;
+        EXPECT_GE(get(steps.at(1), "train/num_gen_batches"), 1.0);
+        EXPECT_GT(get(steps.at(1), "train/kept_group_ratio"), 0.0);
+        EXPECT_TRUE(std::isfinite(get(steps.at(1), "actor/pg_loss")));
+    }
+}
+
 TEST(TrainerMatrix, LearningRateScheduleCountsTrainingSteps) {
     // 2 mini-batches per training step, warm-up over 4 training steps from lr 1e-4: the lr is
     // 1e-4·k/4 for every optimizer step of training step k (0-based), as verl steps its scheduler
