@@ -67,6 +67,13 @@ void prepare(TaskData& t, const Config& c, std::vector<data::Example>& examples,
     }
 }
 
+// A scorer spec of `type` with reward.format_score for the types that have one.
+nlohmann::json with_format_score(const std::string& type, double format_score) {
+    nlohmann::json spec{{"type", type}};
+    if (type == "gsm8k" || type == "number" || type == "arithmetic") spec["format_score"] = format_score;
+    return spec;
+}
+
 }  // namespace
 
 TaskData load_task(const Config& c) {
@@ -123,6 +130,11 @@ TaskData load_task(const Config& c) {
 
     // Scorers: the built-ins by data_source, or one scorer for everything.
     t.scorers = reward::make_scorer_registry(nlohmann::json::object(), "reward");
+    if (c.reward.format_score != 0.0) {  // the built-ins that give a wrong but well-formed answer a score
+        t.scorers.set("openai/gsm8k", reward::make_scorer(with_format_score("gsm8k", c.reward.format_score), "reward"));
+        t.scorers.set("rlpt/arithmetic",
+                      reward::make_scorer(with_format_score("arithmetic", c.reward.format_score), "reward"));
+    }
     if (c.reward.scorer == "custom") {
         RLPT_CHECK_KIND(ConfigError, !c.reward.custom_library.empty(),
                         "reward.scorer=custom needs reward.custom_library (a shared library, see "
@@ -131,7 +143,8 @@ TaskData load_task(const Config& c) {
         t.scorers.set_default(reward::UserScorer::load(c.reward.custom_library));
     } else if (c.reward.scorer != "auto") {
         t.scorers = reward::ScorerRegistry();
-        t.scorers.set_default(reward::make_scorer(nlohmann::json{{"type", c.reward.scorer}}, "reward.scorer"));
+        t.scorers.set_default(reward::make_scorer(with_format_score(c.reward.scorer, c.reward.format_score),
+                                                  "reward.scorer"));
     } else if (!c.reward.custom_library.empty()) {
         t.scorers.set_default(reward::UserScorer::load(c.reward.custom_library));
     }

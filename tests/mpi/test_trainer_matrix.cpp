@@ -194,6 +194,14 @@ TEST(TrainerMatrix, DynamicSamplingMetricsAndRolloutLogProbsOff) {
     }
 }
 
+TEST(TrainerMatrix, FormatScoreReachesTheScorer) {
+    // An untrained model's answers are wrong but mostly contain a number: the number scorer then
+    // gives them reward.format_score instead of 0.
+    auto steps = run_trainer("format-score", {"reward.scorer=number", "reward.format_score=0.25"});
+    if (!is_controller()) return;
+    EXPECT_GT(get(steps.at(1), "critic/score/max"), 0.0);
+}
+
 TEST(TrainerMatrix, LearningRateScheduleCountsTrainingSteps) {
     // 2 mini-batches per training step, warm-up over 4 training steps from lr 1e-4: the lr is
     // 1e-4·k/4 for every optimizer step of training step k (0-based), as verl steps its scheduler
