@@ -474,7 +474,13 @@ std::map<std::string, double> RlTrainer::train_step() {
     m["perf/total_num_tokens"] = tokens;
     m["perf/time_per_step"] = step_time;
     m["perf/throughput"] = tokens / step_time / static_cast<double>(working_ranks());
+    // verl's per-token timings: generation per response token, the other stages per prompt+response
+    // token (rlpt's "update" is verl's update_actor and update_critic together: they may overlap).
     if (resp_tokens > 0) m["timing_per_token_ms/gen"] = 1000.0 * metric_or(timing, "timing_s/gen", 0) / resp_tokens;
+    for (const char* stage : {"old_log_prob", "ref", "values", "adv", "update"}) {
+        auto it = timing.find(std::string("timing_s/") + stage);
+        if (it != timing.end() && tokens > 0) m[std::string("timing_per_token_ms/") + stage] = 1000.0 * it->second / tokens;
+    }
     m["training/global_step"] = static_cast<double>(step_ + 1);
     m["training/epoch"] = static_cast<double>(sampler_->epoch());
     return m;

@@ -130,6 +130,8 @@ TEST(TrainerMatrix, EveryEstimatorWithEveryLossRunsAStep) {
             EXPECT_TRUE(std::isfinite(get(m, "actor/grad_norm")));
             EXPECT_TRUE(std::isfinite(get(m, "critic/advantages/mean")));
             EXPECT_GT(get(m, "perf/throughput"), 0.0);
+            for (const char* stage : {"gen", "old_log_prob", "adv", "update"})
+                EXPECT_GE(get(m, std::string("timing_per_token_ms/") + stage), 0.0) << stage;
             if (algo::advantage_estimator_needs_values(estimator)) EXPECT_TRUE(std::isfinite(get(m, "critic/vf_loss")));
         }
     }
