@@ -11,8 +11,10 @@ namespace rlpt::roles {
 
 enum class ActorMethod : uint16_t {
     kPing = 0,         // one_to_all / all: identity of every rank
-    kInit,             // one_to_all / none, collective. meta: vocab_size, total_steps
-    kComputeLogProb,   // dp_split / concat. meta temperature -> old_log_probs, entropy [B, R] fp32
+    kInit,             // one_to_all / none, collective. meta: vocab_size, total_steps (training steps:
+                       //   the lr schedule advances once per kUpdate, after all its mini-batches)
+    kComputeLogProb,   // dp_split / concat. meta temperature (+ sum_pi_squared = 1) -> old_log_probs,
+                       //   entropy (+ sum_pi_squared, Σ_v π_v²) [B, R] fp32
     kUpdate,           // dp_split / concat (metrics only), collective. PPO epochs over mini-batches.
                        //   in: + old_log_probs, advantages [B, R] (+ ref_log_prob with use_kl_loss);
                        //   meta: temperature, num_mini_batches, global_mini_batch_rows

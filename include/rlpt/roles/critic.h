@@ -8,7 +8,7 @@ namespace rlpt::roles {
 
 enum class CriticMethod : uint16_t {
     kPing = 0,        // one_to_all / all
-    kInit,            // one_to_all / none, collective. meta vocab_size, total_steps. From
+    kInit,            // one_to_all / none, collective. meta vocab_size, total_steps (training steps). From
                       //   critic.model_path, else the policy's weights + a zero value head
     kComputeValues,   // dp_split / concat: input_ids, attention_mask, position_ids, responses
                       //   -> values [B, R] fp32
