@@ -107,7 +107,8 @@ AdvantageOutput compute_gdpo(const torch::Tensor& reward_components, const torch
 
 // Optimal token baseline (OTB): G = reverse-cumsum(r·m); w_t = 1 - 2·exp(old_logp_t) + Σπ²_t;
 // W = cumsum(w·m) along T. Per group, per position t: B_t = Σ_i G·W·m / (Σ_i W·m + 1e-8);
-// A = (G - B)·m, returns = G. Group of one: B = 0. handle_zero_tail: when a group's longest
+// A = (G - B)·m, returns = G (not masked: verl's reward-to-go, 0 after the response but carried
+// through masked spans inside it, as remax's). Group of one: B = 0. handle_zero_tail: when a group's longest
 // response is strictly longer than all others, its baseline from the second-longest length on is
 // 0. Computed in float64, returned in the rewards' dtype. (verl's optional rollout IS weights,
 // w·ρ², are not supported: rlpt has no rollout correction yet.)
