@@ -278,7 +278,9 @@ int check_command(int argc, char** argv) {
     CheckReport r;
     Config c;
     if (!attempt(r, "", [&] { c = load_config_unchecked(path, overrides); })) {
-        std::printf("rlpt check %s: the config cannot be read:\n  PROBLEM %s\n", path.c_str(), r.problems[0].c_str());
+        std::printf("rlpt check %s: the config cannot be read (data, model and rewards not checked yet):\n", path.c_str());
+        for (const auto& p : r.problems) std::printf("  PROBLEM %s\n", p.c_str());
+        std::printf("%zu problem(s) found\n", r.problems.size());
         return kExitConfig;
     }
     attempt(r, "", [&] { validate(c); });

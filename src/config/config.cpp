@@ -67,6 +67,8 @@ struct Origins {
     std::string file;
     std::map<std::string, std::string> overridden;  // key path -> "command line (k=v)"
     std::map<std::string, std::string>* out = nullptr;
+    // Where binding errors go, so one run reports all of them (nullptr: throw the first).
+    std::vector<std::string>* errors = nullptr;
 
     std::string of(const std::string& path, const YAML::Node& n) const {
         auto it = overridden.find(path);
@@ -100,24 +102,63 @@ class Loader : public Visitor {
             if (!seen_.count(key)) {
                 std::string known;
                 for (const auto& k : order_) known += (known.empty() ? "" : ", ") + k;
-                throw ConfigError(fmt::format("{}: unknown key '{}' (known keys{}: {})",
-                                              origins_.of(join_path(path_, key), kv.first),
-                                              join_path(path_, key), path_.empty() ? "" : " in '" + path_ + "'",
-                                              known));
+                guarded([&] {
+                    throw ConfigError(fmt::format("{}: unknown key '{}' (known keys{}: {})",
+                                                  origins_.of(join_path(path_, key), kv.first),
+                                                  join_path(path_, key), path_.empty() ? "" : " in '" + path_ + "'",
+                                                  known));
+                });
             }
         }
     }
 
-    void value(const char* key, bool& v) override { scalar(key, v, "true or false"); }
-    void value(const char* key, int64_t& v) override { scalar(key, v, "an integer"); }
-    void value(const char* key, double& v) override { scalar(key, v, "a number"); }
-    void value(const char* key, std::string& v) override { scalar(key, v, "a string"); }
-    void value(const char* key, std::optional<int64_t>& v) override { optional(key, v, "an integer or null"); }
-    void value(const char* key, std::optional<double>& v) override { optional(key, v, "a number or null"); }
-    void value(const char* key, std::vector<int64_t>& v) override { sequence(key, v, "a list of integers"); }
-    void value(const char* key, std::vector<std::string>& v) override { sequence(key, v, "a list of strings"); }
-
+    void value(const char* key, bool& v) override { guarded([&] { scalar(key, v, "true or false"); }); }
+    void value(const char* key, int64_t& v) override { guarded([&] { scalar(key, v, "an integer"); }); }
+    void value(const char* key, double& v) override { guarded([&] { scalar(key, v, "a number"); }); }
+    void value(const char* key, std::string& v) override { guarded([&] { scalar(key, v, "a string"); }); }
+    void value(const char* key, std::optional<int64_t>& v) override {
+        guarded([&] { optional(key, v, "an integer or null"); });
+    }
+    void value(const char* key, std::optional<double>& v) override {
+        guarded([&] { optional(key, v, "a number or null"); });
+    }
+    void value(const char* key, std::vector<int64_t>& v) override {
+        guarded([&] { sequence(key, v, "a list of integers"); });
+    }
+    void value(const char* key, std::vector<std::string>& v) override {
+        guarded([&] { sequence(key, v, "a list of strings"); });
+    }
     void value(const char* key, std::map<std::string, std::string>& v) override {
+        guarded([&] { mapping(key, v); });
+    }
+
+    void section(const char* key, const std::function<void(Visitor&)>& body) override {
+        guarded([&] {
+            YAML::Node n = child(key);
+            Loader sub(n, join_path(path_, key), origins_);
+            body(sub);
+            sub.finish();
+        });
+    }
+
+    void list(const char* key, size_t current_size, const std::function<void(size_t)>& resize,
+              const std::function<void(Visitor&, size_t)>& item) override {
+        guarded([&] { list_items(key, current_size, resize, item); });
+    }
+
+  private:
+    // Runs f; a ConfigError goes to the error list when there is one (all are reported together).
+    template <typename F>
+    void guarded(F&& f) const {
+        try {
+            f();
+        } catch (const ConfigError& e) {
+            if (!origins_.errors) throw;
+            origins_.errors->push_back(e.message());
+        }
+    }
+
+    void mapping(const char* key, std::map<std::string, std::string>& v) {
         YAML::Node n = child(key);
         if (!n) return;
         std::string path = join_path(path_, key);
@@ -145,15 +186,8 @@ class Loader : public Visitor {
         record(path, n);
     }
 
-    void section(const char* key, const std::function<void(Visitor&)>& body) override {
-        YAML::Node n = child(key);
-        Loader sub(n, join_path(path_, key), origins_);
-        body(sub);
-        sub.finish();
-    }
-
-    void list(const char* key, size_t, const std::function<void(size_t)>& resize,
-              const std::function<void(Visitor&, size_t)>& item) override {
+    void list_items(const char* key, size_t, const std::function<void(size_t)>& resize,
+                    const std::function<void(Visitor&, size_t)>& item) {
         YAML::Node n = child(key);
         if (!n) return;
         std::string path = join_path(path_, key);
@@ -171,7 +205,6 @@ class Loader : public Visitor {
         record(path, n);
     }
 
-  private:
     // Keys must be plain names, each given once: yaml-cpp keeps both entries of a repeated key
     // and lookups see only the first, so a later value would be ignored without a word.
     void check_keys() const {
@@ -449,6 +482,8 @@ Config bind_yaml(YAML::Node root, const std::string& source, const std::vector<s
     Origins origins;
     origins.file = source;
     origins.out = &c.origins;
+    std::vector<std::string> errors;
+    origins.errors = &errors;
     if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
     for (const auto& ov : overrides) {
         try {
@@ -461,6 +496,11 @@ Config bind_yaml(YAML::Node root, const std::string& source, const std::vector<s
     Loader loader(root, "", origins);
     config_detail::visit_config(loader, c);
     loader.finish();
+    if (!errors.empty()) {
+        std::string all;
+        for (const auto& e : errors) all += (all.empty() ? "" : "\n") + e;
+        throw ConfigError(all);
+    }
     if (check) validate(c);
     return c;
 }

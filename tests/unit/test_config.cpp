@@ -159,6 +159,16 @@ TEST(Config, ValidationReportsEveryProblemAtOnce) {
             EXPECT_NE(m.find(frag), std::string::npos) << frag << " not in:\n" << m;
         EXPECT_GE(std::count(m.begin(), m.end(), '\n'), 3) << m;
     }
+    // Binding errors (unknown keys, wrong types, a section that is not a mapping) are all reported too.
+    try {
+        config_from_yaml("trainer:\n  total_stepz: 3\n  seed: x\nactor: 5\nrollout:\n  n: [1]\n", "b.yaml");
+        FAIL() << "expected a ConfigError";
+    } catch (const ConfigError& e) {
+        const std::string m = e.message();
+        for (const char* frag : {"b.yaml:2: unknown key 'trainer.total_stepz'", "'trainer.seed' must be an integer",
+                                 "'actor' must be a mapping", "'rollout.n' must be an integer"})
+            EXPECT_NE(m.find(frag), std::string::npos) << frag << " not in:\n" << m;
+    }
     // load_config_unchecked binds without the range checks (rlpt check reports them with the rest).
     Config c = rlpt::load_config_unchecked("", {"actor.optim.lr=-1"});
     EXPECT_DOUBLE_EQ(c.actor.optim.lr, -1);
