@@ -8,6 +8,7 @@
 #include <fstream>
 #include <thread>
 
+#include "check.h"
 #include "modes.h"
 #include "rlpt/app/registry.h"
 #include "rlpt/comm/topology.h"
@@ -29,6 +30,15 @@ bool load_and_broadcast(const comm::Communicator& world, const JobOptions& opts,
     if (world.rank() == 0) {
         try {
             Config c = load_config(opts.config_path, opts.overrides);
+            // rlpt check's data, tokenizer, reward and batch-size checks, all problems at once,
+            // before any rank builds anything (the placement is checked next, by every rank).
+            const CheckReport report = check_config(c, 0);
+            if (!report.problems.empty()) {
+                std::string all = fmt::format("{} problem(s) with {} (rlpt check {} lists them without MPI):",
+                                              report.problems.size(), opts.config_path, opts.config_path);
+                for (const auto& p : report.problems) all += "\n  " + p;
+                throw ConfigError(all);
+            }
             payload = to_yaml(c);
         } catch (const Error& e) {
             ok = 0;

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "blas_select.h"
+#include "check.h"
+#include "init_model.h"
 #include "rlpt/app/job.h"
 #include "rlpt/build_config.h"
 #include "rlpt/core/error.h"
@@ -20,14 +22,36 @@ const char* kUsage = R"(rlpt: reinforcement-learning post-training for language 
 Usage:
   mpirun -np N rlpt CONFIG.yaml [key=value ...]   train (trainer.mode: rl or sft)
   srun -n N rlpt CONFIG.yaml [key=value ...]      the same inside a Slurm allocation
+  rlpt check CONFIG.yaml [key=value ...] [-n N]   check a config, its data, tokenizer, scorers and
+                                                  placement for N ranks without MPI; lists every problem
+  rlpt init-model --out DIR (--chars-from FILE... | --tokenizer PATH) [--hidden-size H ...]
+                                                  a model from scratch as a Hugging Face folder
   rlpt generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--greedy] [--output json] ...
-                                                  sample from a checkpoint folder (no MPI;
-                                                  rlpt generate --help lists every flag)
-  rlpt --help | --version
+                                                  sample from a model folder (no MPI)
+  rlpt --help-config                              every config key with its default value
+  rlpt --help | --version                         (each subcommand takes --help)
 
-  key=value overrides any config key by its dotted path, e.g. trainer.total_training_steps=10
-  actor.optim.lr=1e-6 'placement.groups=[{roles: [actor, rollout], ranks: auto}]'.
-  Values are YAML. See configs/ for ready configs and README.md for every option.
+  key=value overrides any config key by its dotted path; values are YAML:
+    trainer.total_training_steps=10  actor.optim.lr=1e-6  'reward.scorers={my/task: number}'
+
+Keys used most (defaults and meanings: rlpt --help-config, include/rlpt/config/config.h):
+  trainer.mode rl|sft, trainer.total_training_steps, trainer.experiment_name, trainer.output_dir,
+    trainer.save_freq, trainer.test_freq, trainer.resume auto|disable|DIR,
+    trainer.logger [console, jsonl, tensorboard]
+  model.path (Hugging Face folder; empty: the built-in tiny model, model.builtin.*),
+    model.chat_template none|qwen2|llama3
+  data.train_files, data.val_files (JSONL, comma-separated), data.prompt_key, data.answer_key,
+    data.response_key (SFT target), data.data_source_key, data.default_data_source,
+    data.train_batch_size, data.max_prompt_length, data.max_response_length
+  reward.scorer (one for all), reward.scorers {data_source: scorer}: number, exact, gsm8k, math,
+    arithmetic, command (reward.command: a JSON-lines program, e.g. scripts/examples/reward_server.py
+    for a verl compute_score), user (reward.custom_library)
+  algorithm.adv_estimator grpo|gae|rloo|..., rollout.n, rollout.temperature, actor.optim.lr,
+    actor.ppo_mini_batch_size, actor.use_kl_loss, sft.total_steps, sft.batch_size, sft.optim.lr
+  placement.groups [{roles: [actor, rollout, reference], ranks: auto}], placement.controller_hosts_roles
+
+See configs/ for ready configs (configs/own_task_sft.yaml + own_task_grpo.yaml: your own JSONL task)
+and README.md ("Your own task", "Rewards").
 
 Exit codes: 0 done, 1 error, 2 bad config/command line/layout, 3 a worker failed,
 4 a rank stopped answering, 75 stopped by SIGTERM/SIGUSR1 after saving a checkpoint.
@@ -48,6 +72,13 @@ int main(int argc, char** argv) {
         return kExitOk;
     }
     if (!std::strcmp(argv[1], "generate")) return rollout::generate_command(argc - 1, argv + 1);
+    if (!std::strcmp(argv[1], "check")) return check_command(argc - 1, argv + 1);
+    if (!std::strcmp(argv[1], "init-model")) return init_model_command(argc - 1, argv + 1);
+    if (!std::strcmp(argv[1], "--help-config")) {
+        std::printf("# every config key with its default (meanings: include/rlpt/config/config.h)\n%s",
+                    to_yaml(Config{}).c_str());
+        return kExitOk;
+    }
     JobOptions opts;
     opts.config_path = argv[1];
     if (opts.config_path.size() > 0 && opts.config_path[0] == '-') {

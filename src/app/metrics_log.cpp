@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <sstream>
@@ -11,8 +12,12 @@
 
 namespace rlpt::app {
 
-MetricsLog::MetricsLog(const std::string& run_dir, int64_t keep_up_to_step)
-    : path_((std::filesystem::path(run_dir) / "metrics.jsonl").string()) {
+MetricsLog::MetricsLog(const std::string& run_dir, int64_t keep_up_to_step, const std::vector<std::string>& loggers) {
+    auto on = [&](const char* name) { return std::find(loggers.begin(), loggers.end(), name) != loggers.end(); };
+    console_ = on("console");
+    if (on("tensorboard")) tb_ = std::make_unique<TensorBoardWriter>((std::filesystem::path(run_dir) / "tensorboard").string());
+    if (!on("jsonl")) return;
+    path_ = (std::filesystem::path(run_dir) / "metrics.jsonl").string();
     std::vector<std::string> kept;
     if (keep_up_to_step >= 0) {
         std::ifstream in(path_);
@@ -31,7 +36,15 @@ MetricsLog::MetricsLog(const std::string& run_dir, int64_t keep_up_to_step)
     out_.flush();
 }
 
+std::string MetricsLog::path() const {
+    std::string s = path_;
+    if (tb_) s += (s.empty() ? "" : " and ") + tb_->path();
+    return s.empty() ? "the console only (trainer.logger)" : s;
+}
+
 void MetricsLog::write(int64_t step, const std::map<std::string, double>& metrics) {
+    if (tb_) tb_->add_scalars(step, metrics);
+    if (path_.empty()) return;
     nlohmann::json j;
     j["step"] = step;
     for (const auto& [k, v] : metrics) {

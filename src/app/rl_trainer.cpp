@@ -19,6 +19,7 @@
 #include "rlpt/roles/reference.h"
 #include "rlpt/roles/reward_model.h"
 #include "rlpt/roles/rollout.h"
+#include "check.h"
 
 namespace rlpt::app {
 namespace {
@@ -78,22 +79,11 @@ RlTrainer::RlTrainer(protocol::Controller& ctl, const RunContext& run)
 }
 
 void RlTrainer::check_batch_sizes() const {
-    const int64_t tb = c_.data.train_batch_size, mb = c_.actor.ppo_mini_batch_size, n = c_.rollout.n;
-    RLPT_CHECK_KIND(ConfigError, tb % mb == 0,
-                    "data.train_batch_size={} must be a multiple of actor.ppo_mini_batch_size={}", tb, mb);
-    const int64_t dp = ctl_.dp_size("actor");
-    RLPT_CHECK_KIND(ConfigError, (mb * n) % dp == 0,
-                    "actor.ppo_mini_batch_size x rollout.n = {} samples must split evenly over the {} actor ranks",
-                    mb * n, dp);
-    if (use_critic_) {
-        const int64_t cmb = c_.critic.ppo_mini_batch_size.value_or(mb), cdp = ctl_.dp_size("critic");
-        RLPT_CHECK_KIND(ConfigError, tb % cmb == 0 && (cmb * n) % cdp == 0,
-                        "critic mini-batches: data.train_batch_size={} must be a multiple of {} and {} x rollout.n "
-                        "must split over the {} critic ranks",
-                        tb, cmb, cmb, cdp);
-    }
-    RLPT_CHECK_KIND(ConfigError, tb <= static_cast<int64_t>(task_.train.size()),
-                    "data.train_batch_size={} is larger than the training set ({} prompts)", tb, task_.train.size());
+    std::string all;
+    for (const auto& p : rl_batch_size_problems(c_, ctl_.dp_size("actor"), use_critic_ ? ctl_.dp_size("critic") : 1,
+                                                static_cast<int64_t>(task_.train.size())))
+        all += (all.empty() ? "" : "\n") + p;
+    RLPT_CHECK_KIND(ConfigError, all.empty(), "{}", all);
 }
 
 void RlTrainer::init_roles() {
@@ -492,35 +482,14 @@ std::map<std::string, double> RlTrainer::validate() {
     const double t0 = now_s();
     const int64_t n = c_.rollout.val.n;
     const int64_t chunk = c_.data.val_batch_size > 0 ? c_.data.val_batch_size : static_cast<int64_t>(task_.val.size());
-    std::map<std::string, std::vector<double>> score_by_ds, acc_by_ds;
+    ValidationTally tally;
     for (int64_t b = 0; b < static_cast<int64_t>(task_.val.size()); b += chunk) {
         std::vector<int64_t> idx;
         for (int64_t i = b; i < std::min<int64_t>(b + chunk, static_cast<int64_t>(task_.val.size())); ++i) idx.push_back(i);
         Batch out = generate(idx, n, b * n, true);
-        auto sc = score_responses(task_, out);
-        for (int64_t i = 0; i < out.size(); ++i) {
-            const std::string& ds = out.strings("data_source")[static_cast<size_t>(i)];
-            score_by_ds[ds].push_back(sc.score[static_cast<size_t>(i)]);
-            acc_by_ds[ds].push_back(std::isnan(sc.acc[static_cast<size_t>(i)]) ? sc.score[static_cast<size_t>(i)] > 0
-                                                                               : sc.acc[static_cast<size_t>(i)]);
-        }
+        tally.add(out, score_responses(task_, out));
     }
-    for (const auto& [ds, v] : score_by_ds) {
-        const auto& a = acc_by_ds[ds];
-        double s = 0, acc = 0, best = 0;
-        for (size_t i = 0; i < v.size(); ++i) {
-            s += v[i];
-            acc += a[i];
-        }
-        for (size_t g = 0; g < v.size(); g += static_cast<size_t>(n)) {
-            double mx = -1e30;
-            for (size_t k = g; k < std::min(v.size(), g + static_cast<size_t>(n)); ++k) mx = std::max(mx, a[k]);
-            best += mx;
-        }
-        m[fmt::format("val-core/{}/reward/mean@{}", ds, n)] = s / static_cast<double>(v.size());
-        m[fmt::format("val-core/{}/acc/mean@{}", ds, n)] = acc / static_cast<double>(v.size());
-        if (n > 1) m[fmt::format("val-aux/{}/acc/best@{}/mean", ds, n)] = best / (static_cast<double>(v.size()) / n);
-    }
+    m = tally.metrics(n);
     m["timing_s/testing"] = now_s() - t0;
     return m;
 }
@@ -550,7 +519,7 @@ int RlTrainer::run() {
     started_ = now_s();
     init_roles();
     const bool resumed = try_resume();
-    log_ = std::make_unique<MetricsLog>(run_.run_dir, resumed ? step_ : -1);
+    log_ = std::make_unique<MetricsLog>(run_.run_dir, resumed ? step_ : -1, c_.trainer.logger);
     if (!resumed) sync_weights();
     RLPT_LOG_INFO("{}/{}: training {} steps ({} prompts x {} samples per step, {} steps per epoch){}",
                   c_.trainer.project_name, c_.trainer.experiment_name, total_steps_,
@@ -571,7 +540,7 @@ int RlTrainer::run() {
             last_val = validate();
             for (const auto& [k, v] : last_val) m[k] = v;
         }
-        log_progress(m);
+        if (log_->console()) log_progress(m);
         for (const auto& [k, v] : m)
             if (k.rfind("val-core/", 0) == 0) RLPT_LOG_INFO("  validation at step {}: {} = {:.4f}", step_, k, v);
         log_->write(step_, m);

@@ -32,15 +32,12 @@ struct SftExample {
 std::vector<SftExample> build_examples(const Config& c, const TaskData& t) {
     std::vector<SftExample> out;
     for (size_t i = 0; i < t.train.size(); ++i) {
-        const auto& extra = t.train[i].extra;
-        const std::string& key = c.sft.response_key;
-        RLPT_CHECK_KIND(ConfigError, extra.is_object() && extra.contains(key) && extra[key].is_string(),
-                        "sft: training example {} has no string '{}' to learn (set sft.response_key, and list the "
-                        "key in data.extra_keys for JSONL data)",
-                        t.train[i].index, key);
+        RLPT_CHECK_KIND(ConfigError, t.train[i].response.has_value(),
+                        "sft: training example {} has no response to learn (data.response_key='{}')",
+                        t.train[i].index, c.data.response_key);
         SftExample e;
         e.prompt = t.train_ids[i];
-        e.response = t.tok->encode(extra[key].get<std::string>(), false);
+        e.response = t.tok->encode(*t.train[i].response, false);
         if (t.eos_id >= 0) e.response.push_back(t.eos_id);
         out.push_back(std::move(e));
     }
@@ -84,9 +81,10 @@ Batch make_sft_batch(const std::vector<SftExample>& ex, const std::vector<int64_
     return b;
 }
 
-// Greedy accuracy on the validation prompts through the rollout role.
-double greedy_accuracy(protocol::Controller& ctl, const Config& c, const TaskData& t, int64_t step) {
-    if (t.val.empty() || !ctl.has_role("rollout")) return std::nan("");
+// Greedy validation through the rollout role: the RL trainer's metrics (val-core/<data_source>/
+// acc/mean@1, .../reward/mean@1); empty without validation data or a rollout role.
+std::map<std::string, double> validate_greedy(protocol::Controller& ctl, const Config& c, const TaskData& t, int64_t step) {
+    if (t.val.empty() || !ctl.has_role("rollout")) return {};
     std::vector<const data::Example*> e;
     std::vector<const std::vector<int64_t>*> p;
     for (size_t i = 0; i < t.val.size(); ++i) {
@@ -107,10 +105,20 @@ double greedy_accuracy(protocol::Controller& ctl, const Config& c, const TaskDat
     in.set_meta("step", step);
     Batch out = ctl.call(roles::RolloutMethod::kGenerate, in);
     out.update(prompts.select({}, {"uid", "data_source", "ground_truth", "extra"}));
-    auto sc = score_responses(t, out);
-    double acc = 0;
-    for (size_t i = 0; i < sc.score.size(); ++i) acc += std::isnan(sc.acc[i]) ? (sc.score[i] > 0) : sc.acc[i];
-    return acc / static_cast<double>(sc.score.size());
+    ValidationTally tally;
+    tally.add(out, score_responses(t, out));
+    return tally.metrics(1);
+}
+
+// " | val <data_source> acc 0.600" for each data_source.
+std::string describe_validation(const std::map<std::string, double>& m) {
+    std::string s;
+    for (const auto& [k, v] : m) {
+        if (k.rfind("val-core/", 0) == 0 && k.find("/acc/mean@") != std::string::npos) {
+            s += fmt::format(" | greedy val {} acc {:.3f}", k.substr(9, k.find("/acc/mean@") - 9), v);
+        }
+    }
+    return s;
 }
 
 }  // namespace
@@ -132,13 +140,15 @@ int run_sft(protocol::Controller& ctl, const RunContext& run) {
 
     data::EpochSampler sampler(static_cast<int64_t>(examples.size()), static_cast<uint64_t>(c.data.seed), true, true);
     const int64_t resumed_at = resume_sft(ctl, run, sampler);
-    MetricsLog log(run.run_dir, resumed_at > 0 ? resumed_at : -1);
+    MetricsLog log(run.run_dir, resumed_at > 0 ? resumed_at : -1, c.trainer.logger);
     RLPT_LOG_INFO("sft: {} steps of {} examples over {} actor rank(s); {} training examples{}", steps, bs, dp,
                   examples.size(), resumed_at > 0 ? fmt::format(", resumed at step {}", resumed_at) : "");
-    double acc = resumed_at > 0 ? std::nan("") : greedy_accuracy(ctl, c, t, 0);
-    if (!std::isnan(acc)) {
-        RLPT_LOG_INFO("sft: greedy validation accuracy before training {:.3f}", acc);
-        log.write(0, {{"val/acc", acc}});
+    if (resumed_at <= 0) {
+        auto val = validate_greedy(ctl, c, t, 0);
+        if (!val.empty()) {
+            RLPT_LOG_INFO("sft: before training{}", describe_validation(val));
+            log.write(0, val);
+        }
     }
     for (int64_t step = resumed_at + 1; step <= steps; ++step) {
         ctl.set_step(step);
@@ -150,12 +160,14 @@ int run_sft(protocol::Controller& ctl, const RunContext& run) {
         red["timing_s/step"] = now_s() - ts;
         red["training/epoch"] = static_cast<double>(sampler.epoch());
         const bool eval = (c.sft.eval_every > 0 && step % c.sft.eval_every == 0) || step == steps;
-        if (eval) red["val/acc"] = greedy_accuracy(ctl, c, t, step);
+        std::map<std::string, double> val;
+        if (eval) val = validate_greedy(ctl, c, t, step);
+        for (const auto& [k, v] : val) red[k] = v;
         log.write(step, red);
-        if (eval || step == 1 || step % 25 == 0) {
+        if (log.console() && (eval || step == 1 || step % 25 == 0)) {
             RLPT_LOG_INFO("sft step {}/{} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:.2f} s{}", step, steps,
                           red["sft/loss"], red["sft/grad_norm"], red["sft/lr"], red["timing_s/step"],
-                          eval ? fmt::format(" | greedy val acc {:.3f}", red["val/acc"]) : "");
+                          describe_validation(val));
         }
         const bool saved = c.trainer.save_freq > 0 && step % c.trainer.save_freq == 0 && step < steps;
         if (saved) save_sft_checkpoint(ctl, run, step, sampler);

@@ -8,6 +8,7 @@
 #include "rlpt/data/arithmetic.h"
 #include "rlpt/data/dataset.h"
 #include "rlpt/data/length_filter.h"
+#include "rlpt/reward/number.h"
 #include "rlpt/reward/user_scorer_loader.h"
 #include "rlpt/tokenizer/char_tokenizer.h"
 
@@ -34,21 +35,103 @@ std::vector<data::Example> load_files(const std::string& files, const data::Data
     return all;
 }
 
+// A scorer spec from a reward.scorer / reward.scorers value: a name, or a JSON spec. The
+// command and user scorers take reward.command / reward.custom_library unless the spec says.
+nlohmann::json scorer_spec(const Config& c, const std::string& value) {
+    nlohmann::json spec = !value.empty() && value[0] == '{' ? nlohmann::json::parse(value)
+                                                            : nlohmann::json{{"type", value == "custom" ? "user" : value}};
+    const std::string type = spec.value("type", "");
+    if (type == "command") {
+        if (!spec.contains("command")) spec["command"] = c.reward.command;
+        if (!spec.contains("timeout_s")) spec["timeout_s"] = c.reward.command_timeout_s;
+    }
+    if (type == "user" && !spec.contains("path")) spec["path"] = c.reward.custom_library;
+    // reward.format_score: the score of a wrong but well-formed answer, for the types that have one.
+    if ((type == "gsm8k" || type == "number" || type == "arithmetic") && !spec.contains("format_score"))
+        spec["format_score"] = c.reward.format_score;
+    return spec;
+}
+
+}  // namespace
+
 std::vector<int64_t> encode_prompt(const TaskData& t, const std::string& prompt) {
     if (t.chat == tokenizer::ChatFamily::kNone) return t.tok->encode(prompt, /*allow_special=*/false);
     std::string text = tokenizer::apply_chat_template(t.chat, {{"user", prompt}}, /*add_generation_prompt=*/true);
     return t.tok->encode(text, /*allow_special=*/true);
 }
 
-// Tokenises, then keeps prompts within max_prompt_length (or truncates, per data.truncation).
-void prepare(TaskData& t, const Config& c, std::vector<data::Example>& examples,
-             std::vector<std::vector<int64_t>>& ids, const char* split) {
+std::vector<data::Example> load_examples(const Config& c, bool validation) {
+    if (c.data.train_files.empty()) {
+        data::ArithmeticOptions o;
+        o.seed = static_cast<uint64_t>(c.data.builtin.seed);
+        o.min_digits = static_cast<int>(c.data.builtin.min_digits);
+        o.max_digits = static_cast<int>(c.data.builtin.max_digits);
+        o.num_operands = static_cast<int>(c.data.builtin.num_operands);
+        o.operations = c.data.builtin.ops;
+        o.reversed_answer = c.data.builtin.reversed_answer;
+        o.demo_carry_error_rate = c.data.builtin.demo_carry_error_rate;
+        o.num_train = c.data.builtin.num_train;
+        o.num_val = c.data.builtin.num_val;
+        o.key_prefix = "data.builtin.";
+        auto task = data::make_arithmetic_task(o);
+        return validation ? std::move(task.val) : std::move(task.train);
+    }
+    const std::string& files = validation ? c.data.val_files : c.data.train_files;
+    if (files.empty()) return {};
+    const bool sft = c.trainer.mode == "sft";
+    data::DatasetOptions o;
+    o.prompt_key = c.data.prompt_key;
+    o.answer_key = c.data.answer_key;
+    if (sft) {
+        // SFT learns prompt -> response; validation scores against the answer, or the response.
+        o.response_key = c.data.response_key;
+        o.require_response = !validation;
+        o.answer = validation ? data::AnswerNeed::kOrResponse : data::AnswerNeed::kOptional;
+    }
+    o.data_source_key = c.data.data_source_key;
+    o.default_data_source = c.data.default_data_source;
+    o.extra_keys = c.data.extra_keys;
+    o.prompt_suffix = c.data.prompt_suffix;
+    o.answer_extraction = data::parse_answer_extraction(c.data.answer_extract.empty() ? "none" : c.data.answer_extract);
+    try {
+        return load_files(files, o);
+    } catch (const Error& e) {
+        rethrow_with_context(validation ? "data.val_files" : "data.train_files", e);
+    }
+}
+
+std::unique_ptr<tokenizer::Tokenizer> make_tokenizer(const Config& c, const std::vector<data::Example>& train,
+                                                     const std::vector<data::Example>& val) {
+    if (!c.model.path.empty()) {
+        try {
+            return tokenizer::load_tokenizer(c.model.path);
+        } catch (const Error& e) {
+            rethrow_with_context("model.path", e);
+        }
+    }
+    if (c.data.train_files.empty()) return std::make_unique<tokenizer::CharTokenizer>(data::kArithmeticCharset);
+    // The built-in model on the user's data: one token per character the data uses.
+    std::vector<std::string_view> texts;
+    for (const auto* split : {&train, &val}) {
+        for (const auto& e : *split) {
+            texts.push_back(e.prompt);
+            texts.push_back(e.ground_truth);
+            if (e.response) texts.push_back(*e.response);
+        }
+    }
+    return std::make_unique<tokenizer::CharTokenizer>(tokenizer::charset_of(texts));
+}
+
+int64_t prepare_prompts(const TaskData& t, const Config& c, std::vector<data::Example>& examples,
+                        std::vector<std::vector<int64_t>>& ids, const char* split) {
     const int64_t max_len = c.data.max_prompt_length;
+    int64_t filtered = 0;
     if (c.data.filter_overlong_prompts && !examples.empty()) {
         auto res = data::filter_by_prompt_length(
             std::move(examples), [&](const std::string& p) { return static_cast<int64_t>(encode_prompt(t, p).size()); },
             max_len);
         if (!res.report.example_indices.empty()) RLPT_LOG_WARN("{} data: {}", split, res.report.summary());
+        filtered = static_cast<int64_t>(res.report.example_indices.size());
         examples = std::move(res.kept);
     }
     ids.clear();
@@ -65,58 +148,56 @@ void prepare(TaskData& t, const Config& c, std::vector<data::Example>& examples,
         }
         ids.push_back(std::move(v));
     }
+    return filtered;
 }
 
-// A scorer spec of `type` with reward.format_score for the types that have one.
-nlohmann::json with_format_score(const std::string& type, double format_score) {
-    nlohmann::json spec{{"type", type}};
-    if (type == "gsm8k" || type == "number" || type == "arithmetic") spec["format_score"] = format_score;
-    return spec;
+reward::ScorerRegistry scorers_from_config(const Config& c) {
+    auto reg = reward::make_scorer_registry(nlohmann::json::object(), "reward");
+    if (c.reward.format_score != 0.0) {  // the built-ins that give a wrong but well-formed answer a score
+        reg.set("openai/gsm8k", reward::make_scorer(scorer_spec(c, "gsm8k"), "reward"));
+        reg.set("rlpt/arithmetic", reward::make_scorer(scorer_spec(c, "arithmetic"), "reward"));
+    }
+    if (c.reward.scorer == "custom") {
+        RLPT_CHECK_KIND(ConfigError, !c.reward.custom_library.empty(),
+                        "reward.scorer=custom needs reward.custom_library (a shared library, see "
+                        "include/rlpt/reward/user_scorer.h)");
+    }
+    if (c.reward.scorer != "auto") {
+        auto s = reward::make_scorer(scorer_spec(c, c.reward.scorer), "reward.scorer");
+        reg.set_default(s);
+        for (const auto& ds : reg.data_sources()) reg.set(ds, s);
+    } else if (!c.reward.custom_library.empty()) {
+        reg.set_default(reward::UserScorer::load(c.reward.custom_library));
+    }
+    for (const auto& [ds, value] : c.reward.scorers) {
+        reg.set(ds, reward::make_scorer(scorer_spec(c, value), "reward.scorers." + ds));
+    }
+    return reg;
 }
 
-}  // namespace
+std::map<std::string, int64_t> unscored_data_sources(const reward::ScorerRegistry& scorers,
+                                                     const std::vector<data::Example>& examples) {
+    std::map<std::string, int64_t> out;
+    for (const auto& e : examples) {
+        if (!scorers.contains(e.data_source) && scorers.default_scorer() == nullptr) ++out[e.data_source];
+    }
+    return out;
+}
 
 TaskData load_task(const Config& c) {
     TaskData t;
     t.chat = tokenizer::parse_chat_family(c.model.chat_template);
-    const bool builtin = c.data.train_files.empty();
-    if (!c.model.path.empty()) {
-        t.tok = tokenizer::load_tokenizer(c.model.path);
-    } else {
-        RLPT_CHECK_KIND(ConfigError, builtin,
-                        "a built-in model (model.path empty) only comes with the built-in task's character "
-                        "tokenizer; set model.path to a Hugging Face model folder to train on data.train_files");
-        t.tok = std::make_unique<tokenizer::CharTokenizer>(data::kArithmeticCharset);
-    }
-    if (builtin) {
-        data::ArithmeticOptions o;
-        o.seed = static_cast<uint64_t>(c.data.builtin.seed);
-        o.min_digits = static_cast<int>(c.data.builtin.min_digits);
-        o.max_digits = static_cast<int>(c.data.builtin.max_digits);
-        o.num_operands = static_cast<int>(c.data.builtin.num_operands);
-        o.operations = c.data.builtin.ops;
-        o.reversed_answer = c.data.builtin.reversed_answer;
-        o.demo_carry_error_rate = c.data.builtin.demo_carry_error_rate;
-        o.num_train = c.data.builtin.num_train;
-        o.num_val = c.data.builtin.num_val;
-        auto task = data::make_arithmetic_task(o);
-        t.train = std::move(task.train);
-        t.val = std::move(task.val);
-    } else {
-        data::DatasetOptions o;
-        o.prompt_key = c.data.prompt_key;
-        o.answer_key = c.data.answer_key;
-        o.data_source_key = c.data.data_source_key;
-        o.default_data_source = c.data.default_data_source;
-        o.extra_keys = c.data.extra_keys;
-        o.prompt_suffix = c.data.prompt_suffix;
-        o.answer_extraction = data::parse_answer_extraction(c.data.answer_extract.empty() ? "none" : c.data.answer_extract);
-        t.train = load_files(c.data.train_files, o);
-        if (!c.data.val_files.empty()) t.val = load_files(c.data.val_files, o);
-    }
+    const bool sft = c.trainer.mode == "sft";
+    t.train = load_examples(c, false);
+    t.val = load_examples(c, true);
     RLPT_CHECK_KIND(ConfigError, !t.train.empty(), "the training data is empty");
-    prepare(t, c, t.train, t.train_ids, "train");
-    prepare(t, c, t.val, t.val_ids, "validation");
+    t.tok = make_tokenizer(c, t.train, t.val);
+    if (c.model.path.empty() && !c.data.train_files.empty()) {
+        RLPT_LOG_INFO("built-in model on data.train_files: a character vocabulary of the {} characters the data uses",
+                      t.tok->vocab_size() - tokenizer::CharTokenizer::kFirstCharId);
+    }
+    prepare_prompts(t, c, t.train, t.train_ids, "train");
+    prepare_prompts(t, c, t.val, t.val_ids, "validation");
 
     auto sp = t.tok->special_ids();
     t.eos_id = sp.eos;
@@ -128,29 +209,28 @@ TaskData load_task(const Config& c) {
     }
     for (int64_t id : c.rollout.stop_token_ids) t.stop_ids.push_back(id);
 
-    // Scorers: the built-ins by data_source, or one scorer for everything.
-    t.scorers = reward::make_scorer_registry(nlohmann::json::object(), "reward");
-    if (c.reward.format_score != 0.0) {  // the built-ins that give a wrong but well-formed answer a score
-        t.scorers.set("openai/gsm8k", reward::make_scorer(with_format_score("gsm8k", c.reward.format_score), "reward"));
-        t.scorers.set("rlpt/arithmetic",
-                      reward::make_scorer(with_format_score("arithmetic", c.reward.format_score), "reward"));
+    t.scorers = scorers_from_config(c);
+    // Every data_source the run scores needs a scorer; SFT validation falls back to an exact
+    // comparison with the answer (or the response) for the ones without.
+    auto unscored = unscored_data_sources(t.scorers, t.val);
+    if (!sft) {
+        for (const auto& [ds, n] : unscored_data_sources(t.scorers, t.train)) unscored[ds] += n;
     }
-    if (c.reward.scorer == "custom") {
-        RLPT_CHECK_KIND(ConfigError, !c.reward.custom_library.empty(),
-                        "reward.scorer=custom needs reward.custom_library (a shared library, see "
-                        "include/rlpt/reward/user_scorer.h)");
-        t.scorers = reward::ScorerRegistry();  // one scorer for every data_source
-        t.scorers.set_default(reward::UserScorer::load(c.reward.custom_library));
-    } else if (c.reward.scorer != "auto") {
-        t.scorers = reward::ScorerRegistry();
-        t.scorers.set_default(reward::make_scorer(with_format_score(c.reward.scorer, c.reward.format_score),
-                                                  "reward.scorer"));
-    } else if (!c.reward.custom_library.empty()) {
-        t.scorers.set_default(reward::UserScorer::load(c.reward.custom_library));
+    for (const auto& [ds, n] : unscored) {
+        RLPT_CHECK_KIND(ConfigError, sft, "{}", unscored_message(ds, n));
+        RLPT_LOG_INFO("sft validation: data_source '{}' has no scorer in reward.scorers; scoring it by exact match", ds);
+        t.scorers.set(ds, std::make_shared<reward::ExactScorer>());
     }
     RLPT_LOG_INFO("data: {} training and {} validation prompts; tokenizer {} (vocab {}), eos {}, pad {}",
                   t.train.size(), t.val.size(), t.tok->kind(), t.tok->vocab_size(), t.eos_id, t.pad_id);
     return t;
+}
+
+std::string unscored_message(const std::string& data_source, int64_t rows) {
+    return fmt::format("reward.scorers: data_source '{}' ({} rows) has no scorer; set one, e.g. reward.scorers: "
+                       "{{\"{}\": number}} (scorers: number, exact, gsm8k, math, command, ...; README \"Rewards\"), "
+                       "or reward.scorer: <name> for every data_source",
+                       data_source, rows, data_source);
 }
 
 Batch make_prompt_batch(const TaskData& t, const std::vector<const data::Example*>& examples,
@@ -203,29 +283,23 @@ ScoredResponses score_responses(const TaskData& t, const Batch& b) {
     ScoredResponses out;
     auto r = resp.accessor<int64_t, 2>();
     auto m = mask.accessor<int64_t, 2>();
+    std::vector<nlohmann::json> extras;
+    extras.reserve(static_cast<size_t>(B));
     for (int64_t i = 0; i < B; ++i) {
         std::vector<int64_t> ids;
         for (int64_t j = 0; j < R; ++j)
             if (m[i][j]) ids.push_back(r[i][j]);
         out.text.push_back(t.tok->decode(ids, /*skip_special_tokens=*/true));
-        nlohmann::json ex = nlohmann::json::parse(extra[static_cast<size_t>(i)]);
-        reward::ScoreRequest req;
-        req.data_source = ds[static_cast<size_t>(i)];
-        req.solution = out.text.back();
-        req.ground_truth = gt[static_cast<size_t>(i)];
-        req.extra_info = &ex;
-        req.index = i;
-        reward::ScoreResult s;
-        try {
-            s = t.scorers.score(req);
-        } catch (const Error& e) {
-            rethrow_with_context(fmt::format("scoring sample {} (data_source '{}')", i, ds[static_cast<size_t>(i)]), e);
-        }
+        extras.push_back(nlohmann::json::parse(extra[static_cast<size_t>(i)]));
+    }
+    // One call for the whole batch: a command scorer gets all its rows in one round trip.
+    for (const auto& s : reward::score_batch(t.scorers, ds, out.text, gt, &extras)) {
+        const size_t i = out.score.size();
         out.score.push_back(s.score);
         out.acc.push_back(s.acc ? *s.acc : std::nan(""));
         for (const auto& [k, v] : s.extra) {
             auto& col = out.extra[k];
-            col.resize(static_cast<size_t>(i), std::nan(""));
+            col.resize(i, std::nan(""));
             col.push_back(v);
         }
     }
@@ -243,6 +317,36 @@ torch::Tensor token_level_scores(const std::vector<double>& score, const torch::
         if (l[i] > 0) o[i][l[i] - 1] = static_cast<float>(score[static_cast<size_t>(i)]);
     }
     return out;
+}
+
+void ValidationTally::add(const Batch& generated, const ScoredResponses& scored) {
+    const auto& ds = generated.strings("data_source");
+    for (size_t i = 0; i < ds.size(); ++i) {
+        score_[ds[i]].push_back(scored.score[i]);
+        // Without an accuracy from the scorer, a positive score counts as correct.
+        acc_[ds[i]].push_back(std::isnan(scored.acc[i]) ? scored.score[i] > 0 : scored.acc[i]);
+    }
+}
+
+std::map<std::string, double> ValidationTally::metrics(int64_t n) const {
+    std::map<std::string, double> m;
+    for (const auto& [ds, v] : score_) {
+        const auto& a = acc_.at(ds);
+        double s = 0, acc = 0, best = 0;
+        for (size_t i = 0; i < v.size(); ++i) {
+            s += v[i];
+            acc += a[i];
+        }
+        for (size_t g = 0; g < v.size(); g += static_cast<size_t>(n)) {
+            double mx = -1e30;
+            for (size_t k = g; k < std::min(v.size(), g + static_cast<size_t>(n)); ++k) mx = std::max(mx, a[k]);
+            best += mx;
+        }
+        m[fmt::format("val-core/{}/reward/mean@{}", ds, n)] = s / static_cast<double>(v.size());
+        m[fmt::format("val-core/{}/acc/mean@{}", ds, n)] = acc / static_cast<double>(v.size());
+        if (n > 1) m[fmt::format("val-aux/{}/acc/best@{}/mean", ds, n)] = best / (static_cast<double>(v.size()) / n);
+    }
+    return m;
 }
 
 }  // namespace rlpt::app

@@ -28,11 +28,41 @@ struct TaskData {
     std::vector<int64_t> stop_ids;  // eos + the chat template's end-of-turn tokens + rollout.stop_token_ids
 };
 
-// Loads the tokenizer (model.path, or the character tokenizer of the built-in task),
-// the train/validation data (JSONL files or the built-in task), tokenises prompts and
-// filters those longer than data.max_prompt_length (logging a report), and builds the
-// scorer registry from the reward section.
+// Loads the train/validation data (JSONL files or the built-in task), the tokenizer
+// (model.path's; with the built-in model the built-in task's characters, or every character
+// of the data files), tokenises prompts and filters those longer than data.max_prompt_length
+// (logging a report), and builds the scorer registry from the reward section, checking that
+// every data_source the run scores has a scorer. Each part below is also called on its own by
+// `rlpt check`.
 TaskData load_task(const Config& c);
+
+// The records of data.train_files (validation=false) or data.val_files, read with the keys the
+// stage uses (trainer.mode; see DataConfig in config.h); the built-in task when train_files is
+// empty. Errors name the file, line and key.
+std::vector<data::Example> load_examples(const Config& c, bool validation);
+
+// model.path's tokenizer; for the built-in model, the character tokenizer of the built-in task,
+// or (data.train_files set) one of every character in the examples' prompts, responses and
+// answers.
+std::unique_ptr<tokenizer::Tokenizer> make_tokenizer(const Config& c, const std::vector<data::Example>& train,
+                                                     const std::vector<data::Example>& val);
+
+// A prompt's token ids (the chat template applied when model.chat_template is set).
+std::vector<int64_t> encode_prompt(const TaskData& t, const std::string& prompt);
+
+// Tokenises prompts (chat template applied), filters or truncates those over
+// data.max_prompt_length; the number filtered out is returned (logged as a warning).
+int64_t prepare_prompts(const TaskData& t, const Config& c, std::vector<data::Example>& examples,
+                        std::vector<std::vector<int64_t>>& ids, const char* split);
+
+// The registry the reward section describes: built-in data_sources, reward.scorer for all,
+// reward.scorers per data_source (names or specs), reward.command, reward.custom_library.
+reward::ScorerRegistry scorers_from_config(const Config& c);
+
+// The data_sources of `examples` the registry cannot score, each with how many rows use it.
+std::map<std::string, int64_t> unscored_data_sources(const reward::ScorerRegistry& scorers,
+                                                     const std::vector<data::Example>& examples);
+
 
 // A Batch of prompts for the rollout: rows = examples x n (each prompt's n samples adjacent),
 // prompt_ids/prompt_mask [B, P] left-padded; string fields uid, data_source, ground_truth,
@@ -55,5 +85,20 @@ ScoredResponses score_responses(const TaskData& t, const Batch& b);
 
 // [B, R] fp32 with score[i] at row i's last response token (zeros elsewhere).
 torch::Tensor token_level_scores(const std::vector<double>& score, const torch::Tensor& response_mask);
+
+// "reward.scorers: data_source 'x' (n rows) has no scorer; set one, e.g. ..." (load_task, rlpt check).
+std::string unscored_message(const std::string& data_source, int64_t rows);
+
+// Validation metrics per data_source with verl's names (val-core/<ds>/acc/mean@<n>,
+// val-core/<ds>/reward/mean@<n>, val-aux/<ds>/acc/best@<n>/mean for n > 1), accumulated over
+// chunks of generated and scored rows (each prompt's n samples adjacent).
+class ValidationTally {
+  public:
+    void add(const Batch& generated, const ScoredResponses& scored);
+    std::map<std::string, double> metrics(int64_t n) const;
+
+  private:
+    std::map<std::string, std::vector<double>> score_, acc_;
+};
 
 }  // namespace rlpt::app

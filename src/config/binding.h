@@ -3,6 +3,7 @@
 // keys share one description of the schema (config_schema.cpp).
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,8 @@ class Visitor {
     virtual void value(const char* key, std::vector<int64_t>& v) = 0;
     virtual void value(const char* key, std::vector<double>& v) = 0;
     virtual void value(const char* key, std::vector<std::string>& v) = 0;
+    // A mapping of names to scalars or nested mappings; a nested mapping is kept as JSON text.
+    virtual void value(const char* key, std::map<std::string, std::string>& v) = 0;
     virtual void section(const char* key, const std::function<void(Visitor&)>& body) = 0;
     // A list of structs: `resize(n)` is called with the element count before `item(v, i)`.
     virtual void list(const char* key, size_t current_size, const std::function<void(size_t)>& resize,

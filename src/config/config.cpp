@@ -1,6 +1,7 @@
 // Loading, dumping and overriding the config (validation is in config_validate.cpp).
 #include "rlpt/config/config.h"
 
+#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -32,11 +33,42 @@ std::string describe_node(const YAML::Node& n) {
     }
 }
 
+// A YAML node as JSON: mappings and lists alike; a plain scalar that reads as a boolean, an
+// integer or a number becomes one, a quoted scalar stays a string.
+nlohmann::json yaml_to_json(const YAML::Node& n) {
+    if (n.IsMap()) {
+        nlohmann::json j = nlohmann::json::object();
+        for (const auto& kv : n) j[kv.first.Scalar()] = yaml_to_json(kv.second);
+        return j;
+    }
+    if (n.IsSequence()) {
+        nlohmann::json j = nlohmann::json::array();
+        for (const auto& item : n) j.push_back(yaml_to_json(item));
+        return j;
+    }
+    if (!n.IsScalar()) return nullptr;
+    const std::string& s = n.Scalar();
+    if (n.Tag() == "!") return s;  // quoted
+    if (s == "true" || s == "false") return s == "true";
+    if (s == "null" || s == "~") return nullptr;
+    try {
+        size_t used = 0;
+        long long i = std::stoll(s, &used);
+        if (used == s.size()) return i;
+        double d = std::stod(s, &used);
+        if (used == s.size()) return d;
+    } catch (const std::exception&) {
+    }
+    return s;
+}
+
 // Records where each key came from: "<file>:<line>" from YAML marks, or "command line".
 struct Origins {
     std::string file;
     std::map<std::string, std::string> overridden;  // key path -> "command line (k=v)"
     std::map<std::string, std::string>* out = nullptr;
+    // Where binding errors go, so one run reports all of them (nullptr: throw the first).
+    std::vector<std::string>* errors = nullptr;
 
     std::string of(const std::string& path, const YAML::Node& n) const {
         auto it = overridden.find(path);
@@ -70,33 +102,95 @@ class Loader : public Visitor {
             if (!seen_.count(key)) {
                 std::string known;
                 for (const auto& k : order_) known += (known.empty() ? "" : ", ") + k;
-                throw ConfigError(fmt::format("{}: unknown key '{}' (known keys{}: {})",
-                                              origins_.of(join_path(path_, key), kv.first),
-                                              join_path(path_, key), path_.empty() ? "" : " in '" + path_ + "'",
-                                              known));
+                guarded([&] {
+                    throw ConfigError(fmt::format("{}: unknown key '{}' (known keys{}: {})",
+                                                  origins_.of(join_path(path_, key), kv.first),
+                                                  join_path(path_, key), path_.empty() ? "" : " in '" + path_ + "'",
+                                                  known));
+                });
             }
         }
     }
 
-    void value(const char* key, bool& v) override { scalar(key, v, "true or false"); }
-    void value(const char* key, int64_t& v) override { scalar(key, v, "an integer"); }
-    void value(const char* key, double& v) override { scalar(key, v, "a number"); }
-    void value(const char* key, std::string& v) override { scalar(key, v, "a string"); }
-    void value(const char* key, std::optional<int64_t>& v) override { optional(key, v, "an integer or null"); }
-    void value(const char* key, std::optional<double>& v) override { optional(key, v, "a number or null"); }
-    void value(const char* key, std::vector<int64_t>& v) override { sequence(key, v, "a list of integers"); }
-    void value(const char* key, std::vector<double>& v) override { sequence(key, v, "a list of numbers"); }
-    void value(const char* key, std::vector<std::string>& v) override { sequence(key, v, "a list of strings"); }
-
-    void section(const char* key, const std::function<void(Visitor&)>& body) override {
-        YAML::Node n = child(key);
-        Loader sub(n, join_path(path_, key), origins_);
-        body(sub);
-        sub.finish();
+    void value(const char* key, bool& v) override { guarded([&] { scalar(key, v, "true or false"); }); }
+    void value(const char* key, int64_t& v) override { guarded([&] { scalar(key, v, "an integer"); }); }
+    void value(const char* key, double& v) override { guarded([&] { scalar(key, v, "a number"); }); }
+    void value(const char* key, std::string& v) override { guarded([&] { scalar(key, v, "a string"); }); }
+    void value(const char* key, std::optional<int64_t>& v) override {
+        guarded([&] { optional(key, v, "an integer or null"); });
+    }
+    void value(const char* key, std::optional<double>& v) override {
+        guarded([&] { optional(key, v, "a number or null"); });
+    }
+    void value(const char* key, std::vector<int64_t>& v) override {
+        guarded([&] { sequence(key, v, "a list of integers"); });
+    }
+    void value(const char* key, std::vector<double>& v) override {
+        guarded([&] { sequence(key, v, "a list of numbers"); });
+    }
+    void value(const char* key, std::vector<std::string>& v) override {
+        guarded([&] { sequence(key, v, "a list of strings"); });
+    }
+    void value(const char* key, std::map<std::string, std::string>& v) override {
+        guarded([&] { mapping(key, v); });
     }
 
-    void list(const char* key, size_t, const std::function<void(size_t)>& resize,
+    void section(const char* key, const std::function<void(Visitor&)>& body) override {
+        guarded([&] {
+            YAML::Node n = child(key);
+            Loader sub(n, join_path(path_, key), origins_);
+            body(sub);
+            sub.finish();
+        });
+    }
+
+    void list(const char* key, size_t current_size, const std::function<void(size_t)>& resize,
               const std::function<void(Visitor&, size_t)>& item) override {
+        guarded([&] { list_items(key, current_size, resize, item); });
+    }
+
+  private:
+    // Runs f; a ConfigError goes to the error list when there is one (all are reported together).
+    template <typename F>
+    void guarded(F&& f) const {
+        try {
+            f();
+        } catch (const ConfigError& e) {
+            if (!origins_.errors) throw;
+            origins_.errors->push_back(e.message());
+        }
+    }
+
+    void mapping(const char* key, std::map<std::string, std::string>& v) {
+        YAML::Node n = child(key);
+        if (!n) return;
+        std::string path = join_path(path_, key);
+        if (!n.IsNull() && !n.IsMap()) {
+            throw ConfigError(fmt::format("{}: '{}' must be a mapping (name: value, ...), got {}", origins_.of(path, n),
+                                          path, describe_node(n)));
+        }
+        std::map<std::string, std::string> out;
+        if (n.IsMap()) {
+            Loader keys(n, path, origins_);  // plain, unique keys
+            for (const auto& kv : n) {
+                const std::string item = join_path(path, kv.first.Scalar());
+                if (kv.second.IsScalar()) {
+                    out[kv.first.Scalar()] = kv.second.Scalar();
+                } else if (kv.second.IsMap()) {
+                    out[kv.first.Scalar()] = yaml_to_json(kv.second).dump();
+                } else {
+                    throw ConfigError(fmt::format("{}: '{}' must be a name or a mapping, got {}",
+                                                  origins_.of(item, kv.second), item, describe_node(kv.second)));
+                }
+                record(item, kv.second);
+            }
+        }
+        v = std::move(out);
+        record(path, n);
+    }
+
+    void list_items(const char* key, size_t, const std::function<void(size_t)>& resize,
+                    const std::function<void(Visitor&, size_t)>& item) {
         YAML::Node n = child(key);
         if (!n) return;
         std::string path = join_path(path_, key);
@@ -114,7 +208,6 @@ class Loader : public Visitor {
         record(path, n);
     }
 
-  private:
     // Keys must be plain names, each given once: yaml-cpp keeps both entries of a repeated key
     // and lookups see only the first, so a later value would be ignored without a word.
     void check_keys() const {
@@ -268,6 +361,16 @@ class Dumper : public Visitor {
         for (auto& x : v) out_ << YAML::DoubleQuoted << x;
         out_ << YAML::EndSeq;
     }
+    void value(const char* key, std::map<std::string, std::string>& v) override {
+        out_ << YAML::Key << key << YAML::Value << YAML::BeginMap;
+        for (auto& [name, text] : v) {
+            out_ << YAML::Key << YAML::DoubleQuoted << name << YAML::Value;
+            // A nested spec is JSON text, which is YAML flow syntax: write it as a mapping.
+            if (!text.empty() && text[0] == '{') out_ << YAML::Flow << YAML::Load(text);
+            else out_ << YAML::DoubleQuoted << text;
+        }
+        out_ << YAML::EndMap;
+    }
     void section(const char* key, const std::function<void(Visitor&)>& body) override {
         out_ << YAML::Key << key << YAML::Value << YAML::BeginMap;
         body(*this);
@@ -380,12 +483,15 @@ void apply_override(YAML::Node& root, const std::string& ov, Origins& origins) {
     origins.overridden[key] = fmt::format("command line ({})", ov);
 }
 
-Config bind_yaml(YAML::Node root, const std::string& source, const std::vector<std::string>& overrides) {
+Config bind_yaml(YAML::Node root, const std::string& source, const std::vector<std::string>& overrides,
+                 bool check = true) {
     Config c;
     c.source = source;
     Origins origins;
     origins.file = source;
     origins.out = &c.origins;
+    std::vector<std::string> errors;
+    origins.errors = &errors;
     if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
     for (const auto& ov : overrides) {
         try {
@@ -398,14 +504,16 @@ Config bind_yaml(YAML::Node root, const std::string& source, const std::vector<s
     Loader loader(root, "", origins);
     config_detail::visit_config(loader, c);
     loader.finish();
-    validate(c);
+    if (!errors.empty()) {
+        std::string all;
+        for (const auto& e : errors) all += (all.empty() ? "" : "\n") + e;
+        throw ConfigError(all);
+    }
+    if (check) validate(c);
     return c;
 }
 
-}  // namespace
-
-Config config_from_yaml(const std::string& yaml_text, const std::string& source_name,
-                        const std::vector<std::string>& overrides) {
+YAML::Node parse_yaml_text(const std::string& yaml_text, const std::string& source_name) {
     // yaml-cpp reads a NUL byte as the start of an escape and mangles the value around it.
     if (const size_t nul = yaml_text.find('\0'); nul != std::string::npos) {
         const size_t line_start = yaml_text.rfind('\n', nul);
@@ -413,23 +521,36 @@ Config config_from_yaml(const std::string& yaml_text, const std::string& source_
         throw ConfigError(fmt::format("{}:{}:{}: the file contains a NUL byte (binary or corrupt?)", source_name, line,
                                       nul - (line_start == std::string::npos ? 0 : line_start + 1) + 1));
     }
-    YAML::Node root;
     try {
-        root = YAML::Load(yaml_text);
+        return YAML::Load(yaml_text);
     } catch (const YAML::ParserException& e) {
         throw ConfigError(fmt::format("{}:{}:{}: YAML syntax error: {}", source_name, e.mark.line + 1,
                                       e.mark.column + 1, e.msg));
     }
-    return bind_yaml(root, source_name, overrides);
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-    if (path.empty()) return bind_yaml(YAML::Node(), "defaults", overrides);
+Config load_config_file(const std::string& path, const std::vector<std::string>& overrides, bool check) {
+    if (path.empty()) return bind_yaml(YAML::Node(), "defaults", overrides, check);
     std::ifstream in(path);
     if (!in) throw ConfigError(fmt::format("{}: cannot open config file", path));
     std::stringstream ss;
     ss << in.rdbuf();
-    return config_from_yaml(ss.str(), path, overrides);
+    return bind_yaml(parse_yaml_text(ss.str(), path), path, overrides, check);
+}
+
+}  // namespace
+
+Config config_from_yaml(const std::string& yaml_text, const std::string& source_name,
+                        const std::vector<std::string>& overrides) {
+    return bind_yaml(parse_yaml_text(yaml_text, source_name), source_name, overrides);
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+    return load_config_file(path, overrides, true);
+}
+
+Config load_config_unchecked(const std::string& path, const std::vector<std::string>& overrides) {
+    return load_config_file(path, overrides, false);
 }
 
 std::string to_yaml(const Config& c) {

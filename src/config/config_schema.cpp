@@ -48,6 +48,7 @@ void visit_trainer(Visitor& v, TrainerConfig& c) {
     v.value("threads_per_rank", c.threads_per_rank);
     v.value("call_timeout_s", c.call_timeout_s);
     v.value("stall_warn_s", c.stall_warn_s);
+    v.value("logger", c.logger);
     v.value("export_hf", c.export_hf);
     v.value("export_hf_freq", c.export_hf_freq);
 }
@@ -85,6 +86,7 @@ void visit_data(Visitor& v, DataConfig& c) {
     v.value("val_files", c.val_files);
     v.value("prompt_key", c.prompt_key);
     v.value("answer_key", c.answer_key);
+    v.value("response_key", c.response_key);
     v.value("data_source_key", c.data_source_key);
     v.value("default_data_source", c.default_data_source);
     v.value("answer_extract", c.answer_extract);
@@ -198,6 +200,9 @@ void visit_algorithm(Visitor& v, AlgorithmConfig& c) {
 
 void visit_reward(Visitor& v, RewardConfig& c) {
     v.value("scorer", c.scorer);
+    v.value("scorers", c.scorers);
+    v.value("command", c.command);
+    v.value("command_timeout_s", c.command_timeout_s);
     v.value("custom_library", c.custom_library);
     v.value("format_score", c.format_score);
     v.section("overlong_buffer", [&](Visitor& o) {
@@ -208,7 +213,6 @@ void visit_reward(Visitor& v, RewardConfig& c) {
 }
 
 void visit_sft(Visitor& v, SftConfig& c) {
-    v.value("response_key", c.response_key);
     v.value("total_steps", c.total_steps);
     v.value("batch_size", c.batch_size);
     v.value("micro_batch_size_per_rank", c.micro_batch_size_per_rank);

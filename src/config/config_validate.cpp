@@ -1,4 +1,5 @@
-// Range and cross-field checks. Every failure names the key and where it was set.
+// Range and cross-field checks. Every failure names the key and where it was set; all failures
+// are reported together (one line each), so one run of `rlpt check` shows every problem.
 #include <algorithm>
 #include <set>
 
@@ -16,8 +17,16 @@ class Checker {
     template <typename... Args>
     void require(bool ok, const std::string& key, fmt::format_string<Args...> f, Args&&... args) const {
         if (ok) return;
-        throw ConfigError(fmt::format("{}: {}: {}", origin_of(c_, key), key,
-                                      fmt::format(f, std::forward<Args>(args)...)));
+        problems_.push_back(
+            fmt::format("{}: {}: {}", origin_of(c_, key), key, fmt::format(f, std::forward<Args>(args)...)));
+    }
+
+    // Throws one ConfigError listing every problem found, one per line.
+    void finish() const {
+        if (problems_.empty()) return;
+        std::string all;
+        for (const auto& p : problems_) all += (all.empty() ? "" : "\n") + p;
+        throw ConfigError(all);
     }
 
     void one_of(const std::string& value, const std::string& key, std::initializer_list<const char*> choices) const {
@@ -63,6 +72,7 @@ class Checker {
 
   private:
     const Config& c_;
+    mutable std::vector<std::string> problems_;
 };
 
 }  // namespace
@@ -89,6 +99,7 @@ void validate(const Config& c) {
     k.require(t.threads_per_rank >= 0, "trainer.threads_per_rank", "must be >= 0 (got {})", t.threads_per_rank);
     k.require(t.call_timeout_s > 0, "trainer.call_timeout_s", "must be > 0 (got {})", t.call_timeout_s);
     k.require(t.stall_warn_s > 0, "trainer.stall_warn_s", "must be > 0 (got {})", t.stall_warn_s);
+    for (const auto& l : t.logger) k.one_of(l, "trainer.logger", {"console", "jsonl", "tensorboard"});
 
     // Placement: names and shapes here; whether it fits the world size is checked by
     // compute_placement() on every rank.
@@ -120,13 +131,15 @@ void validate(const Config& c) {
     k.positive(b.num_layers, "model.builtin.num_layers");
     k.positive(b.num_heads, "model.builtin.num_heads");
     k.positive(b.num_kv_heads, "model.builtin.num_kv_heads");
-    k.require(b.hidden_size % b.num_heads == 0, "model.builtin.hidden_size",
-              "must be divisible by num_heads {} (got {})", b.num_heads, b.hidden_size);
-    k.require(b.num_heads % b.num_kv_heads == 0, "model.builtin.num_kv_heads",
-              "must divide num_heads {} (got {})", b.num_heads, b.num_kv_heads);
-    k.require((b.hidden_size / b.num_heads) % 2 == 0, "model.builtin.hidden_size",
-              "head size hidden_size/num_heads must be even for rotary embeddings (got {})",
-              b.hidden_size / b.num_heads);
+    if (b.num_heads > 0 && b.num_kv_heads > 0) {  // (problems are collected: guard the divisions)
+        k.require(b.hidden_size % b.num_heads == 0, "model.builtin.hidden_size",
+                  "must be divisible by num_heads {} (got {})", b.num_heads, b.hidden_size);
+        k.require(b.num_heads % b.num_kv_heads == 0, "model.builtin.num_kv_heads",
+                  "must divide num_heads {} (got {})", b.num_heads, b.num_kv_heads);
+        k.require((b.hidden_size / b.num_heads) % 2 == 0, "model.builtin.hidden_size",
+                  "head size hidden_size/num_heads must be even for rotary embeddings (got {})",
+                  b.hidden_size / b.num_heads);
+    }
     k.positive(b.intermediate_size, "model.builtin.intermediate_size");
     k.positive(b.max_position, "model.builtin.max_position");
     k.require(b.rope_theta > 0, "model.builtin.rope_theta", "must be > 0 (got {})", b.rope_theta);
@@ -230,6 +243,14 @@ void validate(const Config& c) {
                   "{} needs more than one sample per prompt (got {})", al.adv_estimator, r.n);
     }
 
+    const auto& rw = c.reward;
+    static const std::initializer_list<const char*> kScorers{"number", "exact",  "gsm8k",   "math",
+                                                             "arithmetic", "command", "user"};
+    if (rw.scorer != "auto" && rw.scorer != "custom") k.one_of(rw.scorer, "reward.scorer", kScorers);
+    for (const auto& [ds, spec] : rw.scorers) {
+        if (spec.empty() || spec[0] != '{') k.one_of(spec, "reward.scorers." + ds, kScorers);  // specs: reward/registry.h
+    }
+    k.require(rw.command_timeout_s > 0, "reward.command_timeout_s", "must be > 0 (got {})", rw.command_timeout_s);
     if (c.reward.overlong_buffer.enable) {
         k.require(c.reward.overlong_buffer.len > 0 && c.reward.overlong_buffer.len <= d.max_response_length,
                   "reward.overlong_buffer.len", "must be in (0, data.max_response_length={}] (got {})",
@@ -242,6 +263,7 @@ void validate(const Config& c) {
     k.positive(s.micro_batch_size_per_rank, "sft.micro_batch_size_per_rank");
     k.optim(s.optim, "sft.optim");
     k.require(s.eval_every >= 0, "sft.eval_every", "must be >= 0 (got {})", s.eval_every);
+    k.finish();
 }
 
 }  // namespace rlpt

@@ -92,9 +92,9 @@ std::vector<Example> generate_split(const ArithmeticOptions& o, bool val) {
             RLPT_THROW(ConfigError,
                        "arithmetic: could not draw {} distinct {} problems ({} found after {} draws); the "
                        "task has about {:.0f} distinct problems, about {:.0f} of them in the {} split. "
-                       "Lower arithmetic.num_{} or allow more digits/operations/operands",
+                       "Lower {}num_{} or allow more digits/operations/operands",
                        wanted, split_name, out.size(), max_draws, space, space * share, split_name,
-                       split_name);
+                       o.key_prefix, split_name);
         }
         Problem p = draw_problem(o, rng);
         if (arithmetic_is_validation_prompt(p.prompt, o.val_fraction) != val) continue;
@@ -112,6 +112,7 @@ std::vector<Example> generate_split(const ArithmeticOptions& o, bool val) {
             {"answer_format", format_name},
             {"response", arithmetic_format_answer(flawed ? p.no_carry_value : p.value, o.reversed_answer)},
             {"split", split_name}};
+        e.response = e.extra["response"].get<std::string>();
         if (flawed) e.extra["flawed_demo"] = true;
         e.index = static_cast<int64_t>(out.size());
         out.push_back(std::move(e));

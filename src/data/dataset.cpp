@@ -212,17 +212,35 @@ Example example_from_json(const nlohmann::json& record, const DatasetOptions& op
     }
     e.prompt += options.prompt_suffix;
 
-    const nlohmann::json& answer = require(options.answer_key);
-    if (answer.is_string()) {
-        e.ground_truth = answer.get<std::string>();
-    } else if (answer.is_number() && options.answer_extraction == AnswerExtraction::kNone) {
-        e.ground_truth = answer.dump();
+    if (!options.response_key.empty()) {
+        const nlohmann::json* r = lookup(record, options.response_key);
+        RLPT_CHECK_KIND(IoError, r != nullptr || !options.require_response, "{}: missing key '{}'", where,
+                        options.response_key);
+        if (r != nullptr) {
+            RLPT_CHECK_KIND(IoError, r->is_string(), "{}: key '{}': expected a string, got {} {}", where,
+                            options.response_key, type_name(*r), shorten(r->dump()));
+            e.response = r->get<std::string>();
+        }
+    }
+
+    const nlohmann::json* answer = lookup(record, options.answer_key);
+    if (answer == nullptr) {
+        RLPT_CHECK_KIND(IoError, options.answer != AnswerNeed::kRequired, "{}: missing key '{}'", where,
+                        options.answer_key);
+        RLPT_CHECK_KIND(IoError, options.answer != AnswerNeed::kOrResponse || e.response.has_value(),
+                        "{}: missing key '{}' (or '{}', whose text would be the ground truth)", where,
+                        options.answer_key, options.response_key);
+        if (e.response) e.ground_truth = *e.response;
+    } else if (answer->is_string()) {
+        e.ground_truth = answer->get<std::string>();
+    } else if (answer->is_number() && options.answer_extraction == AnswerExtraction::kNone) {
+        e.ground_truth = answer->dump();
     } else {
         RLPT_THROW(IoError, "{}: key '{}': expected a string{}, got {} {}", where, options.answer_key,
                    options.answer_extraction == AnswerExtraction::kNone ? " or a number" : "",
-                   type_name(answer), shorten(answer.dump()));
+                   type_name(*answer), shorten(answer->dump()));
     }
-    if (options.answer_extraction == AnswerExtraction::kGsm8k) {
+    if (answer != nullptr && options.answer_extraction == AnswerExtraction::kGsm8k) {
         std::optional<std::string> extracted = gsm8k_extract_answer(e.ground_truth);
         RLPT_CHECK_KIND(IoError, extracted.has_value(), "{}: key '{}': no '#### <number>' answer in \"{}\"",
                         where, options.answer_key, shorten(e.ground_truth));

@@ -83,6 +83,14 @@ NumberExtraction parse_number_extraction(const std::string& s) {
 
 NumberScorer::NumberScorer(NumberScorerOptions options) : options_(options) {}
 
+ScoreResult ExactScorer::score(const ScoreRequest& request) const {
+    ScoreResult r;
+    r.pred = std::string(detail::trim_ascii(request.solution));
+    r.score = r.pred == detail::trim_ascii(request.ground_truth) ? 1.0 : 0.0;
+    r.acc = r.score;
+    return r;
+}
+
 std::string NumberScorer::name() const {
     return options_.extraction == NumberExtraction::kWhole ? "number(whole)" : "number(last_number)";
 }

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "rlpt/core/error.h"
+#include "rlpt/reward/command_scorer.h"
 #include "rlpt/reward/format.h"
 #include "rlpt/reward/gsm8k.h"
 #include "rlpt/reward/math.h"
@@ -130,10 +131,10 @@ const Scorer& ScorerRegistry::get(std::string_view data_source) const {
     if (by_prefix) return *by_prefix;
     if (default_) return *default_;
     RLPT_THROW(ConfigError,
-               "no reward scorer for data_source '{}' (known data_sources: {}); configure a scorer for it "
-               "or a default scorer",
+               "no reward scorer for data_source '{}' (known data_sources: {}); set one with reward.scorers "
+               "(e.g. reward.scorers: {{\"{}\": number}}) or one for every data_source with reward.scorer",
                data_source,
-               scorers_.empty() ? std::string("none") : fmt::format("{}", fmt::join(data_sources(), ", ")));
+               scorers_.empty() ? std::string("none") : fmt::format("{}", fmt::join(data_sources(), ", ")), data_source);
 }
 
 ScoreResult ScorerRegistry::score(const ScoreRequest& request) const {
@@ -167,6 +168,12 @@ std::shared_ptr<const Scorer> make_scorer(const nlohmann::json& spec, const std:
         scorer = std::make_shared<MathScorer>();
     } else if (type == "math_dapo") {
         scorer = std::make_shared<MathDapoScorer>();
+    } else if (type == "exact") {
+        scorer = std::make_shared<ExactScorer>();
+    } else if (type == "command") {
+        const std::string command = r.string("command", std::nullopt);
+        const double timeout_s = r.number("timeout_s", 60.0);
+        scorer = with_where(where, [&] { return std::make_shared<CommandScorer>(command, timeout_s); });
     } else if (type == "number") {
         NumberScorerOptions o;
         const std::string extraction = r.string("extraction", std::string("last_number"));
@@ -220,8 +227,8 @@ std::shared_ptr<const Scorer> make_scorer(const nlohmann::json& spec, const std:
         scorer = std::make_shared<WeightedSumScorer>(std::move(weighted));
     } else {
         RLPT_THROW(ConfigError,
-                   "{}.type: unknown scorer type '{}' (known: gsm8k, math, math_dapo, number, "
-                   "arithmetic, format, user, sum)",
+                   "{}.type: unknown scorer type '{}' (known: number, exact, gsm8k, math, math_dapo, "
+                   "arithmetic, format, command, user, sum)",
                    where, type);
     }
     r.finish();
@@ -252,19 +259,39 @@ ScorerRegistry make_scorer_registry(const nlohmann::json& config, const std::str
 }
 
 std::vector<ScoreResult> score_batch(const ScorerRegistry& registry, std::vector<ScoreRequest> requests) {
-    std::vector<ScoreResult> results;
-    results.reserve(requests.size());
+    std::vector<ScoreResult> results(requests.size());
+    // Scorers that score batches get all their requests at once, in order.
+    std::map<const Scorer*, std::vector<std::size_t>> batched;
     for (std::size_t i = 0; i < requests.size(); ++i) {
         ScoreRequest& req = requests[i];
         if (req.index < 0) req.index = static_cast<int64_t>(i);
         const std::string context = fmt::format("scoring sample {} (data_source '{}')", i, req.data_source);
         try {
-            results.push_back(registry.score(req));
+            const Scorer& s = registry.get(req.data_source);
+            if (s.scores_batches()) batched[&s].push_back(i);
+            else results[i] = s.score(req);
         } catch (const Error& e) {
             rethrow_with_context(context, e);
         } catch (const std::exception& e) {
             RLPT_THROW(ValueError, "{}: {}", context, e.what());
         }
+    }
+    for (const auto& [s, idx] : batched) {
+        std::vector<ScoreRequest> part;
+        part.reserve(idx.size());
+        for (std::size_t i : idx) part.push_back(requests[i]);
+        const std::string context = fmt::format("scoring {} sample(s) with {} (data_source '{}', ...)", idx.size(),
+                                                s->name(), requests[idx[0]].data_source);
+        std::vector<ScoreResult> got;
+        try {
+            got = s->score_many(part);
+        } catch (const Error& e) {
+            rethrow_with_context(context, e);
+        } catch (const std::exception& e) {
+            RLPT_THROW(ValueError, "{}: {}", context, e.what());
+        }
+        RLPT_CHECK(got.size() == idx.size(), "{}: {} results", context, got.size());
+        for (std::size_t k = 0; k < idx.size(); ++k) results[idx[k]] = std::move(got[k]);
     }
     return results;
 }

@@ -6,9 +6,11 @@
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "rlpt/core/error.h"
 #include "rlpt/model/transformer.h"
@@ -45,6 +47,7 @@ struct Options {
     std::string output = "text";
     bool ignore_eos = false;
     bool have_prompt = false;
+    int64_t threads = 0;
 };
 
 // The sampling flags as SamplingParams (special ids are set once the model is known).
@@ -266,6 +269,8 @@ int generate_command(int argc, char** argv) {
         ->check(CLI::IsMember({"float32", "bfloat16"}));
     app.add_option("--output", opt.output, "text|json (default text)")->check(CLI::IsMember({"text", "json"}));
     app.add_flag("--ignore-eos", opt.ignore_eos, "do not stop at EOS or end-of-turn tokens");
+    app.add_option("--threads", opt.threads,
+                   "torch threads (default: OMP_NUM_THREADS when set, else every core of the machine)");
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -278,6 +283,12 @@ int generate_command(int argc, char** argv) {
         opt.have_prompt = o_prompt->count() > 0;
         if (!opt.have_prompt && o_ids->count() == 0) throw UsageError("one of --prompt or --prompt-ids is required");
         if (opt.n < 1) throw UsageError(fmt::format("--n must be >= 1, got {}", opt.n));
+        if (opt.threads < 0) throw UsageError(fmt::format("--threads must be >= 1, got {}", opt.threads));
+        if (opt.threads > 0) {
+            torch::set_num_threads(static_cast<int>(opt.threads));
+        } else if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+            torch::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+        }
         const SamplingParams check = sampling_params(opt);
         try {
             validate_sampling_params(check, /*vocab_size=*/0);

@@ -1,5 +1,7 @@
 #include "rlpt/tokenizer/char_tokenizer.h"
 
+#include <set>
+
 #include "rlpt/core/error.h"
 #include "tokenizer/files.h"
 #include "tokenizer/unicode.h"
@@ -173,6 +175,19 @@ std::unique_ptr<CharTokenizer> CharTokenizer::load(const std::string& dir) {
         fail(e.message());
     }
     return nullptr;
+}
+
+std::string charset_of(const std::vector<std::string_view>& texts) {
+    std::set<char32_t> seen;
+    for (std::string_view text : texts) {
+        detail::check_utf8(text, "the text");
+        size_t i = 0;
+        char32_t cp = 0;
+        while (i < text.size() && detail::utf8_next(text, i, cp)) seen.insert(cp);
+    }
+    std::string out;
+    for (char32_t cp : seen) detail::append_utf8(out, cp);
+    return out;
 }
 
 }  // namespace rlpt::tokenizer

@@ -8,6 +8,11 @@
 #                      bit-identical), with the checkpoint at an epoch boundary
 #   sft                configs/sft.yaml shortened: trains and writes a HF model folder
 #   ppo                configs/ppo.yaml shortened (critic + GAE) on top of the sft model
+#   own-task           a new user's path on prompt/response + prompt/answer JSONL files:
+#                      rlpt check (clean, and four problems in one run), init-model, SFT of the
+#                      built-in model on the data and of an init-model folder, GRPO with a
+#                      per-data_source scorer map (TensorBoard file == metrics.jsonl) and with
+#                      the Python reward server, rlpt generate on the result
 set -euo pipefail
 bin="$1"; src="$2"; check="$3"
 work=$(mktemp -d /tmp/rlpt-trainer-XXXXXX)
@@ -109,6 +114,116 @@ PY
       sft.output_model_dir=runs/sft/model
     test -f runs/sft/model/config.json && test -f runs/sft/model/tokenizer.json
     grep -q '"sft/loss"' runs/sft/metrics.jsonl
+    ;;
+  own-task)
+    "$py" "$src/scripts/examples/make_own_task.py" data/own_task --train 240 --val 24
+    head -1 data/own_task/sft.jsonl; head -1 data/own_task/rl.jsonl
+    small=(model.builtin.hidden_size=32 model.builtin.num_layers=1 model.builtin.num_heads=2
+           model.builtin.num_kv_heads=1 model.builtin.intermediate_size=64 trainer.output_dir=runs)
+    sft=(${small[@]} sft.total_steps=12 sft.eval_every=6 sft.batch_size=16 sft.output_model_dir=runs/own-sft/model)
+    # rlpt check: a clean config passes; a config with four different problems reports all four.
+    "$bin" check "$src/configs/own_task_sft.yaml" "${sft[@]}" -n 2 | tee check.log
+    grep -q "no problems found" check.log
+    start=$(date +%s)
+    if "$bin" check "$src/configs/own_task_grpo.yaml" -n 3 actor.optim.lr=-1 data.val_files=data/own_task/nope.jsonl \
+         'reward.scorers={digitsum: number}' data.train_batch_size=24 actor.ppo_mini_batch_size=16 > bad.log 2>&1; then
+      cat bad.log; echo "rlpt check passed a broken config"; exit 1
+    fi
+    cat bad.log
+    grep -q "actor.optim.lr: must be >= 0" bad.log
+    grep -q "data.val_files: cannot open dataset file 'data/own_task/nope.jsonl'" bad.log
+    grep -q "reward.scorers: data_source 'reverse' (.* rows) has no scorer" bad.log
+    grep -q "data.train_batch_size=24 must be a multiple of actor.ppo_mini_batch_size=16" bad.log
+    grep -q "model.path: .*runs/own-sft/model" bad.log   # no SFT model yet: a fifth problem
+    [ $(( $(date +%s) - start )) -le 30 ] || { echo "rlpt check took over 30 s"; exit 1; }
+    # The launch refuses the same config before starting anything, with every problem listed.
+    if run 2 "$src/configs/own_task_grpo.yaml" 'reward.scorers={digitsum: number}' > launch.log 2>&1; then exit 1; fi
+    grep -q "rlpt check .* lists them without MPI" launch.log && grep -q "data_source 'reverse'" launch.log
+    # A model from scratch: init-model writes a Hugging Face folder from the data's characters.
+    "$bin" init-model --out m0 --chars-from data/own_task/sft.jsonl data/own_task/val.jsonl --hidden-size 32 \
+      --layers 1 --heads 2 --kv-heads 1 --intermediate-size 64 --max-position 32 | tee init.log
+    test -f m0/config.json && test -f m0/model.safetensors && test -f m0/tokenizer.json
+    run 2 "$src/configs/own_task_sft.yaml" "${sft[@]}" model.path=m0 trainer.experiment_name=sft-m0 \
+      sft.output_model_dir=runs/sft-m0/model
+    test -f runs/sft-m0/model/model.safetensors
+    # SFT of the built-in model on the data (its character vocabulary comes from the files).
+    run 2 "$src/configs/own_task_sft.yaml" "${sft[@]}" | tee sft.log
+    grep -q "character vocabulary" sft.log
+    grep -q '"val-core/digitsum/acc/mean@1"' runs/own-sft/metrics.jsonl
+    grep -q '"val-core/reverse/acc/mean@1"' runs/own-sft/metrics.jsonl
+    grpo=(trainer.output_dir=runs trainer.total_training_steps=3 trainer.test_freq=3 trainer.save_freq=-1
+          data.train_batch_size=8 actor.ppo_mini_batch_size=8 rollout.n=4)
+    "$bin" check "$src/configs/own_task_grpo.yaml" "${grpo[@]}" -n 2 | tee check2.log
+    grep -q "no problems found" check2.log
+    run 2 "$src/configs/own_task_grpo.yaml" "${grpo[@]}"
+    grep -q '"val-core/reverse/acc/mean@1"' runs/own-grpo/metrics.jsonl
+    # The TensorBoard event file parses back (TFRecord CRCs, Event/Summary protobuf) to the same
+    # scalars as metrics.jsonl.
+    "$py" - runs/own-grpo/tensorboard runs/own-grpo/metrics.jsonl <<'PY'
+import glob, json, math, struct, sys
+def crc32c(b):
+    c = 0xffffffff
+    for x in b:
+        c ^= x
+        for _ in range(8):
+            c = (c >> 1) ^ (0x82f63b78 if c & 1 else 0)
+    return c ^ 0xffffffff
+masked = lambda c: (((c >> 15) | (c << 17)) + 0xa282ead8) & 0xffffffff
+def varint(b, i):
+    v = s = 0
+    while True:
+        x = b[i]; i += 1; v |= (x & 0x7f) << s; s += 7
+        if x < 0x80: return v, i
+def fields(b):
+    i = 0
+    while i < len(b):
+        key, i = varint(b, i); f, w = key >> 3, key & 7
+        if w == 0: v, i = varint(b, i)
+        elif w == 1: v = b[i:i+8]; i += 8
+        elif w == 5: v = b[i:i+4]; i += 4
+        elif w == 2: n, i = varint(b, i); v = b[i:i+n]; i += n
+        else: raise SystemExit(f"wire type {w}")
+        yield f, w, v
+files = glob.glob(sys.argv[1] + "/events.out.tfevents.*")
+assert len(files) == 1, files
+data = open(files[0], "rb").read()
+tb, i, n_events, version = {}, 0, 0, None
+while i < len(data):
+    (n,) = struct.unpack_from("<Q", data, i)
+    assert struct.unpack_from("<I", data, i + 8)[0] == masked(crc32c(data[i:i+8])), "length crc"
+    rec = data[i+12:i+12+n]
+    assert struct.unpack_from("<I", data, i + 12 + n)[0] == masked(crc32c(rec)), "data crc"
+    i += 16 + n; n_events += 1
+    step = 0
+    for f, w, v in fields(rec):
+        if f == 2: step = v
+        if f == 3: version = v.decode()
+        if f == 5:
+            for _, _, val in fields(v):
+                d = dict((ff, vv) for ff, _, vv in fields(val))
+                tb.setdefault(step, {})[d[1].decode()] = struct.unpack("<f", d[2])[0]
+assert version == "brain.Event:2", version
+rows = {r["step"]: r for r in map(json.loads, open(sys.argv[2]))}
+assert sorted(tb) == sorted(rows), (sorted(tb), sorted(rows))
+compared = 0
+for s, r in rows.items():
+    finite = {k: v for k, v in r.items() if k != "step" and v is not None}
+    assert set(finite) == set(tb[s]), (s, set(finite) ^ set(tb[s]))
+    for k, v in finite.items():
+        assert math.isclose(tb[s][k], v, rel_tol=1e-6, abs_tol=1e-6), (s, k, tb[s][k], v); compared += 1
+print(f"tensorboard: {n_events} events, {compared} scalars equal to metrics.jsonl")
+PY
+    # GRPO rewarded by a verl compute_score in Python, through the JSON-lines reward server.
+    run 2 "$src/configs/own_task_grpo.yaml" "${grpo[@]}" trainer.experiment_name=own-grpo-py 'reward.scorers={}' \
+      reward.scorer=command "reward.command=$py $src/scripts/examples/reward_server.py $src/scripts/examples/my_reward.py"
+    "$py" - runs/own-grpo-py/metrics.jsonl <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert any("val-core/digitsum/acc/mean@1" in r for r in rows), rows[-1].keys()
+assert all("critic/score/mean" in r for r in rows if r["step"] > 0)
+PY
+    "$bin" generate --model runs/own-grpo/hf_model --prompt "digitsum 12=" --greedy --max-new-tokens 4 | tee gen.txt
+    grep -q "finish" gen.txt
     ;;
   *) echo "unknown check $check" >&2; exit 2;;
 esac

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -146,4 +147,52 @@ TEST(Config, EveryShippedConfigParses) {
         ++n;
     }
     EXPECT_GT(n, 0) << "no configs found in " << dir;
+}
+
+TEST(Config, ScorerMapNamesAndSpecsRoundTrip) {
+    Config c = config_from_yaml(
+        "reward:\n  scorers:\n    digitsum: number\n    my/text: {type: number, extraction: whole, score: 2}\n", "s.yaml",
+        {"reward.scorers.other=exact"});
+    ASSERT_EQ(c.reward.scorers.size(), 3u);
+    EXPECT_EQ(c.reward.scorers.at("digitsum"), "number");
+    EXPECT_EQ(c.reward.scorers.at("other"), "exact");
+    EXPECT_EQ(c.reward.scorers.at("my/text"), R"({"extraction":"whole","score":2,"type":"number"})");
+    EXPECT_EQ(rlpt::origin_of(c, "reward.scorers.digitsum"), "s.yaml:3");
+    const std::string y = rlpt::to_yaml(c);
+    Config back = config_from_yaml(y, "dump");
+    EXPECT_EQ(back.reward.scorers, c.reward.scorers);
+    EXPECT_EQ(rlpt::to_yaml(back), y);
+    expect_config_error([] { config_from_yaml("reward:\n  scorers: [number]\n", "b.yaml"); },
+                        {"b.yaml:2", "'reward.scorers' must be a mapping"});
+    expect_config_error([] { config_from_yaml("reward:\n  scorers: {a: nmber}\n", "b.yaml"); },
+                        {"reward.scorers.a: 'nmber' is not one of: number, exact"});
+}
+
+TEST(Config, ValidationReportsEveryProblemAtOnce) {
+    try {
+        config_from_yaml("", "v.yaml",
+                         {"actor.optim.lr=-1", "rollout.n=0", "trainer.logger=[console, wandb]",
+                          "model.builtin.num_heads=0"});
+        FAIL() << "expected a ConfigError";
+    } catch (const ConfigError& e) {
+        const std::string m = e.message();
+        for (const char* frag : {"actor.optim.lr: must be >= 0", "rollout.n: must be > 0",
+                                 "trainer.logger: 'wandb' is not one of: console, jsonl, tensorboard",
+                                 "model.builtin.num_heads: must be > 0"})
+            EXPECT_NE(m.find(frag), std::string::npos) << frag << " not in:\n" << m;
+        EXPECT_GE(std::count(m.begin(), m.end(), '\n'), 3) << m;
+    }
+    // Binding errors (unknown keys, wrong types, a section that is not a mapping) are all reported too.
+    try {
+        config_from_yaml("trainer:\n  total_stepz: 3\n  seed: x\nactor: 5\nrollout:\n  n: [1]\n", "b.yaml");
+        FAIL() << "expected a ConfigError";
+    } catch (const ConfigError& e) {
+        const std::string m = e.message();
+        for (const char* frag : {"b.yaml:2: unknown key 'trainer.total_stepz'", "'trainer.seed' must be an integer",
+                                 "'actor' must be a mapping", "'rollout.n' must be an integer"})
+            EXPECT_NE(m.find(frag), std::string::npos) << frag << " not in:\n" << m;
+    }
+    // load_config_unchecked binds without the range checks (rlpt check reports them with the rest).
+    Config c = rlpt::load_config_unchecked("", {"actor.optim.lr=-1"});
+    EXPECT_DOUBLE_EQ(c.actor.optim.lr, -1);
 }

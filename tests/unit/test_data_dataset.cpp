@@ -222,3 +222,40 @@ TEST_F(DatasetTest, BadOptionsAreConfigErrors) {
         EXPECT_CONTAINS(e.message(), "unsupported file type (supported: .jsonl, .json)");
     }
 }
+
+TEST(Dataset, ResponseKeyAndWhichKeysAStageNeeds) {
+    using rlpt::data::AnswerNeed;
+    rlpt::data::DatasetOptions o;
+    o.answer_key = "answer";
+    o.default_data_source = "my/task";
+    o.response_key = "response";
+    const nlohmann::json sft_row = {{"prompt", "2+2="}, {"response", "4"}};
+    const nlohmann::json rl_row = {{"prompt", "2+2="}, {"answer", "4"}};
+    // RL: the answer is required, a response is read when present.
+    EXPECT_THROW(rlpt::data::example_from_json(sft_row, o, "f:1", 0), rlpt::IoError);
+    auto e = rlpt::data::example_from_json(rl_row, o, "f:1", 0);
+    EXPECT_EQ(e.ground_truth, "4");
+    EXPECT_FALSE(e.response.has_value());
+    // SFT training rows: prompt + response; no answer needed.
+    o.answer = AnswerNeed::kOptional;
+    o.require_response = true;
+    e = rlpt::data::example_from_json(sft_row, o, "f:1", 0);
+    EXPECT_EQ(*e.response, "4");
+    try {
+        rlpt::data::example_from_json(rl_row, o, "f:7", 0);
+        FAIL() << "a training row without a response must be refused";
+    } catch (const rlpt::IoError& err) {
+        EXPECT_NE(err.message().find("f:7: missing key 'response'"), std::string::npos) << err.message();
+    }
+    // SFT validation rows: the answer, or else the response, is the ground truth.
+    o.answer = AnswerNeed::kOrResponse;
+    o.require_response = false;
+    EXPECT_EQ(rlpt::data::example_from_json(rl_row, o, "f:1", 0).ground_truth, "4");
+    EXPECT_EQ(rlpt::data::example_from_json(sft_row, o, "f:1", 0).ground_truth, "4");
+    try {
+        rlpt::data::example_from_json(nlohmann::json{{"prompt", "x"}}, o, "v:3", 0);
+        FAIL() << "a validation row with neither answer nor response must be refused";
+    } catch (const rlpt::IoError& err) {
+        EXPECT_NE(err.message().find("v:3: missing key 'answer' (or 'response'"), std::string::npos) << err.message();
+    }
+}

@@ -225,3 +225,12 @@ TEST(ChatTemplate, ErrorsAndNames) {
               (std::vector<std::string>{"<|eot_id|>", "<|end_of_text|>"}));
     EXPECT_TRUE(rlpt::tokenizer::chat_stop_tokens(ChatFamily::kNone).empty());
 }
+
+TEST(CharTokenizer, CharsetOfTextsIsSortedAndOrderFree) {
+    using rlpt::tokenizer::charset_of;
+    EXPECT_EQ(charset_of({"cab", "b=é"}), "=abcé");
+    EXPECT_EQ(charset_of({"b=é", "cab"}), charset_of({"cab", "b=é"}));
+    CharTokenizer tok(charset_of({"digitsum 12=", "3"}));
+    EXPECT_EQ(tok.decode(tok.encode("digitsum 21=3")), "digitsum 21=3");
+    EXPECT_THROW(charset_of({std::string("\xff")}), rlpt::ValueError);
+}

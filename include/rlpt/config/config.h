@@ -61,7 +61,7 @@ struct ModelConfig {
 
 struct BuiltinTaskConfig {
     std::string task = "arithmetic";  // built-in generated task used when data.train_files is empty
-    int64_t num_train = 20000;
+    int64_t num_train = 5000;         // at most ~90% of the distinct problems (1-2 digit sums: 10000)
     int64_t num_val = 200;
     int64_t min_digits = 1;
     int64_t max_digits = 2;
@@ -75,8 +75,13 @@ struct BuiltinTaskConfig {
 struct DataConfig {
     std::string train_files;           // JSONL path(s), comma separated; empty: built-in task
     std::string val_files;
+    // Record keys (dotted paths reach into nested objects). A stage reads only what it uses:
+    //   rl:  prompt_key + answer_key (the scorer's ground truth)
+    //   sft: prompt_key + response_key (the target); validation rows: prompt_key + answer_key,
+    //        or response_key when they have no answer (the response is then the ground truth).
     std::string prompt_key = "prompt";
     std::string answer_key = "answer";
+    std::string response_key = "response";  // verl's data.response_key (SFT target)
     std::string data_source_key = "data_source";
     std::string default_data_source;
     std::string answer_extract;        // "" | gsm8k (text after the last "#### ")
@@ -211,15 +216,34 @@ struct OverlongBufferConfig {
     double penalty_factor = 1.0;
 };
 
+// Scorers (what `reward.scorer` / `reward.scorers` values name; README "Rewards" has the table):
+//   number      the response's last number (or the whole response, extraction: whole) equals the
+//               ground truth as an exact decimal ("3.50" == "3.5"); 1, else 0
+//   exact       the whole response equals the ground truth as text (surrounding whitespace
+//               ignored); 1, else 0
+//   gsm8k       verl's GSM8K rule: the number after the last "#### " (strict) or the last number
+//               (method: flexible) in the response's last 300 characters, compared as text
+//   math        verl's MATH rule: the last \boxed{...} answer, normalised, compared with the
+//               normalised ground truth
+//   arithmetic  the built-in task: the whole response is one integer equal to the ground truth
+//   format      an ICU regex (pattern: ...) matches the response: score 1, else 0 (no accuracy)
+//   command     a program speaking JSON lines (reward.command; scripts/examples/reward_server.py runs
+//               a verl compute_score(data_source, solution_str, ground_truth, extra_info) unchanged)
+//   user        a C shared library (reward.custom_library; include/rlpt/reward/user_scorer.h)
+// A map value is a name or a spec with options ({type: number, extraction: whole},
+// {type: command, command: "python3 my_server.py"}; reward/registry.h lists them all).
 struct RewardConfig {
-    std::string scorer = "auto";     // auto: by data_source; or a scorer name
+    std::string scorer = "auto";     // auto: by data_source (built-ins + reward.scorers); or one name for all
+    // data_source -> scorer name, or a spec (kept as JSON text); wins over reward.scorer.
+    std::map<std::string, std::string> scorers;
+    std::string command;             // the `command` scorer's program (run with /bin/sh -c), one per process
+    double command_timeout_s = 60.0; // a batch the command has not scored within this is an error
     std::string custom_library;      // user scorer .so (C ABI, include/rlpt/reward/user_scorer.h)
     double format_score = 0.0;
     OverlongBufferConfig overlong_buffer;
 };
 
 struct SftConfig {
-    std::string response_key = "response";  // Example::extra key holding the target response
     int64_t total_steps = 300;
     int64_t batch_size = 64;              // samples per optimizer step (all DP ranks)
     int64_t micro_batch_size_per_rank = 32;
@@ -258,6 +282,9 @@ struct TrainerConfig {
     int64_t threads_per_rank = 0;       // torch intra-op threads; 0: cores on the node / ranks on the node
     double call_timeout_s = 3600.0;     // a role call that takes longer aborts the job
     double stall_warn_s = 60.0;         // warn, naming the silent ranks, after this long
+    // Where metrics go (verl's trainer.logger): console (a progress line per step), jsonl
+    // (<run>/metrics.jsonl), tensorboard (<run>/tensorboard/events.out.tfevents.*).
+    std::vector<std::string> logger{"console", "jsonl"};
     bool export_hf = true;              // write the final policy as a Hugging Face folder
     int64_t export_hf_freq = -1;        // also every N steps, to <run>/hf_models/step_<N>; -1: never
 };
@@ -285,6 +312,9 @@ struct Config {
 // Reads `path` (or only defaults when empty), applies overrides ("a.b=1", YAML values:
 // "x=[1,2]", "y=null"), binds and validates. Throws ConfigError naming key and origin.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// load_config without validate(): binding errors (syntax, unknown keys, types) still throw.
+// For `rlpt check`, which reports validate()'s problems together with those of the data.
+Config load_config_unchecked(const std::string& path, const std::vector<std::string>& overrides = {});
 // Parses YAML text (same rules; `source_name` appears in errors) and validates.
 Config config_from_yaml(const std::string& yaml_text, const std::string& source_name,
                         const std::vector<std::string>& overrides = {});

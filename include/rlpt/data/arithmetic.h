@@ -18,6 +18,7 @@
 //     from it covers every prompt and response.
 //
 // Examples carry data_source "rlpt/arithmetic", ground_truth = the plain answer ("522"),
+// response = the demonstration (extra["response"]),
 // and extra = {"answer_format": "plain"|"reversed", "response": <target text>,
 // "split": "train"|"val"}. reward::ArithmeticScorer reads "answer_format".
 //
@@ -55,6 +56,8 @@ struct ArithmeticOptions {
     // carry extra["flawed_demo"] = true. Ground truth (rewards) and validation stay correct. It
     // models imperfect demonstrations that a verifiable reward can correct. Needs operations "+".
     double demo_carry_error_rate = 0.0;
+    // How the options are named in the "cannot draw" error ("data.builtin." in a run's config).
+    std::string key_prefix = "arithmetic.";
 };
 
 // Throws ConfigError naming the field ("arithmetic.max_digits ...") on a bad option.

@@ -5,7 +5,10 @@
 // One record (a JSON object) gives one Example:
 //   prompt        = record[prompt_key] (a string), then prompt_template / prompt_suffix
 //   ground_truth  = record[answer_key] (a string or a number, numbers as their JSON text),
-//                   optionally run through the answer extraction
+//                   optionally run through the answer extraction; see `answer` for records
+//                   without one
+//   response      = record[response_key] (a string) when response_key is set and the record
+//                   has it; required with require_response
 //   data_source   = record[data_source_key] (a string) or default_data_source when the key
 //                   is absent (or data_source_key is "")
 //   extra         = {key: record[key] for key in extra_keys} (an object, possibly empty)
@@ -34,9 +37,19 @@ enum class AnswerExtraction {
 // "none" | "gsm8k"; anything else throws ConfigError.
 AnswerExtraction parse_answer_extraction(const std::string& s);
 
+// What a record without answer_key gets. A stage asks only for the keys it uses.
+enum class AnswerNeed {
+    kRequired,    // an error naming the file, line and key (RL data: the scorer needs it)
+    kOrResponse,  // the response (response_key) is the ground truth; error when both are missing
+    kOptional,    // ground_truth "" (SFT training data: only prompt and response are used)
+};
+
 struct DatasetOptions {
     std::string prompt_key = "prompt";
     std::string answer_key = "ground_truth";
+    AnswerNeed answer = AnswerNeed::kRequired;
+    std::string response_key;       // "" -> not read
+    bool require_response = false;  // a record without response_key is an error
     std::string data_source_key = "data_source";  // "" -> always default_data_source
     std::string default_data_source;              // "" -> every record must carry data_source_key
     std::vector<std::string> extra_keys;          // copied into Example::extra under the same key

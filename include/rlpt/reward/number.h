@@ -50,6 +50,15 @@ class NumberScorer final : public Scorer {
     NumberScorerOptions options_;
 };
 
+// The whole response equals the ground truth as text, ASCII whitespace trimmed on both:
+// score/acc 1, else 0; pred = the trimmed response. For answers that are not numbers (a word,
+// a label, a date) and SFT validation of data without a configured scorer.
+class ExactScorer final : public Scorer {
+  public:
+    std::string name() const override { return "exact"; }
+    ScoreResult score(const ScoreRequest& request) const override;
+};
+
 struct ArithmeticScorerOptions {
     // Answer format when the sample's extra_info has no "answer_format" key
     // ("plain" or "reversed", see data/arithmetic.h). The key, when present, wins.

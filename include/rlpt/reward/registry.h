@@ -60,6 +60,9 @@ void add_builtin_scorers(ScorerRegistry& registry);
 //   {"type": "gsm8k", "method": "strict"|"flexible", "format_score": 0.0, "score": 1.0}
 //   {"type": "math"}
 //   {"type": "math_dapo"}
+//   {"type": "exact"}                                  (reward/number.h)
+//   {"type": "command", "command": "<shell command>" (required), "timeout_s": 60.0}
+//                                                      (reward/command_scorer.h)
 //   {"type": "number", "extraction": "last_number"|"whole", "score": 1.0, "format_score": 0.0}
 //   {"type": "arithmetic", "answer_format": "plain"|"reversed", "score": 1.0, "format_score": 0.0}
 //   {"type": "format", "pattern": "<ICU regex>" (required), "match": "search"|"full",

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace rlpt::reward {
 
@@ -45,6 +46,16 @@ class Scorer {
     // Short description for logs and error messages: "gsm8k(strict)", "math", "user(x.so)".
     virtual std::string name() const = 0;
     virtual ScoreResult score(const ScoreRequest& request) const = 0;
+    // True for scorers with a per-call cost (a subprocess round trip): score_batch() then hands
+    // them all their requests of a batch at once through score_many().
+    virtual bool scores_batches() const { return false; }
+    // Scores several requests, results in order. The default calls score() for each.
+    virtual std::vector<ScoreResult> score_many(const std::vector<ScoreRequest>& requests) const {
+        std::vector<ScoreResult> out;
+        out.reserve(requests.size());
+        for (const auto& r : requests) out.push_back(score(r));
+        return out;
+    }
 };
 
 }  // namespace rlpt::reward

@@ -62,4 +62,9 @@ class CharTokenizer final : public Tokenizer {
     std::unordered_map<char32_t, int64_t> char_ids_;  // code point -> id
 };
 
+// The distinct characters of `texts`, sorted by code point: a charset for CharTokenizer that
+// covers every text (a task's prompts, responses and answers). ValueError for invalid UTF-8.
+// The result is the same whatever the order of the texts.
+std::string charset_of(const std::vector<std::string_view>& texts);
+
 }  // namespace rlpt::tokenizer

@@ -1,0 +1,161 @@
+// `rlpt init-model`: a model from scratch as a Hugging Face folder, so any task can start
+// without a pre-trained model and without writing model files by hand.
+#include "init_model.h"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "rlpt/app/job.h"
+#include "rlpt/config/config.h"
+#include "rlpt/core/error.h"
+#include "rlpt/model/model_config.h"
+#include "rlpt/model/transformer.h"
+#include "rlpt/tokenizer/char_tokenizer.h"
+
+namespace rlpt::app {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    RLPT_CHECK_KIND(IoError, in.good(), "cannot open '{}'", path);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+void collect_strings(const nlohmann::json& j, std::vector<std::string>& out) {
+    if (j.is_string()) out.push_back(j.get<std::string>());
+    else if (j.is_structured())
+        for (const auto& v : j) collect_strings(v, out);
+}
+
+// The texts of a file whose characters the vocabulary must cover: the string values of every
+// record of a .jsonl / .json file (not its keys or JSON syntax), or the whole text otherwise.
+std::vector<std::string> texts_of(const std::string& path) {
+    const std::string text = read_file(path);
+    const auto ext = fs::path(path).extension().string();
+    std::vector<std::string> out;
+    if (ext != ".jsonl" && ext != ".json") {
+        out.push_back(text);
+        return out;
+    }
+    const size_t first = text.find_first_not_of(" \t\r\n");
+    if (ext == ".json" && first != std::string::npos && text[first] == '[') {
+        try {
+            collect_strings(nlohmann::json::parse(text), out);
+        } catch (const nlohmann::json::exception& e) {
+            RLPT_THROW(IoError, "{}: bad JSON: {}", path, e.what());
+        }
+        return out;
+    }
+    std::istringstream in(text);
+    int64_t line_no = 0;
+    for (std::string line; std::getline(in, line);) {
+        ++line_no;
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        try {
+            collect_strings(nlohmann::json::parse(line), out);
+        } catch (const nlohmann::json::exception& e) {
+            RLPT_THROW(IoError, "{}:{}: bad JSON: {}", path, line_no, e.what());
+        }
+    }
+    return out;
+}
+
+// Copies a tokenizer (a tokenizer.json file, or a folder holding one) into `dir`.
+void copy_tokenizer(const std::string& from, const std::string& dir) {
+    const fs::path src(from);
+    const bool is_dir = fs::is_directory(src);
+    const fs::path folder = is_dir ? src : src.parent_path();
+    RLPT_CHECK_KIND(IoError, fs::is_regular_file(is_dir ? src / "tokenizer.json" : src),
+                    "--tokenizer: no tokenizer.json at '{}'", from);
+    fs::copy_file(is_dir ? src / "tokenizer.json" : src, fs::path(dir) / "tokenizer.json",
+                  fs::copy_options::overwrite_existing);
+    for (const char* extra : {"tokenizer_config.json", "special_tokens_map.json"}) {
+        if (fs::is_regular_file(folder / extra))
+            fs::copy_file(folder / extra, fs::path(dir) / extra, fs::copy_options::overwrite_existing);
+    }
+}
+
+}  // namespace
+
+int init_model_command(int argc, char** argv) {
+    std::string out_dir, tokenizer_path;
+    std::vector<std::string> char_files;
+    BuiltinModelConfig b;  // the built-in model's defaults
+    CLI::App app{"Write a randomly initialised model (Hugging Face folder: config.json, model.safetensors, "
+                 "tokenizer) to start training from scratch. No MPI.",
+                 "rlpt init-model"};
+    app.add_option("--out", out_dir, "folder to write (created; existing model files are replaced)")->required();
+    auto* o_chars = app.add_option("--chars-from", char_files,
+                                   "files whose characters form a character vocabulary (for .jsonl/.json: every "
+                                   "string value of every record), e.g. your train and validation files");
+    auto* o_tok = app.add_option("--tokenizer", tokenizer_path, "an existing tokenizer.json (or a folder with one)");
+    o_chars->excludes(o_tok);
+    app.add_option("--hidden-size", b.hidden_size, "model width (default 128)");
+    app.add_option("--layers", b.num_layers, "transformer layers (default 2)");
+    app.add_option("--heads", b.num_heads, "attention heads (default 4)");
+    app.add_option("--kv-heads", b.num_kv_heads, "key/value heads, dividing --heads (default 2)");
+    app.add_option("--intermediate-size", b.intermediate_size, "MLP width (default 384)");
+    app.add_option("--max-position", b.max_position, "longest prompt + response in tokens (default 128)");
+    app.add_option("--seed", b.init_seed, "weight initialisation seed (default 1234)");
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        std::fprintf(stderr, "rlpt init-model: %s (see rlpt init-model --help)\n", e.what());
+        return kExitConfig;
+    }
+    try {
+        RLPT_CHECK_KIND(ConfigError, o_chars->count() + o_tok->count() > 0,
+                        "give the vocabulary: --chars-from FILE... (a character tokenizer) or --tokenizer PATH");
+        fs::create_directories(out_dir);
+        std::unique_ptr<tokenizer::Tokenizer> tok;
+        if (!char_files.empty()) {
+            std::vector<std::string> texts;
+            for (const auto& f : char_files) {
+                auto t = texts_of(f);
+                texts.insert(texts.end(), std::make_move_iterator(t.begin()), std::make_move_iterator(t.end()));
+            }
+            std::vector<std::string_view> views(texts.begin(), texts.end());
+            tok = std::make_unique<tokenizer::CharTokenizer>(tokenizer::charset_of(views));
+            tok->save(out_dir);
+        } else {
+            copy_tokenizer(tokenizer_path, out_dir);
+            tok = tokenizer::load_tokenizer(out_dir);
+        }
+        model::ModelArgs a = model::builtin_model_args(b, tok->vocab_size());
+        const auto sp = tok->special_ids();
+        a.bos_token_id = sp.bos;
+        a.pad_token_id = sp.pad;
+        if (sp.eos >= 0) a.eos_token_ids = {sp.eos};
+        auto m = model::make_random_causal_lm(a, static_cast<uint64_t>(b.init_seed));
+        model::save_pretrained(*m, out_dir);
+        int64_t params = 0;
+        for (const auto& p : m->parameters()) params += p.numel();
+        std::printf("rlpt init-model: wrote %s (%s tokenizer, vocabulary %lld; hidden %lld, %lld layers, %lld heads, "
+                    "%.2fM parameters, seed %lld)\n  train from it with model.path=%s\n",
+                    out_dir.c_str(), std::string(tok->kind()).c_str(), static_cast<long long>(tok->vocab_size()),
+                    static_cast<long long>(b.hidden_size), static_cast<long long>(b.num_layers),
+                    static_cast<long long>(b.num_heads), static_cast<double>(params) / 1e6,
+                    static_cast<long long>(b.init_seed), out_dir.c_str());
+        return kExitOk;
+    } catch (const ConfigError& e) {
+        std::fprintf(stderr, "rlpt init-model: %s\n", e.what());
+        return kExitConfig;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "rlpt init-model: %s\n", e.what());
+        return kExitError;
+    }
+}
+
+}  // namespace rlpt::app
