@@ -7,6 +7,11 @@
 #   resume             4 steps straight == 2 steps + resume + 2 steps (metrics and weights
 #                      bit-identical), with the checkpoint at an epoch boundary
 #   sft                configs/sft.yaml shortened: trains and writes a HF model folder
+#   tp-invariance      tiny with actor/rollout/reference split over tp = 2 vs tp = 1: same metrics,
+#                      first steps; the exported (gathered) model generates; resuming the tp = 2
+#                      checkpoint at tp = 1 is refused
+#   tp-layouts         uneven layouts: actor tp 2 x dp 2 with a tp 1 critic (GAE); rollout on its
+#                      own tp 2 ranks (weight sync slice by slice) vs a colocated tp = 1 run
 #   ppo                configs/ppo.yaml shortened (critic + GAE) on top of the sft model
 set -euo pipefail
 bin="$1"; src="$2"; check="$3"
@@ -109,6 +114,49 @@ PY
       sft.output_model_dir=runs/sft/model
     test -f runs/sft/model/config.json && test -f runs/sft/model/tokenizer.json
     grep -q '"sft/loss"' runs/sft/metrics.jsonl
+    ;;
+  tp-invariance)
+    common=(trainer.output_dir=runs trainer.total_training_steps=3 trainer.val_before_train=false
+            actor.entropy_coeff=0.05 actor.optim.lr=0.01 trainer.save_freq=3)
+    run 1 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tp1
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tp2 \
+      'placement.groups=[{roles: [actor, rollout, reference], ranks: 2, model_parallel_size: 2}]' | tee tp2.log
+    grep -q "tp=2" tp2.log
+    compare runs/tp1/metrics.jsonl runs/tp2/metrics.jsonl 1,2,3 2e-3 \
+      critic/score/mean response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/ppo_kl
+    "$py" - runs/tp1/hf_model/model.safetensors runs/tp2/hf_model/model.safetensors <<'PY'
+import json, struct, sys
+def header(p):
+    with open(p, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return {k: v["shape"] for k, v in json.loads(f.read(n)).items() if k != "__metadata__"}
+a, b = header(sys.argv[1]), header(sys.argv[2])
+assert a == b, f"tp=2 export differs in names/shapes: {a} vs {b}"
+print(f"tp=2 export: {len(b)} full tensors, same names and shapes as tp=1")
+PY
+    "$bin" generate --model runs/tp2/hf_model --prompt-ids 1,4,5,13 --greedy --max-new-tokens 4 --output json > g2.json
+    "$bin" generate --model runs/tp1/hf_model --prompt-ids 1,4,5,13 --greedy --max-new-tokens 4 --output json > g1.json
+    "$py" -c 'import json,sys; a,b=[json.load(open(f))["samples"][0]["token_ids"] for f in ("g1.json","g2.json")]; assert a==b,(a,b)'
+    if run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tp2 trainer.resume=auto \
+         trainer.total_training_steps=4 > resume.log 2>&1; then cat resume.log; exit 1; fi
+    grep -q "written with tensor parallelism 2 rank . and this engine runs 1 (none)" resume.log || { cat resume.log; exit 1; }
+    ;;
+  tp-layouts)
+    common=(trainer.output_dir=runs trainer.total_training_steps=2 trainer.val_before_train=false
+            actor.entropy_coeff=0.05 actor.optim.lr=0.01)
+    # GAE: actor/rollout/reference tp 2 x dp 2 on 4 ranks, critic tp 1 on 2 more.
+    run 1 "$src/configs/tiny.yaml" "${common[@]}" algorithm.adv_estimator=gae trainer.experiment_name=gae1 \
+      'placement.groups=[{roles: [actor, rollout, reference, critic], ranks: 1}]'
+    run 6 "$src/configs/tiny.yaml" "${common[@]}" algorithm.adv_estimator=gae trainer.experiment_name=gae6 \
+      'placement.groups=[{roles: [actor, rollout, reference], ranks: 4, model_parallel_size: 2}, {roles: [critic], ranks: 2}]'
+    compare runs/gae1/metrics.jsonl runs/gae6/metrics.jsonl 1,2 2e-3 \
+      response_length/mean actor/pg_loss actor/entropy actor/grad_norm critic/vf_loss critic/grad_norm
+    # Rollout on its own tp 2 ranks: each receives exactly its slices from the actor.
+    run 1 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=colocated
+    run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=split \
+      'placement.groups=[{roles: [actor, reference], ranks: 2, model_parallel_size: 2}, {roles: [rollout], ranks: 2, model_parallel_size: 2}]'
+    compare runs/colocated/metrics.jsonl runs/split/metrics.jsonl 1,2 2e-3 \
+      response_length/mean actor/entropy actor/grad_norm
     ;;
   *) echo "unknown check $check" >&2; exit 2;;
 esac
