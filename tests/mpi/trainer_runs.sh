@@ -10,8 +10,9 @@
 #   tp-invariance      tiny with actor/rollout/reference split over tp = 2 vs tp = 1: same metrics,
 #                      first steps; the exported (gathered) model generates; resuming the tp = 2
 #                      checkpoint at tp = 1 is refused
-#   tp-layouts         uneven layouts: actor tp 2 x dp 2 with a tp 1 critic (GAE); rollout on its
-#                      own tp 2 ranks (weight sync slice by slice) vs a colocated tp = 1 run
+#   tp-layouts         uneven layouts: actor tp 2 x dp 2 with a tp 1 critic (GAE); every role with
+#                      the critic at tp 2; rollout on its own tp 2 ranks (weight sync slice by
+#                      slice) vs a colocated tp = 1 run
 #   ppo                configs/ppo.yaml shortened (critic + GAE) on top of the sft model
 set -euo pipefail
 bin="$1"; src="$2"; check="$3"
@@ -116,14 +117,18 @@ PY
     grep -q '"sft/loss"' runs/sft/metrics.jsonl
     ;;
   tp-invariance)
+    # The untrained tiny model scores 0 everywhere: the entropy bonus and a KL loss to the
+    # reference make every update (and the reference's log-probs) show in the metrics.
     common=(trainer.output_dir=runs trainer.total_training_steps=3 trainer.val_before_train=false
-            actor.entropy_coeff=0.05 actor.optim.lr=0.01 trainer.save_freq=3)
+            actor.entropy_coeff=0.05 actor.optim.lr=0.01 actor.use_kl_loss=true trainer.save_freq=3)
     run 1 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tp1
     run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tp2 \
       'placement.groups=[{roles: [actor, rollout, reference], ranks: 2, model_parallel_size: 2}]' | tee tp2.log
     grep -q "tp=2" tp2.log
     compare runs/tp1/metrics.jsonl runs/tp2/metrics.jsonl 1,2,3 2e-3 \
       critic/score/mean response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/ppo_kl
+    compare runs/tp1/metrics.jsonl runs/tp2/metrics.jsonl 2,3 2e-3 actor/kl_loss
+    "$py" -c 'import json,sys; k=[json.loads(l)["actor/kl_loss"] for l in open("runs/tp2/metrics.jsonl")]; assert k[-1] > 1e-6, k'
     "$py" - runs/tp1/hf_model/model.safetensors runs/tp2/hf_model/model.safetensors <<'PY'
 import json, struct, sys
 def header(p):
@@ -143,20 +148,25 @@ PY
     ;;
   tp-layouts)
     common=(trainer.output_dir=runs trainer.total_training_steps=2 trainer.val_before_train=false
-            actor.entropy_coeff=0.05 actor.optim.lr=0.01)
+            actor.entropy_coeff=0.05 actor.optim.lr=0.01 actor.use_kl_loss=true)
     # GAE: actor/rollout/reference tp 2 x dp 2 on 4 ranks, critic tp 1 on 2 more.
-    run 1 "$src/configs/tiny.yaml" "${common[@]}" algorithm.adv_estimator=gae trainer.experiment_name=gae1 \
+    run 1 "$src/configs/tiny.yaml" "${common[@]}" algorithm.adv_estimator=gae algorithm.use_kl_in_reward=true trainer.experiment_name=gae1 \
       'placement.groups=[{roles: [actor, rollout, reference, critic], ranks: 1}]'
-    run 6 "$src/configs/tiny.yaml" "${common[@]}" algorithm.adv_estimator=gae trainer.experiment_name=gae6 \
+    run 6 "$src/configs/tiny.yaml" "${common[@]}" algorithm.adv_estimator=gae algorithm.use_kl_in_reward=true trainer.experiment_name=gae6 \
       'placement.groups=[{roles: [actor, rollout, reference], ranks: 4, model_parallel_size: 2}, {roles: [critic], ranks: 2}]'
     compare runs/gae1/metrics.jsonl runs/gae6/metrics.jsonl 1,2 2e-3 \
-      response_length/mean actor/pg_loss actor/entropy actor/grad_norm critic/vf_loss critic/grad_norm
+      response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/kl_loss critic/vf_loss critic/grad_norm
+    # Every role of the group split over tp 2, the critic included.
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" algorithm.adv_estimator=gae algorithm.use_kl_in_reward=true trainer.experiment_name=gae2 \
+      'placement.groups=[{roles: [actor, rollout, reference, critic], ranks: 2, model_parallel_size: 2}]'
+    compare runs/gae1/metrics.jsonl runs/gae2/metrics.jsonl 1,2 2e-3 \
+      response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/kl_loss critic/vf_loss critic/grad_norm
     # Rollout on its own tp 2 ranks: each receives exactly its slices from the actor.
     run 1 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=colocated
     run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=split \
       'placement.groups=[{roles: [actor, reference], ranks: 2, model_parallel_size: 2}, {roles: [rollout], ranks: 2, model_parallel_size: 2}]'
     compare runs/colocated/metrics.jsonl runs/split/metrics.jsonl 1,2 2e-3 \
-      response_length/mean actor/entropy actor/grad_norm
+      response_length/mean actor/entropy actor/grad_norm actor/kl_loss
     ;;
   *) echo "unknown check $check" >&2; exit 2;;
 esac
