@@ -9,7 +9,7 @@
 #   sft                configs/sft.yaml shortened: trains and writes a HF model folder
 #   tp-invariance      tiny with actor/rollout/reference split over tp = 2 vs tp = 1: same metrics,
 #                      first steps; the exported (gathered) model generates; resuming the tp = 2
-#                      checkpoint at tp = 1 is refused
+#                      checkpoint at tp = 1 is refused; SFT at tp 2 follows tp 1
 #   tp-layouts         uneven layouts: actor tp 2 x dp 2 with a tp 1 critic (GAE); every role with
 #                      the critic at tp 2; rollout on its own tp 2 ranks (weight sync slice by
 #                      slice) vs a colocated tp = 1 run
@@ -145,6 +145,12 @@ PY
     if run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tp2 trainer.resume=auto \
          trainer.total_training_steps=4 > resume.log 2>&1; then cat resume.log; exit 1; fi
     grep -q "written with tensor parallelism 2 rank . and this engine runs 1 (none)" resume.log || { cat resume.log; exit 1; }
+    # SFT at tp 2 (actor + rollout for the greedy evaluation) follows the tp 1 run.
+    sft=(trainer.output_dir=runs sft.total_steps=6 sft.eval_every=3)
+    run 2 "$src/configs/sft.yaml" "${sft[@]}" trainer.experiment_name=sft1 sft.output_model_dir=runs/sft1/model
+    run 2 "$src/configs/sft.yaml" "${sft[@]}" trainer.experiment_name=sft2 sft.output_model_dir=runs/sft2/model \
+      'placement.groups=[{roles: [actor, rollout], ranks: 2, model_parallel_size: 2}]'
+    compare runs/sft1/metrics.jsonl runs/sft2/metrics.jsonl 1,3,6 2e-3 sft/loss sft/grad_norm
     ;;
   tp-layouts)
     common=(trainer.output_dir=runs trainer.total_training_steps=2 trainer.val_before_train=false
