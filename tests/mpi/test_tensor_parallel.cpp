@@ -209,6 +209,21 @@ TEST_P(TensorParallelTest, LoadsSlicesAndExportsFullTensorsOneAtATime) {
     if (world_.rank() == 0) std::filesystem::remove_all(root);
 }
 
+TEST_P(TensorParallelTest, Bf16ModelsAgreeToBf16Precision) {
+    // bf16: the row-parallel partial sums are reduced in fp32 and rounded once, the tp = 1 matmul
+    // rounds its own fp32 accumulation once: the two differ by bf16 roundings (~2^-8 relative).
+    const auto args = qwen2(2, false);
+    auto whole = make_random_causal_lm(args, 11, torch::kBFloat16);
+    auto split = make_random_causal_lm(args, 11, torch::kBFloat16, torch::kCPU, tp_);
+    auto seq = batch(args.vocab_size, 9);
+    auto a = engine::compute_log_probs(*split, seq, 1.0, true);
+    auto b = engine::compute_log_probs(*whole, seq, 1.0, true);
+    expect_close(a.log_probs, b.log_probs, 2e-2, "bf16 log-probs");
+    expect_close(a.entropy, b.entropy, 2e-2, "bf16 entropy");
+    a.log_probs.sum().backward();
+    for (const auto& p : split->parameters()) ASSERT_TRUE(p.grad().defined() && torch::isfinite(p.grad()).all().item<bool>());
+}
+
 TEST_P(TensorParallelTest, ImpossibleLayoutsAreRefusedNamingTheNumbers) {
     auto a = llama(2, false);
     a.num_attention_heads = 6;
