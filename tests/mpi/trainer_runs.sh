@@ -9,7 +9,8 @@
 #   sft                configs/sft.yaml shortened: trains and writes a HF model folder
 #   tp-invariance      tiny with actor/rollout/reference split over tp = 2 vs tp = 1: same metrics,
 #                      first steps; the exported (gathered) model generates; resuming the tp = 2
-#                      checkpoint at tp = 1 is refused; SFT at tp 2 follows tp 1
+#                      checkpoint at tp = 1 is refused, at tp = 2 bit-identical; SFT at tp 2
+#                      follows tp 1
 #   tp-layouts         uneven layouts: actor tp 2 x dp 2 with a tp 1 critic (GAE); every role with
 #                      the critic at tp 2; rollout on its own tp 2 ranks (weight sync slice by
 #                      slice) vs a colocated tp = 1 run
@@ -145,6 +146,14 @@ PY
     if run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tp2 trainer.resume=auto \
          trainer.total_training_steps=4 > resume.log 2>&1; then cat resume.log; exit 1; fi
     grep -q "written with tensor parallelism 2 rank . and this engine runs 1 (none)" resume.log || { cat resume.log; exit 1; }
+    # ... and resuming it at tp 2 continues: step 4 of the resumed run equals a straight 4-step run.
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tp2 trainer.resume=auto \
+      trainer.total_training_steps=4 'placement.groups=[{roles: [actor, rollout, reference], ranks: 2, model_parallel_size: 2}]' \
+      | tee resume2.log
+    grep -q "resumed from .*step_3" resume2.log
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tp2straight trainer.total_training_steps=4 \
+      'placement.groups=[{roles: [actor, rollout, reference], ranks: 2, model_parallel_size: 2}]'
+    compare runs/tp2straight/metrics.jsonl runs/tp2/metrics.jsonl 4 0 actor/entropy actor/grad_norm actor/kl_loss
     # SFT at tp 2 (actor + rollout for the greedy evaluation) follows the tp 1 run.
     sft=(trainer.output_dir=runs sft.total_steps=6 sft.eval_every=3)
     run 2 "$src/configs/sft.yaml" "${sft[@]}" trainer.experiment_name=sft1 sft.output_model_dir=runs/sft1/model
