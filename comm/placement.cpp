@@ -248,13 +248,13 @@ Placement compute_placement(const PlacementConfig& cfg, int world_size, const st
     return p;
 }
 
-std::vector<int> weight_sync_ranks(const Placement& p) {
+std::vector<int> weight_sync_ranks(const Placement& p, int mp_rank) {
     const RoleLayout* actor = p.find("actor");
     const RoleLayout* rollout = p.find("rollout");
-    if (!actor || !rollout) return {};
-    std::vector<int> ranks{actor->world_ranks.front()};
+    if (!actor || !rollout || mp_rank < 0 || mp_rank >= actor->mp_size) return {};
+    std::vector<int> ranks{actor->world_ranks[static_cast<size_t>(mp_rank)]};
     for (int r : rollout->world_ranks) {
-        if (actor->role_rank(r) < 0) ranks.push_back(r);
+        if (actor->role_rank(r) < 0 && rollout->mp_rank_of(rollout->role_rank(r)) == mp_rank) ranks.push_back(r);
     }
     if (ranks.size() == 1) return {};
     return ranks;

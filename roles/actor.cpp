@@ -40,18 +40,21 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     const Config& c = *ctx.config;
     auto device = detail::device_for(c, ctx.topology->placement(), ctx.world_rank);
     a.policy = std::make_shared<detail::SharedPolicy>();
-    a.policy->model = detail::build_policy(c, device, in.meta_int("vocab_size", 0));
+    a.policy->model =
+        detail::build_policy(c, device, in.meta_int("vocab_size", 0), detail::tensor_parallel(ctx, device));
     const bool sft = c.trainer.mode == "sft";
     const OptimConfig& optim = sft ? c.sft.optim : c.actor.optim;
-    a.engine = std::make_unique<engine::TrainEngine>(a.policy->model, ctx.comms->dp,
-                                                     detail::optim_options(optim, in.meta_int("total_steps", 1)),
-                                                     static_cast<uint64_t>(c.trainer.seed) * 7919 + 17);
+    a.engine = std::make_unique<engine::TrainEngine>(
+        a.policy->model, ctx.comms->dp, detail::optim_options(optim, in.meta_int("total_steps", 1)),
+        static_cast<uint64_t>(c.trainer.seed) * 7919 + 17,
+        detail::engine_tp_info(ctx, *a.policy->model, a.policy->model->tp_layout()));
     ctx.shared->put(detail::kSharedPolicy, a.policy);
     int64_t params = 0;
     for (const auto& p : a.policy->model->parameters()) params += p.numel();
     if (ctx.comms->role_rank == 0) {
-        RLPT_LOG_INFO("actor: {} parameters ({}), {} on {}, dp={}", params,
-                      c.model.path.empty() ? "built-in" : c.model.path, c.model.dtype, device.str(), ctx.dp_size());
+        RLPT_LOG_INFO("actor: {} parameters on this rank ({}), {} on {}, dp={} tp={}", params,
+                      c.model.path.empty() ? "built-in" : c.model.path, c.model.dtype, device.str(), ctx.dp_size(),
+                      a.policy->model->tp_layout().tp);
     }
     return Batch(0);
 }
@@ -203,10 +206,12 @@ Batch sft_step(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 
 Batch send_weights(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
-    auto ranks = detail::weight_sync_ranks(ctx.topology->placement());
+    // One sync group per mp_rank: this rank sends its slices if it is in the first block.
+    auto ranks = detail::weight_sync_ranks(ctx.topology->placement(), ctx.comms->mp_rank);
     if (ranks.empty() || ranks.front() != ctx.world_rank) return Batch(0);
     if (!a.sync) {
-        a.sync_comm = ctx.topology->control().create_group(ranks, detail::kWeightSyncGroupTag);
+        a.sync_comm =
+            ctx.topology->control().create_group(ranks, detail::kWeightSyncGroupTag + ctx.comms->mp_rank);
         comm::WeightSyncOptions opts;
         opts.bucket_bytes = static_cast<int64_t>(ctx.config->rollout.weight_sync.bucket_mb * 1024 * 1024);
         opts.timeout_s = ctx.config->trainer.call_timeout_s;
@@ -247,7 +252,8 @@ Batch load(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 
 Batch export_hf(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
-    if (ctx.comms->role_rank == 0) model::save_pretrained(*a.policy->model, in.meta_string("dir"));
+    // The first model-parallel block writes (its rank 0 after gathering each tensor).
+    if (ctx.comms->dp_rank == 0) model::save_pretrained(*a.policy->model, in.meta_string("dir"));
     return Batch(0);
 }
 

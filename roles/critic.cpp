@@ -34,17 +34,20 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     const Config& c = *ctx.config;
     auto device = detail::device_for(c, ctx.topology->placement(), ctx.world_rank);
     auto dtype = detail::dtype_for(c);
+    auto tp = detail::tensor_parallel(ctx, device);
     if (!c.critic.model_path.empty()) {
-        cw.model = model::load_value_model(c.critic.model_path, dtype, device);
+        cw.model = model::load_value_model(c.critic.model_path, dtype, device, tp);
     } else if (!c.model.path.empty()) {
-        cw.model = model::value_model_from_policy_checkpoint(c.model.path, dtype, device, model::ValueHeadInit::kZero);
+        cw.model = model::value_model_from_policy_checkpoint(c.model.path, dtype, device, model::ValueHeadInit::kZero,
+                                                             0, tp);
     } else {
-        auto policy = detail::build_policy(c, device, in.meta_int("vocab_size", 0));
+        auto policy = detail::build_policy(c, device, in.meta_int("vocab_size", 0), tp);
         cw.model = model::value_model_from_policy(*policy, dtype, device, model::ValueHeadInit::kZero);
     }
-    cw.engine = std::make_unique<engine::TrainEngine>(cw.model, ctx.comms->dp,
-                                                      detail::optim_options(c.critic.optim, in.meta_int("total_steps", 1)),
-                                                      static_cast<uint64_t>(c.trainer.seed) * 104729 + 3);
+    cw.engine = std::make_unique<engine::TrainEngine>(
+        cw.model, ctx.comms->dp, detail::optim_options(c.critic.optim, in.meta_int("total_steps", 1)),
+        static_cast<uint64_t>(c.trainer.seed) * 104729 + 3,
+        detail::engine_tp_info(ctx, *cw.model, cw.model->backbone().tp_layout()));
     return Batch(0);
 }
 

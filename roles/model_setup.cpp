@@ -18,15 +18,30 @@ torch::Device device_for(const Config& c, const comm::Placement& p, int world_ra
 
 torch::Dtype dtype_for(const Config& c) { return c.model.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32; }
 
-std::shared_ptr<model::CausalLM> build_policy(const Config& c, torch::Device device, int64_t vocab_size) {
+std::shared_ptr<const model::TensorParallel> tensor_parallel(const protocol::WorkerContext& ctx, torch::Device device) {
+    if (!ctx.comms->mp.valid() || ctx.comms->mp.size() <= 1) return nullptr;
+    return model::TensorParallel::over(ctx.comms->mp, device);
+}
+
+engine::TensorParallelInfo engine_tp_info(const protocol::WorkerContext& ctx, const torch::nn::Module& m,
+                                          const model::TpLayout& layout) {
+    engine::TensorParallelInfo info;
+    if (layout.tp <= 1) return info;
+    info.block = &ctx.comms->mp;
+    info.not_counted = model::uncounted_parameters(m, layout);
+    return info;
+}
+
+std::shared_ptr<model::CausalLM> build_policy(const Config& c, torch::Device device, int64_t vocab_size,
+                                              std::shared_ptr<const model::TensorParallel> tp) {
     if (!c.model.path.empty()) {
-        return model::load_pretrained(c.model.path, dtype_for(c), device);
+        return model::load_pretrained(c.model.path, dtype_for(c), device, std::move(tp));
     }
     RLPT_CHECK_KIND(ConfigError, vocab_size > 0, "a built-in model needs the tokenizer's vocabulary size");
     const auto& b = c.model.builtin;
     model::ModelArgs a = model::builtin_model_args(b, vocab_size);
     a.torch_dtype = c.model.dtype;
-    return model::make_random_causal_lm(a, static_cast<uint64_t>(b.init_seed), dtype_for(c), device);
+    return model::make_random_causal_lm(a, static_cast<uint64_t>(b.init_seed), dtype_for(c), device, std::move(tp));
 }
 
 std::vector<torch::Tensor> parameter_list(torch::nn::Module& m) {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "rlpt/config/config.h"
+#include "rlpt/engine/train_engine.h"
 #include "rlpt/comm/placement.h"
 #include "rlpt/model/transformer.h"
 #include "rlpt/model/value_model.h"
@@ -14,10 +15,19 @@ namespace rlpt::roles::detail {
 torch::Device device_for(const Config& c, const comm::Placement& p, int world_rank);
 torch::Dtype dtype_for(const Config& c);
 
+// The role's tensor-parallel block (its mp communicator) when model_parallel_size > 1, else
+// null. Collective on the role's mp communicator.
+std::shared_ptr<const model::TensorParallel> tensor_parallel(const protocol::WorkerContext& ctx, torch::Device device);
+
 // The policy named by model.path, or a built-in random model (model.builtin sizes,
 // init_seed) whose vocabulary size comes from the controller's tokenizer (`vocab_size`).
-// Every call with the same config gives identical weights.
-std::shared_ptr<model::CausalLM> build_policy(const Config& c, torch::Device device, int64_t vocab_size);
+// Every call with the same config gives identical weights; with `tp` this rank's slices of them.
+std::shared_ptr<model::CausalLM> build_policy(const Config& c, torch::Device device, int64_t vocab_size,
+                                              std::shared_ptr<const model::TensorParallel> tp = nullptr);
+
+// The engine's view of a tensor-parallel model (empty for tp = 1).
+engine::TensorParallelInfo engine_tp_info(const protocol::WorkerContext& ctx, const torch::nn::Module& m,
+                                          const model::TpLayout& layout);
 
 // Parameters in a fixed order (named_parameters), e.g. for weight sync.
 std::vector<torch::Tensor> parameter_list(torch::nn::Module& m);

@@ -19,8 +19,8 @@ class ReferenceWorker : public RoleWorker {
 Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     auto& r = static_cast<ReferenceWorker&>(w);
     const Config& c = *ctx.config;
-    r.model = detail::build_policy(c, detail::device_for(c, ctx.topology->placement(), ctx.world_rank),
-                                   in.meta_int("vocab_size", 0));
+    const auto device = detail::device_for(c, ctx.topology->placement(), ctx.world_rank);
+    r.model = detail::build_policy(c, device, in.meta_int("vocab_size", 0), detail::tensor_parallel(ctx, device));
     for (auto& p : r.model->parameters()) p.set_requires_grad(false);
     return Batch(0);
 }

@@ -37,8 +37,9 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     }
     const Config& c = *ctx.config;
     r.policy = std::make_shared<detail::SharedPolicy>();
-    r.policy->model = detail::build_policy(c, detail::device_for(c, ctx.topology->placement(), ctx.world_rank),
-                                           in.meta_int("vocab_size", 0));
+    const auto device = detail::device_for(c, ctx.topology->placement(), ctx.world_rank);
+    r.policy->model =
+        detail::build_policy(c, device, in.meta_int("vocab_size", 0), detail::tensor_parallel(ctx, device));
     r.own_copy = true;
     return Batch(0);
 }
@@ -113,9 +114,10 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 Batch receive_weights(RoleWorker& w, WorkerContext& ctx, const Batch&) {
     RolloutWorker& r = ready(w);
     if (!r.own_copy) return Batch(0);  // colocated: the actor's tensors are ours
-    auto ranks = detail::weight_sync_ranks(ctx.topology->placement());
+    auto ranks = detail::weight_sync_ranks(ctx.topology->placement(), ctx.comms->mp_rank);
     if (!r.sync) {
-        r.sync_comm = ctx.topology->control().create_group(ranks, detail::kWeightSyncGroupTag);
+        r.sync_comm =
+            ctx.topology->control().create_group(ranks, detail::kWeightSyncGroupTag + ctx.comms->mp_rank);
         comm::WeightSyncOptions opts;
         opts.bucket_bytes = static_cast<int64_t>(ctx.config->rollout.weight_sync.bucket_mb * 1024 * 1024);
         opts.timeout_s = ctx.config->trainer.call_timeout_s;

@@ -24,6 +24,7 @@ struct ParamSlot {
     int64_t numel = 0;
     std::vector<int64_t> shape;
     bool decay = false;          // weight decay applies: matrices and embeddings (dim >= 2)
+    bool counted = true;         // counts in the gradient norm (false: another TP rank counts it)
     torch::Tensor grad_view;     // float32 view into Group::flat_grad, shaped like the parameter
 };
 
@@ -52,6 +53,9 @@ struct EngineState {
     const comm::Communicator* dp = nullptr;  // null: a one-rank group (no MPI calls)
     int dp_rank = 0;
     int dp_size = 1;
+    const comm::Communicator* tp = nullptr;  // the tensor-parallel block; null: none (tp = 1)
+    int tp_rank = 0;
+    int tp_size = 1;
     OptimOptions opts;
     torch::Device device = torch::kCPU;
     std::unique_ptr<Transport> transport;

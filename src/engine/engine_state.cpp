@@ -107,6 +107,18 @@ void TrainEngine::load_state(ckpt::H5Reader& r, const std::string& prefix_in) {
     std::exception_ptr err;
     try {
         // Read and check everything first: nothing changes unless all of it is there.
+        // The tensor-parallel layout first: a slice of another size would otherwise be reported as
+        // a mis-shaped tensor.
+        const std::string layout_name = prefix + "engine/layout";
+        std::map<std::string, std::string> saved;
+        if (r.contains(layout_name)) saved = parse_layout(r.read_blob(layout_name));
+        const std::string mine_tp = st.tp ? fmt::format("{} rank {}", st.tp_size, st.tp_rank) : "";
+        RLPT_CHECK_KIND(IoError, saved["tensor_parallel"] == mine_tp,
+                        "checkpoint '{}' was written with tensor parallelism {} and this engine runs {}: loading a "
+                        "checkpoint into another model_parallel_size is not supported (resume with the layout it was "
+                        "written with)",
+                        r.path(), saved["tensor_parallel"].empty() ? "1 (none)" : saved["tensor_parallel"],
+                        mine_tp.empty() ? "1 (none)" : mine_tp);
         for (const auto& s : st.slots)
             in.params.push_back(read_checked(r, prefix + "params/" + s.name, s.param.scalar_type(), s.shape));
         for (const auto& name : r.list(prefix + "params")) {
@@ -116,9 +128,7 @@ void TrainEngine::load_state(ckpt::H5Reader& r, const std::string& prefix_in) {
             RLPT_CHECK_KIND(IoError, known, "checkpoint '{}': tensor '{}' matches no trainable parameter of the model",
                             r.path(), name);
         }
-        const std::string layout_name = prefix + "engine/layout";
         RLPT_CHECK_KIND(IoError, r.contains(layout_name), "checkpoint '{}' has no '{}'", r.path(), layout_name);
-        auto saved = parse_layout(r.read_blob(layout_name));
         RLPT_CHECK_KIND(IoError, saved["rlpt-train-engine-state"] == "1",
                         "checkpoint '{}': '{}' is not a train-engine layout", r.path(), layout_name);
         const std::string saved_by = fmt::format(" (saved with ZeRO-{} over {} DP rank(s) by rank {}; this engine: "

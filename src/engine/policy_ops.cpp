@@ -3,7 +3,6 @@
 #include <fmt/ranges.h>
 
 #include "rlpt/core/error.h"
-#include "rlpt/kernels/logprob.h"
 
 namespace rlpt::engine {
 namespace {
@@ -23,10 +22,13 @@ int64_t check_sequences(const SequenceBatch& seq, const char* op) {
     return t - r;
 }
 
-// logits [N, V] fp32 of hidden [N, H] under the output projection (both cast to fp32).
-torch::Tensor lm_head_fp32(model::CausalLM& model, const torch::Tensor& hidden) {
-    auto w = model.lm_head_weight();
-    return torch::matmul(hidden.to(torch::kFloat32), w.to(torch::kFloat32).t());
+// Log-probs (and entropies) of `labels` [N] from hidden [N, H]: the output projection in fp32
+// over this rank's vocabulary slice, reduced over the tensor-parallel block (tp = 1: the whole
+// vocabulary, the fused kernel alone).
+model::VocabLogProbs head_log_probs(model::CausalLM& model, const torch::Tensor& hidden, const torch::Tensor& labels,
+                                    double temperature, bool with_entropy) {
+    return model::vocab_parallel_logprob_entropy(model.local_logits_fp32(hidden), labels,
+                                                 model.tp_layout().vocab_first, model.tp(), temperature, with_entropy);
 }
 
 }  // namespace
@@ -37,15 +39,20 @@ LogProbs compute_log_probs(model::CausalLM& model, const SequenceBatch& seq, dou
     const int64_t b = seq.input_ids.size(0), r = seq.response_length;
     auto hidden = model.forward_hidden(seq.input_ids, seq.attention_mask, seq.position_ids);  // [B, T, H]
     auto h = hidden.narrow(1, p - 1, r).reshape({b * r, hidden.size(2)});
-    auto logits = lm_head_fp32(model, h);                                                    // [B·R, V]
     auto labels = seq.input_ids.narrow(1, p, r).reshape({b * r});
-    auto out = kernels::logprob_entropy(logits, labels, temperature, with_entropy);
+    auto out = head_log_probs(model, h, labels, temperature, with_entropy);
     LogProbs res;
     res.log_probs = out.logp.view({b, r});
     if (with_entropy) res.entropy = out.entropy.view({b, r});
     if (with_sum_pi_squared) {
-        auto z = logits / std::max(temperature, 1e-8);
-        res.sum_pi_squared = torch::exp(torch::logsumexp(2.0 * z, -1) - 2.0 * torch::logsumexp(z, -1)).view({b, r});
+        // Σ_v π_v² = exp(LSE(2z) − 2·LSE(z)) over the whole vocabulary. Under tensor parallelism
+        // each rank has the two log-sum-exps of its slice (padding columns are -inf); they are
+        // combined across the block from an all-gather of [tp, 2, N] values, never of logits.
+        torch::NoGradGuard no_grad;
+        auto z = model.local_logits_fp32(h.detach()) / std::max(temperature, 1e-8);
+        auto lse = torch::stack({torch::logsumexp(2.0 * z, -1), torch::logsumexp(z, -1)});  // [2, N]
+        if (const auto* tp = model.tp()) lse = torch::logsumexp(tp->allgather(lse.unsqueeze(0), 0), 0);
+        res.sum_pi_squared = torch::exp(lse[0] - 2.0 * lse[1]).view({b, r});
     }
     return res;
 }
@@ -91,8 +98,7 @@ torch::Tensor sft_token_nll_sum(model::CausalLM& model, const torch::Tensor& inp
     auto target = torch::nonzero(selected.flatten()).flatten();  // row·T + t
     auto h = hidden.reshape({b * t, hidden.size(2)}).index_select(0, target - 1);
     auto labels = input_ids.flatten().index_select(0, target);
-    auto logits = lm_head_fp32(model, h);
-    auto out = kernels::logprob_entropy(logits, labels, 1.0, false);
+    auto out = head_log_probs(model, h, labels, 1.0, false);
     return -out.logp.sum();
 }
 

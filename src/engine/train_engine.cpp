@@ -128,7 +128,7 @@ void agree_on_layout(const comm::Communicator* dp, const std::string& layout, st
 // ---- set-up ----------------------------------------------------------------------------------
 
 TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::Communicator& dp, OptimOptions opts,
-                         uint64_t seed)
+                         uint64_t seed, TensorParallelInfo tp)
     : impl_(std::make_unique<Impl>()) {
     auto& st = *impl_;
     RLPT_CHECK(module != nullptr, "TrainEngine: module is null");
@@ -139,6 +139,11 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
         st.dp_rank = dp.rank();
         st.dp_size = dp.size();
     }
+    if (tp.block != nullptr && tp.block->valid() && tp.block->size() > 1) {
+        st.tp = tp.block;
+        st.tp_rank = tp.block->rank();
+        st.tp_size = tp.block->size();
+    }
     st.generator = at::make_generator<at::CPUGeneratorImpl>(seed);
 
     // 1. Local checks, then every rank compares layouts (a clean error everywhere, no hang).
@@ -146,8 +151,11 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
     try {
         validate_optim_options(st.opts);
         st.slots = collect_parameters(*st.module);
+        for (auto& sl : st.slots) sl.counted = st.tp == nullptr || tp.not_counted.count(sl.name) == 0;
         st.device = st.slots.front().param.device();
         st.layout = describe_layout(st.slots, st.opts);
+        // Only with tp > 1, so tp = 1 checkpoints of earlier versions keep their layout.
+        if (st.tp != nullptr) st.layout += fmt::format("\ntensor_parallel {} rank {}", st.tp_size, st.tp_rank);
     } catch (...) {
         err = std::current_exception();
     }
@@ -297,6 +305,12 @@ StepResult TrainEngine::step(bool advance_schedule) {
     const auto t_reduced = Clock::now();
     double sum_sq = 0;
     for (auto& g : st.groups) sum_sq += sum_of_squares(g.flat_grad.narrow(0, 0, g.numel));
+    if (st.tp != nullptr) {
+        // The block's norm: every slice once, every replicated parameter once.
+        for (const auto& s : st.slots)
+            if (!s.counted) sum_sq -= sum_of_squares(st.groups[s.group].flat_grad.narrow(0, s.offset, s.numel));
+        sum_sq = st.tp->allreduce_sum(std::max(0.0, sum_sq));
+    }
     r.grad_norm = std::sqrt(sum_sq);
     r.lr = scheduled_lr(st.opts, st.schedule_step);
 

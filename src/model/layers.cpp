@@ -10,6 +10,18 @@ Linear::Linear(int64_t in, int64_t out, bool bias, const torch::TensorOptions& o
     if (bias) bias_ = register_parameter("bias", torch::empty({out}, options));
 }
 
+torch::Tensor Linear::forward_row_parallel(const torch::Tensor& x, const TensorParallel* tp) const {
+    if (tp == nullptr || tp->size() == 1) return forward(x);
+    auto y = tp_reduce(torch::linear(x, weight_), tp);
+    return bias_.defined() ? y + bias_ : y;
+}
+
+torch::Tensor Linear::forward_kv(const torch::Tensor& x, const TensorParallel* tp, const TpLayout& layout) const {
+    if (tp == nullptr || !layout.kv_replicated) return forward(x);
+    return torch::linear(x, tp_kv_replica(weight_, tp, layout, layout.num_kv_heads),
+                         tp_kv_replica(bias_, tp, layout, layout.num_kv_heads));
+}
+
 RMSNorm::RMSNorm(int64_t dim, double eps, const torch::TensorOptions& options) : eps_(eps) {
     weight_ = register_parameter("weight", torch::empty({dim}, options));
 }
@@ -61,8 +73,9 @@ torch::Tensor apply_rotary(const torch::Tensor& x, const Rotary& rope) {
 
 }  // namespace
 
-Attention::Attention(const ModelArgs& args, const torch::TensorOptions& options)
-    : n_heads_(args.num_attention_heads), n_kv_heads_(args.num_key_value_heads), head_dim_(args.head_dim) {
+Attention::Attention(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp,
+                     const torch::TensorOptions& options)
+    : n_heads_(layout.heads), n_kv_heads_(layout.kv_heads), head_dim_(args.head_dim), layout_(layout), tp_(tp) {
     const int64_t h = args.hidden_size;
     q_proj_ = register_module("q_proj", std::make_shared<Linear>(h, n_heads_ * head_dim_, args.qkv_bias, options));
     k_proj_ = register_module("k_proj", std::make_shared<Linear>(h, n_kv_heads_ * head_dim_, args.qkv_bias, options));
@@ -74,9 +87,12 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const Rotary& rope, con
                                  KVCache* cache, int64_t layer) {
     const int64_t b = x.size(0), t = x.size(1);
     const int64_t group = n_heads_ / n_kv_heads_;
-    auto q = apply_rotary(q_proj_->forward(x).view({b, t, n_heads_, head_dim_}), rope).transpose(1, 2);
-    auto k = apply_rotary(k_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}), rope).transpose(1, 2);
-    auto v = v_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);
+    // Column-parallel q/k/v: this rank's heads only.
+    const auto xin = tp_copy(x, tp_);
+    auto q = apply_rotary(q_proj_->forward(xin).view({b, t, n_heads_, head_dim_}), rope).transpose(1, 2);
+    auto k = apply_rotary(k_proj_->forward_kv(xin, tp_, layout_).view({b, t, n_kv_heads_, head_dim_}), rope)
+                 .transpose(1, 2);
+    auto v = v_proj_->forward_kv(xin, tp_, layout_).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);
     if (cache != nullptr) std::tie(k, v) = cache->store(layer, k, v);
     const int64_t s = k.size(2);
 
@@ -91,23 +107,26 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const Rotary& rope, con
     auto probs = torch::softmax(scores, -1).to(x.scalar_type()).view({b, n_kv_heads_, group * t, s});
     auto out = torch::matmul(probs, v);  // [B, nkv, group*T, hd]
     out = out.view({b, n_heads_, t, head_dim_}).transpose(1, 2).reshape({b, t, n_heads_ * head_dim_});
-    return o_proj_->forward(out);
+    return o_proj_->forward_row_parallel(out, tp_);
 }
 
-Mlp::Mlp(const ModelArgs& args, const torch::TensorOptions& options) {
-    const int64_t h = args.hidden_size, i = args.intermediate_size;
+Mlp::Mlp(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp, const torch::TensorOptions& options)
+    : tp_(tp) {
+    const int64_t h = args.hidden_size, i = layout.inter;
     gate_proj_ = register_module("gate_proj", std::make_shared<Linear>(h, i, args.mlp_bias, options));
     up_proj_ = register_module("up_proj", std::make_shared<Linear>(h, i, args.mlp_bias, options));
     down_proj_ = register_module("down_proj", std::make_shared<Linear>(i, h, args.mlp_bias, options));
 }
 
 torch::Tensor Mlp::forward(const torch::Tensor& x) const {
-    return down_proj_->forward(torch::silu(gate_proj_->forward(x)) * up_proj_->forward(x));
+    const auto xin = tp_copy(x, tp_);
+    return down_proj_->forward_row_parallel(torch::silu(gate_proj_->forward(xin)) * up_proj_->forward(xin), tp_);
 }
 
-DecoderLayer::DecoderLayer(const ModelArgs& args, const torch::TensorOptions& options) {
-    self_attn_ = register_module("self_attn", std::make_shared<Attention>(args, options));
-    mlp_ = register_module("mlp", std::make_shared<Mlp>(args, options));
+DecoderLayer::DecoderLayer(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp,
+                           const torch::TensorOptions& options) {
+    self_attn_ = register_module("self_attn", std::make_shared<Attention>(args, layout, tp, options));
+    mlp_ = register_module("mlp", std::make_shared<Mlp>(args, layout, tp, options));
     input_layernorm_ =
         register_module("input_layernorm", std::make_shared<RMSNorm>(args.hidden_size, args.rms_norm_eps, options));
     post_attention_layernorm_ = register_module(

@@ -6,14 +6,22 @@
 
 #include "rlpt/model/kv_cache.h"
 #include "rlpt/model/model_config.h"
+#include "rlpt/model/tensor_parallel.h"
 
 namespace rlpt::model::detail {
 
-// y = x W^T (+ b). weight [out, in], bias [out].
+// y = x W^T (+ b). weight [out, in], bias [out]: this rank's slice under tensor parallelism
+// (tensor_parallel.h).
 class Linear : public torch::nn::Module {
   public:
     Linear(int64_t in, int64_t out, bool bias, const torch::TensorOptions& options);
     torch::Tensor forward(const torch::Tensor& x) const { return torch::linear(x, weight_, bias_); }
+    // Row-parallel: the partial products are summed over the block, then the (replicated) bias
+    // is added once. With tp = 1 exactly forward().
+    torch::Tensor forward_row_parallel(const torch::Tensor& x, const TensorParallel* tp) const;
+    // A KV projection whose head may be replicated over the block (gradients summed over the
+    // ranks sharing it). With split heads exactly forward().
+    torch::Tensor forward_kv(const torch::Tensor& x, const TensorParallel* tp, const TpLayout& layout) const;
     const torch::Tensor& weight() const { return weight_; }
     const torch::Tensor& bias() const { return bias_; }  // undefined without bias
 
@@ -40,31 +48,38 @@ struct Rotary {
 torch::Tensor rotary_inv_freq(const ModelArgs& args);
 Rotary rotary_tables(const torch::Tensor& inv_freq, const torch::Tensor& position_ids, torch::Dtype dtype);
 
+// Modules below hold this rank's slices per `layout` (tp = 1: everything) and run their
+// collectives on `tp` (null when tp = 1).
 class Attention : public torch::nn::Module {
   public:
-    Attention(const ModelArgs& args, const torch::TensorOptions& options);
+    Attention(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp,
+              const torch::TensorOptions& options);
     // x [B, T, H]; masked_out [B, 1, 1, T, S] bool (true = may not attend);
     // returns [B, T, H].
     torch::Tensor forward(const torch::Tensor& x, const Rotary& rope, const torch::Tensor& masked_out,
                           KVCache* cache, int64_t layer);
 
   private:
-    int64_t n_heads_, n_kv_heads_, head_dim_;
+    int64_t n_heads_, n_kv_heads_, head_dim_;  // this rank's heads
+    TpLayout layout_;
+    const TensorParallel* tp_;
     std::shared_ptr<Linear> q_proj_, k_proj_, v_proj_, o_proj_;
 };
 
 class Mlp : public torch::nn::Module {
   public:
-    Mlp(const ModelArgs& args, const torch::TensorOptions& options);
+    Mlp(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp, const torch::TensorOptions& options);
     torch::Tensor forward(const torch::Tensor& x) const;
 
   private:
+    const TensorParallel* tp_;
     std::shared_ptr<Linear> gate_proj_, up_proj_, down_proj_;
 };
 
 class DecoderLayer : public torch::nn::Module {
   public:
-    DecoderLayer(const ModelArgs& args, const torch::TensorOptions& options);
+    DecoderLayer(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp,
+                 const torch::TensorOptions& options);
     torch::Tensor forward(const torch::Tensor& x, const Rotary& rope, const torch::Tensor& masked_out,
                           KVCache* cache, int64_t layer);
 

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -361,6 +362,46 @@ ModelArgs builtin_model_args(const BuiltinModelConfig& b, int64_t vocab_size) {
     a.tie_word_embeddings = b.tie_embeddings;
     a.validate();
     return a;
+}
+
+}  // namespace rlpt::model
+
+namespace rlpt::model {
+
+int64_t TpLayout::vocab_real() const { return std::max<int64_t>(0, std::min(vocab, vocab_size - vocab_first)); }
+
+TpLayout tp_layout(const ModelArgs& args, int64_t tp, int64_t rank) {
+    RLPT_CHECK_KIND(ConfigError, tp >= 1 && rank >= 0 && rank < tp, "tensor parallelism: rank {} of a block of {}",
+                    rank, tp);
+    const int64_t nh = args.num_attention_heads, nkv = args.num_key_value_heads, inter = args.intermediate_size;
+    RLPT_CHECK_KIND(ConfigError, nh % tp == 0,
+                    "tensor parallelism: model_parallel_size {} does not divide num_attention_heads {}", tp, nh);
+    RLPT_CHECK_KIND(ConfigError, nkv % tp == 0 || tp % nkv == 0,
+                    "tensor parallelism: num_key_value_heads {} is neither a multiple nor a divisor of "
+                    "model_parallel_size {} (KV heads are split when tp divides them, replicated when they divide tp)",
+                    nkv, tp);
+    RLPT_CHECK_KIND(ConfigError, inter % tp == 0,
+                    "tensor parallelism: model_parallel_size {} does not divide intermediate_size {}", tp, inter);
+    TpLayout l;
+    l.tp = tp;
+    l.rank = rank;
+    l.heads = nh / tp;
+    l.head_first = rank * l.heads;
+    l.kv_replicated = nkv < tp;
+    l.kv_heads = l.kv_replicated ? 1 : nkv / tp;
+    l.kv_first = l.kv_replicated ? rank * nkv / tp : rank * l.kv_heads;
+    l.inter = inter / tp;
+    l.inter_first = rank * l.inter;
+    l.vocab_size = args.vocab_size;
+    l.vocab_padded = (args.vocab_size + tp - 1) / tp * tp;
+    l.vocab = l.vocab_padded / tp;
+    l.vocab_first = rank * l.vocab;
+    l.head_dim = args.head_dim;
+    l.num_kv_heads = nkv;
+    RLPT_CHECK_KIND(ConfigError, args.vocab_size > (tp - 1) * l.vocab,
+                    "tensor parallelism: vocab_size {} padded to {} leaves the last of {} ranks padding only",
+                    args.vocab_size, l.vocab_padded, tp);
+    return l;
 }
 
 }  // namespace rlpt::model

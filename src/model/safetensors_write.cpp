@@ -11,6 +11,8 @@
 #include <regex>
 #include <set>
 
+#include <fmt/ranges.h>
+
 #include "rlpt/core/error.h"
 #include "rlpt/model/safetensors.h"
 
@@ -75,7 +77,7 @@ void write_file_atomic(const std::string& path, const std::string& text) {
 }
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+                      const std::map<std::string, std::string>& metadata, const TensorFetch& fetch) {
     // Data order: larger elements first (stable), so every tensor starts at a multiple of its
     // element size and readers can alias it without copying.
     std::vector<size_t> order(tensors.size());
@@ -103,7 +105,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
         entry["data_offsets"] = {offset, offset + n};
         offset += n;
         header[name] = entry;
-        data[i] = t.detach().to(torch::kCPU).contiguous();
+        if (!fetch) data[i] = t.detach().to(torch::kCPU).contiguous();
     }
     std::string text = header.dump();
     text.append((8 - (8 + text.size()) % 8) % 8, ' ');
@@ -112,23 +114,37 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     AtomicFile f(path);
     f.write(&header_len, 8);
     f.write(text.data(), text.size());
-    for (size_t i : order)
+    for (size_t i : order) {
+        if (fetch) {
+            const auto& [name, t] = tensors[i];
+            data[i] = fetch(i).detach().to(torch::kCPU).contiguous();
+            RLPT_CHECK(data[i].sizes() == t.sizes() && data[i].scalar_type() == t.scalar_type(),
+                       "tensor '{}' fetched as {} {}, declared {} {} (saving '{}')", name,
+                       c10::toString(data[i].scalar_type()), data[i].sizes(), c10::toString(t.scalar_type()),
+                       t.sizes(), path);
+        }
         if (data[i].numel() > 0) f.write(data[i].data_ptr(), tensor_bytes(data[i]));
+        if (fetch) data[i] = torch::Tensor();
+    }
     f.commit();
 }
 
 std::vector<std::string> save_safetensors_sharded(const std::string& dir, const NamedTensors& tensors,
-                                                  uint64_t max_shard_bytes, const std::string& base) {
+                                                  uint64_t max_shard_bytes, const std::string& base,
+                                                  const TensorFetch& fetch) {
     std::error_code ec;
     fs::create_directories(dir, ec);
     RLPT_CHECK_KIND(IoError, !ec && fs::is_directory(dir), "cannot create directory '{}': {}", dir, ec.message());
 
     std::vector<NamedTensors> shards(1);
+    std::vector<size_t> first_of_shard{0};  // index into `tensors` of each shard's first tensor
     uint64_t current = 0, total = 0;
-    for (const auto& nt : tensors) {
+    for (size_t i = 0; i < tensors.size(); ++i) {
+        const auto& nt = tensors[i];
         const uint64_t n = tensor_bytes(nt.second);
         if (max_shard_bytes > 0 && !shards.back().empty() && current + n > max_shard_bytes) {
             shards.emplace_back();
+            first_of_shard.push_back(i);
             current = 0;
         }
         shards.back().push_back(nt);
@@ -136,15 +152,19 @@ std::vector<std::string> save_safetensors_sharded(const std::string& dir, const 
         total += n;
     }
 
+    auto shard_fetch = [&](size_t s) -> TensorFetch {
+        if (!fetch) return nullptr;
+        return [&fetch, off = first_of_shard[s]](size_t i) { return fetch(off + i); };
+    };
     std::vector<std::string> written;
     if (shards.size() == 1) {
         written.push_back(base + ".safetensors");
-        save_safetensors((fs::path(dir) / written[0]).string(), shards[0]);
+        save_safetensors((fs::path(dir) / written[0]).string(), shards[0], {{"format", "pt"}}, shard_fetch(0));
     } else {
         json weight_map = json::object();
         for (size_t i = 0; i < shards.size(); ++i) {
             std::string name = fmt::format("{}-{:05d}-of-{:05d}.safetensors", base, i + 1, shards.size());
-            save_safetensors((fs::path(dir) / name).string(), shards[i]);
+            save_safetensors((fs::path(dir) / name).string(), shards[i], {{"format", "pt"}}, shard_fetch(i));
             for (const auto& nt : shards[i]) weight_map[nt.first] = name;
             written.push_back(name);
         }

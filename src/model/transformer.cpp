@@ -6,6 +6,8 @@
 
 #include "rlpt/core/error.h"
 
+#include <limits>
+
 namespace rlpt::model {
 
 std::string dtype_name(torch::Dtype dtype) {
@@ -24,12 +26,14 @@ torch::Dtype dtype_from_name(const std::string& name) {
 
 // ---- Backbone --------------------------------------------------------------------------------
 
-Backbone::Backbone(const ModelArgs& args, torch::TensorOptions options) : args_(args) {
+Backbone::Backbone(const ModelArgs& args, torch::TensorOptions options, std::shared_ptr<const TensorParallel> tp)
+    : args_(args), tp_(std::move(tp)), layout_(model::tp_layout(args, tp_ ? tp_->size() : 1, tp_ ? tp_->rank() : 0)) {
     auto embed = register_module("embed_tokens", std::make_shared<torch::nn::Module>());
-    embed_weight_ = embed->register_parameter("weight", torch::empty({args.vocab_size, args.hidden_size}, options));
+    embed_weight_ = embed->register_parameter("weight", torch::empty({layout_.vocab, args.hidden_size}, options));
     auto layers = register_module("layers", std::make_shared<torch::nn::Module>());
     for (int64_t i = 0; i < args.num_hidden_layers; ++i)
-        layers_.push_back(layers->register_module(std::to_string(i), std::make_shared<detail::DecoderLayer>(args, options)));
+        layers_.push_back(layers->register_module(
+            std::to_string(i), std::make_shared<detail::DecoderLayer>(args, layout_, this->tp(), options)));
     norm_ = register_module("norm", std::make_shared<detail::RMSNorm>(args.hidden_size, args.rms_norm_eps, options));
     inv_freq_ = detail::rotary_inv_freq(args).to(options.device());
 }
@@ -73,7 +77,16 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
 
     const auto dtype = embed_weight_.scalar_type();
     auto rope = detail::rotary_tables(inv_freq_, position_ids, dtype);
-    auto h = torch::embedding(embed_weight_, input_ids);
+    torch::Tensor h;
+    if (tp() == nullptr) {
+        h = torch::embedding(embed_weight_, input_ids);
+    } else {
+        // Vocabulary-parallel embedding: rows of other ranks' slices are looked up as zeros.
+        auto local = input_ids - layout_.vocab_first;
+        auto here = local.ge(0).logical_and(local.lt(layout_.vocab));
+        h = torch::embedding(embed_weight_, torch::where(here, local, torch::zeros_like(local)));
+        h = tp_reduce(h * here.unsqueeze(-1).to(h.scalar_type()), tp());
+    }
     for (size_t i = 0; i < layers_.size(); ++i) h = layers_[i]->forward(h, rope, masked_out, cache, static_cast<int64_t>(i));
     if (cache) cache->advance(t);
     return norm_->forward(h);
@@ -81,15 +94,16 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
 
 // ---- CausalLM --------------------------------------------------------------------------------
 
-CausalLM::CausalLM(ModelArgs args, torch::Dtype dtype, torch::Device device) : args_(std::move(args)) {
+CausalLM::CausalLM(ModelArgs args, torch::Dtype dtype, torch::Device device, std::shared_ptr<const TensorParallel> tp)
+    : args_(std::move(args)) {
     args_.validate();
     RLPT_CHECK(args_.head == ModelHead::kCausalLM, "CausalLM needs a causal-LM config, got {}", args_.architecture());
     args_.torch_dtype = dtype_name(dtype);
     auto options = torch::TensorOptions().dtype(dtype).device(device);
-    model_ = register_module("model", std::make_shared<Backbone>(args_, options));
+    model_ = register_module("model", std::make_shared<Backbone>(args_, options, std::move(tp)));
     if (!args_.tie_word_embeddings) {
         auto head = register_module("lm_head", std::make_shared<torch::nn::Module>());
-        lm_head_ = head->register_parameter("weight", torch::empty({args_.vocab_size, args_.hidden_size}, options));
+        lm_head_ = head->register_parameter("weight", torch::empty({tp_layout().vocab, args_.hidden_size}, options));
     }
 }
 
@@ -103,35 +117,62 @@ torch::Tensor CausalLM::forward_hidden(const torch::Tensor& input_ids, const tor
 
 torch::Tensor CausalLM::lm_head_weight() const { return args_.tie_word_embeddings ? model_->embed_weight() : lm_head_; }
 
+namespace {
+
+// Padding columns of the last ranks' vocabulary slices get -inf (no probability).
+torch::Tensor mask_vocab_padding(torch::Tensor logits, const TpLayout& l) {
+    const int64_t real = l.vocab_real();
+    if (real < logits.size(-1))
+        logits.narrow(-1, real, logits.size(-1) - real).fill_(-std::numeric_limits<float>::infinity());
+    return logits;
+}
+
+}  // namespace
+
+torch::Tensor CausalLM::local_logits_fp32(const torch::Tensor& hidden) const {
+    auto h = tp_copy(hidden, tp());
+    auto logits = torch::matmul(h.to(torch::kFloat32), lm_head_weight().to(torch::kFloat32).t());
+    return tp() ? mask_vocab_padding(logits, tp_layout()) : logits;
+}
+
+torch::Tensor CausalLM::gathered_logits(const torch::Tensor& hidden) const {
+    auto local = torch::linear(hidden, lm_head_weight()).to(torch::kFloat32);
+    if (tp() == nullptr) return local;
+    torch::NoGradGuard no_grad;
+    return tp()->allgather(local, -1).narrow(-1, 0, args_.vocab_size);
+}
+
 torch::Tensor CausalLM::forward_logits(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                        const torch::Tensor& position_ids, KVCache* cache) {
     auto hidden = forward_hidden(input_ids, attention_mask, position_ids, cache);
-    return torch::linear(hidden, lm_head_weight()).to(torch::kFloat32);
+    return gathered_logits(hidden);
 }
 
 KVCache CausalLM::make_cache(int64_t batch_size, int64_t max_length) const {
-    return KVCache(args_.num_hidden_layers, batch_size, args_.num_key_value_heads, args_.head_dim, max_length,
+    return KVCache(args_.num_hidden_layers, batch_size, tp_layout().kv_heads, args_.head_dim, max_length,
                    torch::TensorOptions().dtype(dtype()).device(device()));
 }
 
-void CausalLM::init_weights(uint64_t seed) { detail::init_parameters(*this, args_, seed); }
+void CausalLM::init_weights(uint64_t seed) { detail::init_parameters(*this, args_, tp_layout(), seed); }
 
 std::shared_ptr<CausalLM> make_random_causal_lm(const ModelArgs& args, uint64_t seed, torch::Dtype dtype,
-                                                torch::Device device) {
-    auto model = std::make_shared<CausalLM>(args, dtype, device);
+                                                torch::Device device, std::shared_ptr<const TensorParallel> tp) {
+    auto model = std::make_shared<CausalLM>(args, dtype, device, std::move(tp));
     model->init_weights(seed);
     return model;
 }
 
-std::shared_ptr<CausalLM> load_pretrained(const std::string& dir, torch::Dtype dtype, torch::Device device) {
+std::shared_ptr<CausalLM> load_pretrained(const std::string& dir, torch::Dtype dtype, torch::Device device,
+                                          std::shared_ptr<const TensorParallel> tp) {
     try {
         ModelArgs args = load_model_args(dir);
         RLPT_CHECK_KIND(ConfigError, args.head == ModelHead::kCausalLM,
                         "architecture {} is not a causal LM (expected LlamaForCausalLM or Qwen2ForCausalLM)",
                         args.architecture());
-        auto model = std::make_shared<CausalLM>(args, dtype, device);
+        auto model = std::make_shared<CausalLM>(args, dtype, device, std::move(tp));
         auto ck = SafetensorsCheckpoint::open(dir);
         detail::LoadRules rules;
+        rules.layout = model->tp_layout();
         const bool tied = args.tie_word_embeddings;
         rules.ignore = [tied](const std::string& name) { return tied && name == "lm_head.weight"; };
         detail::load_parameters(*model, ck, rules);
@@ -142,19 +183,63 @@ std::shared_ptr<CausalLM> load_pretrained(const std::string& dir, torch::Dtype d
 }
 
 std::shared_ptr<CausalLM> clone_causal_lm(const CausalLM& src, torch::Dtype dtype, torch::Device device) {
-    auto out = std::make_shared<CausalLM>(src.args(), dtype, device);
+    auto out = std::make_shared<CausalLM>(src.args(), dtype, device, src.backbone().tp_ptr());
     auto from = src.named_parameters(/*recurse=*/true);
     torch::NoGradGuard no_grad;
     for (auto& p : out->named_parameters(/*recurse=*/true)) p.value().copy_(from[p.key()]);
     return out;
 }
 
+namespace {
+
+// save_pretrained of a tensor-parallel model. Every rank of the block gathers the parameters in
+// named_parameters() order; rank 0 declares their full shapes (meta tensors) and writes each as
+// it is gathered. If rank 0 fails half-way it still takes part in the remaining gathers, then
+// the block agrees on the outcome, so no rank is left waiting.
+void save_split(const CausalLM& model, const std::string& dir, uint64_t max_shard_bytes, const ModelArgs& args) {
+    const TensorParallel& tp = *model.tp();
+    const auto params = detail::parameter_list(model);
+    NamedTensors declared;
+    for (const auto& [name, t] : params) {
+        RLPT_CHECK(t.scalar_type() == params.front().second.scalar_type(),
+                   "saving a split model: parameters of several dtypes ('{}')", name);
+        declared.emplace_back(name, torch::empty(full_shape(shard_spec(name, model.tp_layout()), t.sizes().vec()),
+                                                 t.options().device(torch::kMeta)));
+    }
+    size_t next = 0;
+    auto gather = [&](size_t i) {
+        RLPT_CHECK(i == next, "saving a split model: tensor {} requested, {} expected", i, next);
+        ++next;
+        return gather_full_parameter(params[i].first, params[i].second, args, tp);
+    };
+    std::string error;
+    if (tp.rank() == 0) {
+        try {
+            save_safetensors_sharded(dir, declared, max_shard_bytes, "model", gather);
+            save_model_args(args, dir);
+        } catch (const std::exception& e) {
+            error = e.what();
+        }
+    }
+    while (next < params.size()) gather(next);
+    auto failed = torch::full({1}, error.empty() ? 0.0f : 1.0f, torch::TensorOptions().device(model.device()));
+    tp.allreduce_sum_(failed);
+    if (!error.empty()) RLPT_THROW(IoError, "{}", error);
+    RLPT_CHECK_KIND(IoError, failed.item<float>() == 0, "saving '{}' failed on tensor-parallel rank 0", dir);
+}
+
+}  // namespace
+
 void save_pretrained(const CausalLM& model, const std::string& dir, uint64_t max_shard_bytes) {
     try {
         ModelArgs args = model.args();
         args.torch_dtype = dtype_name(model.dtype());
-        save_safetensors_sharded(dir, detail::parameter_list(model), max_shard_bytes);
-        save_model_args(args, dir);
+        if (model.tp() == nullptr) {
+            save_safetensors_sharded(dir, detail::parameter_list(model), max_shard_bytes);
+            save_model_args(args, dir);
+            return;
+        }
+        save_split(model, dir, max_shard_bytes, args);
     } catch (const Error& e) {
         rethrow_with_context(fmt::format("saving '{}'", dir), e);
     }

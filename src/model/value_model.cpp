@@ -7,13 +7,14 @@
 
 namespace rlpt::model {
 
-ValueModel::ValueModel(ModelArgs args, torch::Dtype dtype, torch::Device device) : args_(std::move(args)) {
+ValueModel::ValueModel(ModelArgs args, torch::Dtype dtype, torch::Device device, std::shared_ptr<const TensorParallel> tp)
+    : args_(std::move(args)) {
     args_.validate();
     RLPT_CHECK(args_.head == ModelHead::kTokenClassification || args_.head == ModelHead::kSequenceClassification,
                "ValueModel needs a token/sequence classification config, got {}", args_.architecture());
     args_.torch_dtype = dtype_name(dtype);
     auto options = torch::TensorOptions().dtype(dtype).device(device);
-    model_ = register_module("model", std::make_shared<Backbone>(args_, options));
+    model_ = register_module("model", std::make_shared<Backbone>(args_, options, std::move(tp)));
     auto score = register_module("score", std::make_shared<torch::nn::Module>());
     score_weight_ = score->register_parameter("weight", torch::empty({1, args_.hidden_size}, options));
     if (args_.head == ModelHead::kTokenClassification)
@@ -31,7 +32,7 @@ torch::Tensor ValueModel::forward_values(const torch::Tensor& input_ids, const t
     return torch::linear(hidden, score_weight_, score_bias_).squeeze(-1).to(torch::kFloat32);
 }
 
-void ValueModel::init_weights(uint64_t seed) { detail::init_parameters(*this, args_, seed); }
+void ValueModel::init_weights(uint64_t seed) { detail::init_parameters(*this, args_, model_->tp_layout(), seed); }
 
 ModelArgs value_model_args(const ModelArgs& policy_args) {
     ModelArgs a = policy_args;
@@ -58,14 +59,15 @@ void init_head(ValueModel& vm, ValueHeadInit init, uint64_t seed) {
 
 std::shared_ptr<ValueModel> value_model_from_policy_checkpoint(const std::string& dir, torch::Dtype dtype,
                                                                torch::Device device, ValueHeadInit init,
-                                                               uint64_t seed) {
+                                                               uint64_t seed, std::shared_ptr<const TensorParallel> tp) {
     try {
         ModelArgs policy_args = load_model_args(dir);
         RLPT_CHECK_KIND(ConfigError, policy_args.head == ModelHead::kCausalLM,
                         "architecture {} is not a policy (causal LM) checkpoint", policy_args.architecture());
-        auto vm = std::make_shared<ValueModel>(value_model_args(policy_args), dtype, device);
+        auto vm = std::make_shared<ValueModel>(value_model_args(policy_args), dtype, device, std::move(tp));
         auto ck = SafetensorsCheckpoint::open(dir);
         detail::LoadRules rules;
+        rules.layout = vm->backbone().tp_layout();
         rules.ignore = [](const std::string& name) { return name == "lm_head.weight"; };
         rules.optional = {"score.weight", "score.bias"};
         detail::load_parameters(*vm, ck, rules);
@@ -78,7 +80,7 @@ std::shared_ptr<ValueModel> value_model_from_policy_checkpoint(const std::string
 
 std::shared_ptr<ValueModel> value_model_from_policy(CausalLM& policy, torch::Dtype dtype, torch::Device device,
                                                     ValueHeadInit init, uint64_t seed) {
-    auto vm = std::make_shared<ValueModel>(value_model_args(policy.args()), dtype, device);
+    auto vm = std::make_shared<ValueModel>(value_model_args(policy.args()), dtype, device, policy.backbone().tp_ptr());
     auto src = policy.backbone().named_parameters(/*recurse=*/true);
     auto dst = vm->backbone().named_parameters(/*recurse=*/true);
     RLPT_ASSERT(src.size() == dst.size());
@@ -90,16 +92,19 @@ std::shared_ptr<ValueModel> value_model_from_policy(CausalLM& policy, torch::Dty
     return vm;
 }
 
-std::shared_ptr<ValueModel> load_value_model(const std::string& dir, torch::Dtype dtype, torch::Device device) {
+std::shared_ptr<ValueModel> load_value_model(const std::string& dir, torch::Dtype dtype, torch::Device device,
+                                             std::shared_ptr<const TensorParallel> tp) {
     try {
         ModelArgs args = load_model_args(dir);
         RLPT_CHECK_KIND(ConfigError, args.head != ModelHead::kCausalLM,
                         "architecture {} is a causal LM, not a value/reward model (use "
                         "value_model_from_policy_checkpoint to start a critic from it)",
                         args.architecture());
-        auto vm = std::make_shared<ValueModel>(args, dtype, device);
+        auto vm = std::make_shared<ValueModel>(args, dtype, device, std::move(tp));
         auto ck = SafetensorsCheckpoint::open(dir);
-        detail::load_parameters(*vm, ck, detail::LoadRules{});
+        detail::LoadRules rules;
+        rules.layout = vm->backbone().tp_layout();
+        detail::load_parameters(*vm, ck, rules);
         return vm;
     } catch (const Error& e) {
         rethrow_with_context(fmt::format("loading value model '{}'", dir), e);

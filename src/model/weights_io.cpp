@@ -44,9 +44,10 @@ std::set<std::string> load_parameters(torch::nn::Module& module, const Safetenso
             continue;
         }
         const auto& info = ck.info(name);
-        RLPT_CHECK_KIND(IoError, info.shape == it->second.sizes().vec(),
+        const auto expected = full_shape(shard_spec(name, rules.layout), it->second.sizes().vec());
+        RLPT_CHECK_KIND(IoError, info.shape == expected,
                         "checkpoint tensor '{}' in '{}' has shape {}, the model expects {}", name, ck.file_of(name),
-                        shape_str(info.shape), shape_str(it->second.sizes().vec()));
+                        shape_str(info.shape), shape_str(expected));
         RLPT_CHECK_KIND(IoError, c10::isFloatingType(info.dtype),
                         "checkpoint tensor '{}' in '{}' has dtype {}, expected a floating-point type", name,
                         ck.file_of(name), c10::toString(info.dtype));
@@ -64,7 +65,7 @@ std::set<std::string> load_parameters(torch::nn::Module& module, const Safetenso
                     missing.size(), name_list(missing));
 
     torch::NoGradGuard no_grad;
-    for (auto& [name, param] : to_load) param.copy_(ck.get(name));
+    for (auto& [name, param] : to_load) copy_slice(param, ck.get(name), shard_spec(name, rules.layout));
     return loaded;
 }
 
@@ -74,7 +75,17 @@ NamedTensors parameter_list(const torch::nn::Module& module) {
     return out;
 }
 
-void init_parameters(torch::nn::Module& module, const ModelArgs& args, uint64_t seed) {
+void copy_slice(torch::Tensor& param, const torch::Tensor& full, const ShardSpec& spec) {
+    if (spec.dim < 0 || (spec.start == 0 && spec.length == spec.full)) {
+        param.copy_(full);
+        return;
+    }
+    const int64_t real = spec.real();
+    if (real < spec.length) param.narrow(spec.dim, real, spec.length - real).zero_();
+    if (real > 0) param.narrow(spec.dim, 0, real).copy_(full.narrow(spec.dim, spec.start, real));
+}
+
+void init_parameters(torch::nn::Module& module, const ModelArgs& args, const TpLayout& layout, uint64_t seed) {
     torch::NoGradGuard no_grad;
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
     for (auto& p : module.named_parameters(/*recurse=*/true)) {
@@ -85,10 +96,12 @@ void init_parameters(torch::nn::Module& module, const ModelArgs& args, uint64_t 
         } else if (ends_with(name, ".bias")) {
             param.zero_();
         } else {
-            auto values = torch::empty(param.sizes(), torch::kFloat32).normal_(0.0, args.initializer_range, gen);
+            const auto spec = shard_spec(name, layout);
+            auto values = torch::empty(full_shape(spec, param.sizes().vec()), torch::kFloat32)
+                              .normal_(0.0, args.initializer_range, gen);
             if (name == "model.embed_tokens.weight" && args.pad_token_id >= 0 && args.pad_token_id < args.vocab_size)
                 values[args.pad_token_id].zero_();
-            param.copy_(values);
+            copy_slice(param, values, spec);
         }
     }
 }

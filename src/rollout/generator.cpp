@@ -80,7 +80,9 @@ void generate_micro_batch(model::CausalLM& model, const Prompts& prompts, const 
     std::vector<double> uniforms;
     std::vector<int64_t> keep, keep_tokens;
     for (int64_t step = 0; step < max_new; ++step) {
-        auto logits = head_logits(hidden, head);  // [b_live, V] fp32
+        // [b_live, V] fp32. Tensor-parallel: gathered over the block; every rank then draws the
+        // same tokens from the same per-row streams.
+        auto logits = model.tp() ? model.gathered_logits(hidden) : head_logits(hidden, head);
         if (!params.greedy) {
             uniforms.resize(live.size());
             for (size_t i = 0; i < live.size(); ++i) uniforms[i] = uniform_draw(seeds[static_cast<size_t>(live[i])], step);

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_models.h"
 #include "rlpt/build_config.h"
 #include "rlpt/comm/mpi.h"
 #include "rlpt/config/config.h"
@@ -112,19 +113,7 @@ rlpt::model::ModelArgs model_args(const std::string& name) {
         const rlpt::tokenizer::CharTokenizer tok(rlpt::data::kArithmeticCharset);
         return builtin_model_args(b, tok.vocab_size());
     }
-    if (name == "100m") {
-        auto a = tiny_model_args(ModelFamily::kLlama, 32000);
-        a.hidden_size = 768;
-        a.num_hidden_layers = 12;
-        a.num_attention_heads = 12;
-        a.num_key_value_heads = 12;
-        a.head_dim = 64;
-        a.intermediate_size = 2048;
-        a.max_position_embeddings = 2048;
-        a.tie_word_embeddings = true;
-        a.validate();
-        return a;
-    }
+    if (name == "100m") return rlpt::bench::llama_100m();
     RLPT_THROW(ValueError, "bench_train: unknown model '{}' (tiny, 100m)", name);
 }
 

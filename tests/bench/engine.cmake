@@ -8,3 +8,12 @@ rlpt_warnings(rlpt_bench_train)
 add_test(NAME bench_train COMMAND ${PROJECT_SOURCE_DIR}/scripts/bench_train.sh $<TARGET_FILE:rlpt_bench_train>
          CONFIGURATIONS bench)
 set_tests_properties(bench_train PROPERTIES LABELS bench TIMEOUT 3600 RUN_SERIAL TRUE ENVIRONMENT "${RLPT_TEST_ENV}")
+
+# Tensor parallelism: ~100M model, tp 2 vs 2 x tp 1 on 2 ranks (scripts/bench_tp.sh prints the table).
+add_executable(rlpt_bench_tp ${CMAKE_CURRENT_LIST_DIR}/bench_tp.cpp)
+target_link_libraries(rlpt_bench_tp PRIVATE rlpt_core)
+rlpt_torch_target(rlpt_bench_tp)
+rlpt_warnings(rlpt_bench_tp)
+add_test(NAME bench_tp COMMAND ${PROJECT_SOURCE_DIR}/scripts/bench_tp.sh $<TARGET_FILE:rlpt_bench_tp>
+         CONFIGURATIONS bench)
+set_tests_properties(bench_tp PROPERTIES LABELS bench TIMEOUT 3600 RUN_SERIAL TRUE ENVIRONMENT "${RLPT_TEST_ENV}")

@@ -7,6 +7,13 @@
 #   resume             4 steps straight == 2 steps + resume + 2 steps (metrics and weights
 #                      bit-identical), with the checkpoint at an epoch boundary
 #   sft                configs/sft.yaml shortened: trains and writes a HF model folder
+#   tp-invariance      tiny with actor/rollout/reference split over tp = 2 vs tp = 1: same metrics,
+#                      first steps; the exported (gathered) model generates; resuming the tp = 2
+#                      checkpoint at tp = 1 is refused, at tp = 2 bit-identical; SFT at tp 2
+#                      follows tp 1
+#   tp-layouts         uneven layouts: actor tp 2 x dp 2 with a tp 1 critic (GAE); every role with
+#                      the critic at tp 2; rollout on its own tp 2 ranks (weight sync slice by
+#                      slice) vs a colocated tp = 1 run
 #   ppo                configs/ppo.yaml shortened (critic + GAE) on top of the sft model
 #   own-task           a new user's path on prompt/response + prompt/answer JSONL files:
 #                      rlpt check (clean, and four problems in one run), init-model, SFT of the
@@ -224,6 +231,72 @@ assert all("critic/score/mean" in r for r in rows if r["step"] > 0)
 PY
     "$bin" generate --model runs/own-grpo/hf_model --prompt "digitsum 12=" --greedy --max-new-tokens 4 | tee gen.txt
     grep -q "finish" gen.txt
+    ;;
+  tp-invariance)
+    # The untrained tiny model scores 0 everywhere: the entropy bonus and a KL loss to the
+    # reference make every update (and the reference's log-probs) show in the metrics.
+    common=(trainer.output_dir=runs trainer.total_training_steps=3 trainer.val_before_train=false
+            actor.entropy_coeff=0.05 actor.optim.lr=0.01 actor.use_kl_loss=true trainer.save_freq=3)
+    run 1 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tp1
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tp2 \
+      'placement.groups=[{roles: [actor, rollout, reference], ranks: 2, model_parallel_size: 2}]' | tee tp2.log
+    grep -q "tp=2" tp2.log
+    compare runs/tp1/metrics.jsonl runs/tp2/metrics.jsonl 1,2,3 2e-3 \
+      critic/score/mean response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/ppo_kl
+    compare runs/tp1/metrics.jsonl runs/tp2/metrics.jsonl 2,3 2e-3 actor/kl_loss
+    "$py" -c 'import json,sys; k=[json.loads(l)["actor/kl_loss"] for l in open("runs/tp2/metrics.jsonl")]; assert k[-1] > 1e-6, k'
+    "$py" - runs/tp1/hf_model/model.safetensors runs/tp2/hf_model/model.safetensors <<'PY'
+import json, struct, sys
+def header(p):
+    with open(p, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return {k: v["shape"] for k, v in json.loads(f.read(n)).items() if k != "__metadata__"}
+a, b = header(sys.argv[1]), header(sys.argv[2])
+assert a == b, f"tp=2 export differs in names/shapes: {a} vs {b}"
+print(f"tp=2 export: {len(b)} full tensors, same names and shapes as tp=1")
+PY
+    "$bin" generate --model runs/tp2/hf_model --prompt-ids 1,4,5,13 --greedy --max-new-tokens 4 --output json > g2.json
+    "$bin" generate --model runs/tp1/hf_model --prompt-ids 1,4,5,13 --greedy --max-new-tokens 4 --output json > g1.json
+    "$py" -c 'import json,sys; a,b=[json.load(open(f))["samples"][0]["token_ids"] for f in ("g1.json","g2.json")]; assert a==b,(a,b)'
+    if run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tp2 trainer.resume=auto \
+         trainer.total_training_steps=4 > resume.log 2>&1; then cat resume.log; exit 1; fi
+    grep -q "written with tensor parallelism 2 rank . and this engine runs 1 (none)" resume.log || { cat resume.log; exit 1; }
+    # ... and resuming it at tp 2 continues: step 4 of the resumed run equals a straight 4-step run.
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tp2 trainer.resume=auto \
+      trainer.total_training_steps=4 'placement.groups=[{roles: [actor, rollout, reference], ranks: 2, model_parallel_size: 2}]' \
+      | tee resume2.log
+    grep -q "resumed from .*step_3" resume2.log
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tp2straight trainer.total_training_steps=4 \
+      'placement.groups=[{roles: [actor, rollout, reference], ranks: 2, model_parallel_size: 2}]'
+    compare runs/tp2straight/metrics.jsonl runs/tp2/metrics.jsonl 4 0 actor/entropy actor/grad_norm actor/kl_loss
+    # SFT at tp 2 (actor + rollout for the greedy evaluation) follows the tp 1 run.
+    sft=(trainer.output_dir=runs sft.total_steps=6 sft.eval_every=3)
+    run 2 "$src/configs/sft.yaml" "${sft[@]}" trainer.experiment_name=sft1 sft.output_model_dir=runs/sft1/model
+    run 2 "$src/configs/sft.yaml" "${sft[@]}" trainer.experiment_name=sft2 sft.output_model_dir=runs/sft2/model \
+      'placement.groups=[{roles: [actor, rollout], ranks: 2, model_parallel_size: 2}]'
+    compare runs/sft1/metrics.jsonl runs/sft2/metrics.jsonl 1,3,6 2e-3 sft/loss sft/grad_norm
+    ;;
+  tp-layouts)
+    common=(trainer.output_dir=runs trainer.total_training_steps=2 trainer.val_before_train=false
+            actor.entropy_coeff=0.05 actor.optim.lr=0.01 actor.use_kl_loss=true)
+    # GAE: actor/rollout/reference tp 2 x dp 2 on 4 ranks, critic tp 1 on 2 more.
+    run 1 "$src/configs/tiny.yaml" "${common[@]}" algorithm.adv_estimator=gae algorithm.use_kl_in_reward=true trainer.experiment_name=gae1 \
+      'placement.groups=[{roles: [actor, rollout, reference, critic], ranks: 1}]'
+    run 6 "$src/configs/tiny.yaml" "${common[@]}" algorithm.adv_estimator=gae algorithm.use_kl_in_reward=true trainer.experiment_name=gae6 \
+      'placement.groups=[{roles: [actor, rollout, reference], ranks: 4, model_parallel_size: 2}, {roles: [critic], ranks: 2}]'
+    compare runs/gae1/metrics.jsonl runs/gae6/metrics.jsonl 1,2 2e-3 \
+      response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/kl_loss critic/vf_loss critic/grad_norm
+    # Every role of the group split over tp 2, the critic included.
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" algorithm.adv_estimator=gae algorithm.use_kl_in_reward=true trainer.experiment_name=gae2 \
+      'placement.groups=[{roles: [actor, rollout, reference, critic], ranks: 2, model_parallel_size: 2}]'
+    compare runs/gae1/metrics.jsonl runs/gae2/metrics.jsonl 1,2 2e-3 \
+      response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/kl_loss critic/vf_loss critic/grad_norm
+    # Rollout on its own tp 2 ranks: each receives exactly its slices from the actor.
+    run 1 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=colocated
+    run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=split \
+      'placement.groups=[{roles: [actor, reference], ranks: 2, model_parallel_size: 2}, {roles: [rollout], ranks: 2, model_parallel_size: 2}]'
+    compare runs/colocated/metrics.jsonl runs/split/metrics.jsonl 1,2 2e-3 \
+      response_length/mean actor/entropy actor/grad_norm actor/kl_loss
     ;;
   *) echo "unknown check $check" >&2; exit 2;;
 esac

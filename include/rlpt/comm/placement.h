@@ -64,10 +64,13 @@ struct Placement {
 Placement compute_placement(const PlacementConfig& cfg, int world_size, const std::vector<int>& node_of_rank,
                             const std::vector<std::string>& required_roles, const std::string& why = {});
 
-// Ranks taking part in the actor -> rollout weight sync: [actor role rank 0] + the rollout
-// ranks that do not host the actor (those use the actor's model in place). Empty when every
-// rollout rank is colocated with the actor (no sync needed).
-std::vector<int> weight_sync_ranks(const Placement& p);
+// Ranks taking part in the actor -> rollout weight sync of model-parallel rank `mp_rank`:
+// [actor role rank mp_rank (the first block's)] + the rollout ranks with that mp_rank that do not
+// host the actor (those use the actor's model in place). Empty when every rollout rank is
+// colocated with the actor (no sync needed). With tensor parallelism (equal actor and rollout
+// model_parallel_size, checked at start-up) there is one such group per mp_rank, each moving
+// exactly its slices; mp_rank 0 is the only group otherwise.
+std::vector<int> weight_sync_ranks(const Placement& p, int mp_rank = 0);
 
 // Roles the algorithm in `c` needs: actor+rollout always; reference when a KL term is on;
 // critic for gae (or critic.enable=true); reward_model when reward_model.enable.

@@ -255,6 +255,10 @@ struct SftConfig {
 struct RoleGroupConfig {
     std::vector<std::string> roles;  // colocated in one process: actor, rollout, reference, critic, reward_model
     std::string ranks = "auto";      // a count, or auto (share of the ranks left)
+    // Tensor-parallel size: each model of these roles is split over blocks of this many
+    // consecutive ranks (model/tensor_parallel.h); ranks / model_parallel_size blocks share the
+    // batch. Must split the model's heads, intermediate size and vocabulary (checked when the
+    // models are built); a rollout on other ranks than the actor must use the actor's value.
     int64_t model_parallel_size = 1;
 };
 

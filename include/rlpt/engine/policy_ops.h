@@ -12,6 +12,9 @@
 // The head matmul runs in fp32 whatever the model dtype: for a bf16 model the [V, H] output
 // weight is cast to fp32 on every call (a transient V·H·4 bytes, e.g. 545 MB for Qwen2.5-0.5B).
 // Positions whose token is padding get finite values; callers mask them.
+// Tensor-parallel models: each rank computes the logits of its vocabulary slice only and the
+// block exchanges per-row statistics (model::vocab_parallel_logprob_entropy); every function
+// here is then collective on the block and returns the same values on every rank.
 #include <torch/torch.h>
 
 #include "rlpt/model/transformer.h"

@@ -57,6 +57,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "rlpt/comm/mpi.h"
@@ -82,6 +83,19 @@ struct OptimOptions {
     double clip_grad = 1.0;       // <= 0: no clipping
     int64_t zero_stage = 0;       // 0 | 1
     int64_t grad_bucket_bytes = 25 << 20;
+};
+
+// Tensor parallelism (model/tensor_parallel.h): the module is this rank's slice of a model split
+// over a block of ranks. Gradients are still averaged over `dp` only (the engine's DP
+// communicator joins the ranks holding the same slice: same mp_rank in every block); the
+// gradient norm sums the squares over the block, every replicated parameter counted once, so
+// the clip factor (and the skip decision) is the tp = 1 one on every rank. ZeRO-1 shards the
+// optimizer state over dp as before.
+struct TensorParallelInfo {
+    const comm::Communicator* block = nullptr;  // the role's mp communicator; null or size 1: none
+    // Parameters whose values on this rank another rank of the block counts in the norm
+    // (model::uncounted_parameters).
+    std::set<std::string> not_counted;
 };
 
 struct StepResult {
@@ -114,8 +128,9 @@ class TrainEngine {
     // dtypes and the same options: otherwise every rank throws a CommError naming the first
     // difference (never a hang). ValueError: no trainable parameters, parameters on several
     // devices, a dtype other than float32/bfloat16, invalid options.
+    // With `tp`, step() is also collective on tp.block (one 8-byte all-reduce for the norm).
     TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::Communicator& dp, OptimOptions opts,
-                uint64_t seed);
+                uint64_t seed, TensorParallelInfo tp = {});
     ~TrainEngine();
     TrainEngine(const TrainEngine&) = delete;
     TrainEngine& operator=(const TrainEngine&) = delete;
@@ -149,7 +164,9 @@ class TrainEngine {
     // Checkpointing under `prefix` (e.g. "actor/"): parameters (from DP rank 0's view, every rank
     // writes its own file), this rank's optimizer state (its slice under ZeRO-1), step, RNG
     // state. load_state() restores all of it bit-identically; a layout mismatch (other
-    // parameter names/shapes, other DP size under ZeRO-1) is an IoError naming the tensor.
+    // parameter names/shapes, other DP size under ZeRO-1) is an IoError naming the tensor. The
+    // layout records the tensor-parallel size and rank; loading a checkpoint written at another
+    // tp is refused with an IoError saying so (no resharding yet).
     // Names written (prefix gets a '/' appended when missing):
     //   <prefix>params/<parameter name>                   the parameter, its dtype
     //   <prefix>optimizer/<group>/{exp_avg,exp_avg_sq}    fp32 flat (this rank's range)

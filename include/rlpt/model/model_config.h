@@ -74,6 +74,32 @@ struct ModelArgs {
     void validate() const;
 };
 
+// How one rank of a tensor-parallel block of `tp` ranks holds a model (Megatron-LM layout):
+// query heads, the MLP's intermediate columns and the (padded) vocabulary are split into `tp`
+// contiguous slices; key/value heads are split when tp divides them and replicated otherwise
+// (each rank keeps the one KV head its query heads use, as vLLM does for GQA with few KV heads).
+// Torch-free so configuration checks can use it.
+struct TpLayout {
+    int64_t tp = 1, rank = 0;
+    int64_t head_dim = 0, num_kv_heads = 0;  // of the full model
+    int64_t heads = 0, head_first = 0;        // query heads of this rank: [head_first, +heads)
+    int64_t kv_heads = 0, kv_first = 0;       // KV heads held: [kv_first, +kv_heads)
+    bool kv_replicated = false;               // tp > num_key_value_heads: tp / nkv ranks share a head
+    int64_t inter = 0, inter_first = 0;       // intermediate columns [inter_first, +inter)
+    // The vocabulary is padded to a multiple of tp (Megatron pads too); padded rows are zero in
+    // the embedding and the LM head, and their logits are -inf (see transformer.h).
+    int64_t vocab_size = 0;                   // the real vocabulary (args.vocab_size)
+    int64_t vocab_padded = 0, vocab = 0, vocab_first = 0;  // this rank's rows [vocab_first, +vocab)
+    // Real (not padding) rows of this rank's vocabulary slice.
+    int64_t vocab_real() const;
+};
+
+// The layout of `rank` in a block of `tp` ranks. ConfigError naming the numbers when tp cannot
+// split this model: tp < 1, num_attention_heads or intermediate_size not divisible by tp,
+// num_key_value_heads neither a multiple nor a divisor of tp, a vocabulary so small that the
+// last rank's slice would be padding only.
+TpLayout tp_layout(const ModelArgs& args, int64_t tp, int64_t rank);
+
 // Parses a config.json text. `source` names the file in error messages.
 ModelArgs model_args_from_json(const std::string& json_text, const std::string& source);
 // Reads `path`, or `path`/config.json when `path` is a directory.

@@ -19,6 +19,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -99,12 +100,20 @@ class SafetensorsCheckpoint {
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
+// Produces the data of tensors[index] when the writer needs it (streaming: `tensors` then only
+// describe names, shapes and dtypes, e.g. meta-device tensors). Called once per tensor, in the
+// order the data is written, which is `tensors`' order when all have one element size.
+using TensorFetch = std::function<torch::Tensor(size_t index)>;
+
 // Writes one file atomically (temp file in the same directory + rename). Each tensor is
 // converted to a contiguous CPU tensor; the data buffer holds them by element size, largest
 // first (stable), so every tensor is aligned to its element size and reads alias it. Names
 // must be unique, non-empty and not "__metadata__". `metadata` defaults to {"format": "pt"}.
+// With `fetch`, each tensor's data is produced (and dropped) as it is written: peak memory is
+// one tensor.
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+                      const std::map<std::string, std::string>& metadata = {{"format", "pt"}},
+                      const TensorFetch& fetch = nullptr);
 
 // Writes `tensors` into `dir` the way Hugging Face does: a single `<base>.safetensors`
 // when everything fits in `max_shard_bytes` (0 = no limit), else
@@ -115,7 +124,8 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 // them up. Returns the file names written (shards, then the index if any).
 std::vector<std::string> save_safetensors_sharded(const std::string& dir, const NamedTensors& tensors,
                                                   uint64_t max_shard_bytes,
-                                                  const std::string& base = "model");
+                                                  const std::string& base = "model",
+                                                  const TensorFetch& fetch = nullptr);
 
 // Writes `text` to `path` atomically (temp file + rename). IoError on failure.
 void write_file_atomic(const std::string& path, const std::string& text);

@@ -27,6 +27,11 @@
 //                  decode steps continue from the row's last position.
 // Query positions that are padding (or see no real key) get a uniform attention over their
 // keys: finite garbage, never NaN; callers ignore them.
+//
+// Tensor parallelism (tensor_parallel.h): built with a TensorParallel block of tp > 1 ranks,
+// every rank holds its slices (shapes above with nh, nkv, I, V replaced by this rank's share,
+// tp_layout()); named_parameters() keeps the HF names, shard_spec() says where each slice sits.
+// Every forward is then collective on the block: all ranks call it with the same inputs.
 
 #include <torch/torch.h>
 
@@ -37,6 +42,7 @@
 
 #include "rlpt/model/kv_cache.h"
 #include "rlpt/model/model_config.h"
+#include "rlpt/model/tensor_parallel.h"
 
 namespace rlpt::model {
 
@@ -50,8 +56,8 @@ class RMSNorm;
 class Backbone : public torch::nn::Module {
   public:
     // Parameters are allocated uninitialised (torch::empty) in `options`' dtype/device; load
-    // or init them before use.
-    Backbone(const ModelArgs& args, torch::TensorOptions options);
+    // or init them before use. `tp` null or of size 1: the whole model.
+    Backbone(const ModelArgs& args, torch::TensorOptions options, std::shared_ptr<const TensorParallel> tp = nullptr);
 
     // Final-normed hidden states [B, T, H] in the model dtype. See the header comment for
     // inputs. With a cache: writes this call's K/V at positions [length, length+T) and advances
@@ -59,10 +65,16 @@ class Backbone : public torch::nn::Module {
     torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                           const torch::Tensor& position_ids, KVCache* cache = nullptr);
 
-    const torch::Tensor& embed_weight() const { return embed_weight_; }  // [V, H]
+    const torch::Tensor& embed_weight() const { return embed_weight_; }  // [V, H] (this rank's rows)
+    // The block (null for tp = 1) and this rank's layout (tp = 1: everything).
+    const TensorParallel* tp() const { return tp_ && tp_->size() > 1 ? tp_.get() : nullptr; }
+    const std::shared_ptr<const TensorParallel>& tp_ptr() const { return tp_; }
+    const TpLayout& tp_layout() const { return layout_; }
 
   private:
     ModelArgs args_;
+    std::shared_ptr<const TensorParallel> tp_;
+    TpLayout layout_;
     torch::Tensor embed_weight_;
     std::vector<std::shared_ptr<detail::DecoderLayer>> layers_;
     std::shared_ptr<detail::RMSNorm> norm_;
@@ -73,9 +85,10 @@ class Backbone : public torch::nn::Module {
 // it); Module::to() also works, dtype()/device() read the parameters.
 class CausalLM : public torch::nn::Module {
   public:
-    // Validates `args`; parameters are uninitialised until init_weights() or loading.
-    explicit CausalLM(ModelArgs args, torch::Dtype dtype = torch::kFloat32,
-                      torch::Device device = torch::kCPU);
+    // Validates `args` (and that `tp` can split it: ConfigError naming the numbers);
+    // parameters are uninitialised until init_weights() or loading.
+    explicit CausalLM(ModelArgs args, torch::Dtype dtype = torch::kFloat32, torch::Device device = torch::kCPU,
+                      std::shared_ptr<const TensorParallel> tp = nullptr);
 
     // args().torch_dtype is the dtype the model was built with; save_pretrained writes dtype().
     const ModelArgs& args() const { return args_; }
@@ -87,11 +100,24 @@ class CausalLM : public torch::nn::Module {
     // [B, T, H] final-normed hidden states, model dtype.
     torch::Tensor forward_hidden(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                  const torch::Tensor& position_ids, KVCache* cache = nullptr);
-    // [V, H] output projection (the embedding matrix when tie_word_embeddings). Shares storage
-    // with the parameter, so gradients flow through it.
+    // [V, H] output projection (the embedding matrix when tie_word_embeddings); this rank's
+    // rows [Vl, H] under tensor parallelism. Shares storage with the parameter, so gradients
+    // flow through it.
     torch::Tensor lm_head_weight() const;
+    const TensorParallel* tp() const { return model_->tp(); }
+    const TpLayout& tp_layout() const { return model_->tp_layout(); }
+    // Logits of this rank's vocabulary slice for hidden [N, H]: [N, Vl] float32, computed as
+    // hidden.float() @ lm_head_weight().float()^T; padding columns (vocabulary padded to a
+    // multiple of tp) are -inf. Differentiable; collective on the block (its backward
+    // all-reduces the hidden gradient). Feed it to vocab_parallel_logprob_entropy with
+    // tp_layout().vocab_first. With tp = 1: the full [N, V] logits.
+    torch::Tensor local_logits_fp32(const torch::Tensor& hidden) const;
+    // The full [N, V] float32 logits of hidden [N, H] (matmul in the model dtype, then cast) on
+    // every rank: gathered over the block for tp > 1 (sampling only; no gradient).
+    torch::Tensor gathered_logits(const torch::Tensor& hidden) const;
     // [B, T, V] float32 logits = hidden @ lm_head_weight()^T (matmul in the model dtype, result
-    // cast to fp32). For log-probs over long sequences prefer forward_hidden + a chunked head.
+    // cast to fp32; gathered over the block for tp > 1). For log-probs over long sequences
+    // prefer forward_hidden + a chunked head.
     torch::Tensor forward_logits(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                  const torch::Tensor& position_ids, KVCache* cache = nullptr);
 
@@ -101,6 +127,8 @@ class CausalLM : public torch::nn::Module {
     // Deterministic HF-style init from `seed`, independent of dtype/device: every Linear and
     // the embedding ~ normal(0, initializer_range) (drawn in fp32 on the CPU, in
     // named_parameters() order), biases 0, norm weights 1, the embedding row of pad_token_id 0.
+    // Under tensor parallelism each rank draws every full tensor and keeps its slice, so the
+    // model equals the tp = 1 model of the same seed.
     void init_weights(uint64_t seed);
 
   private:
@@ -115,22 +143,29 @@ class CausalLM : public torch::nn::Module {
 // tensor and the file): a parameter missing from the checkpoint, a tensor whose shape differs,
 // a tensor the model doesn't have. `*.rotary_emb.inv_freq` buffers are ignored, as is a
 // `lm_head.weight` in a tied checkpoint. Errors carry the context "loading '<dir>'".
+// With `tp`, each rank reads only its slices (narrowed views of the memory-mapped file, one
+// tensor copied at a time).
 std::shared_ptr<CausalLM> load_pretrained(const std::string& dir, torch::Dtype dtype = torch::kBFloat16,
-                                          torch::Device device = torch::kCPU);
+                                          torch::Device device = torch::kCPU,
+                                          std::shared_ptr<const TensorParallel> tp = nullptr);
 
 // Writes `dir`/config.json (torch_dtype = the model's dtype) and the parameters in the model's
 // dtype as model.safetensors, or as shards of at most `max_shard_bytes` plus an index (HF
 // naming), each file atomically. Stale shards from an earlier save in `dir` are removed. Other
 // files (tokenizer, generation_config.json) are left alone: copy them yourself.
+// Tensor-parallel models: collective on the block; the full tensors are gathered one at a time
+// and block rank 0 writes them as they come (never the whole model on one rank).
 void save_pretrained(const CausalLM& model, const std::string& dir, uint64_t max_shard_bytes = 5'000'000'000ULL);
 
 // CausalLM(args, dtype, device) + init_weights(seed).
 std::shared_ptr<CausalLM> make_random_causal_lm(const ModelArgs& args, uint64_t seed,
                                                 torch::Dtype dtype = torch::kFloat32,
-                                                torch::Device device = torch::kCPU);
+                                                torch::Device device = torch::kCPU,
+                                                std::shared_ptr<const TensorParallel> tp = nullptr);
 
-// A deep copy of `src` (same args, parameters copied, not shared) in `dtype` on `device`: e.g.
-// the frozen reference policy of a built-in model that has no checkpoint directory.
+// A deep copy of `src` (same args and tensor-parallel block, parameters copied, not shared) in
+// `dtype` on `device`: e.g. the frozen reference policy of a built-in model that has no
+// checkpoint directory.
 std::shared_ptr<CausalLM> clone_causal_lm(const CausalLM& src, torch::Dtype dtype, torch::Device device);
 
 // "float32" / "bfloat16" / "float16" <-> torch dtype (ValueError otherwise).

@@ -26,7 +26,10 @@ class ValueModel : public torch::nn::Module {
   public:
     // `args.head` must be kTokenClassification or kSequenceClassification with num_labels 1.
     // Parameters are uninitialised until init_weights() or loading.
-    explicit ValueModel(ModelArgs args, torch::Dtype dtype = torch::kFloat32, torch::Device device = torch::kCPU);
+    // Under tensor parallelism (`tp`) the backbone is split as in transformer.h; the score head
+    // is replicated (its input, the final hidden state, is the same on every rank of the block).
+    explicit ValueModel(ModelArgs args, torch::Dtype dtype = torch::kFloat32, torch::Device device = torch::kCPU,
+                        std::shared_ptr<const TensorParallel> tp = nullptr);
 
     const ModelArgs& args() const { return args_; }
     torch::Dtype dtype() const { return score_weight_.scalar_type(); }
@@ -68,15 +71,17 @@ ModelArgs value_model_args(const ModelArgs& policy_args);
 // load_pretrained (missing / mis-shaped / unexpected tensors name the tensor).
 std::shared_ptr<ValueModel> value_model_from_policy_checkpoint(const std::string& dir, torch::Dtype dtype,
                                                                torch::Device device, ValueHeadInit init,
-                                                               uint64_t seed = 0);
+                                                               uint64_t seed = 0,
+                                                               std::shared_ptr<const TensorParallel> tp = nullptr);
 // Critic from an in-memory policy: backbone parameters copied (not shared) into `dtype` on
-// `device`, head initialised per `init`.
+// `device`, head initialised per `init`; split like the policy.
 std::shared_ptr<ValueModel> value_model_from_policy(CausalLM& policy, torch::Dtype dtype, torch::Device device,
                                                     ValueHeadInit init, uint64_t seed = 0);
 
 // Loads a {Llama,Qwen2}For{Token,Sequence}Classification checkpoint with num_labels 1.
 std::shared_ptr<ValueModel> load_value_model(const std::string& dir, torch::Dtype dtype = torch::kFloat32,
-                                             torch::Device device = torch::kCPU);
+                                             torch::Device device = torch::kCPU,
+                                             std::shared_ptr<const TensorParallel> tp = nullptr);
 // Writes config.json (architecture from args().head, num_labels 1, torch_dtype = model dtype)
 // and the safetensors, like save_pretrained.
 void save_value_model(const ValueModel& model, const std::string& dir, uint64_t max_shard_bytes = 5'000'000'000ULL);

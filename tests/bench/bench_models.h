@@ -1,0 +1,23 @@
+#pragma once
+// Models the benchmarks share (built in code, random weights, no download).
+#include "rlpt/model/model_config.h"
+
+namespace rlpt::bench {
+
+// ~100M Llama-style model: hidden 768, 12 layers, 12 heads (MHA), SwiGLU 2048, vocab 32000, tied
+// embeddings, RMSNorm, RoPE (bench_train, bench_tp).
+inline model::ModelArgs llama_100m() {
+    auto a = model::tiny_model_args(model::ModelFamily::kLlama, 32000);
+    a.hidden_size = 768;
+    a.num_hidden_layers = 12;
+    a.num_attention_heads = 12;
+    a.num_key_value_heads = 12;
+    a.head_dim = 64;
+    a.intermediate_size = 2048;
+    a.max_position_embeddings = 2048;
+    a.tie_word_embeddings = true;
+    a.validate();
+    return a;
+}
+
+}  // namespace rlpt::bench
