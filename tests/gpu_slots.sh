@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# gpu_slots.sh COMMAND...: runs COMMAND with CUDA_VISIBLE_DEVICES set to the GPUs ctest gave
+# this test (RESOURCE_GROUPS "N,gpus:1", resource spec from scripts/gpu_resource_spec.sh). ctest
+# sets CTEST_RESOURCE_GROUP_COUNT and CTEST_RESOURCE_GROUP_<i>_GPUS="id:<gpu>,slots:1" only when
+# it runs with --resource-spec-file; otherwise (no GPUs: every CI and dev machine here) this is
+# exec COMMAND, unchanged.
+set -euo pipefail
+if [ -n "${CTEST_RESOURCE_GROUP_COUNT:-}" ]; then
+  ids=()
+  for ((i = 0; i < CTEST_RESOURCE_GROUP_COUNT; ++i)); do
+    var="CTEST_RESOURCE_GROUP_${i}_GPUS"
+    # "id:3,slots:1" (one entry per group; several groups may name the same card when the spec
+    # gives a card several slots).
+    for entry in ${!var//;/ }; do
+      id=${entry#id:}; id=${id%%,*}
+      [[ " ${ids[*]-} " == *" $id "* ]] || ids+=("$id")
+    done
+  done
+  CUDA_VISIBLE_DEVICES=$(IFS=,; echo "${ids[*]}")
+  export CUDA_VISIBLE_DEVICES
+fi
+exec "$@"
