@@ -216,15 +216,22 @@ double Controller::timeout_of(const Call& call) const {
 
 void Controller::receive_replies_until_done(Call& call) {
     comm::detail::Backoff backoff;
-    double next_watch = 0;  // the watchdog every 50 ms: replies keep their µs latency
+    // The watchdog every 50 ms, the first time after 50 ms: replies keep their µs latency.
+    double next_watch = detail::wall_seconds() + 0.05;
+    const comm::Deadline long_message = comm::Deadline::after_seconds(config_.trainer.call_timeout_s);
+    std::string msg;
+    int source = -1;
     for (;;) {
-        if (take_replies()) {
-            backoff = comm::detail::Backoff();
-            continue;
-        }
+        // Done? checked before every receive attempt: a failed MPI_Testany costs a progress
+        // round (and, with mpi_yield_when_idle, a sched_yield).
         if (call.waiting.empty()) {
             call.drop_sent_inputs();
             if (call.sends.empty()) return;
+        }
+        if (replies_->try_take(msg, source, long_message)) {
+            handle_reply(msg, source);
+            backoff = comm::detail::Backoff();
+            continue;
         }
         const double now = detail::wall_seconds();
         if (now >= next_watch) {
