@@ -180,7 +180,11 @@ void Controller::run_local_share(Call& call) {
     // are all submitted before any of them blocks in that collective.
     if (!call.has_local || call.local_done) return;
     call.local_done = true;
-    call.local_running = true;
+    struct Running {  // also cleared when the share throws
+        bool& flag;
+        explicit Running(bool& f) : flag(f) { flag = true; }
+        ~Running() { flag = false; }
+    } running(call.local_running);
     try {
         call.local_out = local_->run(call.role, call.method, call.local_in, call.step);
     } catch (const RemoteError&) {
@@ -197,7 +201,6 @@ void Controller::run_local_share(Call& call) {
                                       e.what()),
                           topo_.world_rank());
     }
-    call.local_running = false;
     call.local_in = Batch(0);
 }
 
