@@ -19,14 +19,29 @@ struct Controller::Call {
     std::map<int, BatchLayout> payloads;  // world rank -> layout of its payload
     bool has_local = false;
     bool local_done = false;
+    bool local_running = false;  // rank 0 is inside this call's local share
     Batch local_in;  // this rank's share, run in wait() (see below)
     Batch local_out;
-    comm::OutgoingBatch sends;
+    std::map<int, comm::OutgoingBatch> sends;  // world rank -> its inputs, until they are taken
     double started = 0;
     double last_warn = 0;
+
+    // Forgets the input sends that have completed: the ranks left have not taken their inputs.
+    void drop_sent_inputs() {
+        for (auto it = sends.begin(); it != sends.end();) it = it->second.test() ? sends.erase(it) : std::next(it);
+    }
 };
 
 namespace {
+std::string rank_list(const std::set<int>& ranks) {
+    std::string out;
+    for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+    return out;
+}
+// A worker that sent a heartbeat this recently is alive (it sends one about every second
+// while it waits inside a call).
+constexpr double kAliveWindowS = 3.0;
+
 std::vector<int> worker_ranks(const comm::Topology& topo) {
     std::vector<int> out;
     for (int r = 0; r < topo.world_size(); ++r)
@@ -41,9 +56,13 @@ Controller::Controller(const std::vector<RoleSpec>& registry, const Config& conf
       config_(config),
       topo_(topo),
       local_(local),
-      replies_(std::make_unique<comm::Mailbox>(topo.control().get(), wire::kTagReply, worker_ranks(topo))) {}
+      replies_(std::make_unique<comm::Mailbox>(topo.control().get(), wire::kTagReply, worker_ranks(topo))),
+      heartbeats_(std::make_unique<comm::Mailbox>(topo.control().get(), wire::kTagHeartbeat, worker_ranks(topo))) {
+    previous_observer_ = comm::set_wait_observer(this);
+}
 
 Controller::~Controller() {
+    comm::set_wait_observer(previous_observer_);
     try {
         shutdown();
     } catch (const std::exception& e) {
@@ -140,8 +159,8 @@ Controller::Pending Controller::submit_raw(int role_index, uint16_t method, cons
             local_role_rank = r;
             continue;
         }
-        call->sends.post(prefix, *input_of[static_cast<size_t>(r)], w, wire::kTagCommand, wire::kTagCommandData,
-                         topo_.control().get());
+        call->sends[w].post(prefix, *input_of[static_cast<size_t>(r)], w, wire::kTagCommand, wire::kTagCommandData,
+                            topo_.control().get());
         call->waiting.insert(w);
         busy_rank_[w] = call->seq;
     }
@@ -161,7 +180,27 @@ void Controller::run_local_share(Call& call) {
     // are all submitted before any of them blocks in that collective.
     if (!call.has_local || call.local_done) return;
     call.local_done = true;
-    call.local_out = local_->run(call.role, call.method, call.local_in, call.step);
+    struct Running {  // also cleared when the share throws
+        bool& flag;
+        explicit Running(bool& f) : flag(f) { flag = true; }
+        ~Running() { flag = false; }
+    } running(call.local_running);
+    try {
+        call.local_out = local_->run(call.role, call.method, call.local_in, call.step);
+    } catch (const RemoteError&) {
+        throw;  // another rank's error reply, read while this share waited
+    } catch (const ConfigError&) {
+        throw;  // a config error or the watchdog keep their own message and exit code
+    } catch (const TimeoutError&) {
+        throw;
+    } catch (const std::exception& e) {
+        // Rank 0 failed as a worker: the same message and exit code as any worker.
+        const RoleSpec& spec = registry_[static_cast<size_t>(call.role)];
+        throw RemoteError(fmt::format("{}.{} failed on rank {} (role {}, step {}): {}", spec.name,
+                                      spec.methods[call.method].name, topo_.world_rank(), spec.name, call.step,
+                                      e.what()),
+                          topo_.world_rank());
+    }
     call.local_in = Batch(0);
 }
 
@@ -171,75 +210,163 @@ Controller::Call& Controller::find_call(uint64_t seq) {
     return *it->second;
 }
 
-void Controller::receive_replies_until_done(Call& call) {
-    const RoleSpec& spec = registry_[static_cast<size_t>(call.role)];
-    const MethodSpec& m = spec.methods[call.method];
-    const std::string what = spec.name + "." + m.name;
+double Controller::timeout_of(const Call& call) const {
     // trainer.call_timeout_s caps every call; a method's own timeout_s can only tighten it
     // (ping: 120 s), so a user who lowers the cap gets the watchdog they asked for.
-    const double timeout =
-        m.timeout_s > 0 ? std::min(m.timeout_s, config_.trainer.call_timeout_s) : config_.trainer.call_timeout_s;
-    comm::Deadline deadline = comm::Deadline::after_seconds(timeout - (detail::wall_seconds() - call.started));
-    call.sends.complete(deadline, fmt::format("{}: sending the inputs", what));
+    const MethodSpec& m = registry_[static_cast<size_t>(call.role)].methods[call.method];
+    return m.timeout_s > 0 ? std::min(m.timeout_s, config_.trainer.call_timeout_s) : config_.trainer.call_timeout_s;
+}
 
+void Controller::receive_replies_until_done(Call& call) {
+    comm::detail::Backoff backoff;
+    // The watchdog every 50 ms, the first time after 50 ms: replies keep their µs latency.
+    double next_watch = detail::wall_seconds() + 0.05;
+    const comm::Deadline long_message = comm::Deadline::after_seconds(config_.trainer.call_timeout_s);
     std::string msg;
     int source = -1;
-    comm::detail::Backoff backoff;
-    while (!call.waiting.empty()) {
-        if (!replies_->try_take(msg, source, deadline)) {
-            double now = detail::wall_seconds();
-            if (rlpt::stop_requested() && !stop_noticed_) {
-                // Say what is in flight: when the launcher is ending the job (a rank died and
-                // mpirun/srun terminates the others) this is the last line naming the method.
-                stop_noticed_ = true;
-                std::string silent;
-                for (int r : call.waiting) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
-                RLPT_LOG_WARN("{} received while {} (step {}) waits for rank(s) {}; stopping after this call",
-                              stop_signal_name(), what, call.step, silent);
-            }
-            if (now - call.last_warn >= config_.trainer.stall_warn_s) {
-                call.last_warn = now;
-                std::string silent;
-                for (int r : call.waiting) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
-                RLPT_LOG_WARN("{} (step {}) has waited {:.0f} s for rank(s) {} to answer", what, call.step,
-                              now - call.started, silent);
-            }
-            if (deadline.expired()) {
-                std::string silent;
-                for (int r : call.waiting) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
-                throw TimeoutError(fmt::format("{} (step {}): rank(s) {} did not answer within {:.0f} s "
-                                               "(trainer.call_timeout_s); they are hung or dead",
-                                               what, call.step, silent, timeout));
-            }
-            backoff.pause();
+    for (;;) {
+        // Done? checked before every receive attempt: a failed MPI_Testany costs a progress
+        // round (and, with mpi_yield_when_idle, a sched_yield).
+        if (call.waiting.empty()) {
+            call.drop_sent_inputs();
+            if (call.sends.empty()) return;
+        }
+        if (replies_->try_take(msg, source, long_message)) {
+            handle_reply(msg, source);
+            backoff = comm::detail::Backoff();
             continue;
         }
-        backoff = comm::detail::Backoff();
-        auto r = detail::parse_header<wire::ReplyHeader>(msg, "reply from a worker");
-        auto busy = busy_rank_.find(source);
-        if (busy == busy_rank_.end() || busy->second != r.seq) {
-            throw CommError(fmt::format("unexpected reply from rank {} (seq {})", source, r.seq));
+        const double now = detail::wall_seconds();
+        if (now >= next_watch) {
+            watch(nullptr);
+            next_watch = now + 0.05;
         }
-        Call& owner = find_call(r.seq);
-        const RoleSpec& ospec = registry_[static_cast<size_t>(owner.role)];
-        const MethodSpec& om = ospec.methods[owner.method];
-        if (r.stop_signal != 0 && remote_stop_signal_ == 0) {
-            remote_stop_signal_ = r.stop_signal;
-            remote_stop_rank_ = source;
-            RLPT_LOG_WARN("rank {} reports a stop signal ({}); stopping at the next step boundary", source,
-                          signal_name(r.stop_signal));
-        }
-        if (r.status != static_cast<uint8_t>(wire::ReplyStatus::kOk)) {
-            std::string text = msg.substr(sizeof(r));
-            throw RemoteError(fmt::format("{}.{} failed on rank {} (role {}, step {}): {}", ospec.name, om.name, source,
-                                          ospec.name, owner.step, text),
-                              source);
-        }
-        if (r.has_payload) {
-            owner.payloads.emplace(source, decode_layout(msg.data() + sizeof(r), msg.size() - sizeof(r)));
-        }
-        owner.waiting.erase(source);
+        backoff.pause();
     }
+}
+
+void Controller::on_wait(const std::string& what, double) {
+    // Any wait of rank 0 outside the controller's own loops: a collective or a transfer in a
+    // local share, the outputs of a call, the shutdown. Only calls still outstanding are checked.
+    take_replies();
+    watch(&what);
+}
+
+bool Controller::take_replies() {
+    std::string msg;
+    int source = -1;
+    bool any = false;
+    while (replies_->try_take(msg, source, comm::Deadline::after_seconds(config_.trainer.call_timeout_s))) {
+        handle_reply(msg, source);
+        any = true;
+    }
+    return any;
+}
+
+void Controller::handle_reply(const std::string& msg, int source) {
+    auto r = detail::parse_header<wire::ReplyHeader>(msg, "reply from a worker");
+    auto busy = busy_rank_.find(source);
+    if (busy == busy_rank_.end() || busy->second != r.seq) {
+        throw CommError(fmt::format("unexpected reply from rank {} (seq {})", source, r.seq));
+    }
+    Call& owner = find_call(r.seq);
+    const RoleSpec& ospec = registry_[static_cast<size_t>(owner.role)];
+    const MethodSpec& om = ospec.methods[owner.method];
+    if (r.stop_signal != 0 && remote_stop_signal_ == 0) {
+        remote_stop_signal_ = r.stop_signal;
+        remote_stop_rank_ = source;
+        RLPT_LOG_WARN("rank {} reports a stop signal ({}); stopping at the next step boundary", source,
+                      signal_name(r.stop_signal));
+    }
+    if (r.status != static_cast<uint8_t>(wire::ReplyStatus::kOk)) {
+        std::string text = msg.substr(sizeof(r));
+        throw RemoteError(fmt::format("{}.{} failed on rank {} (role {}, step {}): {}", ospec.name, om.name, source,
+                                      ospec.name, owner.step, text),
+                          source);
+    }
+    if (r.has_payload) {
+        owner.payloads.emplace(source, decode_layout(msg.data() + sizeof(r), msg.size() - sizeof(r)));
+    }
+    owner.waiting.erase(source);
+}
+
+void Controller::watch(const std::string* local_wait) {
+    const double now = detail::wall_seconds();
+    std::string msg;
+    int source = -1;
+    while (heartbeats_->try_take(msg, source, comm::Deadline::after_seconds(config_.trainer.call_timeout_s))) {
+        auto h = detail::parse_header<wire::HeartbeatHeader>(msg, "heartbeat from a worker");
+        Seen& seen = seen_[source];
+        seen.at = now;
+        seen.seq = h.seq;
+        seen.what = msg.substr(sizeof(h));
+        seen.waited_s = h.waited_ms / 1000.0;
+    }
+    for (auto& [seq, owned] : calls_) {
+        Call& call = *owned;
+        call.drop_sent_inputs();
+        if (call.waiting.empty() && call.sends.empty() && !call.local_running) continue;
+        const RoleSpec& spec = registry_[static_cast<size_t>(call.role)];
+        const std::string what = spec.name + "." + spec.methods[call.method].name;
+        if (rlpt::stop_requested() && !stop_noticed_) {
+            // Say what is in flight: when the launcher is ending the job (a rank died and
+            // mpirun/srun terminates the others) this is the last line naming the method.
+            stop_noticed_ = true;
+            RLPT_LOG_WARN("{} received while {} (step {}) waits for rank(s) {}; stopping after this call",
+                          stop_signal_name(), what, call.step, rank_list(call.waiting));
+        }
+        if (now - call.started >= timeout_of(call)) throw TimeoutError(describe(call, now, local_wait, true));
+        if (now - call.last_warn >= config_.trainer.stall_warn_s) {
+            call.last_warn = now;
+            RLPT_LOG_WARN("{}", describe(call, now, local_wait, false));
+        }
+    }
+}
+
+std::string Controller::describe(const Call& call, double now, const std::string* local_wait, bool final) const {
+    const RoleSpec& spec = registry_[static_cast<size_t>(call.role)];
+    const std::string what = spec.name + "." + spec.methods[call.method].name;
+    // Outstanding ranks with a recent heartbeat from inside this call are alive and waiting
+    // (for the silent ones, in a collective or a transfer); the others stopped answering.
+    std::set<int> silent, alive, unsent;
+    std::vector<std::string> waits;
+    if (call.local_running) {
+        waits.push_back(fmt::format("rank {} (this rank) in {}", topo_.world_rank(),
+                                    local_wait ? *local_wait : std::string("its own share")));
+    }
+    for (const auto& kv : call.sends) unsent.insert(kv.first);
+    std::set<int> outstanding = call.waiting;
+    outstanding.insert(unsent.begin(), unsent.end());
+    for (int w : outstanding) {
+        auto it = seen_.find(w);
+        if (it != seen_.end() && it->second.seq == call.seq && now - it->second.at <= kAliveWindowS) {
+            alive.insert(w);
+            waits.push_back(fmt::format("rank {} in {} ({:.0f} s)", w, it->second.what, it->second.waited_s));
+        } else {
+            silent.insert(w);
+        }
+    }
+    const std::set<int>& blamed = silent.empty() ? alive : silent;
+    bool sending = false;
+    for (int w : blamed) sending = sending || unsent.count(w) != 0;
+    const std::string phase = sending ? " (sending them the inputs)" : "";
+    std::string who = blamed.empty() ? fmt::format("rank {} (this rank)", topo_.world_rank())
+                                     : "rank(s) " + rank_list(blamed);
+    std::string out;
+    if (final) {
+        out = fmt::format("{} (step {}): {} did not answer within {:.0f} s (trainer.call_timeout_s){}; ", what,
+                          call.step, who, timeout_of(call), phase);
+        out += silent.empty() ? "no rank of the call is silent: they wait for each other or for a rank outside it"
+                              : "they stopped answering (hung, stopped or dead)";
+    } else {
+        out = fmt::format("{} (step {}) has waited {:.0f} s for {} to answer{}", what, call.step, now - call.started,
+                          who, phase);
+    }
+    if (!waits.empty()) {
+        out += silent.empty() ? "; waiting: " : "; waiting for them: ";
+        for (size_t i = 0; i < waits.size(); ++i) out += (i ? ", " : "") + waits[i];
+    }
+    return out;
 }
 
 std::vector<Batch> Controller::collect(Call& call) {

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <limits>
+#include <utility>
 
 namespace rlpt::comm {
 
@@ -47,10 +48,42 @@ PollPolicy& policy_storage() {
 void set_poll_policy(const PollPolicy& p) { policy_storage() = p; }
 const PollPolicy& poll_policy() { return policy_storage(); }
 
+namespace {
+struct ObserverSlot {
+    WaitObserver* observer = nullptr;
+    bool inside = false;  // on_wait() is running: waits inside it are not reported
+};
+ObserverSlot& observer_slot() {
+    static ObserverSlot slot;
+    return slot;
+}
+constexpr std::chrono::milliseconds kReportEvery{50};
+}  // namespace
+
+WaitObserver* set_wait_observer(WaitObserver* observer) {
+    return std::exchange(observer_slot().observer, observer);
+}
+
 namespace detail {
-Backoff::Backoff() : start_(std::chrono::steady_clock::now()), sleep_us_(20.0) {}
+Backoff::Backoff(const std::string* what)
+    : start_(std::chrono::steady_clock::now()), next_report_(start_ + kReportEvery), sleep_us_(20.0), what_(what) {}
+
+void Backoff::report() {
+    ObserverSlot& slot = observer_slot();
+    if (what_ == nullptr || slot.observer == nullptr || slot.inside) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_report_) return;
+    next_report_ = now + kReportEvery;
+    struct Inside {
+        ObserverSlot& s;
+        explicit Inside(ObserverSlot& s_) : s(s_) { s.inside = true; }
+        ~Inside() { s.inside = false; }
+    } inside(slot);
+    slot.observer->on_wait(*what_, std::chrono::duration<double>(now - start_).count());
+}
 
 void Backoff::pause() {
+    report();
     const PollPolicy& p = poll_policy();
     double waited_us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_)

@@ -190,10 +190,13 @@ class MpiWeightSync::Transfer {
     }
 
     void wait_payload(InFlight& f) {
+        static const std::string kWhat = "weight sync (mpi) payload";
+        Backoff watch(&kWhat);  // only report(): this loop never sleeps (see the top)
         int flag = 0;
         for (;;) {
             RLPT_MPI_CHECK(MPI_Test(&f.req, &flag, MPI_STATUS_IGNORE));
             if (flag) return;
+            watch.report();
             if (deadline_.expired()) {
                 throw TimeoutError(fmt::format(
                     "weight sync (mpi): deadline passed waiting for payload message {} of {} "

@@ -147,7 +147,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 
 void wait_stream(NcclComm& comm, cudaStream_t stream, const Deadline& deadline,
                  const std::string& what) {
-    Backoff backoff;
+    Backoff backoff(&what);  // reported to the WaitObserver: the watchdog may end this wait
     for (;;) {
         ncclResult_t state = ncclSuccess;
         RLPT_NCCL_CHECK(&comm, ncclCommGetAsyncError(comm.get(), &state));

@@ -18,10 +18,10 @@ FaultPlan FaultPlan::parse(const std::string& spec) {
     std::stringstream ss(spec);
     for (std::string s; std::getline(ss, s, ':');) parts.push_back(s);
     auto bad = [&] {
-        return ConfigError(fmt::format("RLPT_FAULT='{}': expected <throw|kill|hang>:<world rank>:<method>[:<step>]", spec));
+        return ConfigError(fmt::format("RLPT_FAULT='{}': expected <throw|kill|hang|stop>:<world rank>:<method>[:<step>]", spec));
     };
     if (parts.size() < 3 || parts.size() > 4) throw bad();
-    if (parts[0] != "throw" && parts[0] != "kill" && parts[0] != "hang") throw bad();
+    if (parts[0] != "throw" && parts[0] != "kill" && parts[0] != "hang" && parts[0] != "stop") throw bad();
     try {
         p.world_rank = std::stoi(parts[1]);
         if (parts.size() == 4) p.step = std::stoll(parts[3]);
@@ -63,6 +63,7 @@ void WorkerHost::maybe_inject_fault(const MethodSpec& m, int64_t step) const {
     RLPT_LOG_WARN("injecting fault '{}' in {} at step {} (RLPT_FAULT)", fault_.kind, m.name, step);
     if (fault_.kind == "throw") throw ValueError(fmt::format("injected fault in {} (RLPT_FAULT)", m.name));
     if (fault_.kind == "kill") ::raise(SIGKILL);
+    if (fault_.kind == "stop") ::raise(SIGSTOP);  // as `kill -STOP`: the process stays, silent
     if (fault_.kind == "hang") {
         for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
     }
@@ -96,10 +97,49 @@ bool sends_payload(Collect c, const WorkerContext& ctx) {
 }
 }  // namespace
 
+void WorkerHost::on_wait(const std::string& what, double waited_s) {
+    if (!in_call_.active) return;  // idle between calls: the controller's own work has no bound
+    const double now = detail::wall_seconds();
+    if (now - in_call_.started > in_call_.abort_after) {
+        // The controller ends a stalled call at its deadline; still waiting this long after it
+        // means the controller itself stopped answering (or waits in a collective with a rank
+        // that did). End the job from here rather than wait forever.
+        RLPT_LOG_ERROR("{} (step {}): this rank has waited {:.0f} s in {} and the controller (rank {}) did not end the "
+                       "call within trainer.call_timeout_s; it stopped answering (hung, stopped or dead): aborting the "
+                       "job",
+                       in_call_.method, in_call_.step, waited_s, what, topo_.placement().controller_rank);
+        comm::MpiRuntime::abort(kWatchdogExitCode);
+    }
+    if (waited_s >= 0.5 && now - last_heartbeat_ >= 1.0) send_heartbeat(what, waited_s);
+}
+
+void WorkerHost::send_heartbeat(const std::string& what, double waited_s) {
+    int done = 1;
+    if (!heartbeat_reqs_.empty()) {
+        RLPT_MPI_CHECK(MPI_Testall(static_cast<int>(heartbeat_reqs_.size()), heartbeat_reqs_.data(), &done,
+                                   MPI_STATUSES_IGNORE));
+    }
+    if (!done) return;  // the previous one is still on its way: the controller is busy
+    heartbeat_reqs_.clear();
+    heartbeat_keep_.clear();
+    wire::HeartbeatHeader h;
+    h.seq = in_call_.seq;
+    h.waited_ms = static_cast<uint32_t>(std::min(waited_s * 1000.0, 4.0e9));
+    heartbeat_keep_.push_back(detail::header_bytes(h) + what.substr(0, 200));
+    comm::post_envelope(heartbeat_keep_.back(), topo_.placement().controller_rank, wire::kTagHeartbeat,
+                        topo_.control().get(), heartbeat_reqs_, heartbeat_keep_);
+    last_heartbeat_ = detail::wall_seconds();
+}
+
 int WorkerHost::serve() {
     const int controller = topo_.placement().controller_rank;
     MPI_Comm control = topo_.control().get();
     comm::Mailbox commands(control, wire::kTagCommand, {controller});
+    struct Observe {
+        comm::WaitObserver* previous;
+        explicit Observe(comm::WaitObserver* o) : previous(comm::set_wait_observer(o)) {}
+        ~Observe() { comm::set_wait_observer(previous); }
+    } observe(this);
     std::string msg;
     for (;;) {
         int source = controller;
@@ -107,7 +147,15 @@ int WorkerHost::serve() {
                          comm::Deadline::never(), "the next command from the controller");
 
         auto h = detail::parse_header<wire::CommandHeader>(msg, "command from the controller");
-        if (h.kind == static_cast<uint8_t>(wire::CommandKind::kShutdown)) return h.exit_code;
+        if (h.kind == static_cast<uint8_t>(wire::CommandKind::kShutdown)) {
+            // A heartbeat still on its way is small (sent eagerly); do not leave it pending.
+            for (auto& r : heartbeat_reqs_) {
+                int done = 0;
+                RLPT_MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
+                if (!done) MPI_Request_free(&r);  // completes in the background
+            }
+            return h.exit_code;
+        }
         if (h.kind != static_cast<uint8_t>(wire::CommandKind::kCall)) {
             throw CommError(fmt::format("unknown command kind {} from the controller", h.kind));
         }
@@ -120,6 +168,10 @@ int WorkerHost::serve() {
         }
         const MethodSpec& m = spec.methods[h.method];
         const WorkerContext& ctx = contexts_.at(h.role);
+        const double timeout = m.timeout_s > 0 ? std::min(m.timeout_s, config_.trainer.call_timeout_s)
+                                               : config_.trainer.call_timeout_s;
+        in_call_ = InCall{true, h.seq, h.step, spec.name + "." + m.name, detail::wall_seconds(),
+                          timeout + worker_grace_s(timeout)};
 
         wire::ReplyHeader reply;
         reply.role = h.role;
@@ -140,6 +192,7 @@ int WorkerHost::serve() {
         } catch (const std::exception& e) {
             error = e.what();
         }
+        in_call_.active = false;
         comm::OutgoingBatch send;
         if (!error.empty()) {
             reply.status = static_cast<uint8_t>(wire::ReplyStatus::kError);

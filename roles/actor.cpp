@@ -228,10 +228,10 @@ Batch save(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
     const std::string dir = in.meta_string("dir");
     const std::string file = fmt::format("actor_rank{}.h5", ctx.comms->role_rank);
-    ckpt::H5Writer writer((fs::path(dir) / file).string());
-    a.engine->save_state(writer, "actor/");
-    writer.set_int_attr("actor/weight_version", static_cast<int64_t>(a.policy->version));
-    auto digest = writer.commit();
+    const auto version = static_cast<int64_t>(a.policy->version);
+    auto digest = a.engine->save_state_file((fs::path(dir) / file).string(), "actor/", [&](ckpt::H5Writer& writer) {
+        writer.set_int_attr("actor/weight_version", version);
+    });
     return detail::checkpoint_file_info(dir, file, digest.size, digest.crc32);
 }
 

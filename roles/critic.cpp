@@ -117,9 +117,7 @@ Batch save(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     CriticWorker& cw = ready(w);
     const std::string dir = in.meta_string("dir");
     const std::string file = fmt::format("critic_rank{}.h5", ctx.comms->role_rank);
-    ckpt::H5Writer writer((fs::path(dir) / file).string());
-    cw.engine->save_state(writer, "critic/");
-    auto d = writer.commit();
+    auto d = cw.engine->save_state_file((fs::path(dir) / file).string(), "critic/");
     return detail::checkpoint_file_info(dir, file, d.size, d.crc32);
 }
 

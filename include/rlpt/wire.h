@@ -32,6 +32,9 @@ constexpr int kTagCommand = 101;      // + 1: long command messages
 constexpr int kTagCommandData = 103;
 constexpr int kTagReply = 111;        // + 1: long reply messages
 constexpr int kTagReplyData = 113;
+// Worker -> controller while the worker waits inside a call (a collective, its inputs): "alive,
+// waiting in <what>". Lets the watchdog tell a stopped rank from the ranks waiting for it.
+constexpr int kTagHeartbeat = 121;    // (+ 1 unused: heartbeats are always short)
 
 enum class CommandKind : uint8_t { kCall = 1, kShutdown = 2 };
 enum class ReplyStatus : uint8_t { kOk = 0, kError = 1 };
@@ -58,6 +61,15 @@ struct ReplyHeader {
     uint8_t stop_signal = 0; // SIGTERM/SIGUSR1 this worker's process has received (0: none)
     int32_t world_rank = -1;
     uint64_t seq = 0;
+};
+
+// Followed by the text of what the worker waits for ("gradient all-reduce").
+struct HeartbeatHeader {
+    uint32_t magic = kMagic;
+    uint16_t version = kVersion;
+    uint16_t reserved = 0;
+    uint64_t seq = 0;         // the call the worker is in
+    uint32_t waited_ms = 0;   // how long this wait has lasted
 };
 #pragma pack(pop)
 

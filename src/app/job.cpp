@@ -6,10 +6,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "check.h"
 #include "modes.h"
+#include "run_dir.h"
 #include "rlpt/app/registry.h"
 #include "rlpt/comm/topology.h"
 #include "rlpt/core/debug_env.h"
@@ -82,6 +84,8 @@ std::string slurm_description() {
     return s;
 }
 
+static_assert(protocol::kWatchdogExitCode == kExitTimeout, "a worker's watchdog exits with the documented code");
+
 int exit_code_for(const std::exception& e) {
     if (dynamic_cast<const protocol::RemoteError*>(&e)) return kExitWorkerError;
     if (const auto* err = dynamic_cast<const Error*>(&e)) {
@@ -123,6 +127,8 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
     // Placement: derived on every rank; an impossible layout is refused by all of them alike.
     comm::Placement placement;
     protocol::FaultPlan fault;
+    std::optional<RunLock> lock;  // rank 0: this job owns the run directory
+    const std::string run_dir = (fs::path(config.trainer.output_dir) / config.trainer.experiment_name).string();
     int64_t ok = 1;
     std::string problem;
     try {
@@ -135,9 +141,16 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
         check_tensor_parallel_weight_sync(placement);
         fault = protocol::FaultPlan::parse(env.fault);
         protocol::validate_registry(role_registry());
+        if (world.rank() == 0) {
+            fs::create_directories(run_dir);
+            lock.emplace(RunLock::acquire(run_dir));
+        }
     } catch (const Error& e) {
         ok = 0;
         problem = e.message();
+    } catch (const std::exception& e) {  // std::filesystem
+        ok = 0;
+        problem = e.what();
     }
     if (world.allreduce_min_i64(ok) == 0) {
         if (world.rank() == 0) RLPT_LOG_ERROR("{}", problem.empty() ? "start-up failed on another rank" : problem);
@@ -174,8 +187,7 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
         RunContext run;
         run.config = &config;
         run.topology = &topo;
-        run.run_dir = (fs::path(config.trainer.output_dir) / config.trainer.experiment_name).string();
-        fs::create_directories(run.run_dir);
+        run.run_dir = run_dir;
         {
             std::ofstream f(fs::path(run.run_dir) / "config.yaml");
             f << "# effective config of this run (rlpt " << opts.config_path << ")\n" << to_yaml(config);
@@ -191,6 +203,7 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
     } catch (const std::exception& e) {
         // Print from this rank, then end the whole job: peers may be blocked in collectives.
         RLPT_LOG_ERROR("{}", e.what());
+        lock.reset();  // the run directory is free again (MPI_Abort skips destructors)
         mpi.mark_failed();
         comm::MpiRuntime::abort(exit_code_for(e));
     }

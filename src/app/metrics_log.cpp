@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <sstream>
 #include <vector>
 
 #include "rlpt/core/error.h"
+#include "rlpt/core/log.h"
 
 namespace rlpt::app {
 
@@ -29,6 +31,19 @@ MetricsLog::MetricsLog(const std::string& run_dir, int64_t keep_up_to_step, cons
                 // a torn last line from a crash: drop it
             }
         }
+    }
+    std::error_code ec;
+    if (keep_up_to_step < 0 && std::filesystem::file_size(path_, ec) > 0 && !ec) {
+        // A fresh start in a directory with history (trainer.resume=disable): keep the old log.
+        const std::time_t t = std::time(nullptr);
+        std::tm tm{};
+        gmtime_r(&t, &tm);
+        char stamp[32];
+        std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+        const std::string aside = path_ + "." + stamp + ".old";
+        std::filesystem::rename(path_, aside, ec);
+        if (ec) throw IoError(fmt::format("cannot keep the old {} as {}: {}", path_, aside, ec.message()));
+        RLPT_LOG_INFO("starting a fresh metrics log; the previous one is kept as {}", aside);
     }
     out_.open(path_, std::ios::trunc);
     if (!out_) throw IoError(fmt::format("cannot write {}", path_));

@@ -6,6 +6,7 @@
 
 #include "rl_trainer.h"
 #include "controller_state.h"
+#include "run_dir.h"
 #include "rlpt/ckpt/checkpoint_dir.h"
 #include "rlpt/ckpt/h5_store.h"
 #include "rlpt/core/log.h"
@@ -17,8 +18,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int64_t kControllerStateVersion = 1;
-
-std::string checkpoint_root(const RunContext& run) { return (fs::path(run.run_dir) / "checkpoints").string(); }
 
 std::string hash_hex(uint64_t h) { return fmt::format("{:016x}", h); }
 
@@ -34,7 +33,7 @@ void add_files(ckpt::Manifest& manifest, const std::vector<Batch>& infos) {
 }  // namespace
 
 void RlTrainer::save_checkpoint() {
-    const std::string root = checkpoint_root(run_);
+    const std::string root = checkpoint_root(run_.run_dir);
     const std::string dir = ckpt::create_step_dir(root, step_);
     Batch m(0);
     m.set_meta("dir", dir);
@@ -64,18 +63,8 @@ void RlTrainer::save_checkpoint() {
 }
 
 bool RlTrainer::try_resume() {
-    const std::string& mode = c_.trainer.resume;
-    if (mode == "disable") return false;
-    std::optional<ckpt::CheckpointInfo> info;
-    if (mode == "auto") {
-        info = ckpt::latest_complete_checkpoint(checkpoint_root(run_));
-        if (!info) return false;
-    } else {
-        RLPT_CHECK_KIND(ConfigError, ckpt::is_complete(mode),
-                        "trainer.resume={}: not a complete checkpoint directory (no valid COMPLETE manifest)", mode);
-        info = ckpt::CheckpointInfo{ckpt::read_manifest(mode).step, mode, ckpt::read_manifest(mode)};
-    }
-    ckpt::verify_checkpoint(info->dir);
+    const std::optional<ckpt::CheckpointInfo> info = checkpoint_to_resume(c_, run_.run_dir);
+    if (!info) return false;
     const auto& man = info->manifest;
     if (man.config_hash != hash_hex(config_hash(c_))) {
         RLPT_LOG_WARN("resuming from {} which was written with a different config (changed keys take effect from "

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "controller_state.h"
+#include "run_dir.h"
 #include "rlpt/ckpt/checkpoint_dir.h"
 #include "rlpt/ckpt/h5_store.h"
 #include "rlpt/core/log.h"
@@ -14,15 +15,13 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kSftStateVersion = 1;
 
-std::string checkpoint_root(const RunContext& run) { return (fs::path(run.run_dir) / "checkpoints").string(); }
-
 std::string config_hash_hex(const Config& c) { return fmt::format("{:016x}", config_hash(c)); }
 }  // namespace
 
 void save_sft_checkpoint(protocol::Controller& ctl, const RunContext& run, int64_t step,
                          const data::EpochSampler& sampler) {
     const Config& c = *run.config;
-    const std::string root = checkpoint_root(run);
+    const std::string root = checkpoint_root(run.run_dir);
     const std::string dir = ckpt::create_step_dir(root, step);
     ckpt::Manifest manifest;
     manifest.step = step;
@@ -53,20 +52,10 @@ void save_sft_checkpoint(protocol::Controller& ctl, const RunContext& run, int64
 
 int64_t resume_sft(protocol::Controller& ctl, const RunContext& run, data::EpochSampler& sampler) {
     const Config& c = *run.config;
-    const std::string& mode = c.trainer.resume;
-    if (mode == "disable") return 0;
-    std::string dir;
-    if (mode == "auto") {
-        auto info = ckpt::latest_complete_checkpoint(checkpoint_root(run));
-        if (!info) return 0;
-        dir = info->dir;
-    } else {
-        RLPT_CHECK_KIND(ConfigError, ckpt::is_complete(mode),
-                        "trainer.resume={}: not a complete checkpoint directory (no valid COMPLETE manifest)", mode);
-        dir = mode;
-    }
-    ckpt::verify_checkpoint(dir);
-    const ckpt::Manifest man = ckpt::read_manifest(dir);
+    const std::optional<ckpt::CheckpointInfo> info = checkpoint_to_resume(c, run.run_dir);
+    if (!info) return 0;
+    const std::string& dir = info->dir;
+    const ckpt::Manifest& man = info->manifest;
     ckpt::H5Reader r((fs::path(dir) / "controller.h5").string());
     const std::string written_by = r.has_attr("controller/mode") ? r.string_attr("controller/mode") : "rl";
     RLPT_CHECK_KIND(ConfigError, written_by == "sft",

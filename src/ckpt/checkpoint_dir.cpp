@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <ctime>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -143,7 +144,10 @@ FileDigest file_digest(const std::string& path) {
 void write_file_atomic(const std::string& path, std::string_view contents) {
     const std::string tmp = path + ".tmp";
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    RLPT_CHECK_KIND(IoError, fd >= 0, "cannot create {}: {}", tmp, std::strerror(errno));
+    if (fd < 0) {
+        const int e = errno;
+        RLPT_THROW(IoError, "{} while creating {} (cannot create it: {})", io_error_cause(e), tmp, std::strerror(e));
+    }
     size_t done = 0;
     int err = 0;
     while (done < contents.size()) {
@@ -159,7 +163,7 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
     if (::close(fd) != 0 && err == 0) err = errno;
     if (err != 0) {
         ::unlink(tmp.c_str());
-        RLPT_THROW(IoError, "cannot write {}: {}", tmp, std::strerror(err));
+        RLPT_THROW(IoError, "{} while writing {} ({})", io_error_cause(err), tmp, std::strerror(err));
     }
     detail::rename_file(tmp, path);
     fsync_directory(detail::parent_dir(path));
@@ -185,7 +189,8 @@ std::string create_step_dir(const std::string& root, int64_t step) {
     const bool root_existed = fs::exists(root);
     std::error_code ec;
     fs::create_directories(dir, ec);
-    RLPT_CHECK_KIND(IoError, !ec, "cannot create checkpoint directory {}: {}", dir, ec.message());
+    RLPT_CHECK_KIND(IoError, !ec, "{} while creating checkpoint directory {} ({})", io_error_cause(ec.value()), dir,
+                    ec.message());
     if (!root_existed) fsync_directory(detail::parent_dir(fs::path(root).lexically_normal().string()));
     fsync_directory(root);
     return dir;
@@ -259,6 +264,56 @@ std::optional<CheckpointInfo> latest_complete_checkpoint(const std::string& root
         }
     }
     return std::nullopt;
+}
+
+namespace {
+std::string utc_stamp() {
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
+    return buf;
+}
+constexpr std::string_view kDamagedInfix = ".damaged-";
+}  // namespace
+
+std::optional<CheckpointInfo> newest_valid_checkpoint(const std::string& root, std::vector<std::string>* moved) {
+    const std::vector<int64_t> steps = list_complete_steps(root);
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+        const std::string dir = step_dir_path(root, *it);
+        std::string problem;
+        try {
+            Manifest m = read_manifest(dir);
+            RLPT_CHECK_KIND(IoError, m.step == *it, "{}: the manifest names step {}", dir, m.step);
+            check_files(dir, m, /*verify_crc=*/true);
+            return CheckpointInfo{*it, dir, std::move(m)};
+        } catch (const IoError& e) {
+            problem = e.message();
+        }
+        std::string aside = dir + std::string(kDamagedInfix) + utc_stamp();
+        for (int n = 1; fs::exists(aside); ++n) aside = dir + std::string(kDamagedInfix) + utc_stamp() + "-" + std::to_string(n);
+        detail::rename_file(dir, aside);
+        fsync_directory(root);
+        RLPT_LOG_WARN("checkpoint {} is damaged ({}); moved it aside to {} and falling back to an older one", dir,
+                      problem, aside);
+        if (moved) moved->push_back(aside);
+    }
+    return std::nullopt;
+}
+
+std::vector<std::string> list_damaged_checkpoints(const std::string& root) {
+    std::vector<std::string> out;
+    if (!fs::is_directory(root)) return out;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(root, ec)) {
+        const std::string name = entry.path().filename().string();
+        const size_t at = name.find(kDamagedInfix);
+        if (at != std::string::npos && parse_step_name(name.substr(0, at)) >= 0) out.push_back(name);
+    }
+    RLPT_CHECK_KIND(IoError, !ec, "cannot list checkpoint root {}: {}", root, ec.message());
+    std::sort(out.begin(), out.end());
+    return out;
 }
 
 std::vector<int64_t> prune_checkpoints(const std::string& root, int keep_last, int64_t protect_step) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <set>
 
@@ -17,6 +18,20 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 namespace rlpt::ckpt {
 
 using namespace detail;  // the private helpers in ckpt/h5_util.h and ckpt/h5_handle.h
+
+namespace {
+// A failure while writing `path`, rethrown with the system's cause first when HDF5 reports one
+// ("disk full while writing <path> (No space left on device); <context>: <HDF5's stack>").
+[[noreturn]] void rethrow_write_error(const std::string& context, const std::string& path, const Error& e) {
+    const int err = errno_in_text(e.message());
+    if (err != 0) {
+        throw IoError(fmt::format("{} while writing {} ({}); {}: {}", io_error_cause(err), path, std::strerror(err),
+                                  context, e.message()),
+                      nullptr, 0, e.call());
+    }
+    rethrow_with_context(context, e);
+}
+}  // namespace
 
 // ================================================================================================
 // Writer
@@ -101,7 +116,7 @@ H5Writer::H5Writer(std::string path) : impl_(std::make_unique<Impl>()) {
     } catch (const Error& e) {
         impl_->file.reset();
         std::remove(impl_->tmp_path.c_str());
-        rethrow_with_context(fmt::format("creating checkpoint file {}", impl_->tmp_path), e);
+        rethrow_write_error("creating the file", impl_->tmp_path, e);
     }
 }
 
@@ -144,7 +159,7 @@ void H5Writer::write_tensor(const std::string& name, const torch::Tensor& tensor
         impl_->write_dataset(name, st.h5, dims, dims.empty(), t.data_ptr(), nbytes, kKindTensor,
                              st.name);
     } catch (const Error& e) {
-        rethrow_with_context(fmt::format("writing tensor '{}' to {}", name, impl_->tmp_path), e);
+        rethrow_write_error(fmt::format("writing tensor '{}'", name), impl_->tmp_path, e);
     }
 }
 
@@ -157,7 +172,7 @@ void H5Writer::write_blob(const std::string& name, std::string_view bytes) {
         impl_->write_dataset(name, H5T_STD_U8LE, {hsize_t(bytes.size())}, false, bytes.data(),
                              bytes.size(), kKindBlob, nullptr);
     } catch (const Error& e) {
-        rethrow_with_context(fmt::format("writing blob '{}' to {}", name, impl_->tmp_path), e);
+        rethrow_write_error(fmt::format("writing blob '{}'", name), impl_->tmp_path, e);
     }
 }
 
@@ -193,7 +208,7 @@ FileDigest H5Writer::commit() {
         impl_->file.close();
     } catch (const Error& e) {
         impl_->file.reset();
-        rethrow_with_context(fmt::format("closing checkpoint file {}", impl_->tmp_path), e);
+        rethrow_write_error("closing the file", impl_->tmp_path, e);
     }
     detail::fsync_file(impl_->tmp_path);
     const FileDigest digest = file_digest(impl_->tmp_path);

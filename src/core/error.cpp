@@ -1,5 +1,7 @@
 #include "rlpt/core/error.h"
 
+#include <cerrno>
+
 #include <cstring>
 
 namespace rlpt {
@@ -79,6 +81,35 @@ void rethrow_with_context(const std::string& context, const Error& e) {
         case ErrorKind::kGeneric: break;
     }
     throw Error(e.kind(), std::move(msg), nullptr, 0, e.call());
+}
+
+}  // namespace rlpt
+
+namespace rlpt {
+
+std::string io_error_cause(int err) {
+    switch (err) {
+        case ENOSPC: return "disk full";
+        case EDQUOT: return "disk quota exceeded";
+        case EROFS: return "read-only file system";
+        case EACCES:
+        case EPERM: return "permission denied";
+        case EISDIR: return "a directory in the way";
+        case ENOENT:
+        case ENOTDIR: return "missing directory";
+        case EIO: return "I/O error";
+        default: return "file-system error";
+    }
+}
+
+int errno_in_text(const std::string& text) {
+    const std::string key = "errno = ";
+    const size_t at = text.find(key);
+    if (at == std::string::npos) return 0;
+    int err = 0;
+    for (size_t i = at + key.size(); i < text.size() && text[i] >= '0' && text[i] <= '9' && err < 100000; ++i)
+        err = err * 10 + (text[i] - '0');
+    return err;
 }
 
 }  // namespace rlpt

@@ -90,8 +90,13 @@ void rlpt::engine::detail::EngineState::agree(std::exception_ptr local_error, co
         if (local_error) std::rethrow_exception(local_error);
         return;
     }
-    // Common case first: one small all-reduce says whether anybody failed.
-    if (dp->allreduce_max_i64(local_error ? 1 : 0) == 0) return;
+    // Common case first: one small all-reduce says whether anybody failed (named after `what`
+    // for the watchdog, which lists the ranks waiting in it).
+    int64_t anybody_failed = local_error ? 1 : 0;
+    MPI_Request req = MPI_REQUEST_NULL;
+    RLPT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &anybody_failed, 1, MPI_INT64_T, MPI_MAX, dp->get(), &req));
+    comm::wait_one(req, comm::Deadline::never(), what + " (error agreement)");
+    if (anybody_failed == 0) return;
     std::string mine;
     if (local_error) {
         try {

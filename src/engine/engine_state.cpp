@@ -1,9 +1,11 @@
 // TrainEngine::save_state / load_state: parameters, optimizer moments (+ fp32 masters), step
 // counters and the RNG, in the ckpt H5 store (names listed in train_engine.h).
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "engine/engine_impl.h"
+#include "rlpt/ckpt/checkpoint_dir.h"
 #include "rlpt/ckpt/h5_store.h"
 #include <fmt/ranges.h>
 
@@ -93,6 +95,30 @@ void TrainEngine::save_state(ckpt::H5Writer& w, const std::string& prefix_in) co
         err = std::current_exception();
     }
     st.agree<IoError>(err, "TrainEngine::save_state");
+}
+
+ckpt::FileDigest TrainEngine::save_state_file(const std::string& path, const std::string& prefix,
+                                             const std::function<void(ckpt::H5Writer&)>& extra) const {
+    const auto& st = *impl_;
+    std::optional<ckpt::H5Writer> w;
+    std::exception_ptr err;
+    try {
+        w.emplace(path);
+    } catch (...) {
+        err = std::current_exception();
+    }
+    st.agree<IoError>(err, "creating the checkpoint files");
+    save_state(*w, prefix);
+    ckpt::FileDigest digest;
+    err = nullptr;
+    try {
+        if (extra) extra(*w);
+        digest = w->commit();
+    } catch (...) {
+        err = std::current_exception();
+    }
+    st.agree<IoError>(err, "writing the checkpoint files");
+    return digest;
 }
 
 void TrainEngine::load_state(ckpt::H5Reader& r, const std::string& prefix_in) {

@@ -9,6 +9,8 @@
 // cudaStreamSynchronize that could hang forever on a dead peer); on an asynchronous error the
 // communicator is aborted and a CommError thrown.
 #include "engine/transport.h"
+
+#include <exception>
 #include "rlpt/build_config.h"
 #include "rlpt/core/error.h"
 
@@ -101,6 +103,14 @@ class NcclTransport final : public Transport {
         throw CommError(fmt::format("{} failed: {} {}", call, ncclGetErrorString(rc), last), __FILE__, __LINE__, call);
     }
     void wait(const std::string& what) {
+        // No deadline of its own: the watchdog (comm::WaitObserver) ends a wait that outlives
+        // the call it belongs to; the communicator is then left unhealthy (aborted, not freed).
+        struct MarkUnhealthyOnThrow {
+            bool& healthy;
+            ~MarkUnhealthyOnThrow() {
+                if (std::uncaught_exceptions() > 0) healthy = false;
+            }
+        } guard{healthy_};
         comm::poll_until(
             [&] {
                 const cudaError_t q = cudaStreamQuery(cudaStreamLegacy);

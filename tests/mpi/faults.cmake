@@ -85,3 +85,24 @@ rlpt_add_failure_test(resume_sft_from_rl_checkpoint_refused_np2 NP 2 TARGET rlpt
   REGEX "cannot resume an sft run from .*step_0*1: it is a checkpoint of a trainer\\.mode=rl run"
   ARGS ${_tiny} trainer.output_dir=${_mixed} trainer.mode=sft)
 set_tests_properties(resume_sft_from_rl_checkpoint_refused_np2 PROPERTIES FIXTURES_REQUIRED rl_checkpoint_for_sft)
+
+# Bounded failure on every path (tests/mpi/fault_cases.sh): SIGSTOP of a worker in each phase,
+# in the shipped layout (rank 0 hosts roles) and with the controller alone; a rank that cannot
+# write its checkpoint; a full disk; damaged checkpoints; two jobs on one run directory. Each
+# case checks exit code, message, time bound, leftovers and that no complete checkpoint is lost.
+set(_fault_cases sigstop-external unwritable-hosted unwritable-alone disk-full damaged-setup damaged-truncated
+  damaged-complete damaged-missing damaged-flipped all-damaged two-jobs)
+foreach(phase gen logprob update save)
+  list(APPEND _fault_cases stop-${phase}-hosted stop-${phase}-alone)
+endforeach()
+foreach(c ${_fault_cases})
+  string(REPLACE "-" "_" _name "fault_${c}_np3")
+  add_test(NAME ${_name} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/fault_cases.sh ${c} $<TARGET_FILE:rlpt>
+    ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/fault_runs/${c})
+  # 77: the case cannot run here (disk-full without the right to mount a tmpfs).
+  set_tests_properties(${_name} PROPERTIES LABELS mpi PROCESSORS 2 TIMEOUT 180 SKIP_RETURN_CODE 77
+    ENVIRONMENT "${RLPT_TEST_ENV}")
+endforeach()
+set_tests_properties(fault_damaged_setup_np3 PROPERTIES FIXTURES_SETUP rl_run_with_3_checkpoints)
+set_tests_properties(fault_damaged_truncated_np3 fault_damaged_complete_np3 fault_damaged_missing_np3
+  fault_damaged_flipped_np3 fault_all_damaged_np3 PROPERTIES FIXTURES_REQUIRED rl_run_with_3_checkpoints)

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 
@@ -246,6 +247,61 @@ TEST_F(CkptDir, RootErrorsAndAtomicFiles) {
     EXPECT_FALSE(fs::exists(path + ".tmp"));
     expect_error<rlpt::IoError>([&] { write_file_atomic(root_ + "/missing/x", "y"); }, "cannot create");
     expect_error<rlpt::IoError>([&] { file_digest(root_ + "/nope"); }, "cannot open");
+}
+
+TEST_F(CkptDir, DamagedCheckpointsAreMovedAsideAndTheNewestValidOneIsChosen) {
+    for (int64_t s = 1; s <= 4; ++s) write_checkpoint(s);
+    EXPECT_TRUE(list_damaged_checkpoints(root_).empty());
+    // 4: flipped bytes (only the CRC sees them), 3: a malformed manifest.
+    {
+        std::fstream f(step_dir_path(root_, 4) + "/actor_rank0.h5", std::ios::binary | std::ios::in | std::ios::out);
+        f.seekp(200);
+        f.put('\x77');
+    }
+    write_text(step_dir_path(root_, 3) + "/COMPLETE", "{\"manifest_version\": 1, ");
+    std::vector<std::string> moved;
+    const auto best = newest_valid_checkpoint(root_, &moved);
+    ASSERT_TRUE(best.has_value());
+    EXPECT_EQ(best->step, 2);
+    ASSERT_EQ(moved.size(), 2u);
+    EXPECT_NE(moved[0].find("step_4.damaged-"), std::string::npos) << moved[0];
+    EXPECT_NE(moved[1].find("step_3.damaged-"), std::string::npos) << moved[1];
+    EXPECT_FALSE(fs::exists(step_dir_path(root_, 4)));
+    EXPECT_TRUE(fs::exists(moved[0] + "/actor_rank0.h5"));  // kept, never deleted
+    const auto damaged = list_damaged_checkpoints(root_);
+    ASSERT_EQ(damaged.size(), 2u);
+    EXPECT_EQ(damaged[0].rfind("step_3.damaged-", 0), 0u);
+    // Step 3 can be written again, and the moved directories are neither listed nor pruned.
+    write_checkpoint(3);
+    EXPECT_EQ(list_complete_steps(root_), (std::vector<int64_t>{1, 2, 3}));
+    prune_checkpoints(root_, 1, 3);
+    EXPECT_EQ(list_damaged_checkpoints(root_).size(), 2u);
+    // A missing file and a truncated one: nothing valid left.
+    fs::remove(step_dir_path(root_, 3) + "/actor_rank1.h5");
+    EXPECT_FALSE(newest_valid_checkpoint(root_).has_value());
+    EXPECT_EQ(list_damaged_checkpoints(root_).size(), 3u);
+}
+
+TEST(IoErrorCause, NamesTheCauseOfAnErrno) {
+    EXPECT_EQ(rlpt::io_error_cause(ENOSPC), "disk full");
+    EXPECT_EQ(rlpt::io_error_cause(EISDIR), "a directory in the way");
+    EXPECT_EQ(rlpt::io_error_cause(EACCES), "permission denied");
+    EXPECT_EQ(rlpt::io_error_cause(12345), "file-system error");
+    EXPECT_EQ(rlpt::errno_in_text("H5FD_sec2_write(): file write failed: time = x, errno = 28, error message = 'No'"),
+              28);
+    EXPECT_EQ(rlpt::errno_in_text("no number here"), 0);
+}
+
+TEST_F(CkptDir, DiskErrorsNameTheCauseFirst) {
+    fs::create_directories(root_ + "/x.h5.tmp");  // a directory where the temporary file goes
+    try {
+        H5Writer w(root_ + "/x.h5");
+        ADD_FAILURE() << "created a file over a directory";
+    } catch (const rlpt::IoError& e) {
+        const std::string msg = e.message();
+        EXPECT_EQ(msg.rfind("a directory in the way while writing " + root_ + "/x.h5.tmp (Is a directory)", 0), 0u)
+            << msg;
+    }
 }
 
 }  // namespace

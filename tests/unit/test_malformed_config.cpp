@@ -173,7 +173,7 @@ TEST(MalformedDebugEnv, FaultSpecs) {
     for (const std::string spec : {"throw", "throw:2", "explode:2:ping", "throw:x:ping", "throw:2:ping:x",
                                    "throw:99999999999999999999:ping", "throw:2:ping:3:4"}) {
         expect_error<ConfigError>([&] { protocol::FaultPlan::parse(spec); },
-                                  {"RLPT_FAULT='" + spec + "'", "expected <throw|kill|hang>:<world rank>:<method>[:<step>]"},
+                                  {"RLPT_FAULT='" + spec + "'", "expected <throw|kill|hang|stop>:<world rank>:<method>[:<step>]"},
                                   spec);
     }
 }

@@ -106,6 +106,19 @@ std::vector<int64_t> list_complete_steps(const std::string& root);
 // damaged directories are skipped with a warning. nullopt if there is none (or no root).
 std::optional<CheckpointInfo> latest_complete_checkpoint(const std::string& root);
 
+// For resume: the newest checkpoint under root that passes the full check (manifest parses and
+// names its step, every file there with its recorded size and CRC-32). Each newer complete one
+// that fails it is damaged: it is moved aside to step_<N>.damaged-<UTC time> (never deleted;
+// a later save of step N then writes a fresh step_<N>), with one warning line naming the
+// problem and the new name; its path (after the move) is appended to *moved when given.
+// nullopt if none is valid. IoError if a damaged directory cannot be moved.
+std::optional<CheckpointInfo> newest_valid_checkpoint(const std::string& root,
+                                                      std::vector<std::string>* moved = nullptr);
+
+// Names of the directories under root that newest_valid_checkpoint moved aside (now or in an
+// earlier run), sorted. Empty if root does not exist.
+std::vector<std::string> list_damaged_checkpoints(const std::string& root);
+
 // Keeps the newest keep_last (>= 1) complete checkpoints and protect_step (the one just
 // written, kept even if older); removes the other complete ones (COMPLETE first, then the
 // directory). Incomplete directories are never touched. Returns the removed steps, ascending.

@@ -11,6 +11,15 @@
 // workers generate) costs ~0% CPU instead of one busy core, which matters whenever
 // ranks outnumber cores; back-to-back messages still see µs latency from the spin
 // phase. Waits take a Deadline and throw TimeoutError naming what they waited for.
+//
+// Watchdog: every such wait also reports itself, about every 50 ms, to the process's
+// WaitObserver (set_wait_observer). That is how a wait without a deadline of its own (a role's
+// collective: the gradient all-reduce, an error agreement) still ends within
+// trainer.call_timeout_s: on rank 0 the Controller observes every wait and ends it (throws
+// TimeoutError naming the rank(s) that stopped answering) at the deadline of the call in
+// flight; on a worker the WorkerHost observes its waits inside a call, tells the controller it
+// is alive and what it waits for (heartbeats), and ends the job itself should the controller
+// not do so (rlpt/protocol/runtime.h).
 
 #include <mpi.h>
 
@@ -66,9 +75,22 @@ struct PollPolicy {
 void set_poll_policy(const PollPolicy& p);
 const PollPolicy& poll_policy();
 
+// Sees every wait of this process (see the top of this file). on_wait() runs on the waiting
+// thread from inside the wait, never re-entered (a wait inside on_wait() is not reported); it
+// may throw, which abandons the wait (the exception leaves the wait as if the wait had thrown).
+class WaitObserver {
+  public:
+    virtual ~WaitObserver() = default;
+    // `what` names the wait ("gradient all-reduce"); `waited_s` is how long it has lasted.
+    virtual void on_wait(const std::string& what, double waited_s) = 0;
+};
+// Installs the process's observer (nullptr: none) and returns the previous one. Set from the
+// MPI thread; the observer must outlive its installation.
+WaitObserver* set_wait_observer(WaitObserver* observer);
+
 // Calls `ready()` until it returns true, backing off per poll_policy(). Throws
-// TimeoutError("timed out after Xs waiting for <what>") at the deadline. (Stall warnings are the
-// controller's watchdog, not this loop's.)
+// TimeoutError("timed out after Xs waiting for <what>") at the deadline, and whatever the
+// WaitObserver throws.
 template <typename Ready>
 void poll_until(Ready&& ready, const Deadline& deadline, const std::string& what);
 
@@ -170,19 +192,25 @@ void irecv_bytes(void* data, int64_t bytes, int src, int tag, MPI_Comm comm,
 
 // ---- template implementation ------------------------------------------------------------
 namespace rlpt::comm::detail {
+// One wait's back-off. Constructed with `what` (which must outlive it), pause() also reports
+// the wait to the WaitObserver about every 50 ms; report() does only that, for loops that
+// pause their own way.
 class Backoff {
   public:
-    Backoff();
-    void pause();  // one back-off step
+    explicit Backoff(const std::string* what = nullptr);
+    void pause();   // one back-off step
+    void report();  // the observer part of pause()
   private:
     std::chrono::steady_clock::time_point start_;
+    std::chrono::steady_clock::time_point next_report_;
     double sleep_us_;
+    const std::string* what_;
 };
 }  // namespace rlpt::comm::detail
 
 template <typename Ready>
 void rlpt::comm::poll_until(Ready&& ready, const Deadline& deadline, const std::string& what) {
-    detail::Backoff backoff;
+    detail::Backoff backoff(&what);
     while (!ready()) {
         if (deadline.expired()) {
             throw TimeoutError("timed out waiting for " + what);

@@ -79,6 +79,14 @@ struct ProcessIdentity {
 void set_process_identity(ProcessIdentity id);
 const ProcessIdentity& process_identity();
 
+// What an errno from a file operation means for the user, said first in file-system errors:
+// "disk full" (ENOSPC), "disk quota exceeded", "read-only file system", "permission denied",
+// "a directory in the way" (EISDIR), "missing directory", "I/O error" (EIO); otherwise
+// "file-system error". Use as "<cause> while writing <path> (<strerror>)".
+std::string io_error_cause(int err);
+// The first "errno = N" in a library's error text (HDF5 prints it so), or 0.
+int errno_in_text(const std::string& text);
+
 // Wrap an error with context, keeping its kind: rethrow_with_context("loading critic", e)
 // gives "loading critic: <original message>".
 [[noreturn]] void rethrow_with_context(const std::string& context, const Error& e);

@@ -56,6 +56,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -65,6 +66,7 @@
 namespace rlpt::ckpt {
 class H5Writer;
 class H5Reader;
+struct FileDigest;
 }  // namespace rlpt::ckpt
 
 namespace rlpt::engine {
@@ -179,6 +181,13 @@ class TrainEngine {
     // rank its own IoError, the others an IoError naming it) and no rank's engine changed.
     void save_state(ckpt::H5Writer& w, const std::string& prefix) const;
     void load_state(ckpt::H5Reader& r, const std::string& prefix);
+    // This rank's whole checkpoint file: creates `path` (an H5Writer: written as path.tmp,
+    // renamed on commit), save_state(prefix), then `extra` (more attributes), and commits.
+    // Collective on `dp`, with every step agreed: a rank that cannot create, write or commit
+    // its file (disk full, permissions) makes every rank throw (itself its own IoError, the
+    // others an IoError naming it) instead of leaving them waiting in the next collective.
+    ckpt::FileDigest save_state_file(const std::string& path, const std::string& prefix,
+                                     const std::function<void(ckpt::H5Writer&)>& extra = {}) const;
 
   private:
     struct Impl;

@@ -13,14 +13,30 @@
 // together do not deadlock), waits (polling with back-off, so a waiting controller does not
 // spin a core), collects from the output ranks only and unpads. An error on any worker comes
 // back as a RemoteError naming rank, role, method and step; the caller (main) prints it and
-// aborts the job. Waits longer than trainer.stall_warn_s log the ranks that have not
-// answered; trainer.call_timeout_s (or the method's timeout_s when that is shorter) turns a
-// silent rank into a TimeoutError instead of a hang. A stop signal (rlpt/core/signals.h)
-// arriving during a wait is logged once with the call in flight; the call still completes.
+// aborts the job. A stop signal (rlpt/core/signals.h) arriving during a wait is logged once
+// with the call in flight; the call still completes.
+//
+// Watchdog (bounded failure on every path). A call's deadline is trainer.call_timeout_s (or
+// the method's timeout_s when that is shorter) from its submission. The Controller is rank 0's
+// comm::WaitObserver, so it watches every wait of rank 0 — its own wait for replies, sending
+// the inputs, and any collective its local share of a call blocks in (the gradient
+// all-reduce, an error agreement) — and, in all of them: reads the workers' replies (an error
+// reply ends the job at once, even while rank 0 waits in a collective with the failed rank),
+// logs a stall warning every trainer.stall_warn_s, and at the deadline throws TimeoutError
+// naming the rank(s) that stopped answering, the phase (sending the inputs, waiting for
+// replies) and the ranks that were waiting for them in a collective. Workers tell the two
+// apart: a worker waiting inside a call (a collective, its inputs) sends a heartbeat with what
+// it waits for about every second; a rank with neither a reply nor a recent heartbeat is the
+// one that stopped. A worker whose wait inside a call outlives the call's deadline plus a
+// grace (worker_grace_s) ends the job itself (MPI_Abort, kWatchdogExitCode): the controller
+// itself is stopped then. Not watched: a worker idle between calls (the controller's own work
+// between calls has no bound) and start-up before the Controller exists.
 //
 // Threading: single MPI thread per rank; neither class is thread-safe.
 
+#include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -32,13 +48,20 @@
 
 namespace rlpt::protocol {
 
+// Exit code of a job ended by the watchdog (app::kExitTimeout).
+constexpr int kWatchdogExitCode = 4;
+// How long past a call's deadline a worker still waits before ending the job itself (the
+// controller ends it at the deadline unless the controller is the rank that stopped).
+inline double worker_grace_s(double call_timeout_s) { return std::max(5.0, 0.25 * call_timeout_s); }
+
 // A worker reported an error (what() names rank, role, method, step and the worker's message).
 struct RemoteError : Error {
     RemoteError(std::string m, int rank) : Error(ErrorKind::kComm, std::move(m)), world_rank(rank) {}
     int world_rank;
 };
 
-// Fault injection for the fault tests (RLPT_FAULT="<throw|kill|hang>:<world rank>:<method>[:<step>]").
+// Fault injection for the fault tests (RLPT_FAULT="<throw|kill|hang|stop>:<world rank>:<method>[:<step>]"):
+// throw an error, SIGKILL, sleep forever, or SIGSTOP this process when the method starts.
 struct FaultPlan {
     std::string kind;  // empty: none
     int world_rank = -1;
@@ -48,7 +71,7 @@ struct FaultPlan {
     bool active() const { return !kind.empty(); }
 };
 
-class WorkerHost {
+class WorkerHost : public comm::WaitObserver {
   public:
     // Creates the role objects (factories are cheap; models load in an init method).
     WorkerHost(const std::vector<RoleSpec>& registry, const Config& config, const comm::Topology& topo,
@@ -66,9 +89,24 @@ class WorkerHost {
     int serve();
     ProcessShared& shared() { return shared_; }
     comm::BufferPool& pool() { return pool_; }
+    // While serve() runs a call: heartbeats to the controller and the worker's own backstop.
+    void on_wait(const std::string& what, double waited_s) override;
 
   private:
     void maybe_inject_fault(const MethodSpec& m, int64_t step) const;
+    void send_heartbeat(const std::string& what, double waited_s);
+    struct InCall {
+        bool active = false;
+        uint64_t seq = 0;
+        int64_t step = -1;
+        std::string method;      // "actor.update_actor"
+        double started = 0;      // wall seconds (monotonic) when the command arrived
+        double abort_after = 0;  // seconds: the call's deadline + kWorkerGrace
+    };
+    InCall in_call_;
+    double last_heartbeat_ = 0;
+    std::vector<MPI_Request> heartbeat_reqs_;
+    std::deque<std::string> heartbeat_keep_;
     const std::vector<RoleSpec>& registry_;
     const Config& config_;
     const comm::Topology& topo_;
@@ -79,7 +117,7 @@ class WorkerHost {
     std::map<int, WorkerContext> contexts_;
 };
 
-class Controller {
+class Controller : public comm::WaitObserver {
   public:
     // `local` is this rank's WorkerHost when the controller also hosts roles (else nullptr).
     Controller(const std::vector<RoleSpec>& registry, const Config& config, const comm::Topology& topo,
@@ -140,6 +178,9 @@ class Controller {
     // Idempotent; the destructor calls it with 0.
     void shutdown(int exit_code = 0);
 
+    // The watchdog (see the top of this file): every wait of rank 0 lands here.
+    void on_wait(const std::string& what, double waited_s) override;
+
 
   private:
     template <typename M>
@@ -151,6 +192,14 @@ class Controller {
     void receive_replies_until_done(Call& call);
     Call& find_call(uint64_t seq);
     std::vector<Batch> collect(Call& call);
+    double timeout_of(const Call& call) const;
+    // Takes every reply that has arrived (throws RemoteError for an error reply); true if any.
+    bool take_replies();
+    void handle_reply(const std::string& msg, int source);
+    // Heartbeats, input sends, stall warnings and deadlines of every call in flight.
+    // `local_wait`: what rank 0 itself waits for inside a local share (nullptr: the replies).
+    void watch(const std::string* local_wait);
+    std::string describe(const Call& call, double now, const std::string* local_wait, bool final) const;
 
     const std::vector<RoleSpec>& registry_;
     const Config& config_;
@@ -162,6 +211,15 @@ class Controller {
     uint64_t next_seq_ = 1;
     std::map<uint64_t, std::unique_ptr<Call>> calls_;
     std::map<int, uint64_t> busy_rank_;  // world rank -> seq of the call it is in
+    std::unique_ptr<comm::Mailbox> heartbeats_;
+    struct Seen {  // the last heartbeat of a worker rank
+        double at = -1;
+        uint64_t seq = 0;
+        std::string what;
+        double waited_s = 0;
+    };
+    std::map<int, Seen> seen_;
+    comm::WaitObserver* previous_observer_ = nullptr;
     bool shut_down_ = false;
     bool stop_noticed_ = false;  // a SIGTERM/SIGUSR1 during a wait has been logged
     int remote_stop_signal_ = 0; // first stop signal a worker reported, and its rank
