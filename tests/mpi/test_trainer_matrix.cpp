@@ -3,7 +3,8 @@
 //   * every advantage estimator x the policy losses vanilla, dro, clip_cov, gspo (gae with a critic);
 //   * ReMax's greedy baseline answers the row's own prompt (greedy rollouts: advantage exactly 0);
 //   * the learning-rate schedule advances once per training step (2 mini-batches per step);
-//   * clip_cov's random draws repeat after a resume (2 steps == 1 step + resume + 1 step).
+//   * clip_cov's random draws repeat after a resume (2 steps == 1 step + resume + 1 step);
+//   * the reward_model role adds its scores, also split over a tensor-parallel block of 2.
 // Building the trainer in-process keeps ~60 one-step runs to seconds (one binary per run would
 // pay MPI and LibTorch start-up each time).
 #include <gtest/gtest.h>
@@ -26,6 +27,8 @@
 #include "rlpt/comm/topology.h"
 #include "rlpt/config/config.h"
 #include "rlpt/core/log.h"
+#include "rlpt/model/model_config.h"
+#include "rlpt/model/value_model.h"
 #include "rlpt/protocol/runtime.h"
 
 namespace rlpt {
@@ -239,6 +242,43 @@ TEST(TrainerMatrix, ClipCovDrawsRepeatAfterAResume) {
     for (const char* k : {"actor/pg_loss", "actor/pg_clipfrac", "actor/grad_norm", "critic/score/mean"})
         EXPECT_EQ(get(straight.at(2), k), get(resumed.at(2), k)) << k;
     EXPECT_GT(get(straight.at(2), "actor/pg_clipfrac"), 0.0);  // tokens were drawn
+}
+
+TEST(TrainerMatrix, RewardModelRoleAddsItsScores) {
+    auto world = comm::Communicator::world();
+    const std::string rm_dir = scratch() + "/reward-model";
+    if (is_controller()) {  // a random value-head model over the tiny task's vocabulary (17 < 32)
+        Config c = load_config(source_dir() + "/configs/tiny.yaml", {});
+        model::ValueModel rm(model::value_model_args(model::builtin_model_args(c.model.builtin, 32)));
+        rm.init_weights(5);
+        {
+            torch::NoGradGuard ng;
+            rm.score_weight().mul_(50.0);  // scores of order 1, so they show in critic/score/mean
+        }
+        model::save_value_model(rm, rm_dir);
+    }
+    world.barrier();
+    const std::vector<std::string> rm{"reward_model.enable=true", "reward_model.model_path=" + rm_dir};
+    auto with = [&](std::vector<std::string> extra) {
+        extra.insert(extra.end(), rm.begin(), rm.end());
+        return extra;
+    };
+    auto rule_only = run_trainer("rm-off", {});
+    auto with_rm = run_trainer("rm-tp1", with({"placement.groups=[{roles: [actor, rollout, reference, reward_model], "
+                                               "ranks: auto}]"}));
+    std::map<int64_t, Metrics> with_rm_tp2;
+    if (world.size() % 2 == 0) {
+        with_rm_tp2 = run_trainer("rm-tp2", with({"placement.groups=[{roles: [actor, rollout, reference, reward_model], "
+                                                  "ranks: auto, model_parallel_size: 2}]"}));
+    }
+    if (!is_controller()) return;
+    ASSERT_TRUE(rule_only.count(1) && with_rm.count(1));
+    const double off = get(rule_only.at(1), "critic/score/mean"), on = get(with_rm.at(1), "critic/score/mean");
+    EXPECT_GT(std::abs(on - off), 1e-3) << "the reward model's scores did not reach the rewards";
+    if (world.size() % 2 == 0) {
+        ASSERT_TRUE(with_rm_tp2.count(1));
+        EXPECT_NEAR(get(with_rm_tp2.at(1), "critic/score/mean"), on, 1e-5 * std::max(1.0, std::abs(on)));
+    }
 }
 
 TEST(TrainerMatrix, Cleanup) {

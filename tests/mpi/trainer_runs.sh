@@ -13,7 +13,7 @@
 #                      follows tp 1
 #   tp-layouts         uneven layouts: actor tp 2 x dp 2 with a tp 1 critic (GAE); every role with
 #                      the critic at tp 2; rollout on its own tp 2 ranks (weight sync slice by
-#                      slice) vs a colocated tp = 1 run
+#                      slice) vs a colocated tp = 1 run; every role at tp 4 (replicated KV heads)
 #   ppo                configs/ppo.yaml shortened (critic + GAE) on top of the sft model
 #   own-task           a new user's path on prompt/response + prompt/answer JSONL files:
 #                      rlpt check (clean, and four problems in one run), init-model, SFT of the
@@ -297,6 +297,13 @@ PY
       'placement.groups=[{roles: [actor, reference], ranks: 2, model_parallel_size: 2}, {roles: [rollout], ranks: 2, model_parallel_size: 2}]'
     compare runs/colocated/metrics.jsonl runs/split/metrics.jsonl 1,2 2e-3 \
       response_length/mean actor/entropy actor/grad_norm actor/kl_loss
+    # tp 4 (4 query heads split, 2 KV heads replicated in pairs, vocabulary 17 padded to 20).
+    heads4=(model.builtin.num_heads=4 model.builtin.num_kv_heads=2)
+    run 1 "$src/configs/tiny.yaml" "${common[@]}" "${heads4[@]}" trainer.experiment_name=h4-tp1
+    run 4 "$src/configs/tiny.yaml" "${common[@]}" "${heads4[@]}" trainer.experiment_name=h4-tp4 \
+      'placement.groups=[{roles: [actor, rollout, reference], ranks: 4, model_parallel_size: 4}]'
+    compare runs/h4-tp1/metrics.jsonl runs/h4-tp4/metrics.jsonl 1,2 2e-3 \
+      response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/kl_loss
     ;;
   *) echo "unknown check $check" >&2; exit 2;;
 esac
