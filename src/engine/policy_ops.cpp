@@ -40,7 +40,9 @@ LogProbs compute_log_probs(model::CausalLM& model, const SequenceBatch& seq, dou
     auto hidden = model.forward_hidden(seq.input_ids, seq.attention_mask, seq.position_ids);  // [B, T, H]
     auto h = hidden.narrow(1, p - 1, r).reshape({b * r, hidden.size(2)});
     auto labels = seq.input_ids.narrow(1, p, r).reshape({b * r});
-    auto out = head_log_probs(model, h, labels, temperature, with_entropy);
+    auto logits = model.local_logits_fp32(h);  // [B·R, V / tp]: this rank's vocabulary slice
+    auto out = model::vocab_parallel_logprob_entropy(logits, labels, model.tp_layout().vocab_first, model.tp(),
+                                                     temperature, with_entropy);
     LogProbs res;
     res.log_probs = out.logp.view({b, r});
     if (with_entropy) res.entropy = out.entropy.view({b, r});
@@ -49,7 +51,7 @@ LogProbs compute_log_probs(model::CausalLM& model, const SequenceBatch& seq, dou
         // each rank has the two log-sum-exps of its slice (padding columns are -inf); they are
         // combined across the block from an all-gather of [tp, 2, N] values, never of logits.
         torch::NoGradGuard no_grad;
-        auto z = model.local_logits_fp32(h.detach()) / std::max(temperature, 1e-8);
+        auto z = logits.detach() / std::max(temperature, 1e-8);
         auto lse = torch::stack({torch::logsumexp(2.0 * z, -1), torch::logsumexp(z, -1)});  // [2, N]
         if (const auto* tp = model.tp()) lse = torch::logsumexp(tp->allgather(lse.unsqueeze(0), 0), 0);
         res.sum_pi_squared = torch::exp(lse[0] - 2.0 * lse[1]).view({b, r});
