@@ -69,8 +69,8 @@ uint64_t registry_hash(const std::vector<RoleSpec>& registry) {
     for (const auto& spec : registry) {
         mix(spec.name);
         for (const auto& m : spec.methods) {
-            mix(fmt::format("{}:{}:{}:{}:{}:{}", m.id, m.name, static_cast<int>(m.distribute),
-                            static_cast<int>(m.collect), m.collective, m.pad_to_dp));
+            mix(fmt::format("{}:{}:{}:{}:{}", m.id, m.name, static_cast<int>(m.distribute),
+                            static_cast<int>(m.collect), m.pad_to_dp));
             for (const auto& f : m.inputs) mix("i" + f.name + std::to_string(static_cast<int>(f.kind)));
             for (const auto& f : m.outputs) mix("o" + f.name + std::to_string(static_cast<int>(f.kind)));
         }

@@ -38,14 +38,14 @@ ActorWorker& ready(RoleWorker& w) {
 Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = self_of(w);
     const Config& c = *ctx.config;
+    const auto args = protocol::decode_args<protocol::InitArgs>(in, "actor.init");
     auto device = detail::device_for(c, ctx.topology->placement(), ctx.world_rank);
     a.policy = std::make_shared<detail::SharedPolicy>();
-    a.policy->model =
-        detail::build_policy(c, device, in.meta_int("vocab_size", 0), detail::tensor_parallel(ctx, device));
+    a.policy->model = detail::build_policy(c, device, args.vocab_size, detail::tensor_parallel(ctx, device));
     const bool sft = c.trainer.mode == "sft";
     const OptimConfig& optim = sft ? c.sft.optim : c.actor.optim;
     a.engine = std::make_unique<engine::TrainEngine>(
-        a.policy->model, ctx.comms->dp, detail::optim_options(optim, in.meta_int("total_steps", 1)),
+        a.policy->model, ctx.comms->dp, detail::optim_options(optim, args.total_steps),
         static_cast<uint64_t>(c.trainer.seed) * 7919 + 17,
         detail::engine_tp_info(ctx, *a.policy->model, a.policy->model->tp_layout()));
     ctx.shared->put(detail::kSharedPolicy, a.policy);
@@ -62,10 +62,11 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 Batch compute_log_prob(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
     torch::NoGradGuard no_grad;
-    const double temperature = in.meta_double("temperature", 1.0);
+    const auto args = protocol::decode_args<ActorLogProbArgs>(in, "actor.compute_log_prob");
+    const double temperature = args.temperature;
     const int64_t R = in.at("responses").size(1);
     const bool entropy = ctx.config->actor.calculate_entropy || ctx.config->actor.entropy_coeff != 0;
-    const bool sum_pi_squared = in.meta_int("sum_pi_squared", 0) != 0;
+    const bool sum_pi_squared = args.sum_pi_squared;
     std::vector<torch::Tensor> lps, ents, spsq;
     for (const Batch& mb : in.split(std::max<int64_t>(1, ctx.config->actor.log_prob_micro_batch_size_per_rank))) {
         int64_t r = 0;
@@ -86,9 +87,10 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
     const Config& c = *ctx.config;
     const ActorConfig& ac = c.actor;
-    const double temperature = in.meta_double("temperature", 1.0);
-    const int64_t M = in.meta_int("num_mini_batches");
-    const double global_rows = in.meta_double("global_mini_batch_rows");
+    const auto args = protocol::decode_args<ActorUpdateArgs>(in, "actor.update");
+    const double temperature = args.temperature;
+    const int64_t M = args.num_mini_batches;
+    const double global_rows = args.global_mini_batch_rows;
     RLPT_CHECK(M >= 1 && in.size() % M == 0, "actor update: {} local rows do not form {} mini-batches", in.size(), M);
     const int64_t R = in.at("responses").size(1);
     const int64_t rows = in.size() / M;
@@ -182,7 +184,7 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 
 Batch sft_step(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
-    const double global_tokens = in.meta_double("global_tokens");
+    const double global_tokens = protocol::decode_args<SftStepArgs>(in, "actor.sft_step").global_tokens;
     RLPT_CHECK(global_tokens > 0, "sft step: the global batch has no loss tokens");
     const int64_t micro = ctx.config->sft.micro_batch_size_per_rank;
     a.engine->zero_grad();
@@ -226,7 +228,7 @@ Batch send_weights(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 
 Batch save(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
-    const std::string dir = in.meta_string("dir");
+    const std::string dir = protocol::decode_args<protocol::DirArgs>(in, "actor.save").dir;
     const std::string file = fmt::format("actor_rank{}.h5", ctx.comms->role_rank);
     const auto version = static_cast<int64_t>(a.policy->version);
     auto digest = a.engine->save_state_file((fs::path(dir) / file).string(), "actor/", [&](ckpt::H5Writer& writer) {
@@ -238,7 +240,7 @@ Batch save(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 Batch load(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
     const std::string path =
-        (fs::path(in.meta_string("dir")) / fmt::format("actor_rank{}.h5", ctx.comms->role_rank)).string();
+        (fs::path(protocol::decode_args<protocol::DirArgs>(in, "actor.load").dir) / fmt::format("actor_rank{}.h5", ctx.comms->role_rank)).string();
     if (!fs::exists(path)) {
         throw IoError(fmt::format("checkpoint file {} is missing (was the checkpoint written with another number of "
                                   "actor ranks?)",
@@ -253,7 +255,7 @@ Batch load(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 Batch export_hf(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
     // The first model-parallel block writes (its rank 0 after gathering each tensor).
-    if (ctx.comms->dp_rank == 0) model::save_pretrained(*a.policy->model, in.meta_string("dir"));
+    if (ctx.comms->dp_rank == 0) model::save_pretrained(*a.policy->model, protocol::decode_args<protocol::DirArgs>(in, "actor.export").dir);
     return Batch(0);
 }
 
@@ -263,33 +265,41 @@ std::unique_ptr<RoleWorker> make_actor(WorkerContext&) { return std::make_unique
 
 const protocol::RoleSpec& actor_spec() {
     static const protocol::RoleSpec spec = [] {
-        using protocol::Collect;
-        using protocol::Distribute;
-        using protocol::FieldKind;
-        using protocol::FieldSpec;
-        const FieldSpec ids{"input_ids"}, mask{"attention_mask"}, pos{"position_ids"}, resp{"responses"},
-            rmask{"response_mask"};
+        using protocol::args_schema;
+        using protocol::method;
+        using protocol::tensors;
+        const auto sequences = tensors("input_ids", "attention_mask", "position_ids", "responses");
         protocol::RoleSpec s;
         s.name = "actor";
         s.method_count = static_cast<uint16_t>(ActorMethod::kCount);
         s.factory = make_actor;
         s.methods = {
             detail::ping_spec(),
-            {1, "init", Distribute::kOneToAll, Collect::kNone, true, true, 0, {}, {}, init},
-            {2, "compute_log_prob", Distribute::kDpSplit, Collect::kConcatDpSources, false, true, 0,
-             {ids, mask, pos, resp}, {{"old_log_probs"}}, compute_log_prob},
-            {3, "update", Distribute::kDpSplit, Collect::kConcatDpSources, true, false, 0,
-             {ids, mask, pos, resp, rmask, {"old_log_probs"}, {"advantages"}, {"num_mini_batches", FieldKind::kMeta}},
-             {},
-             update},
-            {4, "sft_step", Distribute::kDpSplit, Collect::kConcatDpSources, true, false, 0,
-             {ids, mask, pos, {"loss_mask"}, {"global_tokens", FieldKind::kMeta}}, {}, sft_step},
-            {5, "send_weights", Distribute::kOneToAll, Collect::kNone, false, true, 0, {}, {}, send_weights},
-            {6, "save", Distribute::kOneToAll, Collect::kAll, true, true, 0, {{"dir", FieldKind::kMeta}},
-             {{"file", FieldKind::kString}}, save},
-            {7, "load", Distribute::kOneToAll, Collect::kNone, true, true, 0, {{"dir", FieldKind::kMeta}}, {}, load},
-            {8, "export", Distribute::kOneToAll, Collect::kNone, false, true, 0, {{"dir", FieldKind::kMeta}}, {},
-             export_hf},
+            method(ActorMethod::kInit, "init", init).takes(args_schema<protocol::InitArgs>()),
+            method(ActorMethod::kComputeLogProb, "compute_log_prob", compute_log_prob)
+                .split_over_dp()
+                .takes(sequences)
+                .takes(args_schema<ActorLogProbArgs>())
+                .concat_outputs(tensors("old_log_probs")),
+            method(ActorMethod::kUpdate, "update", update)
+                .split_over_dp()
+                .unpadded()
+                .takes(sequences)
+                .takes(tensors("response_mask", "old_log_probs", "advantages"))
+                .takes(args_schema<ActorUpdateArgs>())
+                .concat_outputs({}),
+            method(ActorMethod::kSftStep, "sft_step", sft_step)
+                .split_over_dp()
+                .unpadded()
+                .takes(tensors("input_ids", "attention_mask", "position_ids", "loss_mask"))
+                .takes(args_schema<SftStepArgs>())
+                .concat_outputs({}),
+            method(ActorMethod::kSendWeights, "send_weights", send_weights),
+            method(ActorMethod::kSave, "save", save)
+                .takes(args_schema<protocol::DirArgs>())
+                .every_output({protocol::string_field("file")}),
+            method(ActorMethod::kLoad, "load", load).takes(args_schema<protocol::DirArgs>()),
+            method(ActorMethod::kExport, "export", export_hf).takes(args_schema<protocol::DirArgs>()),
         };
         return s;
     }();

@@ -2,6 +2,7 @@
 #include "rlpt/roles/critic.h"
 
 #include <filesystem>
+#include <optional>
 
 #include "model_setup.h"
 #include "rlpt/algo/agg_loss.h"
@@ -17,10 +18,38 @@ using protocol::RoleWorker;
 using protocol::WorkerContext;
 namespace fs = std::filesystem;
 
+// The critic's settings, resolved once at kInit. The keys it shares with the actor come from
+// actor.* (as verl's critic inherits them): the loss aggregation and its scale, the dynamic
+// micro-batching, and ppo_epochs unless critic.ppo_epochs is set.
+struct CriticSettings {
+    int64_t ppo_epochs = 1;
+    algo::AggMode loss_agg_mode{};
+    std::optional<double> loss_scale_factor;  // unset: the response length R
+    int64_t ppo_micro_batch_size_per_rank = 1;
+    int64_t forward_micro_batch_size_per_rank = 1;
+    bool use_dynamic_bsz = false;
+    int64_t ppo_max_token_len_per_rank = 0;
+    double cliprange_value = 0;
+};
+
+CriticSettings resolve_settings(const Config& c) {
+    CriticSettings s;
+    s.ppo_epochs = c.critic.ppo_epochs.value_or(c.actor.ppo_epochs);
+    s.loss_agg_mode = algo::parse_agg_mode(c.actor.loss_agg_mode);
+    s.loss_scale_factor = c.actor.loss_scale_factor;
+    s.ppo_micro_batch_size_per_rank = c.critic.ppo_micro_batch_size_per_rank;
+    s.forward_micro_batch_size_per_rank = c.critic.forward_micro_batch_size_per_rank;
+    s.use_dynamic_bsz = c.actor.use_dynamic_bsz;
+    s.ppo_max_token_len_per_rank = c.actor.ppo_max_token_len_per_rank;
+    s.cliprange_value = c.critic.cliprange_value;
+    return s;
+}
+
 class CriticWorker : public RoleWorker {
   public:
     std::shared_ptr<model::ValueModel> model;
     std::unique_ptr<engine::TrainEngine> engine;
+    CriticSettings settings;
 };
 
 CriticWorker& ready(RoleWorker& w) {
@@ -32,6 +61,8 @@ CriticWorker& ready(RoleWorker& w) {
 Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     auto& cw = static_cast<CriticWorker&>(w);
     const Config& c = *ctx.config;
+    cw.settings = resolve_settings(c);
+    const auto args = protocol::decode_args<protocol::InitArgs>(in, "critic.init");
     auto device = detail::device_for(c, ctx.topology->placement(), ctx.world_rank);
     auto dtype = detail::dtype_for(c);
     auto tp = detail::tensor_parallel(ctx, device);
@@ -41,11 +72,11 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
         cw.model = model::value_model_from_policy_checkpoint(c.model.path, dtype, device, model::ValueHeadInit::kZero,
                                                              0, tp);
     } else {
-        auto policy = detail::build_policy(c, device, in.meta_int("vocab_size", 0), tp);
+        auto policy = detail::build_policy(c, device, args.vocab_size, tp);
         cw.model = model::value_model_from_policy(*policy, dtype, device, model::ValueHeadInit::kZero);
     }
     cw.engine = std::make_unique<engine::TrainEngine>(
-        cw.model, ctx.comms->dp, detail::optim_options(c.critic.optim, in.meta_int("total_steps", 1)),
+        cw.model, ctx.comms->dp, detail::optim_options(c.critic.optim, args.total_steps),
         static_cast<uint64_t>(c.trainer.seed) * 104729 + 3,
         detail::engine_tp_info(ctx, *cw.model, cw.model->backbone().tp_layout()));
     return Batch(0);
@@ -56,7 +87,7 @@ Batch compute_values(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     torch::NoGradGuard no_grad;
     const int64_t R = in.at("responses").size(1);
     std::vector<torch::Tensor> parts;
-    for (const Batch& mb : in.split(std::max<int64_t>(1, ctx.config->critic.forward_micro_batch_size_per_rank))) {
+    for (const Batch& mb : in.split(std::max<int64_t>(1, cw.settings.forward_micro_batch_size_per_rank))) {
         int64_t kept = 0;
         auto seq = detail::trimmed_sequences(mb, &kept);
         parts.push_back(detail::pad_response_columns(engine::compute_values(*cw.model, seq).to(torch::kCPU), R));
@@ -68,13 +99,14 @@ Batch compute_values(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 
 Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     CriticWorker& cw = ready(w);
-    const Config& c = *ctx.config;
-    const int64_t M = in.meta_int("num_mini_batches");
-    const double global_rows = in.meta_double("global_mini_batch_rows");
+    const CriticSettings& c = cw.settings;
+    const auto args = protocol::decode_args<CriticUpdateArgs>(in, "critic.update");
+    const int64_t M = args.num_mini_batches;
+    const double global_rows = args.global_mini_batch_rows;
     RLPT_CHECK(M >= 1 && in.size() % M == 0, "critic update: {} local rows do not form {} mini-batches", in.size(), M);
     const int64_t rows = in.size() / M, R = in.at("responses").size(1);
-    const int64_t epochs = c.critic.ppo_epochs.value_or(c.actor.ppo_epochs);
-    const auto mode = algo::parse_agg_mode(c.actor.loss_agg_mode);
+    const int64_t epochs = c.ppo_epochs;
+    const auto mode = c.loss_agg_mode;
     Batch metrics(0);
     for (int64_t e = 0; e < epochs; ++e) {
         for (int64_t j = 0; j < M; ++j) {
@@ -83,12 +115,11 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
             info.dp_size = ctx.dp_size();
             info.batch_num_tokens = ctx.comms->dp.allreduce_sum(mini.at("response_mask").sum().item<double>());
             info.global_batch_size = global_rows;
-            info.loss_scale_factor = c.actor.loss_scale_factor.value_or(static_cast<double>(R));
+            info.loss_scale_factor = c.loss_scale_factor.value_or(static_cast<double>(R));
             cw.engine->zero_grad();
             double loss_sum = 0;
-            for (const auto& idx : detail::micro_batches(mini, c.critic.ppo_micro_batch_size_per_rank,
-                                                         c.actor.use_dynamic_bsz, c.actor.ppo_max_token_len_per_rank,
-                                                         ctx.comms->dp)) {
+            for (const auto& idx : detail::micro_batches(mini, c.ppo_micro_batch_size_per_rank, c.use_dynamic_bsz,
+                                                         c.ppo_max_token_len_per_rank, ctx.comms->dp)) {
                 Batch mb = mini.index(idx);
                 int64_t r = 0;
                 auto seq = detail::trimmed_sequences(mb, &r);
@@ -97,7 +128,7 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
                 auto out = algo::compute_value_loss(vpred, detail::first_columns(mb.at("returns"), r).to(dev),
                                                     detail::first_columns(mb.at("values"), r).to(dev),
                                                     detail::first_columns(mb.at("response_mask"), r).to(dev),
-                                                    c.critic.cliprange_value, mode, info);
+                                                    c.cliprange_value, mode, info);
                 out.loss.backward();
                 loss_sum += out.loss.item<double>();
                 for (const auto& [k, v] : out.metrics)
@@ -115,7 +146,7 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 
 Batch save(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     CriticWorker& cw = ready(w);
-    const std::string dir = in.meta_string("dir");
+    const std::string dir = protocol::decode_args<protocol::DirArgs>(in, "critic.save").dir;
     const std::string file = fmt::format("critic_rank{}.h5", ctx.comms->role_rank);
     auto d = cw.engine->save_state_file((fs::path(dir) / file).string(), "critic/");
     return detail::checkpoint_file_info(dir, file, d.size, d.crc32);
@@ -124,7 +155,7 @@ Batch save(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 Batch load(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     CriticWorker& cw = ready(w);
     const std::string path =
-        (fs::path(in.meta_string("dir")) / fmt::format("critic_rank{}.h5", ctx.comms->role_rank)).string();
+        (fs::path(protocol::decode_args<protocol::DirArgs>(in, "critic.load").dir) / fmt::format("critic_rank{}.h5", ctx.comms->role_rank)).string();
     if (!fs::exists(path)) {
         throw IoError(fmt::format("checkpoint file {} is missing (written with another number of critic ranks?)", path));
     }
@@ -139,26 +170,32 @@ std::unique_ptr<RoleWorker> make_critic(WorkerContext&) { return std::make_uniqu
 
 const protocol::RoleSpec& critic_spec() {
     static const protocol::RoleSpec spec = [] {
-        using protocol::Collect;
-        using protocol::Distribute;
-        using protocol::FieldKind;
-        const protocol::FieldSpec ids{"input_ids"}, mask{"attention_mask"}, pos{"position_ids"}, resp{"responses"};
+        using protocol::args_schema;
+        using protocol::method;
+        using protocol::tensors;
+        const auto sequences = tensors("input_ids", "attention_mask", "position_ids", "responses");
         protocol::RoleSpec s;
         s.name = "critic";
         s.method_count = static_cast<uint16_t>(CriticMethod::kCount);
         s.factory = make_critic;
         s.methods = {
             detail::ping_spec(),
-            {1, "init", Distribute::kOneToAll, Collect::kNone, true, true, 0, {}, {}, init},
-            {2, "compute_values", Distribute::kDpSplit, Collect::kConcatDpSources, false, true, 0,
-             {ids, mask, pos, resp}, {{"values"}}, compute_values},
-            {3, "update", Distribute::kDpSplit, Collect::kConcatDpSources, true, false, 0,
-             {ids, mask, pos, resp, {"response_mask"}, {"values"}, {"returns"}, {"num_mini_batches", FieldKind::kMeta}},
-             {},
-             update},
-            {4, "save", Distribute::kOneToAll, Collect::kAll, true, true, 0, {{"dir", FieldKind::kMeta}},
-             {{"file", FieldKind::kString}}, save},
-            {5, "load", Distribute::kOneToAll, Collect::kNone, true, true, 0, {{"dir", FieldKind::kMeta}}, {}, load},
+            method(CriticMethod::kInit, "init", init).takes(args_schema<protocol::InitArgs>()),
+            method(CriticMethod::kComputeValues, "compute_values", compute_values)
+                .split_over_dp()
+                .takes(sequences)
+                .concat_outputs(tensors("values")),
+            method(CriticMethod::kUpdate, "update", update)
+                .split_over_dp()
+                .unpadded()
+                .takes(sequences)
+                .takes(tensors("response_mask", "values", "returns"))
+                .takes(args_schema<CriticUpdateArgs>())
+                .concat_outputs({}),
+            method(CriticMethod::kSave, "save", save)
+                .takes(args_schema<protocol::DirArgs>())
+                .every_output({protocol::string_field("file")}),
+            method(CriticMethod::kLoad, "load", load).takes(args_schema<protocol::DirArgs>()),
         };
         return s;
     }();

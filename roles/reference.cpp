@@ -20,7 +20,8 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     auto& r = static_cast<ReferenceWorker&>(w);
     const Config& c = *ctx.config;
     const auto device = detail::device_for(c, ctx.topology->placement(), ctx.world_rank);
-    r.model = detail::build_policy(c, device, in.meta_int("vocab_size", 0), detail::tensor_parallel(ctx, device));
+    const auto args = protocol::decode_args<protocol::InitArgs>(in, "reference.init");
+    r.model = detail::build_policy(c, device, args.vocab_size, detail::tensor_parallel(ctx, device));
     for (auto& p : r.model->parameters()) p.set_requires_grad(false);
     return Batch(0);
 }
@@ -29,7 +30,8 @@ Batch compute_log_prob(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     auto& r = static_cast<ReferenceWorker&>(w);
     RLPT_CHECK_KIND(InternalError, r.model != nullptr, "reference used before kInit");
     torch::NoGradGuard no_grad;
-    const double temperature = in.meta_double("temperature", 1.0);
+    const double temperature =
+        protocol::decode_args<ReferenceLogProbArgs>(in, "reference.compute_log_prob").temperature;
     const int64_t R = in.at("responses").size(1);
     std::vector<torch::Tensor> parts;
     for (const Batch& mb : in.split(std::max<int64_t>(1, ctx.config->ref.log_prob_micro_batch_size_per_rank))) {
@@ -49,17 +51,20 @@ std::unique_ptr<RoleWorker> make_reference(WorkerContext&) { return std::make_un
 
 const protocol::RoleSpec& reference_spec() {
     static const protocol::RoleSpec spec = [] {
-        using protocol::Collect;
-        using protocol::Distribute;
+        using protocol::method;
+        using protocol::tensors;
         protocol::RoleSpec s;
         s.name = "reference";
         s.method_count = static_cast<uint16_t>(ReferenceMethod::kCount);
         s.factory = make_reference;
         s.methods = {
             detail::ping_spec(),
-            {1, "init", Distribute::kOneToAll, Collect::kNone, false, true, 0, {}, {}, init},
-            {2, "compute_log_prob", Distribute::kDpSplit, Collect::kConcatDpSources, false, true, 0,
-             {{"input_ids"}, {"attention_mask"}, {"position_ids"}, {"responses"}}, {{"ref_log_prob"}}, compute_log_prob},
+            method(ReferenceMethod::kInit, "init", init).takes(protocol::args_schema<protocol::InitArgs>()),
+            method(ReferenceMethod::kComputeLogProb, "compute_log_prob", compute_log_prob)
+                .split_over_dp()
+                .takes(tensors("input_ids", "attention_mask", "position_ids", "responses"))
+                .takes(protocol::args_schema<ReferenceLogProbArgs>())
+                .concat_outputs(tensors("ref_log_prob")),
         };
         return s;
     }();

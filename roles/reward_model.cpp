@@ -49,17 +49,19 @@ std::unique_ptr<RoleWorker> make_reward_model(WorkerContext&) { return std::make
 
 const protocol::RoleSpec& reward_model_spec() {
     static const protocol::RoleSpec spec = [] {
-        using protocol::Collect;
-        using protocol::Distribute;
+        using protocol::method;
+        using protocol::tensors;
         protocol::RoleSpec s;
         s.name = "reward_model";
         s.method_count = static_cast<uint16_t>(RewardModelMethod::kCount);
         s.factory = make_reward_model;
         s.methods = {
             detail::ping_spec(),
-            {1, "init", Distribute::kOneToAll, Collect::kNone, false, true, 0, {}, {}, init},
-            {2, "compute_score", Distribute::kDpSplit, Collect::kConcatDpSources, false, true, 0,
-             {{"input_ids"}, {"attention_mask"}, {"position_ids"}, {"responses"}}, {{"rm_scores"}}, compute_score},
+            method(RewardModelMethod::kInit, "init", init),
+            method(RewardModelMethod::kComputeScore, "compute_score", compute_score)
+                .split_over_dp()
+                .takes(tensors("input_ids", "attention_mask", "position_ids", "responses"))
+                .concat_outputs(tensors("rm_scores")),
         };
         return s;
     }();

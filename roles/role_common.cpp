@@ -22,17 +22,9 @@ Batch ping(protocol::RoleWorker&, protocol::WorkerContext& ctx, const Batch&) {
 }
 
 protocol::MethodSpec ping_spec() {
-    using protocol::FieldKind;
-    protocol::MethodSpec m;
-    m.id = 0;
-    m.name = "ping";
-    m.distribute = protocol::Distribute::kOneToAll;
-    m.collect = protocol::Collect::kAll;
-    m.collective = false;
-    m.timeout_s = 120;
-    m.outputs = {{"world_rank", FieldKind::kInt}, {"host", FieldKind::kString}};
-    m.handler = ping;
-    return m;
+    return protocol::method(0, "ping", ping)
+        .every_output({protocol::int_field("world_rank"), protocol::string_field("host")})
+        .timeout(120);
 }
 
 }  // namespace rlpt::roles::detail

@@ -1,8 +1,6 @@
 // The rollout: batched generation with the policy's current weights.
 #include "rlpt/roles/rollout.h"
 
-#include <sstream>
-
 #include "model_setup.h"
 #include "rlpt/comm/weight_sync.h"
 #include "rlpt/core/log.h"
@@ -38,18 +36,10 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     const Config& c = *ctx.config;
     r.policy = std::make_shared<detail::SharedPolicy>();
     const auto device = detail::device_for(c, ctx.topology->placement(), ctx.world_rank);
-    r.policy->model =
-        detail::build_policy(c, device, in.meta_int("vocab_size", 0), detail::tensor_parallel(ctx, device));
+    const auto args = protocol::decode_args<protocol::InitArgs>(in, "rollout.init");
+    r.policy->model = detail::build_policy(c, device, args.vocab_size, detail::tensor_parallel(ctx, device));
     r.own_copy = true;
     return Batch(0);
-}
-
-std::vector<int64_t> parse_ids(const std::string& s) {
-    std::vector<int64_t> out;
-    std::stringstream ss(s);
-    for (std::string item; std::getline(ss, item, ',');)
-        if (!item.empty()) out.push_back(std::stoll(item));
-    return out;
 }
 
 Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
@@ -57,17 +47,18 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     const torch::Tensor ids = in.at("prompt_ids").contiguous();
     const torch::Tensor mask = in.at("prompt_mask").to(torch::kBool).contiguous();
     const int64_t B = in.size(), P = ids.size(1);
+    const auto args = protocol::decode_args<GenerateArgs>(in, "rollout.generate");
     rollout::SamplingParams sp;
-    sp.temperature = in.meta_double("temperature", 1.0);
-    sp.top_p = in.meta_double("top_p", 1.0);
-    sp.top_k = in.meta_int("top_k", -1);
-    sp.greedy = in.meta_int("greedy", 0) != 0;
-    sp.max_new_tokens = in.meta_int("max_new_tokens");
-    sp.eos_id = in.meta_int("eos_id", -1);
-    sp.pad_id = in.meta_int("pad_id", 0);
-    if (in.has_meta("stop_ids")) sp.stop_token_ids = parse_ids(in.meta_string("stop_ids"));
-    const uint64_t seed = static_cast<uint64_t>(in.meta_int("seed", 0));
-    const int64_t step = in.meta_int("step", 0);
+    sp.temperature = args.temperature;
+    sp.top_p = args.top_p;
+    sp.top_k = args.top_k;
+    sp.greedy = args.greedy;
+    sp.max_new_tokens = args.max_new_tokens;
+    sp.eos_id = args.eos_id;
+    sp.pad_id = args.pad_id;
+    sp.stop_token_ids = args.stop_ids;
+    const uint64_t seed = static_cast<uint64_t>(args.seed);
+    const int64_t step = args.stream;
 
     std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(B));
     std::vector<uint64_t> seeds(static_cast<size_t>(B));
@@ -137,22 +128,23 @@ std::unique_ptr<RoleWorker> make_rollout(WorkerContext&) { return std::make_uniq
 
 const protocol::RoleSpec& rollout_spec() {
     static const protocol::RoleSpec spec = [] {
-        using protocol::Collect;
-        using protocol::Distribute;
-        using protocol::FieldKind;
+        using protocol::method;
+        using protocol::tensors;
         protocol::RoleSpec s;
         s.name = "rollout";
         s.method_count = static_cast<uint16_t>(RolloutMethod::kCount);
         s.factory = make_rollout;
         s.methods = {
             detail::ping_spec(),
-            {1, "init", Distribute::kOneToAll, Collect::kNone, false, true, 0, {}, {}, init},
-            {2, "generate", Distribute::kDpSplit, Collect::kConcatDpSources, false, true, 0,
-             {{"prompt_ids"}, {"prompt_mask"}, {"sample_index", FieldKind::kInt}, {"max_new_tokens", FieldKind::kMeta}},
-             {{"responses"}, {"response_mask"}, {"input_ids"}, {"attention_mask"}, {"position_ids"},
-              {"rollout_log_probs"}},
-             generate},
-            {3, "receive_weights", Distribute::kOneToAll, Collect::kNone, false, true, 0, {}, {}, receive_weights},
+            method(RolloutMethod::kInit, "init", init).takes(protocol::args_schema<protocol::InitArgs>()),
+            method(RolloutMethod::kGenerate, "generate", generate)
+                .split_over_dp()
+                .takes(tensors("prompt_ids", "prompt_mask"))
+                .takes({protocol::int_field("sample_index")})
+                .takes(protocol::args_schema<GenerateArgs>())
+                .concat_outputs(tensors("responses", "response_mask", "input_ids", "attention_mask",
+                                        "position_ids", "rollout_log_probs")),
+            method(RolloutMethod::kReceiveWeights, "receive_weights", receive_weights),
         };
         return s;
     }();

@@ -35,8 +35,7 @@ void add_files(ckpt::Manifest& manifest, const std::vector<Batch>& infos) {
 void RlTrainer::save_checkpoint() {
     const std::string root = checkpoint_root(run_.run_dir);
     const std::string dir = ckpt::create_step_dir(root, step_);
-    Batch m(0);
-    m.set_meta("dir", dir);
+    const Batch m = protocol::with_args(Batch(0), protocol::DirArgs{dir});
     ckpt::Manifest manifest;
     manifest.step = step_;
     manifest.config_hash = hash_hex(config_hash(c_));
@@ -87,8 +86,7 @@ bool RlTrainer::try_resume() {
     sampler_->set_state(st);
     step_ = r.int_attr("controller/step");
     kl_ctrl_.set_value(r.double_attr("controller/kl_coef"));
-    Batch m(0);
-    m.set_meta("dir", info->dir);
+    const Batch m = protocol::with_args(Batch(0), protocol::DirArgs{info->dir});
     ctl_.call(roles::ActorMethod::kLoad, m);
     if (use_critic_) ctl_.call(roles::CriticMethod::kLoad, m);
     sync_weights();

@@ -48,12 +48,6 @@ class Stage {
     double t0_;
 };
 
-std::string join_ids(const std::vector<int64_t>& v) {
-    std::string s;
-    for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
-    return s;
-}
-
 Batch seq_columns(const Batch& b) { return b.select({"input_ids", "attention_mask", "position_ids", "responses"}); }
 
 // Batch columns holding gdpo's per-sample reward components: <prefix><key>, float64 [B].
@@ -87,10 +81,8 @@ void RlTrainer::check_batch_sizes() const {
 }
 
 void RlTrainer::init_roles() {
-    Batch init(0);
-    init.set_meta("vocab_size", task_.tok->vocab_size());
     // The lr schedules count training steps (verl steps its scheduler once per training step).
-    init.set_meta("total_steps", total_steps_);
+    const Batch init = protocol::with_args(Batch(0), protocol::InitArgs{task_.tok->vocab_size(), total_steps_});
     ctl_.call(ActorMethod::kInit, init);
     ctl_.call(RolloutMethod::kInit, init);
     if (use_ref_) ctl_.call(ReferenceMethod::kInit, init);
@@ -107,20 +99,21 @@ void RlTrainer::sync_weights() {
     ctl_.wait(recv);
 }
 
-Batch RlTrainer::sampling_meta(Batch b, bool validation) const {
+roles::GenerateArgs RlTrainer::sampling_args(bool validation) const {
     const auto& r = c_.rollout;
-    b.set_meta("temperature", validation ? r.val.temperature : r.temperature);
-    b.set_meta("top_p", validation ? r.val.top_p : r.top_p);
-    b.set_meta("top_k", validation ? r.val.top_k : r.top_k);
-    b.set_meta("greedy", static_cast<int64_t>(validation ? !r.val.do_sample : !r.do_sample));
-    b.set_meta("max_new_tokens", c_.data.max_response_length);
-    b.set_meta("eos_id", task_.eos_id);
-    b.set_meta("pad_id", task_.pad_id);
-    b.set_meta("stop_ids", join_ids(task_.stop_ids));
-    b.set_meta("seed", c_.trainer.seed);
+    roles::GenerateArgs a;
+    a.temperature = validation ? r.val.temperature : r.temperature;
+    a.top_p = validation ? r.val.top_p : r.top_p;
+    a.top_k = validation ? r.val.top_k : r.top_k;
+    a.greedy = validation ? !r.val.do_sample : !r.do_sample;
+    a.max_new_tokens = c_.data.max_response_length;
+    a.eos_id = task_.eos_id;
+    a.pad_id = task_.pad_id;
+    a.stop_ids = task_.stop_ids;
+    a.seed = c_.trainer.seed;
     // Validation draws from other streams than training steps.
-    b.set_meta("step", validation ? (int64_t(1) << 40) + step_ : step_);
-    return b;
+    a.stream = validation ? (int64_t(1) << 40) + step_ : step_;
+    return a;
 }
 
 Batch RlTrainer::generate(const std::vector<int64_t>& example_ids, int64_t n, int64_t first_sample_index,
@@ -133,14 +126,14 @@ Batch RlTrainer::generate(const std::vector<int64_t>& example_ids, int64_t n, in
         e.push_back(&exs[static_cast<size_t>(i)]);
         p.push_back(&ids[static_cast<size_t>(i)]);
     }
-    return run_rollout(sampling_meta(make_prompt_batch(task_, e, p, n, first_sample_index), validation));
+    return run_rollout(make_prompt_batch(task_, e, p, n, first_sample_index), sampling_args(validation));
 }
 
-Batch RlTrainer::run_rollout(const Batch& prompts) {
+Batch RlTrainer::run_rollout(const Batch& prompts, const roles::GenerateArgs& args) {
     Batch out = ctl_.call(RolloutMethod::kGenerate,
-                          prompts.select({"prompt_ids", "prompt_mask"}, {"sample_index"}));
+                          protocol::with_args(prompts.select({"prompt_ids", "prompt_mask"}, {"sample_index"}), args));
     out.update(prompts.select({}, {"uid", "data_source", "ground_truth", "extra"}));
-    out.set_meta("temperature", prompts.meta_double("temperature"));
+    out.set_meta("temperature", args.temperature);
     if (!c_.rollout.calculate_log_probs) out.erase("rollout_log_probs");  // verl: then none are kept
     return out;
 }
@@ -166,9 +159,9 @@ torch::Tensor RlTrainer::greedy_baselines(const Batch& batch) {
     std::vector<int64_t> index(first_rows.size());
     for (size_t i = 0; i < index.size(); ++i) index[i] = (int64_t(1) << 41) + static_cast<int64_t>(i);
     prompts.set_ints("sample_index", std::move(index));
-    prompts = sampling_meta(std::move(prompts), false);
-    prompts.set_meta("greedy", int64_t(1));
-    auto scores = score_responses(task_, run_rollout(prompts)).score;
+    roles::GenerateArgs args = sampling_args(false);
+    args.greedy = true;
+    auto scores = score_responses(task_, run_rollout(prompts, args)).score;
     std::vector<double> base;
     for (int64_t g : group) base.push_back(scores[static_cast<size_t>(g)]);
     return torch::tensor(base, torch::kFloat32);
@@ -334,10 +327,9 @@ std::map<std::string, double> RlTrainer::train_step() {
 
     {
         Stage s(timing, "old_log_prob");
-        Batch in = seq_columns(batch);
-        in.set_meta("temperature", temperature);
-        if (needs.sum_pi_squared) in.set_meta("sum_pi_squared", int64_t(1));
-        Batch old = ctl_.call(ActorMethod::kComputeLogProb, in);
+        Batch old = ctl_.call(ActorMethod::kComputeLogProb,
+                              protocol::with_args(seq_columns(batch), roles::ActorLogProbArgs{temperature,
+                                                                                               needs.sum_pi_squared}));
         batch.update(old);
         if (old.has("entropy")) {
             algo::GlobalBatchInfo gbi;
@@ -347,9 +339,8 @@ std::map<std::string, double> RlTrainer::train_step() {
     }
     if (use_ref_) {
         Stage s(timing, "ref");
-        Batch in = seq_columns(batch);
-        in.set_meta("temperature", temperature);
-        batch.update(ctl_.call(ReferenceMethod::kComputeLogProb, in));
+        batch.update(ctl_.call(ReferenceMethod::kComputeLogProb,
+                               protocol::with_args(seq_columns(batch), roles::ReferenceLogProbArgs{temperature})));
     }
     if (use_critic_) {
         Stage s(timing, "values");
@@ -402,8 +393,7 @@ std::map<std::string, double> RlTrainer::train_step() {
                 batch.select({"input_ids", "attention_mask", "position_ids", "responses", "response_mask", "values",
                               "returns"}),
                 ctl_.dp_size("critic"), tb / cmb);
-            in.set_meta("num_mini_batches", tb / cmb);
-            in.set_meta("global_mini_batch_rows", static_cast<double>(cmb * n));
+            protocol::encode_args(roles::CriticUpdateArgs{tb / cmb, static_cast<double>(cmb * n)}, in);
             critic_call = ctl_.submit(CriticMethod::kUpdate, in);
             critic_pending = true;
         }
@@ -413,9 +403,7 @@ std::map<std::string, double> RlTrainer::train_step() {
             if (c_.actor.use_kl_loss) cols.push_back("ref_log_prob");
             const int64_t mb = c_.actor.ppo_mini_batch_size;
             Batch in = arrange_for_update(batch.select(cols), ctl_.dp_size("actor"), tb / mb);
-            in.set_meta("temperature", temperature);
-            in.set_meta("num_mini_batches", tb / mb);
-            in.set_meta("global_mini_batch_rows", static_cast<double>(mb * n));
+            protocol::encode_args(roles::ActorUpdateArgs{temperature, tb / mb, static_cast<double>(mb * n)}, in);
             if (critic_pending && !ctl_.layout("critic").world_ranks.empty() &&
                 std::find_first_of(ctl_.layout("critic").world_ranks.begin(), ctl_.layout("critic").world_ranks.end(),
                                    ctl_.layout("actor").world_ranks.begin(),
@@ -508,9 +496,7 @@ void RlTrainer::log_progress(const std::map<std::string, double>& m) const {
 }
 
 void RlTrainer::export_policy(const std::string& dir) {
-    Batch e(0);
-    e.set_meta("dir", dir);
-    ctl_.call(ActorMethod::kExport, e);
+    ctl_.call(ActorMethod::kExport, protocol::with_args(Batch(0), protocol::DirArgs{dir}));
     task_.tok->save(dir);
     RLPT_LOG_INFO("exported the policy as a Hugging Face folder: {}", dir);
 }

@@ -17,6 +17,7 @@
 #include "modes.h"
 #include "rlpt/algo/kl.h"
 #include "rlpt/data/sampler.h"
+#include "rlpt/roles/rollout.h"
 #include "task_data.h"
 
 namespace rlpt::app {
@@ -32,10 +33,10 @@ class RlTrainer {
     void check_batch_sizes() const;
     void init_roles();
     void sync_weights();
-    Batch sampling_meta(Batch b, bool validation) const;
+    roles::GenerateArgs sampling_args(bool validation) const;
     Batch generate(const std::vector<int64_t>& example_ids, int64_t n, int64_t first_sample_index, bool validation);
-    // One rollout call on a prompt batch (make_prompt_batch's fields + sampling meta).
-    Batch run_rollout(const Batch& prompts);
+    // One rollout call on a prompt batch (make_prompt_batch's fields).
+    Batch run_rollout(const Batch& prompts, const roles::GenerateArgs& args);
     // remax: [B] fp32, the reward of the greedy response to each row's prompt.
     torch::Tensor greedy_baselines(const Batch& batch);
     void set_reward_components(Batch& b, const ScoredResponses& sc) const;

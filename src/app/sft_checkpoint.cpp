@@ -28,8 +28,7 @@ void save_sft_checkpoint(protocol::Controller& ctl, const RunContext& run, int64
     manifest.config_hash = config_hash_hex(c);
     manifest.world_size = run.topology->world_size();
     for (const auto& r : run.topology->placement().roles) manifest.roles[r.role] = r.world_ranks;
-    Batch m(0);
-    m.set_meta("dir", dir);
+    const Batch m = protocol::with_args(Batch(0), protocol::DirArgs{dir});
     for (const Batch& b : ctl.call_all(roles::ActorMethod::kSave, m)) {
         ckpt::ManifestFile f;
         f.name = b.strings("file")[0];
@@ -76,9 +75,7 @@ int64_t resume_sft(protocol::Controller& ctl, const RunContext& run, data::Epoch
     }
     const data::SamplerState st = read_sampler_state(r);
     sampler.set_state(st);
-    Batch m(0);
-    m.set_meta("dir", dir);
-    ctl.call(roles::ActorMethod::kLoad, m);
+    ctl.call(roles::ActorMethod::kLoad, protocol::with_args(Batch(0), protocol::DirArgs{dir}));
     const int64_t step = r.int_attr("controller/step");
     RLPT_LOG_INFO("sft: resumed from {} (step {}, epoch {})", dir, step, st.epoch);
     return step;

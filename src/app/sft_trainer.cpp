@@ -92,18 +92,17 @@ std::map<std::string, double> validate_greedy(protocol::Controller& ctl, const C
         p.push_back(&t.val_ids[i]);
     }
     Batch prompts = make_prompt_batch(t, e, p, 1, 0);
-    Batch in = prompts.select({"prompt_ids", "prompt_mask"}, {"sample_index"});
-    in.set_meta("greedy", int64_t(1));
-    in.set_meta("temperature", 1.0);
-    in.set_meta("max_new_tokens", c.data.max_response_length);
-    in.set_meta("eos_id", t.eos_id);
-    in.set_meta("pad_id", t.pad_id);
-    std::string stops;
-    for (auto s : t.stop_ids) stops += (stops.empty() ? "" : ",") + std::to_string(s);
-    in.set_meta("stop_ids", stops);
-    in.set_meta("seed", c.trainer.seed);
-    in.set_meta("step", step);
-    Batch out = ctl.call(roles::RolloutMethod::kGenerate, in);
+    roles::GenerateArgs args;
+    args.greedy = true;
+    args.temperature = 1.0;
+    args.max_new_tokens = c.data.max_response_length;
+    args.eos_id = t.eos_id;
+    args.pad_id = t.pad_id;
+    args.stop_ids = t.stop_ids;
+    args.seed = c.trainer.seed;
+    args.stream = step;
+    Batch out = ctl.call(roles::RolloutMethod::kGenerate,
+                         protocol::with_args(prompts.select({"prompt_ids", "prompt_mask"}, {"sample_index"}), args));
     out.update(prompts.select({}, {"uid", "data_source", "ground_truth", "extra"}));
     ValidationTally tally;
     tally.add(out, score_responses(t, out));
@@ -132,9 +131,7 @@ int run_sft(protocol::Controller& ctl, const RunContext& run) {
     RLPT_CHECK_KIND(ConfigError, bs <= static_cast<int64_t>(examples.size()),
                     "sft.batch_size={} is larger than the training set ({} examples)", bs, examples.size());
 
-    Batch init(0);
-    init.set_meta("vocab_size", t.tok->vocab_size());
-    init.set_meta("total_steps", steps);
+    const Batch init = protocol::with_args(Batch(0), protocol::InitArgs{t.tok->vocab_size(), steps});
     ctl.call(roles::ActorMethod::kInit, init);
     if (ctl.has_role("rollout")) ctl.call(roles::RolloutMethod::kInit, init);
 
@@ -154,8 +151,8 @@ int run_sft(protocol::Controller& ctl, const RunContext& run) {
         ctl.set_step(step);
         const double ts = now_s();
         Batch b = make_sft_batch(examples, sampler.next_batch(bs), t.pad_id, dp);
-        b.set_meta("global_tokens", b.at("loss_mask").sum().item<double>());
-        Batch m = ctl.call(roles::ActorMethod::kSftStep, b);
+        roles::SftStepArgs args{b.at("loss_mask").sum().item<double>()};
+        Batch m = ctl.call(roles::ActorMethod::kSftStep, protocol::with_args(std::move(b), args));
         auto red = reduce_metrics(m.metrics());
         red["timing_s/step"] = now_s() - ts;
         red["training/epoch"] = static_cast<double>(sampler.epoch());
@@ -184,9 +181,7 @@ int run_sft(protocol::Controller& ctl, const RunContext& run) {
     std::string out_dir = c.sft.output_model_dir.empty()
                               ? (std::filesystem::path(run.run_dir) / "model").string()
                               : c.sft.output_model_dir;
-    Batch e(0);
-    e.set_meta("dir", out_dir);
-    ctl.call(roles::ActorMethod::kExport, e);
+    ctl.call(roles::ActorMethod::kExport, protocol::with_args(Batch(0), protocol::DirArgs{out_dir}));
     t.tok->save(out_dir);
     RLPT_LOG_INFO("sft done in {:.1f} s: model + tokenizer written to {} (Hugging Face format); metrics in {}",
                   now_s() - t0, out_dir, log.path());

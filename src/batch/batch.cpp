@@ -192,6 +192,14 @@ const std::string& Batch::meta_string(const std::string& name) const {
     return *v;
 }
 
+const std::vector<int64_t>& Batch::meta_ints(const std::string& name) const {
+    auto it = meta_.find(name);
+    RLPT_CHECK(it != meta_.end(), "batch has no meta '{}' (meta: {})", name, key_list(meta_));
+    const auto* v = std::get_if<std::vector<int64_t>>(&it->second);
+    RLPT_CHECK(v != nullptr, "batch meta '{}' is not a list of integers", name);
+    return *v;
+}
+
 int64_t Batch::meta_int(const std::string& name, int64_t fallback) const {
     return has_meta(name) ? meta_int(name) : fallback;
 }

@@ -136,6 +136,10 @@ void encode_layout(const Batch& b, std::string& out) {
         if (const auto* i = std::get_if<int64_t>(&v)) w.pod<int64_t>(*i);
         if (const auto* d = std::get_if<double>(&v)) w.pod<double>(*d);
         if (const auto* s = std::get_if<std::string>(&v)) w.str(*s);
+        if (const auto* l = std::get_if<std::vector<int64_t>>(&v)) {
+            w.pod<uint64_t>(l->size());
+            out.append(reinterpret_cast<const char*>(l->data()), l->size() * sizeof(int64_t));
+        }
     }
     w.pod<uint64_t>(b.metrics().size());
     for (const auto& [name, m] : b.metrics()) {
@@ -202,6 +206,11 @@ BatchLayout decode_layout(const char* data, size_t n) {
         if (kind == 0) L.skeleton.set_meta(name, r.pod<int64_t>("meta value"));
         else if (kind == 1) L.skeleton.set_meta(name, r.pod<double>("meta value"));
         else if (kind == 2) L.skeleton.set_meta(name, r.str("meta value"));
+        else if (kind == 3) {
+            std::vector<int64_t> v(r.count("meta list", 8));
+            for (auto& x : v) x = r.pod<int64_t>("meta list value");
+            L.skeleton.set_meta(name, std::move(v));
+        }
         else throw CommError(fmt::format("malformed batch message: meta '{}' has kind {}", name, kind));
     }
     uint64_t nmet = r.count("metric", 17);

@@ -55,13 +55,12 @@ std::vector<RoleSpec> registry() {
     s.name = "actor";
     s.method_count = static_cast<uint16_t>(BenchMethod::kCount);
     s.factory = make;
-    using D = Distribute;
-    using C = Collect;
+    using protocol::method;
     s.methods = {
-        {0, "noop", D::kOneToAll, C::kNone, false, true, 0, {}, {}, noop},
-        {1, "echo", D::kDpSplit, C::kConcatDpSources, false, true, 0, {{"x", FieldKind::kTensor}}, {}, echo},
-        {2, "sleep", D::kOneToAll, C::kNone, false, true, 0, {}, {}, sleep_ms},
-        {3, "idle_report", D::kOneToAll, C::kAll, false, true, 0, {}, {}, idle_report},
+        method(BenchMethod::kNoop, "noop", noop),
+        method(BenchMethod::kEcho, "echo", echo).split_over_dp().takes(protocol::tensors("x")).concat_outputs({}),
+        method(BenchMethod::kSleep, "sleep", sleep_ms),
+        method(BenchMethod::kIdleReport, "idle_report", idle_report).every_output({}),
     };
     return {s};
 }

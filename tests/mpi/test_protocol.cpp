@@ -73,18 +73,17 @@ RoleSpec test_spec(const std::string& name) {
     s.name = name;
     s.method_count = static_cast<uint16_t>(TestMethod::kCount);
     s.factory = make;
-    using D = Distribute;
-    using C = Collect;
-    auto T = [](const char* n) { return FieldSpec{n, FieldKind::kTensor, false}; };
+    using protocol::method;
+    using protocol::tensors;
     s.methods = {
-        {0, "echo", D::kDpSplit, C::kConcatDpSources, false, true, 0, {T("x")}, {T("x2"), T("rank")}, echo},
-        {1, "role_sum", D::kOneToAll, C::kFirst, true, true, 0, {{"add", FieldKind::kMeta}}, {T("sum")}, role_sum},
-        {2, "who", D::kOneToAll, C::kAll, false, true, 0, {}, {{"world_rank", FieldKind::kInt}}, who},
-        {3, "each", D::kAllToAll, C::kAll, false, true, 0, {T("v")}, {T("v")}, each},
-        {4, "nothing", D::kOneToAll, C::kNone, false, true, 0, {}, {}, nothing},
-        {5, "fail", D::kOneToAll, C::kNone, false, true, 0, {}, {}, fail},
-        {6, "metrics", D::kDpSplit, C::kConcatDpSources, false, false, 0, {T("x")}, {}, metrics},
-        {7, "sleep", D::kOneToAll, C::kNone, false, true, 0, {{"ms", FieldKind::kMeta}}, {}, sleep_ms},
+        method(TestMethod::kEcho, "echo", echo).split_over_dp().takes(tensors("x")).concat_outputs(tensors("x2", "rank")),
+        method(TestMethod::kRoleSum, "role_sum", role_sum).takes({protocol::meta_field("add")}).first_output(tensors("sum")),
+        method(TestMethod::kWhoAll, "who", who).every_output({protocol::int_field("world_rank")}),
+        method(TestMethod::kEach, "each", each).one_batch_per_rank().takes(tensors("v")).every_output(tensors("v")),
+        method(TestMethod::kNothing, "nothing", nothing),
+        method(TestMethod::kFail, "fail", fail),
+        method(TestMethod::kMetrics, "metrics", metrics).split_over_dp().unpadded().takes(tensors("x")).concat_outputs({}),
+        method(TestMethod::kSleep, "sleep", sleep_ms).takes({protocol::meta_field("ms")}),
     };
     return s;
 }

@@ -26,6 +26,7 @@ Batch sample_batch() {
     b.set_meta("step", int64_t{5});
     b.set_meta("temperature", 0.7);
     b.set_meta("phase", std::string("rollout"));
+    b.set_meta("stop_ids", std::vector<int64_t>{2, 7, -1});
     b.add_metric("reward/mean", 0.5);
     b.add_metric("tokens", 12.0, Reduce::kSum);
     return b;
@@ -61,6 +62,7 @@ TEST(MalformedBatchCodec, ValidEncodingRoundTrips) {
     EXPECT_EQ(L.columns[0].name, "flags");  // name order
     EXPECT_EQ(L.skeleton.strings("data_source")[2], "gsm8k");
     EXPECT_EQ(L.skeleton.ints("index")[2], 1 << 20);
+    EXPECT_EQ(L.skeleton.meta_ints("stop_ids"), (std::vector<int64_t>{2, 7, -1}));
     check_consistent(L);
 }
 

@@ -6,7 +6,8 @@
 //     response_mask [B,R], values [B,R], rewards [B], ...); any dtype, CPU or device;
 //   * per-sample fields: strings (uid, data_source, ground_truth, raw prompt; any bytes,
 //     embedded zeros included) and int64s, one entry per row;
-//   * meta: batch-wide scalars (int64, double or string), e.g. temperature, global step;
+//   * meta: batch-wide values (int64, double, string or a list of int64), e.g. temperature,
+//     global step, stop token ids;
 //   * metrics: typed scalars with an explicit reduction rule (mean, sum, max, min). A metric
 //     holds every value contributed (one per rank or micro-batch) until it is reduced.
 //
@@ -45,7 +46,7 @@ void merge_metrics(MetricMap& into, const MetricMap& from);
 // name -> reduced value.
 std::map<std::string, double> reduce_metrics(const MetricMap& m);
 
-using MetaValue = std::variant<int64_t, double, std::string>;
+using MetaValue = std::variant<int64_t, double, std::string, std::vector<int64_t>>;
 
 class Batch {
   public:
@@ -85,6 +86,7 @@ class Batch {
     int64_t meta_int(const std::string& name) const;
     double meta_double(const std::string& name) const;  // int64 meta converts
     const std::string& meta_string(const std::string& name) const;
+    const std::vector<int64_t>& meta_ints(const std::string& name) const;
     int64_t meta_int(const std::string& name, int64_t fallback) const;
     double meta_double(const std::string& name, double fallback) const;
     const std::map<std::string, MetaValue>& meta() const { return meta_; }

@@ -18,8 +18,16 @@
 //               kFirst            role rank 0's output
 //               kAll              every rank's output, in role-rank order
 //               kNone             nothing (every rank still reports success or its error)
-//   collective  whether every rank of the role must run the handler together (it uses the
-//               role communicator). Non-collective methods are still sent to every rank.
+//   pad_to_dp   kDpSplit only: pad the batch to a multiple of the DP size (else refuse
+//               a batch that does not split evenly: updates, whose mini-batches must not
+//               contain copied rows)
+//
+// Every method is sent to every rank of its role, which runs the handler; a handler that uses
+// the role communicator (an update's gradient all-reduce) therefore always has all its peers.
+//
+// A table row reads as words, built with method() and the MethodSpec setters:
+//     method(ActorMethod::kUpdate, "update", update).split_over_dp().unpadded()
+//         .takes({ids, mask, ...}).takes(args_schema<ActorUpdateArgs>()).concat_outputs({})
 
 #include <cstdint>
 #include <map>
@@ -105,13 +113,51 @@ struct MethodSpec {
     std::string name;
     Distribute distribute = Distribute::kOneToAll;
     Collect collect = Collect::kNone;
-    bool collective = true;
     bool pad_to_dp = true;
     double timeout_s = 0;  // 0: trainer.call_timeout_s; > 0: min(this, trainer.call_timeout_s)
     std::vector<FieldSpec> inputs;
     std::vector<FieldSpec> outputs;
     Handler handler = nullptr;
+
+    // ---- row builders (each returns *this) ----
+    MethodSpec& split_over_dp() { return distribute = Distribute::kDpSplit, *this; }
+    MethodSpec& one_batch_per_rank() { return distribute = Distribute::kAllToAll, *this; }
+    MethodSpec& unpadded() { return pad_to_dp = false, *this; }
+    // Appends to the input schema (columns, per-sample fields, args_schema<...>()).
+    MethodSpec& takes(const std::vector<FieldSpec>& fields) {
+        inputs.insert(inputs.end(), fields.begin(), fields.end());
+        return *this;
+    }
+    MethodSpec& concat_outputs(std::vector<FieldSpec> fields) { return collect_as(Collect::kConcatDpSources, fields); }
+    MethodSpec& first_output(std::vector<FieldSpec> fields) { return collect_as(Collect::kFirst, fields); }
+    MethodSpec& every_output(std::vector<FieldSpec> fields) { return collect_as(Collect::kAll, fields); }
+    MethodSpec& timeout(double seconds) { return timeout_s = seconds, *this; }
+
+  private:
+    MethodSpec& collect_as(Collect c, std::vector<FieldSpec>& fields) {
+        collect = c;
+        outputs = std::move(fields);
+        return *this;
+    }
 };
+
+// A row: sent whole to every rank of the role, nothing collected, until the setters say otherwise.
+template <typename MethodEnum>
+MethodSpec method(MethodEnum id, std::string name, Handler handler) {
+    MethodSpec m;
+    m.id = static_cast<uint16_t>(id);
+    m.name = std::move(name);
+    m.handler = handler;
+    return m;
+}
+// Schema entries that read as words: tensors("input_ids", "responses"), int_field("sample_index").
+template <typename... Names>
+std::vector<FieldSpec> tensors(Names... names) {
+    return {FieldSpec{names, FieldKind::kTensor, false}...};
+}
+inline FieldSpec int_field(std::string name) { return {std::move(name), FieldKind::kInt, false}; }
+inline FieldSpec string_field(std::string name) { return {std::move(name), FieldKind::kString, false}; }
+inline FieldSpec meta_field(std::string name) { return {std::move(name), FieldKind::kMeta, false}; }
 
 struct RoleSpec {
     std::string name;

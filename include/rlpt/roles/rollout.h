@@ -2,24 +2,52 @@
 // The rollout role: generation. Dispatch table in roles/rollout.cpp.
 #include <cstdint>
 
+#include <vector>
+
+#include "rlpt/protocol/args.h"
 #include "rlpt/protocol/role_spec.h"
 
 namespace rlpt::roles {
 
 enum class RolloutMethod : uint16_t {
     kPing = 0,        // one_to_all / all: identity of every rank
-    kInit,            // one_to_all / none. meta vocab_size. Uses the colocated actor's model when
+    kInit,            // one_to_all / none. protocol::InitArgs. Uses the colocated actor's model when
                       //   this rank hosts the actor, else builds its own (weights come by sync).
     kGenerate,        // dp_split / concat.
                       //   in:  prompt_ids [B, P] int64 left-padded, prompt_mask [B, P]; int field
-                      //        sample_index (global index: seeds the sample); meta temperature,
-                      //        top_p, top_k, greedy, max_new_tokens, eos_id, pad_id, stop_ids
-                      //        ("1,2"), seed, step
+                      //        sample_index (global index: seeds the sample); GenerateArgs
                       //   out: prompts [B, P], responses/response_mask/rollout_log_probs [B, R=max_new_tokens],
                       //        input_ids/attention_mask/position_ids [B, P+R], int field
                       //        finish_reason (0 eos, 1 stop, 2 length), int field weight_version
     kReceiveWeights,  // one_to_all / none: receive the actor's weights (with ActorMethod::kSendWeights)
     kCount
+};
+
+// The sampling of one kGenerate call (rollout::SamplingParams on the wire, plus the seeds).
+struct GenerateArgs {
+    double temperature = 1.0;
+    double top_p = 1.0;
+    int64_t top_k = -1;
+    bool greedy = false;
+    int64_t max_new_tokens = 1;  // R of every output column
+    int64_t eos_id = -1;
+    int64_t pad_id = 0;
+    std::vector<int64_t> stop_ids;
+    int64_t seed = 0;    // the run seed
+    int64_t stream = 0;  // the random stream: a training step, or an offset stream (validation)
+    template <typename V>
+    void visit(V& v) {
+        v("temperature", temperature);
+        v("top_p", top_p);
+        v("top_k", top_k);
+        v("greedy", greedy);
+        v("max_new_tokens", max_new_tokens);
+        v("eos_id", eos_id);
+        v("pad_id", pad_id);
+        v("stop_ids", stop_ids);
+        v("seed", seed);
+        v("stream", stream);
+    }
 };
 
 const protocol::RoleSpec& rollout_spec();
