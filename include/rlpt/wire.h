@@ -9,7 +9,7 @@
 //   [ReplyHeader][layout bytes | error text] tag kTagReply,       worker -> controller
 //   [column bytes] ...                      tag kTagReplyData,    worker -> controller
 // All of them travel on the control communicator (a dup of MPI_COMM_WORLD used for nothing
-// else). Command and reply messages travel as envelopes (comm/batch_transport.h: inline up to
+// else). Command and reply messages travel as envelopes (rlpt/protocol/batch_transport.h: inline up to
 // 8 KiB into receives posted in advance; longer ones announce their length and follow on
 // the tag + 1). MPI keeps
 // messages with the same (source, tag, communicator) in order, so data messages need no

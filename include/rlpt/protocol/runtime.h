@@ -43,7 +43,7 @@
 #include <string>
 #include <vector>
 
-#include "rlpt/comm/batch_transport.h"
+#include "rlpt/protocol/batch_transport.h"
 #include "rlpt/protocol/role_spec.h"
 
 namespace rlpt::protocol {
@@ -206,12 +206,12 @@ class Controller : public comm::WaitObserver {
     const comm::Topology& topo_;
     WorkerHost* local_;
     comm::BufferPool pool_;
-    std::unique_ptr<comm::Mailbox> replies_;  // receives posted in advance, one per worker rank
+    std::unique_ptr<Mailbox> replies_;  // receives posted in advance, one per worker rank
     int64_t step_ = -1;
     uint64_t next_seq_ = 1;
     std::map<uint64_t, std::unique_ptr<Call>> calls_;
     std::map<int, uint64_t> busy_rank_;  // world rank -> seq of the call it is in
-    std::unique_ptr<comm::Mailbox> heartbeats_;
+    std::unique_ptr<Mailbox> heartbeats_;
     struct Seen {  // the last heartbeat of a worker rank
         double at = -1;
         uint64_t seq = 0;

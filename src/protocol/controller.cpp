@@ -22,7 +22,7 @@ struct Controller::Call {
     bool local_running = false;  // rank 0 is inside this call's local share
     Batch local_in;  // this rank's share, run in wait() (see below)
     Batch local_out;
-    std::map<int, comm::OutgoingBatch> sends;  // world rank -> its inputs, until they are taken
+    std::map<int, OutgoingBatch> sends;  // world rank -> its inputs, until they are taken
     double started = 0;
     double last_warn = 0;
 
@@ -56,8 +56,8 @@ Controller::Controller(const std::vector<RoleSpec>& registry, const Config& conf
       config_(config),
       topo_(topo),
       local_(local),
-      replies_(std::make_unique<comm::Mailbox>(topo.control().get(), wire::kTagReply, worker_ranks(topo))),
-      heartbeats_(std::make_unique<comm::Mailbox>(topo.control().get(), wire::kTagHeartbeat, worker_ranks(topo))) {
+      replies_(std::make_unique<Mailbox>(topo.control().get(), wire::kTagReply, worker_ranks(topo))),
+      heartbeats_(std::make_unique<Mailbox>(topo.control().get(), wire::kTagHeartbeat, worker_ranks(topo))) {
     previous_observer_ = comm::set_wait_observer(this);
 }
 
@@ -382,7 +382,7 @@ std::vector<Batch> Controller::collect(Call& call) {
         if (w == me) return call.local_out;
         auto it = call.payloads.find(w);
         RLPT_CHECK_KIND(CommError, it != call.payloads.end(), "{}: rank {} sent no output", what, w);
-        return comm::recv_columns(std::move(it->second), w, wire::kTagReplyData, control, pool_, deadline,
+        return recv_columns(std::move(it->second), w, wire::kTagReplyData, control, pool_, deadline,
                                   fmt::format("{} output from rank {}", what, w));
     };
 
@@ -405,7 +405,7 @@ std::vector<Batch> Controller::collect(Call& call) {
                     RLPT_CHECK_KIND(CommError, it != call.payloads.end(), "{}: rank {} sent no output", what, w);
                     shards.emplace_back(w, std::move(it->second));
                 }
-                out = comm::recv_concat(std::move(shards), wire::kTagReplyData, control, pool_, deadline,
+                out = recv_concat(std::move(shards), wire::kTagReplyData, control, pool_, deadline,
                                         what + " outputs");
             } else {
                 std::vector<Batch> parts;
@@ -465,7 +465,7 @@ void Controller::shutdown(int exit_code) {
     h.kind = static_cast<uint8_t>(wire::CommandKind::kShutdown);
     h.exit_code = static_cast<uint16_t>(exit_code);
     std::string prefix = detail::header_bytes(h);
-    comm::OutgoingBatch sends;
+    OutgoingBatch sends;
     for (int w = 0; w < topo_.world_size(); ++w) {
         if (w == topo_.world_rank()) continue;
         sends.post_header_only(prefix, w, wire::kTagCommand, topo_.control().get());

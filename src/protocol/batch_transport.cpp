@@ -1,10 +1,13 @@
-#include "rlpt/comm/batch_transport.h"
+#include "rlpt/protocol/batch_transport.h"
 
 #include <cstring>
 
 #include "rlpt/core/error.h"
 
-namespace rlpt::comm {
+namespace rlpt::protocol {
+
+using comm::irecv_bytes;
+using comm::isend_bytes;
 namespace {
 
 // The tensor whose storage goes on the wire: host, C-contiguous.
@@ -215,4 +218,4 @@ Batch recv_batch(int src, int tag, MPI_Comm comm, BufferPool& pool, const Deadli
     return recv_columns(std::move(layout), source, tag + 2, comm, pool, d, fmt::format("batch data from rank {}", source));
 }
 
-}  // namespace rlpt::comm
+}  // namespace rlpt::protocol

@@ -19,7 +19,10 @@
 #include "rlpt/comm/buffer_pool.h"
 #include "rlpt/comm/mpi.h"
 
-namespace rlpt::comm {
+namespace rlpt::protocol {
+
+using comm::BufferPool;
+using comm::Deadline;
 
 // Sends in flight. Keeps the header bytes and the column tensors alive until complete().
 class OutgoingBatch {
@@ -95,4 +98,4 @@ class Mailbox {
 void send_batch(const Batch& b, int dest, int tag, MPI_Comm comm, const Deadline& d = Deadline::never());
 Batch recv_batch(int src, int tag, MPI_Comm comm, BufferPool& pool, const Deadline& d = Deadline::never());
 
-}  // namespace rlpt::comm
+}  // namespace rlpt::protocol

@@ -126,7 +126,7 @@ void WorkerHost::send_heartbeat(const std::string& what, double waited_s) {
     h.seq = in_call_.seq;
     h.waited_ms = static_cast<uint32_t>(std::min(waited_s * 1000.0, 4.0e9));
     heartbeat_keep_.push_back(detail::header_bytes(h) + what.substr(0, 200));
-    comm::post_envelope(heartbeat_keep_.back(), topo_.placement().controller_rank, wire::kTagHeartbeat,
+    post_envelope(heartbeat_keep_.back(), topo_.placement().controller_rank, wire::kTagHeartbeat,
                         topo_.control().get(), heartbeat_reqs_, heartbeat_keep_);
     last_heartbeat_ = detail::wall_seconds();
 }
@@ -134,7 +134,7 @@ void WorkerHost::send_heartbeat(const std::string& what, double waited_s) {
 int WorkerHost::serve() {
     const int controller = topo_.placement().controller_rank;
     MPI_Comm control = topo_.control().get();
-    comm::Mailbox commands(control, wire::kTagCommand, {controller});
+    Mailbox commands(control, wire::kTagCommand, {controller});
     struct Observe {
         comm::WaitObserver* previous;
         explicit Observe(comm::WaitObserver* o) : previous(comm::set_wait_observer(o)) {}
@@ -185,7 +185,7 @@ int WorkerHost::serve() {
         std::string error;
         try {
             BatchLayout layout = decode_layout(msg.data() + sizeof(h), msg.size() - sizeof(h));
-            Batch in = comm::recv_columns(std::move(layout), controller, wire::kTagCommandData, control, pool_,
+            Batch in = recv_columns(std::move(layout), controller, wire::kTagCommandData, control, pool_,
                                           comm::Deadline::after_seconds(config_.trainer.call_timeout_s),
                                           fmt::format("{}.{} input", spec.name, m.name));
             out = run(h.role, h.method, in, h.step);
@@ -193,7 +193,7 @@ int WorkerHost::serve() {
             error = e.what();
         }
         in_call_.active = false;
-        comm::OutgoingBatch send;
+        OutgoingBatch send;
         if (!error.empty()) {
             reply.status = static_cast<uint8_t>(wire::ReplyStatus::kError);
             send.post_header_only(detail::header_bytes(reply) + error, controller, wire::kTagReply, control);
