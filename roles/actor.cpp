@@ -9,6 +9,7 @@
 #include "rlpt/ckpt/h5_store.h"
 #include "rlpt/comm/weight_sync.h"
 #include "rlpt/core/log.h"
+#include "rlpt/core/rng_streams.h"
 #include "role_common.h"
 #include "train_common.h"
 
@@ -46,7 +47,7 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     const OptimConfig& optim = sft ? c.sft.optim : c.actor.optim;
     a.engine = std::make_unique<engine::TrainEngine>(
         a.policy->model, ctx.comms->dp, detail::optim_options(optim, args.total_steps),
-        static_cast<uint64_t>(c.trainer.seed) * 7919 + 17,
+        streams::actor_engine_seed(c.trainer.seed),
         detail::engine_tp_info(ctx, *a.policy->model, a.policy->model->tp_layout()));
     ctx.shared->put(detail::kSharedPolicy, a.policy);
     int64_t params = 0;

@@ -8,6 +8,7 @@
 #include "rlpt/algo/agg_loss.h"
 #include "rlpt/algo/value_loss.h"
 #include "rlpt/ckpt/h5_store.h"
+#include "rlpt/core/rng_streams.h"
 #include "role_common.h"
 #include "train_common.h"
 
@@ -77,7 +78,7 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     }
     cw.engine = std::make_unique<engine::TrainEngine>(
         cw.model, ctx.comms->dp, detail::optim_options(c.critic.optim, args.total_steps),
-        static_cast<uint64_t>(c.trainer.seed) * 104729 + 3,
+        streams::critic_engine_seed(c.trainer.seed),
         detail::engine_tp_info(ctx, *cw.model, cw.model->backbone().tp_layout()));
     return Batch(0);
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include "rlpt/algo/advantage.h"
@@ -14,6 +15,7 @@
 #include "rlpt/algo/seqlen_balancing.h"
 #include "rlpt/app/job.h"
 #include "rlpt/core/log.h"
+#include "rlpt/core/rng_streams.h"
 #include "rlpt/roles/actor.h"
 #include "rlpt/roles/critic.h"
 #include "rlpt/roles/reference.h"
@@ -112,7 +114,7 @@ roles::GenerateArgs RlTrainer::sampling_args(bool validation) const {
     a.stop_ids = task_.stop_ids;
     a.seed = c_.trainer.seed;
     // Validation draws from other streams than training steps.
-    a.stream = validation ? (int64_t(1) << 40) + step_ : step_;
+    a.stream = validation ? streams::validation_stream(step_) : step_;
     return a;
 }
 
@@ -157,7 +159,7 @@ torch::Tensor RlTrainer::greedy_baselines(const Batch& batch) {
     prompts.set("prompt_mask", rows.at("attention_mask").slice(1, 0, P));
     for (const char* f : {"uid", "data_source", "ground_truth", "extra"}) prompts.set_strings(f, rows.strings(f));
     std::vector<int64_t> index(first_rows.size());
-    for (size_t i = 0; i < index.size(); ++i) index[i] = (int64_t(1) << 41) + static_cast<int64_t>(i);
+    for (size_t i = 0; i < index.size(); ++i) index[i] = streams::baseline_sample_index(static_cast<int64_t>(i));
     prompts.set_ints("sample_index", std::move(index));
     roles::GenerateArgs args = sampling_args(false);
     args.greedy = true;
@@ -226,7 +228,7 @@ Batch RlTrainer::generate_train_batch(std::map<std::string, double>& m, std::map
         Batch b;
         {
             Stage s(timing, "gen");
-            b = generate(idx, n, (step_ * 1000 + rounds - 1) * want * n, false);
+            b = generate(idx, n, streams::training_sample_index(step_, rounds - 1, want * n), false);
         }
         check_weight_version(b);
         Stage s(timing, "reward");
@@ -312,35 +314,24 @@ Batch RlTrainer::arrange_for_update(const Batch& b, int64_t dp, int64_t num_mini
     return b.index(order);
 }
 
+// One PPO-family step, as the algorithm reads: rollouts with rewards, the log-probs the update
+// compares against, the reference's and the critic's views, rewards (with the KL penalty),
+// advantages, the updates, then the weight sync and the metrics.
 std::map<std::string, double> RlTrainer::train_step() {
-    std::map<std::string, double> m, timing;
+    Metrics m, timing;
     const double t_step = now_s();
     ctl_.set_step(step_ + 1);
     Batch batch = generate_train_batch(m, timing);
-    const double temperature = batch.meta_double("temperature");
-    const auto mask = batch.at("response_mask");
-    const auto agg = algo::parse_agg_mode(c_.actor.loss_agg_mode);
-    const auto needs = algo::advantage_estimator_needs(c_.algorithm.adv_estimator);
-    if (mask.sum().item<double>() == 0)
+    if (batch.at("response_mask").sum().item<double>() == 0)
         RLPT_LOG_WARN("step {}: every one of the {} responses is empty (aborted); the step runs on, and the metrics "
                       "over responses are NaN", step_ + 1, batch.size());
-
     {
         Stage s(timing, "old_log_prob");
-        Batch old = ctl_.call(ActorMethod::kComputeLogProb,
-                              protocol::with_args(seq_columns(batch), roles::ActorLogProbArgs{temperature,
-                                                                                               needs.sum_pi_squared}));
-        batch.update(old);
-        if (old.has("entropy")) {
-            algo::GlobalBatchInfo gbi;
-            gbi.loss_scale_factor = c_.actor.loss_scale_factor;
-            m["actor/entropy"] = algo::agg_loss(old.at("entropy"), mask.to(torch::kFloat32), agg, gbi).item<double>();
-        }
+        compute_old_log_probs(batch, m);
     }
     if (use_ref_) {
         Stage s(timing, "ref");
-        batch.update(ctl_.call(ReferenceMethod::kComputeLogProb,
-                               protocol::with_args(seq_columns(batch), roles::ReferenceLogProbArgs{temperature})));
+        compute_ref_log_probs(batch);
     }
     if (use_critic_) {
         Stage s(timing, "values");
@@ -348,90 +339,137 @@ std::map<std::string, double> RlTrainer::train_step() {
     }
     {
         Stage s(timing, "adv");
-        torch::Tensor rewards = batch.at("token_level_scores");
-        if (c_.algorithm.use_kl_in_reward) {
-            auto res = algo::apply_kl_penalty(rewards, batch.at("old_log_probs"), batch.at("ref_log_prob"), mask,
-                                              kl_ctrl_, c_.algorithm.kl_penalty);
-            rewards = res.token_level_rewards;
-            for (const auto& [k, v] : res.metrics) m[k] = v;
-        }
-        batch.set("token_level_rewards", rewards.to(torch::kFloat32));
-        algo::AdvantageInputs ai;
-        ai.token_level_rewards = batch.at("token_level_rewards");
-        ai.response_mask = mask;
-        if (use_critic_) ai.values = batch.at("values");
-        ai.index = algo::make_group_index(batch.strings("uid")).ids;
-        if (needs.reward_baselines) ai.reward_baselines = greedy_baselines(batch);
-        if (needs.sum_pi_squared) {
-            ai.old_log_probs = batch.at("old_log_probs");
-            ai.sum_pi_squared = batch.at("sum_pi_squared");
-        }
-        if (needs.reward_components) {
-            std::vector<torch::Tensor> comps;
-            for (const auto& k : c_.algorithm.gdpo_reward_keys) comps.push_back(batch.at(kComponentPrefix + k));
-            ai.reward_components = torch::stack(comps);
-        }
-        algo::AdvantageParams ap;
-        ap.gamma = c_.algorithm.gamma;
-        ap.lam = c_.algorithm.lam;
-        ap.norm_adv_by_std_in_grpo = c_.algorithm.norm_adv_by_std_in_grpo;
-        ap.gdpo_weights = c_.algorithm.gdpo_reward_weights;
-        auto adv = algo::compute_advantage(c_.algorithm.adv_estimator, ai, ap);
-        batch.set("advantages", adv.advantages.to(torch::kFloat32));
-        batch.set("returns", adv.returns.to(torch::kFloat32));
+        compute_rewards(batch, m);
+        compute_advantages(batch);
     }
-
-    const int64_t tb = c_.data.train_batch_size, n = c_.rollout.n;
     const bool update_actor = step_ >= c_.trainer.critic_warmup;
     {
         Stage s(timing, "update");
-        protocol::Controller::Pending critic_call, actor_call;
-        bool critic_pending = false, actor_pending = false;
-        if (use_critic_) {
-            const int64_t cmb = c_.critic.ppo_mini_batch_size.value_or(c_.actor.ppo_mini_batch_size);
-            Batch in = arrange_for_update(
-                batch.select({"input_ids", "attention_mask", "position_ids", "responses", "response_mask", "values",
-                              "returns"}),
-                ctl_.dp_size("critic"), tb / cmb);
-            protocol::encode_args(roles::CriticUpdateArgs{tb / cmb, static_cast<double>(cmb * n)}, in);
-            critic_call = ctl_.submit(CriticMethod::kUpdate, in);
-            critic_pending = true;
-        }
-        if (update_actor) {
-            std::vector<std::string> cols{"input_ids",     "attention_mask", "position_ids", "responses",
-                                          "response_mask", "old_log_probs",  "advantages"};
-            if (c_.actor.use_kl_loss) cols.push_back("ref_log_prob");
-            const int64_t mb = c_.actor.ppo_mini_batch_size;
-            Batch in = arrange_for_update(batch.select(cols), ctl_.dp_size("actor"), tb / mb);
-            protocol::encode_args(roles::ActorUpdateArgs{temperature, tb / mb, static_cast<double>(mb * n)}, in);
-            if (critic_pending && !ctl_.layout("critic").world_ranks.empty() &&
-                std::find_first_of(ctl_.layout("critic").world_ranks.begin(), ctl_.layout("critic").world_ranks.end(),
-                                   ctl_.layout("actor").world_ranks.begin(),
-                                   ctl_.layout("actor").world_ranks.end()) != ctl_.layout("critic").world_ranks.end()) {
-                // Critic and actor share ranks: one after the other.
-                Batch cm = ctl_.wait(critic_call);
-                for (const auto& [k, v] : reduce_metrics(cm.metrics())) m[k] = v;
-                critic_pending = false;
-            }
-            actor_call = ctl_.submit(ActorMethod::kUpdate, in);
-            actor_pending = true;
-        }
-        if (critic_pending) {
-            Batch cm = ctl_.wait(critic_call);
-            for (const auto& [k, v] : reduce_metrics(cm.metrics())) m[k] = v;
-        }
-        if (actor_pending) {
-            Batch am = ctl_.wait(actor_call);
-            for (const auto& [k, v] : reduce_metrics(am.metrics())) m[k] = v;
-        }
+        update_roles(batch, update_actor, m);
     }
     if (update_actor) {
         Stage s(timing, "update_weights");
         sync_weights();
         expect_newer_weights_ = true;
     }
+    add_step_metrics(batch, timing, now_s() - t_step, m);
+    return m;
+}
 
-    // Metrics.
+// old_log_probs (+ entropy, + sum_pi_squared when the estimator needs it) from the actor.
+void RlTrainer::compute_old_log_probs(Batch& batch, Metrics& m) {
+    const bool sum_pi_squared = algo::advantage_estimator_needs(c_.algorithm.adv_estimator).sum_pi_squared;
+    Batch old = ctl_.call(ActorMethod::kComputeLogProb,
+                          protocol::with_args(seq_columns(batch), roles::ActorLogProbArgs{rollout_temperature(batch),
+                                                                                           sum_pi_squared}));
+    batch.update(old);
+    if (old.has("entropy")) {
+        algo::GlobalBatchInfo gbi;
+        gbi.loss_scale_factor = c_.actor.loss_scale_factor;
+        const auto mask = batch.at("response_mask").to(torch::kFloat32);
+        m["actor/entropy"] = algo::agg_loss(old.at("entropy"), mask, algo::parse_agg_mode(c_.actor.loss_agg_mode), gbi)
+                                 .item<double>();
+    }
+}
+
+void RlTrainer::compute_ref_log_probs(Batch& batch) {
+    batch.update(ctl_.call(ReferenceMethod::kComputeLogProb,
+                           protocol::with_args(seq_columns(batch), roles::ReferenceLogProbArgs{rollout_temperature(batch)})));
+}
+
+// token_level_rewards: the scores, minus the KL penalty when algorithm.use_kl_in_reward.
+void RlTrainer::compute_rewards(Batch& batch, Metrics& m) {
+    torch::Tensor rewards = batch.at("token_level_scores");
+    if (c_.algorithm.use_kl_in_reward) {
+        auto res = algo::apply_kl_penalty(rewards, batch.at("old_log_probs"), batch.at("ref_log_prob"),
+                                          batch.at("response_mask"), kl_ctrl_, c_.algorithm.kl_penalty);
+        rewards = res.token_level_rewards;
+        for (const auto& [k, v] : res.metrics) m[k] = v;
+    }
+    batch.set("token_level_rewards", rewards.to(torch::kFloat32));
+}
+
+// advantages and returns by algorithm.adv_estimator, with the inputs its table row asks for.
+void RlTrainer::compute_advantages(Batch& batch) {
+    const auto needs = algo::advantage_estimator_needs(c_.algorithm.adv_estimator);
+    algo::AdvantageInputs ai;
+    ai.token_level_rewards = batch.at("token_level_rewards");
+    ai.response_mask = batch.at("response_mask");
+    if (use_critic_) ai.values = batch.at("values");
+    ai.index = algo::make_group_index(batch.strings("uid")).ids;
+    if (needs.reward_baselines) ai.reward_baselines = greedy_baselines(batch);
+    if (needs.sum_pi_squared) {
+        ai.old_log_probs = batch.at("old_log_probs");
+        ai.sum_pi_squared = batch.at("sum_pi_squared");
+    }
+    if (needs.reward_components) {
+        std::vector<torch::Tensor> comps;
+        for (const auto& k : c_.algorithm.gdpo_reward_keys) comps.push_back(batch.at(kComponentPrefix + k));
+        ai.reward_components = torch::stack(comps);
+    }
+    algo::AdvantageParams ap;
+    ap.gamma = c_.algorithm.gamma;
+    ap.lam = c_.algorithm.lam;
+    ap.norm_adv_by_std_in_grpo = c_.algorithm.norm_adv_by_std_in_grpo;
+    ap.gdpo_weights = c_.algorithm.gdpo_reward_weights;
+    auto adv = algo::compute_advantage(c_.algorithm.adv_estimator, ai, ap);
+    batch.set("advantages", adv.advantages.to(torch::kFloat32));
+    batch.set("returns", adv.returns.to(torch::kFloat32));
+}
+
+// The critic and actor updates: both in flight at once when they live on different ranks.
+void RlTrainer::update_roles(const Batch& batch, bool update_actor, Metrics& m) {
+    auto take = [&](protocol::Controller::Pending& call) {
+        for (const auto& [k, v] : reduce_metrics(ctl_.wait(call).metrics())) m[k] = v;
+    };
+    std::optional<protocol::Controller::Pending> critic_call;
+    if (use_critic_) critic_call = ctl_.submit(CriticMethod::kUpdate, critic_update_input(batch));
+    if (!update_actor) {
+        if (critic_call) take(*critic_call);
+        return;
+    }
+    Batch actor_in = actor_update_input(batch);
+    if (critic_call && critic_shares_actor_ranks()) {
+        take(*critic_call);  // one after the other on shared ranks
+        critic_call.reset();
+    }
+    auto actor_call = ctl_.submit(ActorMethod::kUpdate, actor_in);
+    if (critic_call) take(*critic_call);
+    take(actor_call);
+}
+
+Batch RlTrainer::critic_update_input(const Batch& batch) const {
+    const int64_t tb = c_.data.train_batch_size, n = c_.rollout.n;
+    const int64_t cmb = c_.critic.ppo_mini_batch_size.value_or(c_.actor.ppo_mini_batch_size);
+    Batch in = arrange_for_update(batch.select({"input_ids", "attention_mask", "position_ids", "responses",
+                                                "response_mask", "values", "returns"}),
+                                  ctl_.dp_size("critic"), tb / cmb);
+    protocol::encode_args(roles::CriticUpdateArgs{tb / cmb, static_cast<double>(cmb * n)}, in);
+    return in;
+}
+
+Batch RlTrainer::actor_update_input(const Batch& batch) const {
+    const int64_t tb = c_.data.train_batch_size, n = c_.rollout.n, mb = c_.actor.ppo_mini_batch_size;
+    std::vector<std::string> cols{"input_ids",     "attention_mask", "position_ids", "responses",
+                                  "response_mask", "old_log_probs",  "advantages"};
+    if (c_.actor.use_kl_loss) cols.push_back("ref_log_prob");
+    Batch in = arrange_for_update(batch.select(cols), ctl_.dp_size("actor"), tb / mb);
+    protocol::encode_args(roles::ActorUpdateArgs{rollout_temperature(batch), tb / mb, static_cast<double>(mb * n)},
+                          in);
+    return in;
+}
+
+bool RlTrainer::critic_shares_actor_ranks() const {
+    const auto& critic = ctl_.layout("critic").world_ranks;
+    const auto& actor = ctl_.layout("actor").world_ranks;
+    return std::find_first_of(critic.begin(), critic.end(), actor.begin(), actor.end()) != critic.end();
+}
+
+double RlTrainer::rollout_temperature(const Batch& batch) { return batch.meta_double("temperature"); }
+
+// verl's data, timing and throughput metrics of the step.
+void RlTrainer::add_step_metrics(const Batch& batch, const Metrics& timing, double step_time, Metrics& m) const {
+    const auto mask = batch.at("response_mask");
     algo::DataMetricsInputs dm;
     dm.token_level_scores = batch.at("token_level_scores");
     dm.token_level_rewards = batch.at("token_level_rewards");
@@ -445,7 +483,6 @@ std::map<std::string, double> RlTrainer::train_step() {
     for (const auto& [k, v] : algo::compute_data_metrics(dm)) m[k] = v;
     m["train/acc/mean"] = batch.at("acc").mean().item<double>();
     for (const auto& [k, v] : timing) m[k] = v;
-    const double step_time = now_s() - t_step;
     m["timing_s/step"] = step_time;
     const double tokens = batch.at("attention_mask").sum().item<double>();
     const double resp_tokens = mask.sum().item<double>();
@@ -461,7 +498,6 @@ std::map<std::string, double> RlTrainer::train_step() {
     }
     m["training/global_step"] = static_cast<double>(step_ + 1);
     m["training/epoch"] = static_cast<double>(sampler_->epoch());
-    return m;
 }
 
 std::map<std::string, double> RlTrainer::validate() {

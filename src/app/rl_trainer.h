@@ -43,7 +43,20 @@ class RlTrainer {
     int working_ranks() const;
     Batch generate_train_batch(std::map<std::string, double>& metrics, std::map<std::string, double>& timing);
     Batch arrange_for_update(const Batch& b, int64_t dp, int64_t num_mini) const;
-    std::map<std::string, double> train_step();
+    using Metrics = std::map<std::string, double>;
+    // The stages of train_step, in order.
+    Metrics train_step();
+    void compute_old_log_probs(Batch& batch, Metrics& m);
+    void compute_ref_log_probs(Batch& batch);
+    void compute_rewards(Batch& batch, Metrics& m);
+    void compute_advantages(Batch& batch);
+    void update_roles(const Batch& batch, bool update_actor, Metrics& m);
+    void add_step_metrics(const Batch& batch, const Metrics& timing, double step_time, Metrics& m) const;
+    Batch critic_update_input(const Batch& batch) const;
+    Batch actor_update_input(const Batch& batch) const;
+    bool critic_shares_actor_ranks() const;
+    // The sampling temperature of the batch's rollout (log-probs are of softmax(logits / T)).
+    static double rollout_temperature(const Batch& batch);
     std::map<std::string, double> validate();
     void save_checkpoint();
     void check_weight_version(const Batch& b);

@@ -34,7 +34,7 @@ struct GenerateArgs {
     int64_t pad_id = 0;
     std::vector<int64_t> stop_ids;
     int64_t seed = 0;    // the run seed
-    int64_t stream = 0;  // the random stream: a training step, or an offset stream (validation)
+    int64_t stream = 0;  // the random stream: a training step, or an offset stream (rlpt/core/rng_streams.h)
     template <typename V>
     void visit(V& v) {
         v("temperature", temperature);
