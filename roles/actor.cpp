@@ -77,6 +77,7 @@ Batch compute_log_prob(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
         if (entropy) ents.push_back(detail::pad_response_columns(out.entropy.to(torch::kCPU), R));
         if (sum_pi_squared) spsq.push_back(detail::pad_response_columns(out.sum_pi_squared.to(torch::kCPU), R));
     }
+    a.engine->release_parameters();  // ZeRO-3: the root unit gathered by the forwards
     Batch out(in.size());
     out.set("old_log_probs", in.size() ? torch::cat(lps, 0) : torch::zeros({0, R}));
     if (entropy) out.set("entropy", in.size() ? torch::cat(ents, 0) : torch::zeros({0, R}));
@@ -209,6 +210,8 @@ Batch sft_step(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 
 Batch send_weights(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
+    // ZeRO-3: every DP rank takes part in gathering the parameters, the first block sends them.
+    const auto full = a.engine->hold_full_parameters();
     // One sync group per mp_rank: this rank sends its slices if it is in the first block.
     auto ranks = detail::weight_sync_ranks(ctx.topology->placement(), ctx.comms->mp_rank);
     if (ranks.empty() || ranks.front() != ctx.world_rank) return Batch(0);
@@ -255,7 +258,9 @@ Batch load(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 
 Batch export_hf(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
-    // The first model-parallel block writes (its rank 0 after gathering each tensor).
+    // The first model-parallel block writes (its rank 0 after gathering each tensor); under
+    // ZeRO-3 every DP rank first takes part in gathering the parameters.
+    const auto full = a.engine->hold_full_parameters();
     if (ctx.comms->dp_rank == 0) model::save_pretrained(*a.policy->model, protocol::decode_args<protocol::DirArgs>(in, "actor.export").dir);
     return Batch(0);
 }

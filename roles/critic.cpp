@@ -93,6 +93,7 @@ Batch compute_values(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
         auto seq = detail::trimmed_sequences(mb, &kept);
         parts.push_back(detail::pad_response_columns(engine::compute_values(*cw.model, seq).to(torch::kCPU), R));
     }
+    cw.engine->release_parameters();  // ZeRO-3: the root unit gathered by the forwards
     Batch out(in.size());
     out.set("values", in.size() ? torch::cat(parts, 0) : torch::zeros({0, R}));
     return out;

@@ -44,6 +44,9 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 
 Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     RolloutWorker& r = ready(w);
+    // Colocated with a ZeRO-3 actor: the full weights for the whole generation (its number of
+    // decode steps differs per rank, so no per-layer gathers), freed when it returns.
+    const auto full = model::hold_full_parameters(*r.policy->model);
     const torch::Tensor ids = in.at("prompt_ids").contiguous();
     const torch::Tensor mask = in.at("prompt_mask").to(torch::kBool).contiguous();
     const int64_t B = in.size(), P = ids.size(1);

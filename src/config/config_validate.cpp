@@ -60,7 +60,7 @@ class Checker {
         require(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1, p + ".min_lr_ratio", "must be in [0, 1] (got {})",
                 o.min_lr_ratio);
         require(o.num_cycles > 0, p + ".num_cycles", "must be > 0 (got {})", o.num_cycles);
-        require(o.zero_stage == 0 || o.zero_stage == 1, p + ".zero_stage", "must be 0 or 1 (got {})", o.zero_stage);
+        require(o.zero_stage >= 0 && o.zero_stage <= 3, p + ".zero_stage", "must be 0, 1, 2 or 3 (got {})", o.zero_stage);
         require(o.grad_bucket_mb > 0, p + ".grad_bucket_mb", "must be > 0 (got {})", o.grad_bucket_mb);
     }
 

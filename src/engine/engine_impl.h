@@ -3,6 +3,7 @@
 // (checkpointing). Private to rlpt_core.
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -13,7 +14,13 @@
 #include "rlpt/core/error.h"
 #include "rlpt/engine/train_engine.h"
 
+namespace rlpt::model {
+class Backbone;
+}
+
 namespace rlpt::engine::detail {
+
+class ZeroHooks;
 
 // One trainable parameter: where it lives in its dtype group's flat buffers.
 struct ParamSlot {
@@ -28,9 +35,13 @@ struct ParamSlot {
     torch::Tensor grad_view;     // float32 view into Group::flat_grad, shaped like the parameter
 };
 
-// All parameters of one dtype, flattened in named_parameters() order.
+// All parameters of one dtype (ZeRO-2/3 with a transformer Backbone: of one dtype and one
+// unit, the decoder layer or the root), flattened in named_parameters() order.
 struct Group {
     torch::ScalarType dtype = torch::kFloat32;
+    int64_t unit = -1;    // -1: the root unit (everything outside the decoder layers, or the whole
+                          // module without a Backbone); i >= 0: decoder layer i
+    int64_t shard = 0;    // padded / dp_size (ZeRO-1/2/3); padded without ZeRO
     int64_t numel = 0;    // real elements
     int64_t padded = 0;   // buffer length: numel rounded up so that ZeRO-1 shards are equal
     torch::Tensor flat_param;  // [padded] dtype: the parameters' storage
@@ -45,6 +56,15 @@ struct Group {
     torch::Tensor exp_avg;     // fp32 [own_end - own_begin]
     torch::Tensor exp_avg_sq;  // fp32 [own_end - own_begin]
     std::vector<std::pair<int64_t, int64_t>> buckets;  // [begin, end) over [0, numel)
+    // ZeRO-2/3: fp32 [shard], the sum over DP ranks of this rank's slice of the gradients since
+    // zero_grad() (reduce-scattered from flat_grad), divided by dp_size in step().
+    torch::Tensor grad_shard;
+    // ZeRO-3: [shard] in dtype, this rank's slice of the parameters: the persistent copy.
+    // flat_param's storage is then allocated only while the unit is gathered.
+    torch::Tensor param_shard;
+    bool params_full = true;       // flat_param holds the current full parameters
+    bool gather_in_flight = false;  // a non-blocking all-gather into flat_param is running
+    bool grad_allocated = true;    // flat_grad's storage is allocated (ZeRO-2/3 free it)
     bool fp32() const { return dtype == torch::kFloat32; }
 };
 
@@ -66,6 +86,13 @@ struct EngineState {
     int64_t global_step = 0;
     int64_t schedule_step = 0;
     int64_t applied_updates = 0;
+    // ZeRO-2/3 on a module with a Backbone: its hooks (engine/zero_shard.cpp).
+    model::Backbone* backbone = nullptr;
+    std::shared_ptr<ZeroHooks> hooks;
+    int hold_count = 0;  // active hold_full_parameters() handles
+
+    bool shards_grads() const { return opts.zero_stage >= 2; }
+    bool shards_params() const { return opts.zero_stage >= 3; }
 
     // Every rank passes its local outcome; returns normally only when all ranks succeeded.
     // Otherwise a rank whose `local_error` is set rethrows it and the others throw `Kind`
@@ -76,6 +103,38 @@ struct EngineState {
 };
 
 std::string group_name(const Group& g);
+
+// ---- ZeRO-2/3 (engine/zero_shard.cpp) --------------------------------------------------------
+// Storage of `t` freed (tensor metadata and views kept, data pointer null) / allocated again
+// (values undefined): how FSDP frees a gathered parameter while autograd still holds views.
+void free_storage(const torch::Tensor& t);
+void alloc_storage(const torch::Tensor& t);
+// Group indices of a unit (-1: root), in order.
+std::vector<size_t> unit_groups(const EngineState& st, int64_t unit);
+// ZeRO-3: the unit's full parameters in flat_param (blocking; finishes a prefetch). Collective.
+void gather_unit(EngineState& st, int64_t unit);
+// ZeRO-3: starts the unit's all-gather without waiting (prefetch). Collective.
+void start_gather_unit(EngineState& st, int64_t unit);
+// Waits for every started gather.
+void finish_gathers(EngineState& st);
+// ZeRO-3: frees the unit's full parameters (local; nothing while a hold is active).
+void release_unit(EngineState& st, int64_t unit);
+// ZeRO-2/3: reduce-scatters group gi's full gradient into grad_shard (adds). Collective.
+void reduce_group_grads(EngineState& st, size_t gi);
+// ZeRO-2/3: allocates and zeroes a unit's full gradient buffer (no-op when allocated).
+void prepare_unit_grads(EngineState& st, int64_t unit);
+// The slot's .grad is its view into flat_grad again; a replaced gradient's values are copied in.
+void attach_grad(ParamSlot& s, const Group& g);
+// Installs the hooks on st.backbone (ZeRO-2/3) / removes them.
+void install_hooks(EngineState& st);
+void remove_hooks(EngineState& st);
+// ZeRO-3 after the parameter slices changed (step, load): gathered units freed, or gathered
+// again inside a hold. Collective when a hold is active.
+void invalidate_gathered(EngineState& st);
+// TrainEngine::for_each_full_parameter.
+void for_each_full(EngineState& st, const std::function<void(const std::string&, const torch::Tensor&)>& fn);
+// hold_full_parameters(): every unit gathered until the handle is dropped (ZeRO-3; else null).
+std::shared_ptr<void> hold_full(EngineState& st);
 
 }  // namespace rlpt::engine::detail
 

@@ -1,6 +1,7 @@
 // TrainEngine::save_state / load_state: parameters, optimizer moments (+ fp32 masters), step
 // counters and the RNG, in the ckpt H5 store (names listed in train_engine.h).
 #include <map>
+#include <functional>
 #include <optional>
 #include <sstream>
 
@@ -33,6 +34,60 @@ std::string state_layout(const detail::EngineState& st) {
         out += fmt::format("group {} numel {} padded {} own {} {}\n", detail::group_name(g), g.numel, g.padded,
                            g.own_begin, g.own_end);
     out += st.layout;
+    return out;
+}
+
+// ZeRO-2/3 checkpoints hold the optimizer state in ZeRO-0's layout: per dtype one flat vector,
+// the parameters of that dtype in named_parameters() order, no padding.
+struct Canonical {
+    std::vector<torch::ScalarType> dtypes;  // in order of first appearance
+    std::map<torch::ScalarType, int64_t> numel;
+    std::vector<int64_t> offset;            // per slot, in its dtype's vector
+};
+Canonical canonical_layout(const detail::EngineState& st) {
+    Canonical c;
+    for (const auto& s : st.slots) {
+        const auto dt = s.param.scalar_type();
+        if (c.numel.count(dt) == 0) {
+            c.dtypes.push_back(dt);
+            c.numel[dt] = 0;
+        }
+        c.offset.push_back(c.numel[dt]);
+        c.numel[dt] += s.numel;
+    }
+    return c;
+}
+std::string dtype_group_name(torch::ScalarType dt) { return dt == torch::kFloat32 ? "float32" : "bfloat16"; }
+std::string canonical_group_line(int64_t n) { return fmt::format("numel {} padded {} own 0 {}", n, n, n); }
+
+// This rank's part of slot i ([lo, hi) in its group's coordinates, possibly empty).
+std::pair<int64_t, int64_t> owned_part(const detail::EngineState& st, size_t i) {
+    const auto& s = st.slots[i];
+    const auto& g = st.groups[s.group];
+    return {std::max(s.offset, g.own_begin), std::min(s.offset + s.numel, g.own_end)};
+}
+
+// The full optimizer state of a ZeRO-2/3 engine in the canonical layout (collective on dp:
+// every group's slices all-gathered). Per dtype: exp_avg, exp_avg_sq, master (bf16 only).
+std::map<torch::ScalarType, std::vector<torch::Tensor>> gather_optimizer_state(detail::EngineState& st,
+                                                                                const Canonical& c) {
+    std::map<torch::ScalarType, std::vector<torch::Tensor>> out;
+    auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(st.device);
+    for (auto dt : c.dtypes)
+        for (int k = 0; k < (dt == torch::kFloat32 ? 2 : 3); ++k) out[dt].push_back(torch::zeros({c.numel.at(dt)}, f32));
+    for (size_t gi = 0; gi < st.groups.size(); ++gi) {
+        auto& g = st.groups[gi];
+        const std::vector<torch::Tensor> parts = {g.exp_avg, g.exp_avg_sq, g.master};
+        for (size_t k = 0; k < out[g.dtype].size(); ++k) {
+            auto full = torch::zeros({g.padded}, f32);
+            full.narrow(0, g.own_begin, g.shard).copy_(parts[k]);
+            st.transport->allgather_shards(full, g.shard);
+            for (size_t i = 0; i < st.slots.size(); ++i) {
+                const auto& s = st.slots[i];
+                if (s.group == gi) out[g.dtype][k].narrow(0, c.offset[i], s.numel).copy_(full.narrow(0, s.offset, s.numel));
+            }
+        }
+    }
     return out;
 }
 
@@ -74,26 +129,56 @@ int64_t read_scalar(const ckpt::H5Reader& r, const std::string& name) {
 }  // namespace
 
 void TrainEngine::save_state(ckpt::H5Writer& w, const std::string& prefix_in) const {
-    const auto& st = *impl_;
+    auto& st = *impl_;
     const std::string prefix = normalized_prefix(prefix_in);
+    torch::NoGradGuard no_grad;
+    // The collectives (ZeRO-3 gathers, ZeRO-2/3 optimizer state) run on every rank whatever
+    // happens to its writes; the first local error is reported at the end.
     std::exception_ptr err;
-    try {
-        torch::NoGradGuard no_grad;
-        for (const auto& s : st.slots) w.write_tensor(prefix + "params/" + s.name, s.param.detach());
-        for (const auto& g : st.groups) {
-            const std::string base = prefix + "optimizer/" + detail::group_name(g) + "/";
-            w.write_tensor(base + "exp_avg", g.exp_avg);
-            w.write_tensor(base + "exp_avg_sq", g.exp_avg_sq);
-            if (g.master.defined()) w.write_tensor(base + "master", g.master);
+    const auto guarded = [&](const std::function<void()>& f) {
+        if (err) return;
+        try {
+            f();
+        } catch (...) {
+            err = std::current_exception();
         }
+    };
+    detail::for_each_full(st, [&](const std::string& name, const torch::Tensor& p) {
+        guarded([&] { w.write_tensor(prefix + "params/" + name, p.detach()); });
+    });
+    std::string layout = state_layout(st);
+    if (st.shards_grads()) {
+        const Canonical c = canonical_layout(st);
+        const auto full = gather_optimizer_state(st, c);
+        layout = fmt::format("{}\nzero_stage {}\ndp_size {}\ndp_rank {}\n", kLayoutMagic, st.opts.zero_stage,
+                             st.dp_size, st.dp_rank);
+        for (auto dt : c.dtypes) {
+            layout += fmt::format("group {} {}\n", dtype_group_name(dt), canonical_group_line(c.numel.at(dt)));
+            const std::string base = prefix + "optimizer/" + dtype_group_name(dt) + "/";
+            guarded([&] {
+                w.write_tensor(base + "exp_avg", full.at(dt)[0]);
+                w.write_tensor(base + "exp_avg_sq", full.at(dt)[1]);
+                if (dt != torch::kFloat32) w.write_tensor(base + "master", full.at(dt)[2]);
+            });
+        }
+        layout += st.layout;
+    } else {
+        guarded([&] {
+            for (const auto& g : st.groups) {
+                const std::string base = prefix + "optimizer/" + detail::group_name(g) + "/";
+                w.write_tensor(base + "exp_avg", g.exp_avg);
+                w.write_tensor(base + "exp_avg_sq", g.exp_avg_sq);
+                if (g.master.defined()) w.write_tensor(base + "master", g.master);
+            }
+        });
+    }
+    guarded([&] {
         w.write_tensor(prefix + "engine/global_step", torch::scalar_tensor(st.global_step, torch::kInt64));
         w.write_tensor(prefix + "engine/schedule_step", torch::scalar_tensor(st.schedule_step, torch::kInt64));
         w.write_tensor(prefix + "engine/applied_updates", torch::scalar_tensor(st.applied_updates, torch::kInt64));
         w.write_tensor(prefix + "engine/rng_state", st.generator.get_state());
-        w.write_blob(prefix + "engine/layout", state_layout(st));
-    } catch (...) {
-        err = std::current_exception();
-    }
+        w.write_blob(prefix + "engine/layout", layout);
+    });
     st.agree<IoError>(err, "TrainEngine::save_state");
 }
 
@@ -161,7 +246,26 @@ void TrainEngine::load_state(ckpt::H5Reader& r, const std::string& prefix_in) {
                                                  "ZeRO-{} over {} rank(s), rank {})",
                                                  saved["zero_stage"], saved["dp_size"], saved["dp_rank"],
                                                  st.opts.zero_stage, st.dp_size, st.dp_rank);
+        if (st.shards_grads()) {
+            const Canonical c = canonical_layout(st);
+            for (auto dt : c.dtypes) {
+                const std::string base = prefix + "optimizer/" + dtype_group_name(dt) + "/";
+                const std::string mine = canonical_group_line(c.numel.at(dt));
+                RLPT_CHECK_KIND(IoError, saved["group " + dtype_group_name(dt)] == mine,
+                                "checkpoint '{}': tensor '{}' covers another range of the {} parameters ('{}'; "
+                                "ZeRO-2/3 load full optimizer state as ZeRO-0/2/3 write it: '{}'){}",
+                                r.path(), base + "exp_avg", dtype_group_name(dt), saved["group " + dtype_group_name(dt)],
+                                mine, saved_by);
+                const int64_t n = c.numel.at(dt);
+                in.exp_avg.push_back(read_checked(r, base + "exp_avg", torch::kFloat32, {n}, saved_by));
+                in.exp_avg_sq.push_back(read_checked(r, base + "exp_avg_sq", torch::kFloat32, {n}, saved_by));
+                in.master.push_back(dt == torch::kFloat32
+                                        ? torch::Tensor()
+                                        : read_checked(r, base + "master", torch::kFloat32, {n}, saved_by));
+            }
+        }
         for (const auto& g : st.groups) {
+            if (st.shards_grads()) break;
             const std::string base = prefix + "optimizer/" + detail::group_name(g) + "/";
             const std::string mine = fmt::format("numel {} padded {} own {} {}", g.numel, g.padded, g.own_begin,
                                                  g.own_end);
@@ -193,12 +297,39 @@ void TrainEngine::load_state(ckpt::H5Reader& r, const std::string& prefix_in) {
     st.agree<IoError>(err, "TrainEngine::load_state");
 
     torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < st.slots.size(); ++i) st.slots[i].param.copy_(in.params[i]);
-    for (size_t gi = 0; gi < st.groups.size(); ++gi) {
-        auto& g = st.groups[gi];
-        g.exp_avg.copy_(in.exp_avg[gi]);
-        g.exp_avg_sq.copy_(in.exp_avg_sq[gi]);
-        if (!g.fp32()) g.master.copy_(in.master[gi]);
+    if (st.shards_grads()) {
+        // Take this rank's slices of the full state.
+        const Canonical c = canonical_layout(st);
+        std::map<torch::ScalarType, size_t> index;
+        for (size_t k = 0; k < c.dtypes.size(); ++k) index[c.dtypes[k]] = k;
+        for (size_t i = 0; i < st.slots.size(); ++i) {
+            const auto& s = st.slots[i];
+            auto& g = st.groups[s.group];
+            if (st.shards_params()) {
+                const auto [lo, hi] = owned_part(st, i);
+                if (lo < hi)
+                    g.param_shard.narrow(0, lo - g.own_begin, hi - lo)
+                        .copy_(in.params[i].flatten().narrow(0, lo - s.offset, hi - lo));
+            } else {
+                s.param.copy_(in.params[i]);
+            }
+            const size_t k = index.at(g.dtype);
+            const auto [lo, hi] = owned_part(st, i);
+            if (lo >= hi) continue;
+            const int64_t from = c.offset[i] + (lo - s.offset), n = hi - lo, to = lo - g.own_begin;
+            g.exp_avg.narrow(0, to, n).copy_(in.exp_avg[k].narrow(0, from, n));
+            g.exp_avg_sq.narrow(0, to, n).copy_(in.exp_avg_sq[k].narrow(0, from, n));
+            if (!g.fp32()) g.master.narrow(0, to, n).copy_(in.master[k].narrow(0, from, n));
+        }
+        detail::invalidate_gathered(st);
+    } else {
+        for (size_t i = 0; i < st.slots.size(); ++i) st.slots[i].param.copy_(in.params[i]);
+        for (size_t gi = 0; gi < st.groups.size(); ++gi) {
+            auto& g = st.groups[gi];
+            g.exp_avg.copy_(in.exp_avg[gi]);
+            g.exp_avg_sq.copy_(in.exp_avg_sq[gi]);
+            if (!g.fp32()) g.master.copy_(in.master[gi]);
+        }
     }
     st.global_step = in.global_step;
     st.schedule_step = in.schedule_step;

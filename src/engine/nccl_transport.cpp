@@ -71,7 +71,7 @@ class NcclTransport final : public Transport {
 
     void finish_allreduces(const std::string& what) override { wait(what); }
 
-    void allgather_shards(const torch::Tensor& t, int64_t shard) override {
+    void start_allgather_shards(const torch::Tensor& t, int64_t shard) override {
         check_tensor(t, "all-gather");
         int rank = 0;
         check(ncclCommUserRank(comm_, &rank), "ncclCommUserRank");
@@ -80,7 +80,17 @@ class NcclTransport final : public Transport {
         check(ncclAllGather(base + static_cast<size_t>(rank * shard) * t.element_size(), base,
                             static_cast<size_t>(shard), nccl_type(t.scalar_type()), comm_, cudaStreamLegacy),
               "ncclAllGather");
-        wait("parameter all-gather (ZeRO-1)");
+    }
+
+    void finish_allgathers(const std::string& what) override { wait(what); }
+
+    void reduce_scatter_sum(const torch::Tensor& full, const torch::Tensor& out) override {
+        check_tensor(full, "reduce-scatter");
+        check_tensor(out, "reduce-scatter");
+        check(ncclReduceScatter(full.data_ptr(), out.data_ptr(), static_cast<size_t>(out.numel()),
+                                nccl_type(full.scalar_type()), ncclSum, comm_, cudaStreamLegacy),
+              "ncclReduceScatter");
+        wait("gradient reduce-scatter (ZeRO-2/3)");
     }
 
     void broadcast(const torch::Tensor& t, int root) override {

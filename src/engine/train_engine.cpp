@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "engine/engine_impl.h"
@@ -15,6 +16,7 @@
 #include "rlpt/core/error.h"
 #include "rlpt/core/log.h"
 #include "rlpt/engine/adamw.h"
+#include "rlpt/model/transformer.h"
 
 namespace rlpt::engine {
 
@@ -66,6 +68,18 @@ std::vector<ParamSlot> collect_parameters(torch::nn::Module& module) {
                    s.param.device().str(), slots.front().name, device.str());
     }
     return slots;
+}
+
+// ZeRO-2/3: which decoder layer each parameter belongs to (absent: the root unit). Sets
+// st.backbone when the module has one.
+std::unordered_map<const c10::TensorImpl*, int64_t> parameter_units(detail::EngineState& st) {
+    std::unordered_map<const c10::TensorImpl*, int64_t> out;
+    if (!st.shards_grads()) return out;
+    st.backbone = model::find_backbone(*st.module);
+    if (st.backbone == nullptr) return out;
+    for (int64_t i = 0; i < st.backbone->num_layers(); ++i)
+        for (const auto& p : st.backbone->layer(i).parameters()) out.emplace(p.unsafeGetTensorImpl(), i);
+    return out;
 }
 
 std::string describe_layout(const std::vector<ParamSlot>& slots, const OptimOptions& opts) {
@@ -165,14 +179,18 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
     err = nullptr;
     try {
         torch::NoGradGuard no_grad;
-        const int64_t shard_multiple = st.opts.zero_stage == 1 ? st.dp_size * detail::kShardAlign : 1;
+        const int64_t shard_multiple = st.opts.zero_stage >= 1 ? st.dp_size * detail::kShardAlign : 1;
+        const auto units = parameter_units(st);
         for (auto& s : st.slots) {
             const auto dt = s.param.scalar_type();
+            const auto u = units.find(s.param.unsafeGetTensorImpl());
+            const int64_t unit = u == units.end() ? -1 : u->second;
             size_t gi = 0;
-            while (gi < st.groups.size() && st.groups[gi].dtype != dt) ++gi;
+            while (gi < st.groups.size() && (st.groups[gi].dtype != dt || st.groups[gi].unit != unit)) ++gi;
             if (gi == st.groups.size()) {
                 st.groups.emplace_back();
                 st.groups.back().dtype = dt;
+                st.groups.back().unit = unit;
             }
             s.group = gi;
             s.offset = st.groups[gi].numel;
@@ -182,6 +200,7 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
             std::max<int64_t>(1, std::min(st.opts.grad_bucket_bytes, comm::kMaxMessageBytes) / 4);
         for (auto& g : st.groups) {
             g.padded = round_up(g.numel, shard_multiple);
+            g.shard = st.opts.zero_stage >= 1 ? g.padded / st.dp_size : g.padded;
             auto topts = torch::TensorOptions().dtype(g.dtype).device(st.device);
             // zeros, not empty: the pages are touched here, once, not in the first step.
             g.flat_param = torch::zeros({g.padded}, topts);
@@ -198,6 +217,9 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
             if (grad.defined()) s.grad_view.copy_(grad);
             grad = s.grad_view;
         }
+        RLPT_CHECK(!st.shards_params() || st.backbone != nullptr,
+                   "TrainEngine: zero_stage 3 shards parameters layer by layer and needs a transformer model "
+                   "(CausalLM, ValueModel); this module has no model::Backbone");
         if (st.dp == nullptr) {
             st.transport = detail::make_self_transport();
         } else if (st.device.is_cpu()) {
@@ -216,10 +238,9 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
     for (auto& g : st.groups) st.transport->broadcast(g.flat_param, 0);
     torch::NoGradGuard no_grad;
     for (auto& g : st.groups) {
-        if (st.opts.zero_stage == 1) {
-            const int64_t shard = g.padded / st.dp_size;
-            g.own_begin = st.dp_rank * shard;
-            g.own_end = g.own_begin + shard;
+        if (st.opts.zero_stage >= 1) {
+            g.own_begin = st.dp_rank * g.shard;
+            g.own_end = g.own_begin + g.shard;
         } else {
             g.own_begin = 0;
             g.own_end = g.numel;
@@ -229,40 +250,33 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
         g.exp_avg = torch::zeros({own}, f32);
         g.exp_avg_sq = torch::zeros({own}, f32);
         if (!g.fp32()) g.master = g.flat_param.narrow(0, g.own_begin, own).to(torch::kFloat32).contiguous();
+        if (st.shards_grads()) g.grad_shard = torch::zeros({g.shard}, f32);
+        if (st.shards_params()) {
+            // The module keeps its tensors (views into flat_param) but not their data.
+            g.param_shard = g.flat_param.narrow(0, g.own_begin, g.shard).clone();
+            detail::free_storage(g.flat_param);
+            g.params_full = false;
+        }
+    }
+    detail::install_hooks(st);
+    if (st.hooks != nullptr) {
+        // Full gradients exist only while a unit's backward runs (the root: from a forward with
+        // gradients to the step).
+        for (auto& g : st.groups) {
+            detail::free_storage(g.flat_grad);
+            g.grad_allocated = false;
+        }
     }
     RLPT_LOG_DEBUG("TrainEngine: {} parameters in {} group(s), transport {}, ZeRO-{}, {} optimizer bytes",
                    num_parameters(), st.groups.size(), st.transport->name(), st.opts.zero_stage,
                    optimizer_state_bytes());
 }
 
-TrainEngine::~TrainEngine() = default;
-
-// ---- gradients ------------------------------------------------------------------------------
-
-namespace {
-
-// The parameter still lives in the flat buffer, and its .grad is the flat gradient view
-// (re-attached, with the values copied in, when something replaced or dropped it).
-void check_and_attach(ParamSlot& s, const Group& g) {
-    const auto* expected = static_cast<const char*>(g.flat_param.data_ptr()) + s.offset * g.flat_param.element_size();
-    RLPT_CHECK(s.param.data_ptr() == expected && s.param.sizes() == s.grad_view.sizes(),
-               "TrainEngine: parameter '{}' was moved or re-created after the engine was built (Module::to, "
-               "assigning a new tensor); copy values into it in place instead",
-               s.name);
-    auto& grad = s.param.mutable_grad();
-    if (!grad.defined()) {
-        s.grad_view.zero_();
-    } else if (!grad.is_same(s.grad_view)) {
-        // Replaced (e.g. dropped by zero_grad(true) and re-created by backward in the parameter's
-        // dtype): take its values, converted to fp32.
-        RLPT_CHECK(grad.sizes() == s.grad_view.sizes(), "TrainEngine: gradient of '{}' has shape {}, expected {}",
-                   s.name, grad.sizes(), s.grad_view.sizes());
-        if (grad.data_ptr() != s.grad_view.data_ptr()) s.grad_view.copy_(grad);
-    }
-    grad = s.grad_view;
+TrainEngine::~TrainEngine() {
+    if (impl_) detail::remove_hooks(*impl_);
 }
 
-}  // namespace
+// ---- gradients ------------------------------------------------------------------------------
 
 void TrainEngine::zero_grad() {
     auto& st = *impl_;
@@ -271,7 +285,10 @@ void TrainEngine::zero_grad() {
         auto& grad = s.param.mutable_grad();
         if (!grad.is_same(s.grad_view)) grad = s.grad_view;
     }
-    for (auto& g : st.groups) g.flat_grad.zero_();
+    for (auto& g : st.groups) {
+        if (g.grad_allocated) g.flat_grad.zero_();
+        if (g.grad_shard.defined()) g.grad_shard.zero_();
+    }
 }
 
 // ---- the step -------------------------------------------------------------------------------
@@ -288,36 +305,63 @@ StepResult TrainEngine::step(bool advance_schedule) {
     torch::NoGradGuard no_grad;
     std::exception_ptr err;
     try {
-        for (auto& s : st.slots) check_and_attach(s, st.groups[s.group]);
+        for (auto& s : st.slots) detail::attach_grad(s, st.groups[s.group]);
     } catch (...) {
         err = std::current_exception();
     }
     st.agree<CommError>(err, "TrainEngine::step");
 
-    // 1. Mean gradient over DP, bucket by bucket, all buckets in flight at once.
-    for (auto& g : st.groups)
-        for (const auto& [b, e] : g.buckets) st.transport->start_allreduce_sum(g.flat_grad.narrow(0, b, e - b));
-    st.transport->finish_allreduces("gradient all-reduce");
-    if (st.dp_size > 1)
-        for (auto& g : st.groups) g.flat_grad.narrow(0, 0, g.numel).div_(static_cast<double>(st.dp_size));
+    // 1. Mean gradient over DP. ZeRO-0/1: all-reduced bucket by bucket, all buckets in flight at
+    // once. ZeRO-2/3: what the layer hooks have not reduce-scattered yet (the root unit, or
+    // everything without hooks) is reduce-scattered now; each rank keeps its slice.
+    double sum_sq = 0;
+    if (!st.shards_grads()) {
+        for (auto& g : st.groups)
+            for (const auto& [b, e] : g.buckets) st.transport->start_allreduce_sum(g.flat_grad.narrow(0, b, e - b));
+        st.transport->finish_allreduces("gradient all-reduce");
+        if (st.dp_size > 1)
+            for (auto& g : st.groups) g.flat_grad.narrow(0, 0, g.numel).div_(static_cast<double>(st.dp_size));
+        for (auto& g : st.groups) sum_sq += sum_of_squares(g.flat_grad.narrow(0, 0, g.numel));
+    } else {
+        detail::finish_gathers(st);
+        for (size_t gi = 0; gi < st.groups.size(); ++gi) detail::reduce_group_grads(st, gi);
+        for (auto& g : st.groups) {
+            if (st.dp_size > 1) g.grad_shard.div_(static_cast<double>(st.dp_size));
+            sum_sq += sum_of_squares(g.grad_shard);
+        }
+    }
     StepResult r;
     r.allreduce_s = seconds_since(t_begin);
     const auto t_reduced = Clock::now();
-    double sum_sq = 0;
-    for (auto& g : st.groups) sum_sq += sum_of_squares(g.flat_grad.narrow(0, 0, g.numel));
+    // The slice of slot `s` this rank updates: [lo, hi) in its group's coordinates.
+    const auto own_range = [&](const detail::ParamSlot& s) {
+        const auto& g = st.groups[s.group];
+        return std::make_pair(std::max(s.offset, g.own_begin), std::min(s.offset + s.numel, g.own_end));
+    };
+    const auto grad_of = [&](const detail::ParamSlot& s, int64_t lo, int64_t n) {
+        const auto& g = st.groups[s.group];
+        return st.shards_grads() ? g.grad_shard.narrow(0, lo - g.own_begin, n) : g.flat_grad.narrow(0, lo, n);
+    };
     if (st.tp != nullptr) {
         // The block's norm: every slice once, every replicated parameter once.
-        for (const auto& s : st.slots)
-            if (!s.counted) sum_sq -= sum_of_squares(st.groups[s.group].flat_grad.narrow(0, s.offset, s.numel));
-        sum_sq = st.tp->allreduce_sum(std::max(0.0, sum_sq));
+        for (const auto& s : st.slots) {
+            if (s.counted) continue;
+            const auto [lo, hi] = st.shards_grads() ? own_range(s) : std::make_pair(s.offset, s.offset + s.numel);
+            if (lo < hi) sum_sq -= sum_of_squares(grad_of(s, lo, hi - lo));
+        }
     }
+    if (st.shards_grads() && st.dp != nullptr) sum_sq = st.dp->allreduce_sum(sum_sq);
+    if (st.tp != nullptr) sum_sq = st.tp->allreduce_sum(std::max(0.0, sum_sq));
     r.grad_norm = std::sqrt(sum_sq);
     r.lr = scheduled_lr(st.opts, st.schedule_step);
 
     // 2. Non-finite norm: skip (verl), zero the gradients, still count the step.
     if (!std::isfinite(r.grad_norm)) {
         r.skipped = true;
-        for (auto& g : st.groups) g.flat_grad.zero_();
+        for (auto& g : st.groups) {
+            if (g.grad_allocated) g.flat_grad.zero_();
+            if (g.grad_shard.defined()) g.grad_shard.zero_();
+        }
         RLPT_LOG_WARN("TrainEngine: gradient norm is {} at step {}: update skipped", r.grad_norm, st.global_step);
     } else {
         // 3. Clip (torch's clip_grad_norm_: max_norm / (norm + 1e-6), at most 1) inside AdamW.
@@ -330,28 +374,36 @@ StepResult TrainEngine::step(bool advance_schedule) {
         if (st.opts.clip_grad > 0) a.grad_scale = std::min(1.0, st.opts.clip_grad / (r.grad_norm + 1e-6));
         for (const auto& s : st.slots) {
             auto& g = st.groups[s.group];
-            const int64_t lo = std::max(s.offset, g.own_begin), hi = std::min(s.offset + s.numel, g.own_end);
+            const auto [lo, hi] = own_range(s);
             if (lo >= hi) continue;
             a.weight_decay = s.decay ? st.opts.weight_decay : 0.0;
             const int64_t n = hi - lo, own_off = lo - g.own_begin;
-            auto target = g.fp32() ? g.flat_param.narrow(0, lo, n) : g.master.narrow(0, own_off, n);
-            adamw_update_(target, g.flat_grad.narrow(0, lo, n), g.exp_avg.narrow(0, own_off, n),
+            torch::Tensor target;
+            if (!g.fp32()) {
+                target = g.master.narrow(0, own_off, n);
+            } else {
+                target = st.shards_params() ? g.param_shard.narrow(0, own_off, n) : g.flat_param.narrow(0, lo, n);
+            }
+            adamw_update_(target, grad_of(s, lo, n), g.exp_avg.narrow(0, own_off, n),
                           g.exp_avg_sq.narrow(0, own_off, n), a);
         }
+        const auto t0 = Clock::now();
         for (auto& g : st.groups) {
             const int64_t own = std::min(g.own_end, g.numel) - g.own_begin;
-            if (!g.fp32() && own > 0)
-                g.flat_param.narrow(0, g.own_begin, own).copy_(g.master.narrow(0, 0, own));
-            if (st.opts.zero_stage == 1) {
-                const auto t0 = Clock::now();
-                st.transport->allgather_shards(g.flat_param, g.padded / st.dp_size);
-                r.allgather_s += seconds_since(t0);
+            if (!g.fp32() && own > 0) {
+                auto dst = st.shards_params() ? g.param_shard.narrow(0, 0, own) : g.flat_param.narrow(0, g.own_begin, own);
+                dst.copy_(g.master.narrow(0, 0, own));
             }
+            if (st.opts.zero_stage == 1 || st.opts.zero_stage == 2) st.transport->allgather_shards(g.flat_param, g.shard);
         }
+        detail::invalidate_gathered(st);
+        r.allgather_s = st.opts.zero_stage >= 1 ? seconds_since(t0) : 0.0;
         // The data changed under the parameters' feet: let autograd see it.
         for (auto& s : st.slots) s.param.unsafeGetTensorImpl()->bump_version();
         ++st.applied_updates;
     }
+    if (st.shards_params() && r.skipped && st.hold_count == 0)
+        for (const auto& g : st.groups) detail::release_unit(st, g.unit);
     ++st.global_step;
     if (advance_schedule) ++st.schedule_step;
     r.optimizer_s = seconds_since(t_reduced) - r.allgather_s;
@@ -377,6 +429,32 @@ int64_t TrainEngine::optimizer_state_bytes() const {
         if (g.master.defined()) bytes += g.master.numel() * 4;
     }
     return bytes;
+}
+
+TrainEngine::MemoryBytes TrainEngine::memory_bytes() const {
+    const auto bytes = [](const torch::Tensor& t) {
+        return t.defined() ? static_cast<int64_t>(t.storage().nbytes()) : int64_t{0};
+    };
+    MemoryBytes m;
+    for (const auto& g : impl_->groups) {
+        m.params += bytes(g.flat_param) + bytes(g.param_shard);
+        m.grads += bytes(g.flat_grad) + bytes(g.grad_shard);
+    }
+    m.optimizer = optimizer_state_bytes();
+    return m;
+}
+
+std::shared_ptr<void> TrainEngine::hold_full_parameters() { return detail::hold_full(*impl_); }
+
+void TrainEngine::release_parameters() {
+    auto& st = *impl_;
+    if (!st.shards_params()) return;
+    detail::finish_gathers(st);
+    for (const auto& g : st.groups) detail::release_unit(st, g.unit);
+}
+
+void TrainEngine::for_each_full_parameter(const std::function<void(const std::string&, const torch::Tensor&)>& fn) {
+    detail::for_each_full(*impl_, fn);
 }
 
 int64_t TrainEngine::num_parameters() const {

@@ -13,7 +13,11 @@ class SelfTransport final : public Transport {
     const char* name() const override { return "self"; }
     void start_allreduce_sum(const torch::Tensor&) override {}
     void finish_allreduces(const std::string&) override {}
-    void allgather_shards(const torch::Tensor&, int64_t) override {}
+    void start_allgather_shards(const torch::Tensor&, int64_t) override {}
+    void finish_allgathers(const std::string&) override {}
+    void reduce_scatter_sum(const torch::Tensor& full, const torch::Tensor& out) override {
+        if (!out.is_same(full)) out.copy_(full.narrow(0, 0, out.numel()));
+    }
     void broadcast(const torch::Tensor&, int) override {}
 };
 
@@ -62,7 +66,7 @@ class MpiTransport final : public Transport {
         pending_.clear();
     }
 
-    void allgather_shards(const torch::Tensor& t, int64_t shard) override {
+    void start_allgather_shards(const torch::Tensor& t, int64_t shard) override {
         check_cpu_contiguous(t, "all-gather");
         const int n = dp_.size();
         RLPT_CHECK(shard % kShardAlign == 0 && t.numel() == shard * n,
@@ -75,7 +79,8 @@ class MpiTransport final : public Transport {
         const int64_t shard_units = shard / kShardAlign;
         RLPT_CHECK(shard_units * n < std::numeric_limits<int>::max(),
                    "engine MPI transport: all-gather of {} elements is too large", t.numel());
-        MpiType unit(unit_bytes);
+        gather_types_.push_back(std::make_unique<MpiType>(unit_bytes));
+        const MpiType& unit = *gather_types_.back();
         const int64_t round_units = std::max<int64_t>(1, comm::kMaxMessageBytes / unit_bytes);
         std::vector<int> counts(static_cast<size_t>(n)), displs(static_cast<size_t>(n));
         for (int64_t off = 0; off < shard_units; off += round_units) {
@@ -87,8 +92,33 @@ class MpiTransport final : public Transport {
             MPI_Request req = MPI_REQUEST_NULL;
             RLPT_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, t.data_ptr(), counts.data(),
                                            displs.data(), unit.get(), dp_.get(), &req));
-            comm::wait_one(req, comm::Deadline::never(), "parameter all-gather (ZeRO-1)");
+            gathers_.push_back(req);
         }
+    }
+
+    void finish_allgathers(const std::string& what) override {
+        comm::wait_all(gathers_, comm::Deadline::never(), what);
+        gathers_.clear();
+        gather_types_.clear();
+    }
+
+    void reduce_scatter_sum(const torch::Tensor& full, const torch::Tensor& out) override {
+        check_cpu_contiguous(full, "reduce-scatter");
+        check_cpu_contiguous(out, "reduce-scatter");
+        const int n = dp_.size();
+        RLPT_CHECK(full.scalar_type() == torch::kFloat32 && out.scalar_type() == torch::kFloat32 &&
+                       full.numel() == out.numel() * n,
+                   "engine MPI transport: reduce-scatter of {} elements into {} over {} ranks", full.numel(),
+                   out.numel(), n);
+        RLPT_CHECK(out.numel() * 4 <= comm::kMaxMessageBytes,
+                   "engine MPI transport: reduce-scatter shard of {} bytes (at most {}): use more DP ranks or "
+                   "smaller decoder layers",
+                   out.numel() * 4, comm::kMaxMessageBytes);
+        if (out.numel() == 0) return;
+        MPI_Request req = MPI_REQUEST_NULL;
+        RLPT_MPI_CHECK(MPI_Ireduce_scatter_block(full.data_ptr(), out.data_ptr(), static_cast<int>(out.numel()),
+                                                 MPI_FLOAT, MPI_SUM, dp_.get(), &req));
+        comm::wait_one(req, comm::Deadline::never(), "gradient reduce-scatter (ZeRO-2/3)");
     }
 
     void broadcast(const torch::Tensor& t, int root) override {
@@ -101,6 +131,8 @@ class MpiTransport final : public Transport {
     // Requests still pending when the transport dies belong to a step that threw; waiting for
     // them could block on peers that are gone, so they are left to MPI_Finalize / MPI_Abort.
     std::vector<MPI_Request> pending_;
+    std::vector<MPI_Request> gathers_;
+    std::vector<std::unique_ptr<MpiType>> gather_types_;  // alive until their gathers finish
 };
 
 }  // namespace

@@ -26,8 +26,19 @@ class Transport {
     virtual void finish_allreduces(const std::string& what) = 0;
     // In-place all-gather of equal shards: `t` (contiguous) holds n_ranks · shard elements and
     // rank r contributes elements [r · shard, (r + 1) · shard). `shard` is a multiple of
-    // kShardAlign elements.
-    virtual void allgather_shards(const torch::Tensor& t, int64_t shard) = 0;
+    // kShardAlign elements. Blocking: start_allgather_shards + finish_allgathers.
+    void allgather_shards(const torch::Tensor& t, int64_t shard) {
+        start_allgather_shards(t, shard);
+        finish_allgathers("parameter all-gather");
+    }
+    // The same, non-blocking: `t` is undefined until finish_allgathers() returns (ZeRO-3
+    // prefetch of the next layer).
+    virtual void start_allgather_shards(const torch::Tensor& t, int64_t shard) = 0;
+    virtual void finish_allgathers(const std::string& what) = 0;
+    // Sum over ranks of `full` (contiguous float32, n_ranks · shard elements), rank r receiving
+    // elements [r · shard, (r + 1) · shard) of the sum in `out` (contiguous float32 [shard],
+    // overwritten). Blocking. ZeRO-2/3 gradients.
+    virtual void reduce_scatter_sum(const torch::Tensor& full, const torch::Tensor& out) = 0;
     // In-place broadcast of a contiguous tensor from DP rank `root`.
     virtual void broadcast(const torch::Tensor& t, int root) = 0;
 };

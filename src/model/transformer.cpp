@@ -38,6 +38,36 @@ Backbone::Backbone(const ModelArgs& args, torch::TensorOptions options, std::sha
     inv_freq_ = detail::rotary_inv_freq(args).to(options.device());
 }
 
+torch::nn::Module& Backbone::layer(int64_t i) {
+    RLPT_CHECK(i >= 0 && i < num_layers(), "Backbone::layer: {} is not in [0, {})", i, num_layers());
+    return *layers_[static_cast<size_t>(i)];
+}
+
+// The layer loop with the engine's hooks (LayerHooks): the root unit is gathered by the caller
+// (Backbone::forward, before the embedding).
+torch::Tensor Backbone::hooked_layers(torch::Tensor h, const detail::Rotary& rope, const torch::Tensor& masked_out,
+                                      KVCache* cache) {
+    const bool grad = torch::GradMode::is_enabled();
+    const std::shared_ptr<LayerHooks> hooks = hooks_;  // the gradient hooks keep it alive
+    for (size_t i = 0; i < layers_.size(); ++i) {
+        const auto li = static_cast<int64_t>(i);
+        if (grad && h.requires_grad())
+            h.register_hook([hooks, li](const torch::Tensor& g) {
+                hooks->after_backward(li);
+                return g;
+            });
+        hooks->before_forward(li);
+        h = layers_[i]->forward(h, rope, masked_out, cache, li);
+        hooks->after_forward(li);
+        if (grad && h.requires_grad())
+            h.register_hook([hooks, li](const torch::Tensor& g) {
+                hooks->before_backward(li);
+                return g;
+            });
+    }
+    return h;
+}
+
 torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                 const torch::Tensor& position_ids, KVCache* cache) {
     RLPT_CHECK(input_ids.defined() && input_ids.dim() == 2 && input_ids.scalar_type() == torch::kInt64,
@@ -75,6 +105,7 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
     auto k_pos = torch::arange(past + t, torch::TensorOptions().dtype(torch::kInt64).device(device));
     auto masked_out = key_pad.logical_or(k_pos.unsqueeze(0) > q_pos.unsqueeze(1));
 
+    if (hooks_) hooks_->before_forward(LayerHooks::kRootUnit);
     const auto dtype = embed_weight_.scalar_type();
     auto rope = detail::rotary_tables(inv_freq_, position_ids, dtype);
     torch::Tensor h;
@@ -87,9 +118,27 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
         h = torch::embedding(embed_weight_, torch::where(here, local, torch::zeros_like(local)));
         h = tp_reduce(h * here.unsqueeze(-1).to(h.scalar_type()), tp());
     }
-    for (size_t i = 0; i < layers_.size(); ++i) h = layers_[i]->forward(h, rope, masked_out, cache, static_cast<int64_t>(i));
+    if (hooks_ == nullptr) {
+        for (size_t i = 0; i < layers_.size(); ++i)
+            h = layers_[i]->forward(h, rope, masked_out, cache, static_cast<int64_t>(i));
+    } else {
+        h = hooked_layers(h, rope, masked_out, cache);
+    }
     if (cache) cache->advance(t);
     return norm_->forward(h);
+}
+
+Backbone* find_backbone(torch::nn::Module& m) {
+    if (auto* b = dynamic_cast<Backbone*>(&m)) return b;
+    for (const auto& sub : m.modules(/*include_self=*/false))
+        if (auto* b = dynamic_cast<Backbone*>(sub.get())) return b;
+    return nullptr;
+}
+
+std::shared_ptr<void> hold_full_parameters(torch::nn::Module& m) {
+    Backbone* b = find_backbone(m);
+    if (b == nullptr || b->layer_hooks() == nullptr) return nullptr;
+    return b->layer_hooks()->hold_full_parameters();
 }
 
 // ---- CausalLM --------------------------------------------------------------------------------

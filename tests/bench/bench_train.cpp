@@ -20,7 +20,7 @@
 //         every parameter's matmul once), RMSNorm, RoPE.
 //
 // Usage: mpirun -np <ranks> rlpt_bench_train --model tiny|100m [--batch B] [--seq T] [--iters N]
-//                                            [--threads N] [--zero 0|1]
+//                                            [--threads N] [--zero 0|1|2|3] [--prefetch 0|1]
 //        mpirun -np 1 rlpt_bench_train --ceiling N [--threads N]
 #include <ATen/CPUGeneratorImpl.h>
 #include <dlfcn.h>
@@ -61,6 +61,7 @@ struct Args {
     int64_t iters = 3;
     int64_t threads = 1;
     int64_t zero = 0;
+    int64_t prefetch = 1;  // ZeRO-3: start the next layer's all-gather early
 };
 
 int64_t parse_int(const std::string& key, const std::string& v, int64_t min) {
@@ -96,10 +97,12 @@ Args parse(int argc, char** argv) {
             a.threads = parse_int(k, v, 1);
         else if (k == "--zero")
             a.zero = parse_int(k, v, 0);
+        else if (k == "--prefetch")
+            a.prefetch = parse_int(k, v, 0);
         else
             RLPT_THROW(ValueError,
                        "bench_train: unknown option {} (--model, --ceiling, --batch, --seq, --iters, "
-                       "--threads, --zero)",
+                       "--threads, --zero, --prefetch)",
                        k);
     }
     RLPT_CHECK((a.ceiling > 0) != !a.model.empty(), "bench_train: give exactly one of --model and --ceiling");
@@ -180,6 +183,7 @@ void run_training(const Args& args, const rlpt::comm::Communicator& world) {
     engine::OptimOptions o;
     o.lr = tiny ? 3e-3 : 1e-4;
     o.zero_stage = args.zero;
+    o.zero3_prefetch = args.prefetch != 0;
     engine::TrainEngine eng(model, world, o, 0);
 
     // Each rank trains on its own rows of a fixed batch (SFT loss on every position but 0).
@@ -243,6 +247,11 @@ void run_training(const Args& args, const rlpt::comm::Communicator& world) {
     const double rss = world.allreduce_max(peak_rss_mib());
     const double state_mib =
         world.allreduce_max(static_cast<double>(eng.optimizer_state_bytes())) / 1048576.0;
+    // Training state held between steps (tensor bytes, padding included), maximum over ranks.
+    const auto mem = eng.memory_bytes();
+    const double mem_params = world.allreduce_max(static_cast<double>(mem.params));
+    const double mem_grads = world.allreduce_max(static_cast<double>(mem.grads));
+    const double mem_optimizer = world.allreduce_max(static_cast<double>(mem.optimizer));
     if (world.rank() != 0) return;
     std::printf(
         "{\"bench\":\"train\",\"git_sha\":\"%s\",\"model\":\"%s\",\"params\":%.0f,\"ranks\":%d,"
@@ -250,12 +259,14 @@ void run_training(const Args& args, const rlpt::comm::Communicator& world) {
         "\"iters\":%lld,\"step_s\":%.5f,\"fwd_bwd_s\":%.5f,\"allreduce_s\":%.5f,\"optimizer_s\":%.5f,"
         "\"allgather_s\":%.5f,\"tokens_per_s\":%.2f,\"gflops_6n\":%.3f,\"peak_rss_mib\":%.1f,"
         "\"optimizer_state_mib_per_rank\":%.2f,\"blas\":\"%s\",\"openblas_coretype\":\"%s\","
-        "\"loss_first\":%.4f,\"loss_checked\":%.4f}\n",
+        "\"loss_first\":%.4f,\"loss_checked\":%.4f,\"prefetch\":%lld,\"state_bytes_params\":%.0f,"
+        "\"state_bytes_grads\":%.0f,\"state_bytes_optimizer\":%.0f}\n",
         RLPT_GIT_SHA, args.model.c_str(), params, world.size(), static_cast<long long>(args.threads),
         static_cast<long long>(args.zero), static_cast<long long>(batch), static_cast<long long>(seq),
         static_cast<long long>(tokens_per_step), static_cast<long long>(args.iters), step_s, median(fwd_bwd),
         median(allreduce), median(optimizer), median(allgather), tok_s, 6.0 * params * tok_s / 1e9, rss,
-        state_mib, blas_core(), coretype_env(), first_loss, checked_loss);
+        state_mib, blas_core(), coretype_env(), first_loss, checked_loss, static_cast<long long>(args.prefetch),
+        mem_params, mem_grads, mem_optimizer);
 }
 
 }  // namespace

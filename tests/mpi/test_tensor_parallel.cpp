@@ -277,6 +277,7 @@ TrainRun train(const ModelArgs& args, const comm::Communicator* dp, const comm::
     }
     auto o = optim();
     o.zero_stage = zero_stage;
+    std::shared_ptr<void> hold;  // outlives the engine: a ZeRO-3 model stays full
     engine::TrainEngine eng(out.model, dp ? *dp : none, o, 0, info);
     const int64_t d = dp ? dp->size() : 1, share = kGlobalRows / d, begin = (dp ? dp->rank() : 0) * share;
     for (int k = 0; k < 3; ++k) {
@@ -301,6 +302,7 @@ TrainRun train(const ModelArgs& args, const comm::Communicator* dp, const comm::
         }
         out.norms.push_back(eng.step().grad_norm);
     }
+    hold = eng.hold_full_parameters();
     return out;
 }
 
@@ -335,6 +337,8 @@ TEST_F(TensorParallelEngine, ThreeAdamWStepsMatchTp1) {
     check(2, qwen2(1, true), 0, "qwen2 tied kv1, dp " + dp + " x tp 2");
     check(2, llama(2, true), 1, "llama biases, ZeRO-1, dp " + dp + " x tp 2");
     if (world_.size() == 4) check(4, llama(2, false), 0, "llama, tp 4");
+    check(2, qwen2(1, true), 3, "qwen2 tied kv1, ZeRO-3, dp " + dp + " x tp 2");
+    check(2, llama(2, true), 2, "llama biases, ZeRO-2, dp " + dp + " x tp 2");
 }
 
 }  // namespace

@@ -14,6 +14,12 @@
 #   tp-layouts         uneven layouts: actor tp 2 x dp 2 with a tp 1 critic (GAE); every role with
 #                      the critic at tp 2; rollout on its own tp 2 ranks (weight sync slice by
 #                      slice) vs a colocated tp = 1 run; every role at tp 4 (replicated KV heads)
+#   zero3              tiny (2 layers) with the actor at ZeRO-3 vs ZeRO-0 on 2 DP ranks (rollout
+#                      colocated: generates from the gathered weights): same metrics, first steps;
+#                      rollout on its own rank (weight sync from the ZeRO-3 shards) too; resuming
+#                      the ZeRO-3 checkpoint is bit-identical, at ZeRO-0 close; the export generates
+#                      as the ZeRO-0 one; PPO with the actor at ZeRO-2 and the critic at ZeRO-3
+#                      follows ZeRO-0
 #   ppo                configs/ppo.yaml shortened (critic + GAE) on top of the sft model
 #   own-task           a new user's path on prompt/response + prompt/answer JSONL files:
 #                      rlpt check (clean, and four problems in one run), init-model, SFT of the
@@ -275,6 +281,44 @@ PY
     run 2 "$src/configs/sft.yaml" "${sft[@]}" trainer.experiment_name=sft2 sft.output_model_dir=runs/sft2/model \
       'placement.groups=[{roles: [actor, rollout], ranks: 2, model_parallel_size: 2}]'
     compare runs/sft1/metrics.jsonl runs/sft2/metrics.jsonl 1,3,6 2e-3 sft/loss sft/grad_norm
+    ;;
+  zero3)
+    common=(trainer.output_dir=runs trainer.total_training_steps=3 trainer.val_before_train=false
+            actor.entropy_coeff=0.05 actor.optim.lr=0.01 actor.use_kl_loss=true trainer.save_freq=3
+            model.builtin.num_layers=2)
+    keys=(critic/score/mean response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/ppo_kl)
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z0
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z3 actor.optim.zero_stage=3
+    compare runs/z0/metrics.jsonl runs/z3/metrics.jsonl 1,2,3 2e-3 "${keys[@]}"
+    compare runs/z0/metrics.jsonl runs/z3/metrics.jsonl 2,3 2e-3 actor/kl_loss
+    # Rollout on its own rank: the actor's two ZeRO-3 ranks gather, the first one sends.
+    run 3 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z3split actor.optim.zero_stage=3 \
+      'placement.groups=[{roles: [actor, reference], ranks: 2}, {roles: [rollout], ranks: 1}]'
+    compare runs/z0/metrics.jsonl runs/z3split/metrics.jsonl 1,2,3 2e-3 "${keys[@]}"
+    "$bin" generate --model runs/z3/hf_model --prompt-ids 1,4,5,13 --greedy --max-new-tokens 4 --output json > g3.json
+    "$bin" generate --model runs/z0/hf_model --prompt-ids 1,4,5,13 --greedy --max-new-tokens 4 --output json > g0.json
+    "$py" -c 'import json,sys; a,b=[json.load(open(f))["samples"][0]["token_ids"] for f in ("g0.json","g3.json")]; assert a==b,(a,b)'
+    # Resume the ZeRO-3 step-3 checkpoint at ZeRO-3 (bit-identical to a straight 4-step run) and
+    # at ZeRO-0 (its full optimizer state reshards: close).
+    cp -r runs/z3 runs/z3to0
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z3 trainer.resume=auto \
+      trainer.total_training_steps=4 actor.optim.zero_stage=3 | tee resume3.log
+    grep -q "resumed from .*step_3" resume3.log
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z3straight trainer.total_training_steps=4 \
+      actor.optim.zero_stage=3
+    compare runs/z3straight/metrics.jsonl runs/z3/metrics.jsonl 4 0 actor/entropy actor/grad_norm actor/kl_loss
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z3to0 trainer.resume=auto \
+      trainer.total_training_steps=4 | tee resume0.log
+    grep -q "resumed from .*step_3" resume0.log
+    compare runs/z3straight/metrics.jsonl runs/z3to0/metrics.jsonl 4 2e-3 actor/entropy actor/grad_norm actor/kl_loss
+    # PPO with a critic: actor at ZeRO-2 and critic at ZeRO-3 follow both at ZeRO-0.
+    gae=(algorithm.adv_estimator=gae algorithm.use_kl_in_reward=true
+         'placement.groups=[{roles: [actor, rollout, reference, critic], ranks: 2}]')
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" "${gae[@]}" trainer.experiment_name=gae0
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" "${gae[@]}" trainer.experiment_name=gae23 actor.optim.zero_stage=2 \
+      critic.optim.zero_stage=3
+    compare runs/gae0/metrics.jsonl runs/gae23/metrics.jsonl 1,2,3 2e-3 \
+      response_length/mean actor/pg_loss actor/entropy actor/grad_norm critic/vf_loss critic/grad_norm
     ;;
   tp-layouts)
     common=(trainer.output_dir=runs trainer.total_training_steps=2 trainer.val_before_train=false

@@ -87,7 +87,7 @@ TEST(EngineSchedule, InvalidOptionsNameTheField) {
     o.beta2 = 1.0;
     expect_bad(o, "beta2");
     o = opts("constant", 0, 10);
-    o.zero_stage = 2;
+    o.zero_stage = 4;
     expect_bad(o, "zero_stage");
     o = opts("constant", 0, 10);
     o.grad_bucket_bytes = 0;

@@ -35,7 +35,10 @@ struct OptimConfig {
     double min_lr_ratio = 0.0;     // cosine floor, as a fraction of lr
     double num_cycles = 0.5;       // cosine cycles
     double clip_grad = 1.0;        // max global grad norm; <= 0 disables clipping
-    int64_t zero_stage = 0;        // 0: replicated optimizer state; 1: sharded across DP ranks
+    // 0: everything replicated; 1: AdamW moments sharded over the DP ranks; 2: + gradients
+    // (reduce-scattered); 3: + parameters (gathered per decoder layer, FSDP-style). See
+    // engine/train_engine.h for the bytes per parameter each keeps.
+    int64_t zero_stage = 0;
     double grad_bucket_mb = 25.0;  // gradient all-reduce bucket size
 };
 

@@ -27,6 +27,31 @@
 // parameters at the same DP size. Shards are equal: the flat buffers are padded to a multiple
 // of 64·dp_size elements.
 //
+// ZeRO-2 (zero_stage = 2): gradients are reduce-scattered instead of all-reduced; each rank
+// keeps (between steps: only) the fp32 sum of its slice. The norm is the all-reduced sum of the
+// slices' squares; clipping and AdamW run on the slice; the updated slices are all-gathered
+// into the (replicated) parameters as under ZeRO-1. With a transformer (a module holding a
+// model::Backbone) the flat buffers are split per unit (each decoder layer; the root: embeddings,
+// final norm, heads) and the engine installs model::LayerHooks: a layer's full gradient buffer
+// exists only during its backward (allocated before, reduce-scattered and freed right after,
+// every micro-batch); the root's from the first forward with gradients to step(). Without a
+// Backbone the whole module is one unit reduce-scattered in step().
+//
+// ZeRO-3 (zero_stage = 3, FSDP-style; needs a Backbone): parameters are sharded too. Each rank
+// stores only its slice of every unit; the module's parameter tensors keep their shapes but
+// have no data (storage freed) outside the windows where a unit is gathered: a decoder layer
+// just before its forward (freed right after) and again before its backward (freed after its
+// gradients are reduce-scattered); the root unit from the start of a forward to step() (or
+// release_parameters()). With zero3_prefetch the next layer's all-gather is started
+// (non-blocking) while the current one computes. Anything that reads parameters outside a
+// forward must hold them: hold_full_parameters() (or model::hold_full_parameters on the
+// module), or for_each_full_parameter() one tensor at a time.
+// Per parameter element and rank between steps (fp32; bf16 adds 4 bytes of master per slice):
+//   ZeRO-0  4 + 4 + 8 = 16     ZeRO-1  4 + 4 + 8/dp     ZeRO-2  4 + 12/dp     ZeRO-3  16/dp
+// (+ padding to 64·dp elements per unit; ZeRO-2/3 add one gathered layer and its gradient
+// during a forward/backward, and the root unit from the forward to the step).
+// After step() under ZeRO-2/3 the .grad tensors are not the DP-mean gradient (use the norm).
+//
 // All DP ranks must hold identical parameters: the constructor broadcasts them from DP rank 0.
 // The constructor and step(), save_state(), load_state() are collective on `dp`.
 //
@@ -83,7 +108,8 @@ struct OptimOptions {
     double num_cycles = 0.5;
     int64_t total_steps = 1;      // for the cosine schedule
     double clip_grad = 1.0;       // <= 0: no clipping
-    int64_t zero_stage = 0;       // 0 | 1
+    int64_t zero_stage = 0;       // 0 | 1 | 2 | 3 (see above)
+    bool zero3_prefetch = true;   // ZeRO-3: start the next layer's all-gather before it is needed
     int64_t grad_bucket_bytes = 25 << 20;
 };
 
@@ -118,7 +144,7 @@ struct StepResult {
 // Validates `o` (ValueError naming the field).
 double scheduled_lr(const OptimOptions& o, int64_t step);
 // ValueError naming the first out-of-range field (lr < 0, beta outside [0, 1), eps <= 0,
-// unknown scheduler, min_lr_ratio outside [0, 1], total_steps < 1, zero_stage not 0/1, ...).
+// unknown scheduler, min_lr_ratio outside [0, 1], total_steps < 1, zero_stage not 0..3, ...).
 void validate_optim_options(const OptimOptions& o);
 
 class TrainEngine {
@@ -158,6 +184,29 @@ class TrainEngine {
     int64_t optimizer_state_bytes() const;
     // Trainable parameter elements (over all dtypes, without padding).
     int64_t num_parameters() const;
+    // Bytes this rank holds right now, by kind (allocated storage, padding included):
+    //   params     flat parameter buffers (ZeRO-3: gathered units) + ZeRO-3 parameter slices
+    //   grads      full gradient buffers (ZeRO-2/3: while allocated) + ZeRO-2/3 gradient slices
+    //   optimizer  optimizer_state_bytes()
+    struct MemoryBytes {
+        int64_t params = 0, grads = 0, optimizer = 0;
+        int64_t total() const { return params + grads + optimizer; }
+    };
+    MemoryBytes memory_bytes() const;
+
+    // ZeRO-3: every parameter of the module holds its full, current values until the returned
+    // handle is dropped (a step() inside the window gathers the updated values again).
+    // Collective on `dp`; dropping the handle is local. Other stages: nothing to do (null).
+    // Use it around generation, weight sync, copies of the module.
+    std::shared_ptr<void> hold_full_parameters();
+    // Calls fn(name, full tensor) for every trainable parameter in named_parameters() order,
+    // gathering one unit at a time under ZeRO-3 (the tensor is valid during the call only).
+    // Collective on `dp`.
+    void for_each_full_parameter(const std::function<void(const std::string&, const torch::Tensor&)>& fn);
+    // ZeRO-3: frees whatever is gathered outside a hold (the root unit after a forward without
+    // gradients, e.g. log-probs). Local; nothing under other stages.
+    void release_parameters();
+
     // "self", "mpi" or "nccl".
     const char* transport_name() const;
     // The engine's RNG (CPU generator seeded with `seed`; saved and restored with the state).
@@ -169,16 +218,9 @@ class TrainEngine {
     // parameter names/shapes, other DP size under ZeRO-1) is an IoError naming the tensor. The
     // layout records the tensor-parallel size and rank; loading a checkpoint written at another
     // tp is refused with an IoError saying so (no resharding yet).
-    // Names written (prefix gets a '/' appended when missing):
-    //   <prefix>params/<parameter name>                   the parameter, its dtype
-    //   <prefix>optimizer/<group>/{exp_avg,exp_avg_sq}    fp32 flat (this rank's range)
-    //   <prefix>optimizer/<group>/master                  fp32 flat (bf16 groups)
-    //   <prefix>engine/{global_step,schedule_step,applied_updates}   int64 scalars
-    //   <prefix>engine/rng_state                          uint8 (the generator's state)
-    //   <prefix>engine/layout                             blob: parameter table, groups, ranges
-    // <group> is the dtype name ("float32", "bfloat16"). load_state() reads and checks
-    // everything before changing anything; if any rank fails, every rank throws (the failing
-    // rank its own IoError, the others an IoError naming it) and no rank's engine changed.
+    // ZeRO-2/3 save the full (gathered) optimizer state in ZeRO-0's layout (every rank the same
+    // file contents; save_state is then collective on `dp`), and load it by taking their
+    // slices: a ZeRO-0, -2 or -3 checkpoint resumes under any of ZeRO-0/2/3 at any DP size.
     void save_state(ckpt::H5Writer& w, const std::string& prefix) const;
     void load_state(ckpt::H5Reader& r, const std::string& prefix);
     // This rank's whole checkpoint file: creates `path` (an H5Writer: written as path.tmp,

@@ -49,7 +49,31 @@ namespace rlpt::model {
 namespace detail {
 class DecoderLayer;
 class RMSNorm;
+struct Rotary;
 }  // namespace detail
+
+// Hooks a training engine installs on a Backbone to shard its parameters FSDP-style (ZeRO-3)
+// or reduce-scatter gradients layer by layer (ZeRO-2): engine/train_engine.h. Backbone::forward
+// calls before_forward(kRootUnit) first (parameters outside the decoder layers: embeddings,
+// final norm, heads), then for each decoder layer i: before_forward(i), the layer,
+// after_forward(i). With gradients enabled, the layer's output tensor gets a gradient hook
+// calling before_backward(i) (runs before any of the layer's backward) and its input one
+// calling after_backward(i) (runs after it: every parameter gradient of layer i has been
+// accumulated into .grad). The calls are collective on whatever group the hooks shard over, so
+// every rank of it must run the same forwards (and backwards) in the same order.
+class LayerHooks {
+  public:
+    static constexpr int64_t kRootUnit = -1;
+    virtual ~LayerHooks() = default;
+    virtual void before_forward(int64_t layer) = 0;
+    virtual void after_forward(int64_t layer) = 0;
+    virtual void before_backward(int64_t layer) = 0;
+    virtual void after_backward(int64_t layer) = 0;
+    // Every parameter materialised (full values in the module's tensors) until the returned handle
+    // is dropped; forwards inside the window run without gathers (e.g. generation, whose number
+    // of decode steps differs per rank). Collective like the hooks; dropping it is local.
+    virtual std::shared_ptr<void> hold_full_parameters() = 0;
+};
 
 // Hugging Face's `model.` submodule: embeddings, decoder layers, final norm. Shared by the
 // causal LM and the value model.
@@ -71,8 +95,19 @@ class Backbone : public torch::nn::Module {
     const std::shared_ptr<const TensorParallel>& tp_ptr() const { return tp_; }
     const TpLayout& tp_layout() const { return layout_; }
 
+    int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
+    // Decoder layer i (its parameters are model.layers.{i}.*).
+    torch::nn::Module& layer(int64_t i);
+    // Installs (or, with null, removes) the engine's hooks; see LayerHooks.
+    void set_layer_hooks(std::shared_ptr<LayerHooks> hooks) { hooks_ = std::move(hooks); }
+    const std::shared_ptr<LayerHooks>& layer_hooks() const { return hooks_; }
+
   private:
+    torch::Tensor hooked_layers(torch::Tensor h, const detail::Rotary& rope, const torch::Tensor& masked_out,
+                                KVCache* cache);
+
     ModelArgs args_;
+    std::shared_ptr<LayerHooks> hooks_;
     std::shared_ptr<const TensorParallel> tp_;
     TpLayout layout_;
     torch::Tensor embed_weight_;
@@ -167,6 +202,14 @@ std::shared_ptr<CausalLM> make_random_causal_lm(const ModelArgs& args, uint64_t 
 // `dtype` on `device`: e.g. the frozen reference policy of a built-in model that has no
 // checkpoint directory.
 std::shared_ptr<CausalLM> clone_causal_lm(const CausalLM& src, torch::Dtype dtype, torch::Device device);
+
+// The Backbone inside `m` (a CausalLM, a ValueModel, or a Backbone itself), or null.
+Backbone* find_backbone(torch::nn::Module& m);
+// Every parameter of `m` holds its full values until the handle is dropped: a no-op (null
+// handle) unless a training engine shards the parameters (ZeRO-3), then collective on the
+// engine's data-parallel group (LayerHooks::hold_full_parameters). Use it around anything that
+// reads parameters outside a forward: generation, weight sync, export, copies.
+std::shared_ptr<void> hold_full_parameters(torch::nn::Module& m);
 
 // "float32" / "bfloat16" / "float16" <-> torch dtype (ValueError otherwise).
 std::string dtype_name(torch::Dtype dtype);
