@@ -53,8 +53,9 @@ struct Part {
 };
 struct Bucket {
     int src = 0, dst = 0;
-    int64_t index = 0;  // within its (src, dst) pair
+    int64_t index = 0;    // within its (src, dst) pair
     int64_t bytes = 0;
+    bool direct = false;  // one part of a piece that is contiguous on both ends (see below)
     std::vector<Part> parts;
 };
 
@@ -66,11 +67,18 @@ std::vector<int64_t> region_shape(const ReshardPlan& plan, const ReshardPiece& p
 }
 
 // The buckets `rank` sends or receives, in the global order (index within pair, src, dst).
-// A pure function of the plan, the element sizes and the bucket size: both ends of a pair
-// compute the same buckets.
+// A pure function of the plan, the element sizes and the two sizes: both ends of a pair compute
+// the same buckets. Pieces of at least `direct_min_bytes` cut along dimension 0 (or whole
+// tensors) are contiguous in both ends' (contiguous) tensors: they go as messages of their own,
+// straight from / into the tensors where the memory allows (no pack or unpack copy); the other
+// pieces are packed back to back.
 std::vector<Bucket> plan_buckets(const ReshardPlan& plan, const std::vector<int64_t>& elem_size,
-                                 int64_t bucket_bytes, int rank) {
-    std::map<std::pair<int, int>, std::vector<Bucket>> pairs;
+                                 int64_t bucket_bytes, int64_t direct_min_bytes, int rank) {
+    struct Pair {
+        std::vector<Bucket> list;
+        int64_t open = -1;  // the packed bucket being filled
+    };
+    std::map<std::pair<int, int>, Pair> pairs;
     for (size_t i = 0; i < plan.pieces.size(); ++i) {
         const ReshardPiece& p = plan.pieces[i];
         if (p.src != rank && p.dst != rank) continue;
@@ -80,14 +88,22 @@ std::vector<Bucket> plan_buckets(const ReshardPlan& plan, const std::vector<int6
         for (size_t d = 1; d < shape.size(); ++d) row_elems *= shape[d];
         const int64_t row_bytes = row_elems * elem_size[static_cast<size_t>(p.tensor)];
         if (rows == 0 || row_bytes == 0) continue;
-        auto& list = pairs[{p.src, p.dst}];
+        Pair& pair = pairs[{p.src, p.dst}];
+        auto add_bucket = [&](bool direct) {
+            pair.list.push_back(Bucket{p.src, p.dst, static_cast<int64_t>(pair.list.size()), 0, direct, {}});
+            return static_cast<int64_t>(pair.list.size()) - 1;
+        };
+        const bool direct = p.dim <= 0 && rows * row_bytes >= direct_min_bytes;
         for (int64_t r = 0; r < rows;) {
-            if (list.empty()) list.push_back(Bucket{p.src, p.dst, 0, 0, {}});
-            Bucket& b = list.back();
+            if (direct || pair.open < 0) {
+                const int64_t b = add_bucket(direct);
+                if (!direct) pair.open = b;
+            }
+            Bucket& b = direct ? pair.list.back() : pair.list[static_cast<size_t>(pair.open)];
             const int64_t at = align_up(b.bytes);
             int64_t fit = at < bucket_bytes ? (bucket_bytes - at) / row_bytes : 0;
             if (fit == 0 && !b.parts.empty()) {
-                list.push_back(Bucket{p.src, p.dst, b.index + 1, 0, {}});
+                pair.open = -1;  // full: the next round opens another
                 continue;
             }
             const int64_t take = std::min(std::max<int64_t>(fit, 1), rows - r);  // one oversized row goes alone
@@ -98,7 +114,7 @@ std::vector<Bucket> plan_buckets(const ReshardPlan& plan, const std::vector<int6
     }
     std::vector<Bucket> out;
     for (auto& kv : pairs)
-        for (auto& b : kv.second) out.push_back(std::move(b));
+        for (auto& b : kv.second.list) out.push_back(std::move(b));
     std::stable_sort(out.begin(), out.end(), [](const Bucket& a, const Bucket& b) {
         return std::tie(a.index, a.src, a.dst) < std::tie(b.index, b.src, b.dst);
     });
@@ -208,51 +224,78 @@ void P2pWeightReshard::transfer(const ReshardPlan& plan, const std::vector<Bucke
                                 std::vector<torch::Tensor>& tensors, const Deadline& deadline,
                                 WeightReshardStats& stats) {
     const int me = comm_.rank();
+    const torch::Device device = transport_->device();
+    torch::NoGradGuard no_grad;
+    // The tensor memory a direct bucket moves, when it is contiguous on the transport's device.
+    auto direct_region = [&](const Bucket& b) {
+        if (!b.direct) return torch::Tensor();
+        const Part& part = b.parts.front();
+        const ReshardPiece& p = plan.pieces[static_cast<size_t>(part.piece)];
+        torch::Tensor r = region(tensors[static_cast<size_t>(p.tensor)], p, b.src == me, part);
+        return r.device() == device && r.is_contiguous() ? r : torch::Tensor();
+    };
     int64_t largest = 0;
-    for (const Bucket& b : buckets) largest = std::max(largest, b.bytes);
+    for (const Bucket& b : buckets) {
+        if (!direct_region(b).defined()) largest = std::max(largest, b.bytes);
+    }
     const size_t n_buffers = static_cast<size_t>(options().n_buffers);
     buffers_.resize(n_buffers);
     std::vector<size_t> free_slots;
     for (size_t s = n_buffers; s-- > 0;) {
-        if (!buffers_[s].defined() || buffers_[s].numel() < largest || buffers_[s].device() != transport_->device())
-            buffers_[s] = torch::empty({largest}, torch::TensorOptions().dtype(torch::kUInt8).device(transport_->device()));
+        if (largest > 0 && (!buffers_[s].defined() || buffers_[s].numel() < largest || buffers_[s].device() != device))
+            buffers_[s] = torch::empty({largest}, torch::TensorOptions().dtype(torch::kUInt8).device(device));
         free_slots.push_back(s);
     }
-    torch::NoGradGuard no_grad;
     auto view = [&](const torch::Tensor& buffer, const Part& part, const torch::Tensor& like) {
         return buffer.narrow(0, part.offset, part.bytes).view(like.scalar_type()).view(like.sizes());
     };
-    std::deque<std::pair<size_t, size_t>> in_flight;  // (bucket, slot)
+    struct InFlight {
+        size_t bucket;
+        int64_t slot;  // -1: straight from / into tensor memory
+    };
+    std::deque<InFlight> in_flight;
+    const size_t max_in_flight = n_buffers + 2;  // direct buckets need no slot; keep the list short
     auto finish_oldest = [&] {
         transport_->finish_oldest(deadline);
-        const auto [bi, slot] = in_flight.front();
+        const InFlight f = in_flight.front();
         in_flight.pop_front();
-        const Bucket& b = buckets[bi];
+        if (f.slot < 0) return;
+        const Bucket& b = buckets[f.bucket];
         if (b.dst == me) {
             for (const Part& part : b.parts) {
                 const ReshardPiece& p = plan.pieces[static_cast<size_t>(part.piece)];
                 torch::Tensor dst = region(tensors[static_cast<size_t>(p.tensor)], p, false, part);
-                dst.copy_(view(buffers_[slot], part, dst));
+                dst.copy_(view(buffers_[static_cast<size_t>(f.slot)], part, dst));
             }
         }
-        free_slots.push_back(slot);
+        free_slots.push_back(static_cast<size_t>(f.slot));
     };
     transport_->begin(deadline);
     for (size_t bi = 0; bi < buckets.size(); ++bi) {
         const Bucket& b = buckets[bi];
-        if (free_slots.empty()) finish_oldest();
-        const size_t slot = free_slots.back();
-        free_slots.pop_back();
         const bool send = b.src == me;
-        if (send) {
-            for (const Part& part : b.parts) {
-                const ReshardPiece& p = plan.pieces[static_cast<size_t>(part.piece)];
-                torch::Tensor src = region(tensors[static_cast<size_t>(p.tensor)], p, true, part);
-                view(buffers_[slot], part, src).copy_(src);
+        while (in_flight.size() >= max_in_flight) finish_oldest();
+        InFlight f{bi, -1};
+        void* data = nullptr;
+        if (torch::Tensor r = direct_region(b); r.defined()) {
+            data = r.data_ptr();
+            ++stats.n_direct_messages;
+        } else {
+            while (free_slots.empty()) finish_oldest();
+            f.slot = static_cast<int64_t>(free_slots.back());
+            free_slots.pop_back();
+            const torch::Tensor& buffer = buffers_[static_cast<size_t>(f.slot)];
+            data = buffer.data_ptr();
+            if (send) {
+                for (const Part& part : b.parts) {
+                    const ReshardPiece& p = plan.pieces[static_cast<size_t>(part.piece)];
+                    torch::Tensor src = region(tensors[static_cast<size_t>(p.tensor)], p, true, part);
+                    view(buffer, part, src).copy_(src);
+                }
             }
         }
-        transport_->start(send, buffers_[slot].data_ptr(), b.bytes, send ? b.dst : b.src, deadline);
-        in_flight.emplace_back(bi, slot);
+        transport_->start(send, data, b.bytes, send ? b.dst : b.src, deadline);
+        in_flight.push_back(f);
         ++stats.n_messages;
         (send ? stats.bytes_sent : stats.bytes_received) += b.bytes;
     }
@@ -300,7 +343,8 @@ void P2pWeightReshard::do_sync(const ReshardPlan& plan, const std::vector<std::s
     }
     if (!mismatch.empty()) throw CommError("weight reshard: " + mismatch, __FILE__, __LINE__);
     try {
-        const auto buckets = plan_buckets(plan, elem_size, static_cast<int64_t>(header.bucket_bytes), me);
+        const auto buckets = plan_buckets(plan, elem_size, static_cast<int64_t>(header.bucket_bytes),
+                                          static_cast<int64_t>(header.inplace_min_bytes), me);
         for (const auto& p : plan.pieces) stats.n_pieces += (p.src == me || p.dst == me) ? 1 : 0;
         transfer(plan, buckets, tensors, deadline, stats);
     } catch (const std::exception& e) {

@@ -66,7 +66,7 @@ class WeightReshardTest : public ::testing::Test {
     void SetUp() override { torch::set_num_threads(1); }
     comm::Communicator world_ = comm::Communicator::world();
 
-    // Runs one case; returns the bytes this rank received (0 on senders and idle ranks).
+    // Runs one case (ranks beyond its need sit it out).
     void run(const Case& c, const ModelArgs& args, comm::WeightSyncOptions opts, const std::string& what) {
         const int used = c.tp_from + c.n_blocks * c.tp_to, me = world_.rank();
         if (used > world_.size()) GTEST_SKIP() << what << " needs " << used << " ranks";
@@ -108,6 +108,8 @@ class WeightReshardTest : public ::testing::Test {
         EXPECT_LE(st.bytes_received, local_bytes + 16 * st.n_pieces) << what;
         if (c.tp_to > 1) EXPECT_LT(st.bytes_received, full_bytes) << what;
         EXPECT_EQ(st.bytes_sent, 0) << what;
+        if (opts.inplace_min_bytes < 1000) EXPECT_GT(st.n_direct_messages, 0) << what;
+        if (opts.inplace_min_bytes > (1 << 16)) EXPECT_EQ(st.n_direct_messages, 0) << what;
 
         // The rollout layout computes what tp = 1 computes.
         torch::NoGradGuard ng;
@@ -129,10 +131,15 @@ class WeightReshardTest : public ::testing::Test {
     void run_all(const Case& c) {
         const std::string name = "tp " + std::to_string(c.tp_from) + " -> " + std::to_string(c.tp_to) + " x" +
                                  std::to_string(c.n_blocks);
+        comm::WeightSyncOptions packed;  // the defaults: the tiny models' pieces are all packed
+        comm::WeightSyncOptions direct;
+        direct.inplace_min_bytes = 0;  // every row-cut piece straight from / into the tensors
         comm::WeightSyncOptions small;
         small.bucket_bytes = 1000;  // many buckets, pieces cut by rows, one-row buckets
+        small.inplace_min_bytes = 512;  // and a mix of direct and packed messages
         small.n_buffers = 1;
-        run(c, llama_kv2(), {}, name + " llama kv2");
+        run(c, llama_kv2(), packed, name + " llama kv2");
+        run(c, llama_kv2(), direct, name + " llama kv2 direct");
         run(c, qwen2_kv1(), small, name + " qwen2 kv1 small buckets");
     }
 };

@@ -20,13 +20,17 @@
 //      ranks and, on those ranks, the problem; no payload has moved, the object stays usable.
 //   2. Pieces between a (sender, receiver) pair are packed, in plan order, into buckets of at
 //      most `bucket_bytes` (a piece larger than a bucket is cut along its first dimension;
-//      one row larger than a bucket travels alone). Buckets are ordered globally by (index
+//      one row larger than a bucket travels alone). Pieces of at least `inplace_min_bytes`
+//      cut along dimension 0 (or whole tensors) are contiguous on both ends and travel as
+//      messages of their own, straight from / into tensor memory where it is contiguous on the
+//      transport's device (no pack or unpack copy), like WeightSync's in-place messages. Buckets are ordered globally by (index
 //      within its pair, pair), so each round keeps every pair busy, and every rank starts its
 //      own buckets in that order with at most `n_buffers` in flight. That order is the same on
 //      both ends of every pair and makes the schedule deadlock-free for blocking (NCCL) and
 //      non-blocking (MPI) sends alike: the oldest unfinished bucket always has both ends ready.
 //   3. Receivers set `version` only after their last byte landed.
-// Memory per rank: the local tensors plus n_buffers buckets (never a full model).
+// Memory per rank: the local tensors plus n_buffers buckets (never a full model); the transfer
+// keeps at most n_buffers + 2 messages in flight.
 //
 // Transport (chosen at the first sync, like WeightSync's "auto"): "mpi" - MPI_Isend/Irecv of
 // host buckets; "nccl" - ncclSend/ncclRecv of device buckets on the tensors' CUDA device
@@ -75,6 +79,7 @@ struct WeightReshardStats {
     uint64_t version = 0;
     int64_t n_pieces = 0;       // pieces this rank sent or received
     int64_t n_messages = 0;     // buckets this rank sent or received
+    int64_t n_direct_messages = 0;  // of which went straight from / into tensor memory
     int64_t bytes_sent = 0;     // payload bytes out of this rank
     int64_t bytes_received = 0; // payload bytes into this rank
     int64_t plan_bytes = 0;     // payload bytes of the whole plan (every rank)
@@ -114,7 +119,7 @@ class WeightReshard {
 
 // Collective on `comm` (every member passes the same backend and options): "auto", "mpi" or
 // "nccl" (ConfigError when this build has no NCCL; at the first sync when a rank's tensors are
-// not on CUDA). Options as WeightSync's; inplace_min_bytes is unused (every piece is packed).
+// not on CUDA). Options as WeightSync's.
 std::unique_ptr<WeightReshard> make_weight_reshard(const std::string& backend, const Communicator& comm,
                                                    const WeightSyncOptions& options = {});
 
