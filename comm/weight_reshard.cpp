@@ -43,6 +43,7 @@ namespace detail {
 namespace {
 
 constexpr int64_t kAlign = 16;  // bucket offsets: any dtype can be viewed at them
+constexpr size_t kDirectInFlight = 64;
 int64_t align_up(int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
 // Rows [row0, row0 + rows) of a piece's region (along its first dimension) inside a bucket.
@@ -254,7 +255,9 @@ void P2pWeightReshard::transfer(const ReshardPlan& plan, const std::vector<Bucke
         int64_t slot;  // -1: straight from / into tensor memory
     };
     std::deque<InFlight> in_flight;
-    const size_t max_in_flight = n_buffers + 2;  // direct buckets need no slot; keep the list short
+    // Direct buckets need no slot: let many run at once, so a transfer made of many medium
+    // messages is not bound by one scheduling round trip per message (oversubscribed ranks).
+    const size_t max_in_flight = n_buffers + kDirectInFlight;
     auto finish_oldest = [&] {
         transport_->finish_oldest(deadline);
         const InFlight f = in_flight.front();

@@ -7,7 +7,7 @@
 # Usage: scripts/bench_reshard.sh [path/to/rlpt_bench_reshard]
 #   Without a path it configures build/ (or $BUILD_DIR) with RLPT_BUILD_BENCHMARKS=ON and builds
 #   only the rlpt_bench_reshard target.
-# Environment: ITERS timed syncs per measurement (3; the median is reported).
+# Environment: ITERS timed syncs per measurement (5; the median is reported), BUCKET_MB (64).
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 if [ $# -gt 0 ]; then
@@ -30,14 +30,14 @@ for c in "2 1 1" "1 2 1" "2 1 2" "2 4 1"; do
   np=$(( $1 + $3 * $2 ))
   echo "bench_reshard.sh: np=$np tp $1 -> $3 x tp $2" >&2
   OMP_NUM_THREADS=1 mpirun -np "$np" "${flags[@]}" "$bin" --from "$1" --to "$2" --blocks "$3" \
-    --iters "${ITERS:-3}" | grep '^{' >>"$out"
+    --iters "${ITERS:-5}" --bucket-mb "${BUCKET_MB:-64}" | grep '^{' >>"$out"
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 /usr/bin/python3 - "$out" "$load_before" "$load_after" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 print(f"~100M Llama-style model (hidden 768, 12 layers, vocab 32000, tied; {rows[0]['full_model_bytes']/1e6:.0f} MB fp32), "
-      f"one torch thread per rank, shared memory; load average {sys.argv[2]} before, {sys.argv[3]} after; "
+      f"{rows[0]['bucket_mb']} MiB buckets, one torch thread per rank, shared memory; load average {sys.argv[2]} before, {sys.argv[3]} after; "
       f"git {rows[0]['git_sha']}. Times: median of the slowest rank.\n")
 print("| actor tp -> rollout | ranks | MB moved (all ranks) | max MB received/rank | max MB sent/rank "
       "| reshard s | GB/s | raw p2p s | reshard / raw | full bcast s | received vs full bcast |")

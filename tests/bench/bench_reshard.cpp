@@ -7,6 +7,7 @@
 // World ranks [0, from) hold the actor block (tp = from), the rest `blocks` rollout blocks of tp
 // `to`. Checks every received slice against the tp = 1 model first. One JSON line on rank 0.
 // Usage: mpirun -np <from + blocks*to> rlpt_bench_reshard --from F --to T --blocks B [--iters N]
+//        [--bucket-mb M (64, the default weight_sync.bucket_mb)]
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -28,7 +29,7 @@ using namespace rlpt;
 using Clock = std::chrono::steady_clock;
 
 struct Args {
-    int64_t from = 2, to = 1, blocks = 1, iters = 3, threads = 1;
+    int64_t from = 2, to = 1, blocks = 1, iters = 3, threads = 1, bucket_mb = 64;
 };
 
 Args parse(int argc, char** argv) {
@@ -41,6 +42,7 @@ Args parse(int argc, char** argv) {
         else if (k == "--blocks") a.blocks = v;
         else if (k == "--iters") a.iters = v;
         else if (k == "--threads") a.threads = v;
+        else if (k == "--bucket-mb") a.bucket_mb = v;
         else RLPT_THROW(ValueError, "bench_reshard: unknown option {}", k);
     }
     return a;
@@ -74,7 +76,9 @@ void run(const Args& a, const comm::Communicator& world) {
     const auto plan = model::reshard_plan(*m, m->tp_layout(), args, a.from, a.to, a.blocks, &names);
     std::vector<torch::Tensor> params;
     for (auto& p : m->named_parameters()) params.push_back(p.value());
-    auto reshard = comm::make_weight_reshard("mpi", world, {});
+    comm::WeightSyncOptions opts;
+    opts.bucket_bytes = a.bucket_mb << 20;
+    auto reshard = comm::make_weight_reshard("mpi", world, opts);
     uint64_t version = sender ? 1 : 0;
     reshard->sync(plan, names, params, version);  // warm-up and the correctness check
     if (!sender) {
@@ -131,10 +135,10 @@ void run(const Args& a, const comm::Communicator& world) {
     const auto recv = world.allgather_i64(st.bytes_received), sent = world.allgather_i64(st.bytes_sent);
     if (me == 0) {
         std::printf(
-            "{\"git_sha\": \"%s\", \"from\": %lld, \"to\": %lld, \"blocks\": %lld, \"ranks\": %d, \"plan_bytes\": %lld, "
+            "{\"git_sha\": \"%s\", \"bucket_mb\": %lld, \"from\": %lld, \"to\": %lld, \"blocks\": %lld, \"ranks\": %d, \"plan_bytes\": %lld, "
             "\"full_model_bytes\": %lld, \"max_bytes_received\": %lld, \"max_bytes_sent\": %lld, \"reshard_s\": %.6f, "
             "\"raw_p2p_s\": %.6f, \"full_bcast_s\": %.6f}\n",
-            RLPT_GIT_SHA, static_cast<long long>(a.from), static_cast<long long>(a.to),
+            RLPT_GIT_SHA, static_cast<long long>(a.bucket_mb), static_cast<long long>(a.from), static_cast<long long>(a.to),
             static_cast<long long>(a.blocks), world.size(), static_cast<long long>(st.plan_bytes),
             static_cast<long long>(full_bytes), static_cast<long long>(*std::max_element(recv.begin(), recv.end())),
             static_cast<long long>(*std::max_element(sent.begin(), sent.end())), t_reshard, t_raw, t_bcast);

@@ -29,8 +29,8 @@
 //      both ends of every pair and makes the schedule deadlock-free for blocking (NCCL) and
 //      non-blocking (MPI) sends alike: the oldest unfinished bucket always has both ends ready.
 //   3. Receivers set `version` only after their last byte landed.
-// Memory per rank: the local tensors plus n_buffers buckets (never a full model); the transfer
-// keeps at most n_buffers + 2 messages in flight.
+// Memory per rank: the local tensors plus n_buffers buckets (never a full model); up to 64
+// direct messages more may be in flight (they need no buffer).
 //
 // Transport (chosen at the first sync, like WeightSync's "auto"): "mpi" - MPI_Isend/Irecv of
 // host buckets; "nccl" - ncclSend/ncclRecv of device buckets on the tensors' CUDA device
@@ -39,6 +39,20 @@
 //
 // Failure model: as WeightSync (weight_sync.h): a transport error or timeout mid-transfer
 // leaves the object refusing further syncs, and the job is expected to abort.
+//
+// Not built yet: a colocated rollout with another tp than the actor's (the hybrid engine's
+// in-place half). Today a placement group has one model_parallel_size, so a colocated rollout
+// always shares the actor's split model. The smallest sound version, for whoever builds it:
+//  * verl's `rollout.tensor_model_parallel_size` (default: the group's size) becomes the rollout
+//    role's own RoleLayout::mp_size on the group's ranks; rollout blocks of tp_r and actor blocks
+//    of tp_a both tile the group's consecutive ranks, and the topology already builds mp/dp
+//    communicators per role.
+//  * The plan generalises from "senders, then receivers" to any (src, dst) per piece, with a
+//    rank on both sides (its actor tensors as sources, its rollout tensors as destinations) and
+//    src == dst pieces done as local copies; each rollout block reads from the actor block(s)
+//    overlapping its own ranks (inside one node, mostly local copies when tp_r < tp_a).
+//  * The rollout's parameters get storage in kReceiveWeights and give it back (resize to 0)
+//    after kGenerate: peak = training shards + rollout-layout params + n_buffers buckets.
 // Thread safety: none; one thread per rank.
 
 #include <torch/torch.h>
