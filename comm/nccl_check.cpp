@@ -3,6 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
+
+#include "rlpt/comm/nccl_env.h"
+
 namespace rlpt::comm::detail {
 
 void throw_nccl_error(NcclComm* comm, ncclResult_t result, const char* call, const char* file,
@@ -145,8 +149,10 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 
 // ---- waiting ----------------------------------------------------------------------------
 
-void wait_stream(NcclComm& comm, cudaStream_t stream, const Deadline& deadline,
-                 const std::string& what) {
+namespace {
+// Polls `query` (cudaStreamQuery / cudaEventQuery) and the communicator's async error.
+template <typename Query>
+void wait_cuda(NcclComm& comm, Query&& query, const Deadline& deadline, const std::string& what) {
     Backoff backoff(&what);  // reported to the WaitObserver: the watchdog may end this wait
     for (;;) {
         ncclResult_t state = ncclSuccess;
@@ -154,7 +160,7 @@ void wait_stream(NcclComm& comm, cudaStream_t stream, const Deadline& deadline,
         if (state != ncclSuccess && state != ncclInProgress) {
             throw_nccl_error(&comm, state, what.c_str(), __FILE__, __LINE__);
         }
-        const cudaError_t q = cudaStreamQuery(stream);
+        const cudaError_t q = query();
         if (q == cudaSuccess) return;
         if (q != cudaErrorNotReady) {
             comm.abort();
@@ -169,6 +175,49 @@ void wait_stream(NcclComm& comm, cudaStream_t stream, const Deadline& deadline,
         }
         backoff.pause();
     }
+}
+}  // namespace
+
+void wait_stream(NcclComm& comm, cudaStream_t stream, const Deadline& deadline,
+                 const std::string& what) {
+    wait_cuda(comm, [&] { return cudaStreamQuery(stream); }, deadline, what);
+}
+
+void wait_event(NcclComm& comm, cudaEvent_t event, const Deadline& deadline, const std::string& what) {
+    wait_cuda(comm, [&] { return cudaEventQuery(event); }, deadline, what);
+}
+
+NcclComm nccl_bootstrap(const Communicator& comm, int device, const char* name, NcclBootstrapMessage& msg,
+                        const Deadline& deadline, int64_t* n_nodes) {
+    // Node count: one leader per shared-memory domain.
+    Communicator node = comm.split_shared();
+    int64_t nodes = node.rank() == 0 ? 1 : 0;
+    comm.allreduce(&nodes, 1, MPI_INT64_T, MPI_SUM, deadline);
+    apply_nccl_ifname_policy(static_cast<int>(nodes));
+    if (n_nodes) *n_nodes = nodes;
+
+    RLPT_CUDA_CHECK(cudaSetDevice(device));
+    msg = NcclBootstrapMessage();
+    if (comm.rank() == 0) {
+        const ncclResult_t r = ncclGetUniqueId(&msg.id);
+        msg.ok = r == ncclSuccess ? 1 : 0;
+        if (!msg.ok) {
+            std::snprintf(msg.error, sizeof(msg.error), "ncclGetUniqueId: %s: %s", ncclGetErrorString(r),
+                          ncclGetLastError(nullptr));
+        }
+    }
+    comm.bcast(&msg, sizeof(msg), 0, deadline);
+    RLPT_CHECK_KIND(CommError, msg.ok, "NCCL bootstrap failed on the sync root: {}", msg.error);
+
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // init and calls return at once; we poll against the deadline
+    config.commName = name;
+    ncclComm_t raw = nullptr;
+    const ncclResult_t r = ncclCommInitRankConfig(&raw, comm.size(), msg.id, comm.rank(), &config);
+    NcclComm out(raw);
+    if (r != ncclSuccess && r != ncclInProgress) throw_nccl_error(&out, r, "ncclCommInitRankConfig", __FILE__, __LINE__);
+    out.wait_ready(deadline, "ncclCommInitRankConfig (NCCL bootstrap)");
+    return out;
 }
 
 }  // namespace rlpt::comm::detail

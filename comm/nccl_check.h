@@ -98,6 +98,24 @@ class DeviceBuffer {
 // error or at the deadline: aborts `comm` and throws CommError/CudaError naming `what`.
 void wait_stream(NcclComm& comm, cudaStream_t stream, const Deadline& deadline,
                  const std::string& what);
+// The same for one recorded event.
+void wait_event(NcclComm& comm, cudaEvent_t event, const Deadline& deadline, const std::string& what);
+
+// The root's unique id travels with a status, so a root that cannot create one fails every
+// rank instead of leaving them waiting.
+struct NcclBootstrapMessage {
+    int64_t ok = 0;
+    ncclUniqueId id{};
+    char error[256] = {0};
+};
+
+// A non-blocking NCCL communicator over `comm` on CUDA `device` (collective on `comm`): node
+// count from MPI_Comm_split_type, apply_nccl_ifname_policy(), ncclGetUniqueId on rank 0
+// broadcast over MPI through `msg` (the caller keeps it alive, and leaks it should the
+// broadcast fail), ncclCommInitRankConfig polled against the deadline. `n_nodes` (optional)
+// receives the node count.
+NcclComm nccl_bootstrap(const Communicator& comm, int device, const char* name, NcclBootstrapMessage& msg,
+                        const Deadline& deadline, int64_t* n_nodes = nullptr);
 
 }  // namespace rlpt::comm::detail
 

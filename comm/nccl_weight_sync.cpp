@@ -15,7 +15,6 @@
 #include <cstring>
 
 #include "nccl_check.h"
-#include "rlpt/comm/nccl_env.h"
 #include "rlpt/comm/weight_sync.h"
 #include "rlpt/core/log.h"
 #include "weight_sync_backends.h"
@@ -35,14 +34,6 @@ int cuda_device_count() {
 namespace {
 
 char* bytes_of(const torch::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
-
-// The root's unique id travels with a status, so a root that cannot create one fails every
-// rank instead of leaving them waiting.
-struct BootstrapMessage {
-    int64_t ok = 0;
-    ncclUniqueId id{};
-    char error[256] = {0};
-};
 
 class NcclWeightSync final : public WeightSync {
   public:
@@ -86,7 +77,7 @@ class NcclWeightSync final : public WeightSync {
     CudaStream stream_;
     std::vector<DeviceBuffer> buffers_;
     std::unique_ptr<WireHeader> header_ = std::make_unique<WireHeader>();
-    std::unique_ptr<BootstrapMessage> bootstrap_ = std::make_unique<BootstrapMessage>();
+    std::unique_ptr<NcclBootstrapMessage> bootstrap_ = std::make_unique<NcclBootstrapMessage>();
     bool broken_ = false;
     std::string broken_reason_;
 };
@@ -111,37 +102,8 @@ std::string NcclWeightSync::pick_device(const std::vector<torch::Tensor>& tensor
 }
 
 void NcclWeightSync::bootstrap(const Deadline& deadline) {
-    // Node count: one leader per shared-memory domain.
-    Communicator node = comm_.split_shared();
-    int64_t n_nodes = node.rank() == 0 ? 1 : 0;
-    comm_.allreduce(&n_nodes, 1, MPI_INT64_T, MPI_SUM, deadline);
-    apply_nccl_ifname_policy(static_cast<int>(n_nodes));
-
-    RLPT_CUDA_CHECK(cudaSetDevice(device_));
-    BootstrapMessage& msg = *bootstrap_;
-    msg = BootstrapMessage();
-    if (comm_.rank() == 0) {
-        const ncclResult_t r = ncclGetUniqueId(&msg.id);
-        msg.ok = r == ncclSuccess ? 1 : 0;
-        if (!msg.ok) {
-            std::snprintf(msg.error, sizeof(msg.error), "ncclGetUniqueId: %s: %s",
-                          ncclGetErrorString(r), ncclGetLastError(nullptr));
-        }
-    }
-    comm_.bcast(&msg, sizeof(msg), 0, deadline);
-    RLPT_CHECK_KIND(CommError, msg.ok, "NCCL bootstrap failed on the sync root: {}", msg.error);
-
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;  // init and calls return at once; we poll against the deadline
-    config.commName = "rlpt_weight_sync";
-    ncclComm_t raw = nullptr;
-    const ncclResult_t r =
-        ncclCommInitRankConfig(&raw, comm_.size(), msg.id, comm_.rank(), &config);
-    nccl_ = NcclComm(raw);
-    if (r != ncclSuccess && r != ncclInProgress) {
-        throw_nccl_error(&nccl_, r, "ncclCommInitRankConfig", __FILE__, __LINE__);
-    }
-    nccl_.wait_ready(deadline, "ncclCommInitRankConfig (NCCL bootstrap)");
+    int64_t n_nodes = 1;
+    nccl_ = nccl_bootstrap(comm_, device_, "rlpt_weight_sync", *bootstrap_, deadline, &n_nodes);
     stream_ = CudaStream::create();
     if (comm_.rank() == 0) {
         RLPT_LOG_INFO("weight sync: NCCL communicator ready ({} ranks, {} node(s), cuda:{})",

@@ -260,6 +260,17 @@ std::vector<int> weight_sync_ranks(const Placement& p, int mp_rank) {
     return ranks;
 }
 
+std::vector<int> weight_reshard_ranks(const Placement& p) {
+    const RoleLayout* actor = p.find("actor");
+    const RoleLayout* rollout = p.find("rollout");
+    if (!actor || !rollout || actor->mp_size == rollout->mp_size || weight_sync_ranks(p).empty()) return {};
+    std::vector<int> ranks(actor->world_ranks.begin(), actor->world_ranks.begin() + actor->mp_size);
+    for (int r : rollout->world_ranks) {
+        if (actor->role_rank(r) < 0) ranks.push_back(r);
+    }
+    return ranks;
+}
+
 std::vector<std::string> required_roles(const Config& c, std::string* why) {
     std::vector<std::string> out{"actor", "rollout"};
     std::vector<std::string> reasons;

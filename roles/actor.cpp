@@ -7,7 +7,6 @@
 #include "rlpt/algo/agg_loss.h"
 #include "rlpt/algo/value_loss.h"
 #include "rlpt/ckpt/h5_store.h"
-#include "rlpt/comm/weight_sync.h"
 #include "rlpt/core/log.h"
 #include "rlpt/core/rng_streams.h"
 #include "role_common.h"
@@ -24,8 +23,7 @@ class ActorWorker : public RoleWorker {
   public:
     std::shared_ptr<detail::SharedPolicy> policy;  // also published to colocated roles
     std::unique_ptr<engine::TrainEngine> engine;
-    std::unique_ptr<comm::WeightSync> sync;
-    comm::Communicator sync_comm;
+    detail::PolicySync sync;
 };
 
 ActorWorker& self_of(RoleWorker& w) { return static_cast<ActorWorker&>(w); }
@@ -212,21 +210,8 @@ Batch send_weights(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
     // ZeRO-3: every DP rank takes part in gathering the parameters, the first block sends them.
     const auto full = a.engine->hold_full_parameters();
-    // One sync group per mp_rank: this rank sends its slices if it is in the first block.
-    auto ranks = detail::weight_sync_ranks(ctx.topology->placement(), ctx.comms->mp_rank);
-    if (ranks.empty() || ranks.front() != ctx.world_rank) return Batch(0);
-    if (!a.sync) {
-        a.sync_comm =
-            ctx.topology->control().create_group(ranks, detail::kWeightSyncGroupTag + ctx.comms->mp_rank);
-        comm::WeightSyncOptions opts;
-        opts.bucket_bytes = static_cast<int64_t>(ctx.config->rollout.weight_sync.bucket_mb * 1024 * 1024);
-        opts.timeout_s = ctx.config->trainer.call_timeout_s;
-        a.sync = comm::make_weight_sync(ctx.config->rollout.weight_sync.backend, a.sync_comm, opts);
-    }
-    auto params = detail::parameter_list(*a.policy->model);
     uint64_t version = static_cast<uint64_t>(in.meta_int("version", static_cast<int64_t>(a.policy->version)));
-    torch::NoGradGuard no_grad;
-    a.sync->sync(params, version);
+    detail::sync_policy_weights(a.sync, ctx, *a.policy->model, version);
     return Batch(0);
 }
 

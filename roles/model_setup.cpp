@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "rlpt/core/log.h"
+#include "rlpt/model/reshard_plan.h"
 
 namespace rlpt::roles::detail {
 
@@ -48,6 +49,37 @@ std::vector<torch::Tensor> parameter_list(torch::nn::Module& m) {
     std::vector<torch::Tensor> out;
     for (auto& p : m.named_parameters(/*recurse=*/true)) out.push_back(p.value());
     return out;
+}
+
+void sync_policy_weights(PolicySync& sync, const protocol::WorkerContext& ctx, model::CausalLM& m,
+                         uint64_t& version) {
+    const comm::Placement& placement = ctx.topology->placement();
+    const auto reshard_ranks = comm::weight_reshard_ranks(placement);
+    const auto ranks = reshard_ranks.empty() ? weight_sync_ranks(placement, ctx.comms->mp_rank) : reshard_ranks;
+    if (std::find(ranks.begin(), ranks.end(), ctx.world_rank) == ranks.end()) return;
+    if (!sync.comm.valid()) {
+        const auto& c = ctx.config->rollout.weight_sync;
+        comm::WeightSyncOptions opts;
+        opts.bucket_bytes = static_cast<int64_t>(c.bucket_mb * 1024 * 1024);
+        opts.timeout_s = ctx.config->trainer.call_timeout_s;
+        if (reshard_ranks.empty()) {
+            sync.comm = ctx.topology->control().create_group(ranks, kWeightSyncGroupTag + ctx.comms->mp_rank);
+            sync.broadcast = comm::make_weight_sync(c.backend, sync.comm, opts);
+        } else {
+            sync.comm = ctx.topology->control().create_group(ranks, kWeightReshardGroupTag);
+            sync.reshard = comm::make_weight_reshard(c.backend, sync.comm, opts);
+            const int tp_from = placement.at("actor").mp_size, tp_to = placement.at("rollout").mp_size;
+            const int64_t n_blocks = (static_cast<int64_t>(ranks.size()) - tp_from) / tp_to;
+            sync.plan = model::reshard_plan(m, m.tp_layout(), m.args(), tp_from, tp_to, n_blocks, &sync.names);
+        }
+    }
+    auto params = parameter_list(m);
+    torch::NoGradGuard no_grad;
+    if (sync.reshard) {
+        sync.reshard->sync(sync.plan, sync.names, params, version);
+    } else {
+        sync.broadcast->sync(params, version);
+    }
 }
 
 }  // namespace rlpt::roles::detail

@@ -6,6 +6,8 @@
 #include "rlpt/config/config.h"
 #include "rlpt/engine/train_engine.h"
 #include "rlpt/comm/placement.h"
+#include "rlpt/comm/weight_reshard.h"
+#include "rlpt/comm/weight_sync.h"
 #include "rlpt/model/transformer.h"
 #include "rlpt/model/value_model.h"
 #include "rlpt/protocol/role_spec.h"
@@ -34,8 +36,27 @@ std::vector<torch::Tensor> parameter_list(torch::nn::Module& m);
 
 using comm::weight_sync_ranks;
 
-// Tag for MPI_Comm_create_group of the weight-sync communicator.
+// Tags for MPI_Comm_create_group of the weight-sync communicators (+ mp_rank for the
+// per-mp_rank broadcasts).
 constexpr int kWeightSyncGroupTag = 4242;
+constexpr int kWeightReshardGroupTag = 4241;
+
+// The actor -> rollout weight sync state of one rank (actor or rollout side), built at its first
+// sync: a per-mp_rank broadcast between equal layouts, or a shard-to-shard reshard when the
+// rollout's model_parallel_size differs (comm::weight_reshard_ranks).
+struct PolicySync {
+    comm::Communicator comm;
+    std::unique_ptr<comm::WeightSync> broadcast;
+    std::unique_ptr<comm::WeightReshard> reshard;
+    comm::ReshardPlan plan;
+    std::vector<std::string> names;
+};
+// One sync of `m`'s parameters: the actor's ranks send (`version` is published), the separate
+// rollout ranks receive (`version` is set). Ranks that take no part return at once (actor ranks
+// outside the sending block or mp group). Collective over the sync group, on its first call
+// also over the group's creation (MPI_Comm_create_group on the control communicator).
+void sync_policy_weights(PolicySync& sync, const protocol::WorkerContext& ctx, model::CausalLM& m,
+                         uint64_t& version);
 
 // The shared key under which a colocated actor publishes its model (and the weight version).
 constexpr const char* kSharedPolicy = "policy";

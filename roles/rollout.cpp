@@ -2,7 +2,6 @@
 #include "rlpt/roles/rollout.h"
 
 #include "model_setup.h"
-#include "rlpt/comm/weight_sync.h"
 #include "rlpt/core/log.h"
 #include "rlpt/rollout/generator.h"
 #include "role_common.h"
@@ -17,8 +16,7 @@ class RolloutWorker : public RoleWorker {
   public:
     std::shared_ptr<detail::SharedPolicy> policy;  // the actor's (colocated) or our own copy
     bool own_copy = false;
-    std::unique_ptr<comm::WeightSync> sync;
-    comm::Communicator sync_comm;
+    detail::PolicySync sync;
 };
 
 RolloutWorker& ready(RoleWorker& w) {
@@ -108,19 +106,8 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 Batch receive_weights(RoleWorker& w, WorkerContext& ctx, const Batch&) {
     RolloutWorker& r = ready(w);
     if (!r.own_copy) return Batch(0);  // colocated: the actor's tensors are ours
-    auto ranks = detail::weight_sync_ranks(ctx.topology->placement(), ctx.comms->mp_rank);
-    if (!r.sync) {
-        r.sync_comm =
-            ctx.topology->control().create_group(ranks, detail::kWeightSyncGroupTag + ctx.comms->mp_rank);
-        comm::WeightSyncOptions opts;
-        opts.bucket_bytes = static_cast<int64_t>(ctx.config->rollout.weight_sync.bucket_mb * 1024 * 1024);
-        opts.timeout_s = ctx.config->trainer.call_timeout_s;
-        r.sync = comm::make_weight_sync(ctx.config->rollout.weight_sync.backend, r.sync_comm, opts);
-    }
-    auto params = detail::parameter_list(*r.policy->model);
-    uint64_t version = 0;
-    torch::NoGradGuard no_grad;
-    r.sync->sync(params, version);
+    uint64_t version = r.policy->version;
+    detail::sync_policy_weights(r.sync, ctx, *r.policy->model, version);
     r.policy->version = version;
     return Batch(0);
 }

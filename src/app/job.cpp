@@ -95,19 +95,6 @@ int exit_code_for(const std::exception& e) {
     return kExitError;
 }
 
-// Weight sync moves slices between equal layouts: actor rank (block 0, mp_rank m) to the
-// rollout ranks with mp_rank m. Another rollout tp needs resharding (the 3D-HybridEngine
-// issue). Colocated rollout ranks use the actor's (split) model in place and need no sync.
-void check_tensor_parallel_weight_sync(const comm::Placement& p) {
-    if (comm::weight_sync_ranks(p).empty()) return;
-    const int actor_tp = p.at("actor").mp_size, rollout_tp = p.at("rollout").mp_size;
-    RLPT_CHECK_KIND(ConfigError, actor_tp == rollout_tp,
-                    "placement: the actor (model_parallel_size {}) and the rollout on other ranks "
-                    "(model_parallel_size {}) must use the same tensor-parallel size: resharding weights between "
-                    "layouts is not implemented yet",
-                    actor_tp, rollout_tp);
-}
-
 }  // namespace
 
 int run_job(const JobOptions& opts, int* argc, char*** argv) {
@@ -136,9 +123,6 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
         auto required = comm::required_roles(config, &why);
         auto labels = comm::detect_node_labels(world, env.simulate_nodes);
         placement = comm::compute_placement(config.placement, world.size(), labels, required, why);
-        // Tensor parallelism inside a role works (model/tensor_parallel.h) except for moving
-        // slices between an actor and a rollout on other ranks (the 3D-HybridEngine's job).
-        check_tensor_parallel_weight_sync(placement);
         fault = protocol::FaultPlan::parse(env.fault);
         protocol::validate_registry(role_registry());
         if (world.rank() == 0) {

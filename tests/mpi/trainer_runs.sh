@@ -20,6 +20,9 @@
 #                      the ZeRO-3 checkpoint is bit-identical, at ZeRO-0 close; the export generates
 #                      as the ZeRO-0 one; PPO with the actor at ZeRO-2 and the critic at ZeRO-3
 #                      follows ZeRO-0
+#   reshard            rollout on its own ranks with another tp than the actor's (weights move
+#                      shard to shard, comm/weight_reshard.h): actor tp 2 -> rollout tp 1 and
+#                      actor tp 1 -> rollout tp 2 follow the colocated tp = 1 run
 #   ppo                configs/ppo.yaml shortened (critic + GAE) on top of the sft model
 #   own-task           a new user's path on prompt/response + prompt/answer JSONL files:
 #                      rlpt check (clean, and four problems in one run), init-model, SFT of the
@@ -348,6 +351,22 @@ PY
       'placement.groups=[{roles: [actor, rollout, reference], ranks: 4, model_parallel_size: 4}]'
     compare runs/h4-tp1/metrics.jsonl runs/h4-tp4/metrics.jsonl 1,2 2e-3 \
       response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/kl_loss
+    ;;
+  reshard)
+    common=(trainer.output_dir=runs trainer.total_training_steps=3 trainer.val_before_train=false
+            actor.entropy_coeff=0.05 actor.optim.lr=0.01 actor.use_kl_loss=true)
+    keys=(critic/score/mean response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/kl_loss actor/ppo_kl)
+    run 1 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=colocated
+    run 3 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=a2r1 \
+      'placement.groups=[{roles: [actor, reference], ranks: 2, model_parallel_size: 2}, {roles: [rollout], ranks: 1}]' \
+      | tee a2r1.log
+    grep -q "weight reshard: backend 'auto' uses 'mpi'" a2r1.log
+    compare runs/colocated/metrics.jsonl runs/a2r1/metrics.jsonl 1,2,3 2e-3 "${keys[@]}"
+    run 3 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=a1r2 \
+      'placement.groups=[{roles: [actor, reference], ranks: 1}, {roles: [rollout], ranks: 2, model_parallel_size: 2}]' \
+      | tee a1r2.log
+    grep -q "weight reshard: backend 'auto' uses 'mpi'" a1r2.log
+    compare runs/colocated/metrics.jsonl runs/a1r2/metrics.jsonl 1,2,3 2e-3 "${keys[@]}"
     ;;
   *) echo "unknown check $check" >&2; exit 2;;
 esac

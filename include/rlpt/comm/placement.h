@@ -67,10 +67,15 @@ Placement compute_placement(const PlacementConfig& cfg, int world_size, const st
 // Ranks taking part in the actor -> rollout weight sync of model-parallel rank `mp_rank`:
 // [actor role rank mp_rank (the first block's)] + the rollout ranks with that mp_rank that do not
 // host the actor (those use the actor's model in place). Empty when every rollout rank is
-// colocated with the actor (no sync needed). With tensor parallelism (equal actor and rollout
-// model_parallel_size, checked at start-up) there is one such group per mp_rank, each moving
-// exactly its slices; mp_rank 0 is the only group otherwise.
+// colocated with the actor (no sync needed). With equal actor and rollout model_parallel_size
+// there is one such group per mp_rank, each broadcasting exactly its slices; with different
+// sizes the weights move shard to shard instead (weight_reshard_ranks).
 std::vector<int> weight_sync_ranks(const Placement& p, int mp_rank = 0);
+
+// The shard-to-shard sync group (rlpt/comm/weight_reshard.h) when the rollout runs on ranks of
+// its own with another model_parallel_size than the actor's: the actor's first block (mp ranks
+// 0..tp-1, the senders) followed by the rollout ranks in role order. Empty otherwise.
+std::vector<int> weight_reshard_ranks(const Placement& p);
 
 // Roles the algorithm in `c` needs: actor+rollout always; reference when a KL term is on;
 // critic for gae (or critic.enable=true); reward_model when reward_model.enable.

@@ -1,0 +1,97 @@
+// NCCL point-to-point transport of the weight reshard (comm/weight_reshard_transport.h): each
+// bucket is one ncclSend / ncclRecv on a stream owned by the transport. Built only with NCCL.
+//
+// Ordering with torch. Buckets are packed and unpacked by torch copies on torch's own stream;
+// start() synchronizes the device first, so the pack that filled a bucket (and the unpack that
+// last read a reused one) is finished before NCCL touches it; finish_oldest() waits for the
+// bucket's event, so torch reads a received bucket only after it landed. That trades overlap
+// of packing with transfer for simplicity; the transfers themselves of up to n_buffers buckets
+// run back to back on the stream. Sends and receives are issued in the schedule's global order
+// on every rank, which keeps blocking point-to-point NCCL calls deadlock-free (weight_reshard.h).
+#include <deque>
+
+#include "nccl_check.h"
+#include "rlpt/core/log.h"
+#include "weight_reshard_transport.h"
+
+namespace rlpt::comm::detail {
+namespace {
+
+class NcclP2p final : public P2pTransport {
+  public:
+    NcclP2p(const Communicator& comm, int device) : comm_(comm), device_(device) {
+        if (device_ < 0) RLPT_CUDA_CHECK(cudaGetDevice(&device_));
+    }
+    ~NcclP2p() override {
+        for (cudaEvent_t e : events_) cudaEventDestroy(e);
+        for (cudaEvent_t e : spare_) cudaEventDestroy(e);
+        if (abandoned_) bootstrap_.release();  // a failed broadcast may still write into it
+    }
+
+    const char* name() const override { return "nccl"; }
+    torch::Device device() const override { return torch::Device(torch::kCUDA, static_cast<int8_t>(device_)); }
+
+    void begin(const Deadline& deadline) override {
+        RLPT_CUDA_CHECK(cudaSetDevice(device_));
+        if (!nccl_) {
+            nccl_ = nccl_bootstrap(comm_, device_, "rlpt_weight_reshard", *bootstrap_, deadline);
+            stream_ = CudaStream::create();
+            if (comm_.rank() == 0) {
+                RLPT_LOG_INFO("weight reshard: NCCL communicator ready ({} ranks, cuda:{})", comm_.size(), device_);
+            }
+        }
+    }
+
+    void start(bool send, void* data, int64_t bytes, int peer, const Deadline& deadline) override {
+        RLPT_CUDA_CHECK(cudaDeviceSynchronize());  // torch's pack / last unpack of this buffer
+        const ncclResult_t r = send ? ncclSend(data, static_cast<size_t>(bytes), ncclUint8, peer, nccl_.get(),
+                                               stream_.get())
+                                    : ncclRecv(data, static_cast<size_t>(bytes), ncclUint8, peer, nccl_.get(),
+                                               stream_.get());
+        if (r == ncclInProgress) {
+            nccl_.wait_ready(deadline, send ? "ncclSend (enqueue)" : "ncclRecv (enqueue)");
+        } else if (r != ncclSuccess) {
+            throw_nccl_error(&nccl_, r, send ? "ncclSend" : "ncclRecv", __FILE__, __LINE__);
+        }
+        cudaEvent_t e = nullptr;
+        if (spare_.empty()) {
+            RLPT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        } else {
+            e = spare_.back();
+            spare_.pop_back();
+        }
+        events_.push_back(e);
+        RLPT_CUDA_CHECK(cudaEventRecord(e, stream_.get()));
+    }
+
+    void finish_oldest(const Deadline& deadline) override {
+        static const std::string kWhat = "a weight reshard (nccl) bucket";
+        const cudaEvent_t e = events_.front();
+        wait_event(nccl_, e, deadline, kWhat);
+        events_.pop_front();
+        spare_.push_back(e);
+    }
+
+    void abandon() noexcept override {
+        abandoned_ = true;
+        nccl_.abort();
+    }
+
+  private:
+    const Communicator& comm_;
+    int device_ = -1;
+    NcclComm nccl_;
+    CudaStream stream_;
+    std::deque<cudaEvent_t> events_;
+    std::vector<cudaEvent_t> spare_;
+    std::unique_ptr<NcclBootstrapMessage> bootstrap_ = std::make_unique<NcclBootstrapMessage>();
+    bool abandoned_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<P2pTransport> make_nccl_p2p(const Communicator& comm, int device) {
+    return std::make_unique<NcclP2p>(comm, device);
+}
+
+}  // namespace rlpt::comm::detail

@@ -1,0 +1,41 @@
+#pragma once
+// Point-to-point byte movers behind WeightReshard (rlpt/comm/weight_reshard.h). Private to
+// rlpt_comm; the NCCL one exists only in builds with NCCL (comm/nccl_reshard.cpp).
+
+#include <torch/torch.h>
+
+#include <memory>
+
+#include "rlpt/build_config.h"
+#include "rlpt/comm/mpi.h"
+
+namespace rlpt::comm::detail {
+
+class P2pTransport {
+  public:
+    virtual ~P2pTransport() = default;
+    virtual const char* name() const = 0;
+    // Where bucket buffers live (CPU for MPI, the CUDA device for NCCL).
+    virtual torch::Device device() const = 0;
+    // Once per sync before any start(), on every rank of the sync communicator (collective:
+    // NCCL bootstraps its communicator at the first call).
+    virtual void begin(const Deadline& deadline) = 0;
+    // Starts sending (or receiving into) `bytes` bytes at `data` (memory on device(), written
+    // by torch before the call, read by torch after finish_oldest() returned it) to / from sync
+    // rank `peer`. Between two ranks, starts happen in the same order on both ends.
+    virtual void start(bool send, void* data, int64_t bytes, int peer, const Deadline& deadline) = 0;
+    // Waits (polling, with the deadline; reported to the WaitObserver) until the oldest
+    // started transfer has completed.
+    virtual void finish_oldest(const Deadline& deadline) = 0;
+    // After a failure mid-transfer: tear down what may still be in flight (never throws).
+    virtual void abandon() noexcept {}
+};
+
+// `comm` must outlive the transport.
+std::unique_ptr<P2pTransport> make_mpi_p2p(const Communicator& comm);
+#if RLPT_HAVE_NCCL
+// CUDA buffers on `device`; the NCCL communicator over `comm` is created by the first begin().
+std::unique_ptr<P2pTransport> make_nccl_p2p(const Communicator& comm, int device);
+#endif
+
+}  // namespace rlpt::comm::detail

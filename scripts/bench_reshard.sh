@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Resharding table (issue 11): the ~100M model's weight sync from an actor block of tp F to
+# rollout blocks of tp T on other ranks (shard to shard, comm/weight_reshard.h), against raw p2p
+# of the same bytes and against a full-model MPI_Bcast to every receiver, in the same run. One
+# torch thread per rank. Prints markdown on stdout, progress on stderr.
+#
+# Usage: scripts/bench_reshard.sh [path/to/rlpt_bench_reshard]
+#   Without a path it configures build/ (or $BUILD_DIR) with RLPT_BUILD_BENCHMARKS=ON and builds
+#   only the rlpt_bench_reshard target.
+# Environment: ITERS timed syncs per measurement (5; the median is reported), BUCKET_MB (64).
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+if [ $# -gt 0 ]; then
+  bin="$1"
+else
+  build="${BUILD_DIR:-$here/build}"
+  echo "bench_reshard.sh: building rlpt_bench_reshard in $build" >&2
+  cmake -S "$here" -B "$build" -DRLPT_BUILD_BENCHMARKS=ON >/dev/null
+  cmake --build "$build" -j2 --target rlpt_bench_reshard >/dev/null
+  bin="$build/tests/bench/rlpt_bench_reshard"
+fi
+[ -x "$bin" ] || { echo "bench_reshard.sh: $bin is not an executable" >&2; exit 2; }
+flags=(--oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
+[ "$(id -u)" -eq 0 ] && flags+=(--allow-run-as-root)
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+for c in "2 1 1" "1 2 1" "2 1 2" "2 4 1"; do
+  set -- $c
+  np=$(( $1 + $3 * $2 ))
+  echo "bench_reshard.sh: np=$np tp $1 -> $3 x tp $2" >&2
+  OMP_NUM_THREADS=1 mpirun -np "$np" "${flags[@]}" "$bin" --from "$1" --to "$2" --blocks "$3" \
+    --iters "${ITERS:-5}" --bucket-mb "${BUCKET_MB:-64}" | grep '^{' >>"$out"
+done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+/usr/bin/python3 - "$out" "$load_before" "$load_after" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(f"~100M Llama-style model (hidden 768, 12 layers, vocab 32000, tied; {rows[0]['full_model_bytes']/1e6:.0f} MB fp32), "
+      f"{rows[0]['bucket_mb']} MiB buckets, one torch thread per rank, shared memory; load average {sys.argv[2]} before, {sys.argv[3]} after; "
+      f"git {rows[0]['git_sha']}. Times: median of the slowest rank.\n")
+print("| actor tp -> rollout | ranks | MB moved (all ranks) | max MB received/rank | max MB sent/rank "
+      "| reshard s | GB/s | raw p2p s | reshard / raw | full bcast s | received vs full bcast |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for r in rows:
+    gbps = r["plan_bytes"] / r["reshard_s"] / 1e9
+    print(f"| {r['from']} -> {r['blocks']} x tp {r['to']} | {r['ranks']} | {r['plan_bytes']/1e6:.0f} "
+          f"| {r['max_bytes_received']/1e6:.0f} | {r['max_bytes_sent']/1e6:.0f} | {r['reshard_s']:.3f} | {gbps:.2f} "
+          f"| {r['raw_p2p_s']:.3f} | {r['raw_p2p_s']/r['reshard_s']:.2f}x | {r['full_bcast_s']:.3f} "
+          f"| {r['max_bytes_received']/r['full_model_bytes']:.2f} |")
+print("\n- reshard / raw: raw p2p time over reshard time (1.0 = as fast as unplanned, unpacked messages of "
+      "the same bytes; the goal is >= 0.8).")
+print("- received vs full bcast: the largest per-rank receive over the full model a broadcast sync delivers "
+      "to every receiver.")
+PY

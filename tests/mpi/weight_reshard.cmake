@@ -1,0 +1,6 @@
+# Shard-to-shard weight sync between tensor-parallel layouts (comm/weight_reshard.cpp): every
+# (actor tp, rollout tp) pair that fits 3, 4 and 6 ranks.
+foreach(np 3 4 6)
+  rlpt_add_mpi_test(mpi_weight_reshard_np${np} NP ${np} TARGET rlpt_mpi_tests
+                    FILTER "WeightReshardTest.*" TIMEOUT 300)
+endforeach()
