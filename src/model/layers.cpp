@@ -1,5 +1,7 @@
 #include "model/layers.h"
 
+#include "rlpt/kernels/small_matmul.h"
+
 #include <cmath>
 #include <limits>
 
@@ -10,16 +12,25 @@ Linear::Linear(int64_t in, int64_t out, bool bias, const torch::TensorOptions& o
     if (bias) bias_ = register_parameter("bias", torch::empty({out}, options));
 }
 
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, bool small_matmul) {
+    if (small_matmul && kernels::small_matmul_applies(x, w, b)) return kernels::small_matmul(x, w, b);
+    return torch::linear(x, w, b);
+}
+
+torch::Tensor Linear::matmul(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const {
+    return linear(x, w, b, small_matmul_);
+}
+
 torch::Tensor Linear::forward_row_parallel(const torch::Tensor& x, const TensorParallel* tp) const {
     if (tp == nullptr || tp->size() == 1) return forward(x);
-    auto y = tp_reduce(torch::linear(x, weight_), tp);
+    auto y = tp_reduce(matmul(x, weight_, {}), tp);
     return bias_.defined() ? y + bias_ : y;
 }
 
 torch::Tensor Linear::forward_kv(const torch::Tensor& x, const TensorParallel* tp, const TpLayout& layout) const {
     if (tp == nullptr || !layout.kv_replicated) return forward(x);
-    return torch::linear(x, tp_kv_replica(weight_, tp, layout, layout.num_kv_heads),
-                         tp_kv_replica(bias_, tp, layout, layout.num_kv_heads));
+    return matmul(x, tp_kv_replica(weight_, tp, layout, layout.num_kv_heads),
+                  tp_kv_replica(bias_, tp, layout, layout.num_kv_heads));
 }
 
 RMSNorm::RMSNorm(int64_t dim, double eps, const torch::TensorOptions& options) : eps_(eps) {

@@ -11,11 +11,13 @@
 namespace rlpt::model::detail {
 
 // y = x W^T (+ b). weight [out, in], bias [out]: this rank's slice under tensor parallelism
-// (tensor_parallel.h).
+// (tensor_parallel.h). Decode-sized calls (few rows, no autograd graph, CPU) go through
+// kernels::small_matmul, which streams the weight once instead of BLAS re-packing it per call;
+// everything else (training, prefill) through torch::linear.
 class Linear : public torch::nn::Module {
   public:
     Linear(int64_t in, int64_t out, bool bias, const torch::TensorOptions& options);
-    torch::Tensor forward(const torch::Tensor& x) const { return torch::linear(x, weight_, bias_); }
+    torch::Tensor forward(const torch::Tensor& x) const { return matmul(x, weight_, bias_); }
     // Row-parallel: the partial products are summed over the block, then the (replicated) bias
     // is added once. With tp = 1 exactly forward().
     torch::Tensor forward_row_parallel(const torch::Tensor& x, const TensorParallel* tp) const;
@@ -24,10 +26,18 @@ class Linear : public torch::nn::Module {
     torch::Tensor forward_kv(const torch::Tensor& x, const TensorParallel* tp, const TpLayout& layout) const;
     const torch::Tensor& weight() const { return weight_; }
     const torch::Tensor& bias() const { return bias_; }  // undefined without bias
+    // Off: always torch::linear (the BLAS baseline of the decode benchmark). Default on.
+    void use_small_matmul(bool on) { small_matmul_ = on; }
 
   private:
+    torch::Tensor matmul(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const;
     torch::Tensor weight_, bias_;
+    bool small_matmul_ = true;
 };
+
+// x w^T + b through kernels::small_matmul when `small_matmul` is on and it applies, else
+// torch::linear.
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, bool small_matmul);
 
 // HF RMSNorm: normalise in fp32, cast back, multiply by the weight in the input dtype.
 class RMSNorm : public torch::nn::Module {

@@ -29,15 +29,6 @@ std::vector<uint8_t> stop_table(const SamplingParams& params, int64_t vocab) {
     return table;
 }
 
-// [b, V] fp32 logits = hidden [b, H] @ head [V, H]^T in the model dtype. A single fp32 row goes
-// through gemv: OpenBLAS runs a 1-row sgemm 3-4x slower than sgemv (it streams the head at ~3
-// instead of ~10 GB/s on the dev VM), and batch-1 decode is bound by exactly that stream.
-torch::Tensor head_logits(const torch::Tensor& hidden, const torch::Tensor& head) {
-    if (hidden.size(0) == 1 && hidden.scalar_type() == torch::kFloat32 && head.scalar_type() == torch::kFloat32)
-        return torch::mv(head, hidden.select(0, 0)).unsqueeze(0);
-    return torch::linear(hidden, head).to(torch::kFloat32);
-}
-
 // Generates for the prompts rows[0..b) (indices into `prompts`), writing results[rows[i]].
 // All rows share one KV cache; the prompts are left-padded to the micro-batch's longest.
 void generate_micro_batch(model::CausalLM& model, const Prompts& prompts, const std::vector<uint64_t>& seeds,
@@ -71,7 +62,6 @@ void generate_micro_batch(model::CausalLM& model, const Prompts& prompts, const 
     mask = mask.to(device);
     next_pos = next_pos.to(device);
 
-    const torch::Tensor head = model.lm_head_weight();
     model::KVCache cache = model.make_cache(b, p_len + max_new - 1);  // the last token is never fed
     auto hidden = model.forward_hidden(ids.to(device), mask.narrow(1, 0, p_len), pos.to(device), &cache);
     hidden = hidden.select(1, p_len - 1);  // [b, H]: predicts each row's first response token
@@ -82,7 +72,7 @@ void generate_micro_batch(model::CausalLM& model, const Prompts& prompts, const 
     for (int64_t step = 0; step < max_new; ++step) {
         // [b_live, V] fp32. Tensor-parallel: gathered over the block; every rank then draws the
         // same tokens from the same per-row streams.
-        auto logits = model.tp() ? model.gathered_logits(hidden) : head_logits(hidden, head);
+        auto logits = model.gathered_logits(hidden);
         if (!params.greedy) {
             uniforms.resize(live.size());
             for (size_t i = 0; i < live.size(); ++i) uniforms[i] = uniform_draw(seeds[static_cast<size_t>(live[i])], step);

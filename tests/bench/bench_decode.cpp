@@ -1,16 +1,22 @@
-// Rollout decode throughput against this machine's ceilings, measured in the same run.
+// Rollout decode throughput against this machine's ceilings and against the plain BLAS path,
+// measured in the same run.
 //
 //   ceilings: memory bandwidth = bytes read + written by a 512 MiB tensor copy / time;
 //             matmul rate = best GFLOP/s of torch::mm on square fp32 matrices (1024, 2048, 4096).
 //   per model and batch: decode tokens/s = B * (N - 1) / (t(generate N tokens) - t(generate 1 token)),
-//             i.e. the steady decode rate with the prefill taken out.
-//   bound per decode step (fp32): bytes = weights read once (all Linear layers + the [V, H] head)
-//             + the K/V cache read at the mean cached length; FLOPs = 2 * B * (those weights) +
-//             4 * B * L * n_heads * head_dim * layers (scores and values). Step time >= max(bytes /
-//             bandwidth, FLOPs / matmul rate); "achieved" is that bound over the measured step time.
+//             i.e. the steady decode rate with the prefill taken out; measured with the decode
+//             kernels (kernels::small_matmul, the default) and with them switched off
+//             (CausalLM::use_small_matmul(false): every Linear through torch::linear / OpenBLAS,
+//             what PyTorch eager does), alternating the two so machine load hits both alike.
+//   bound per decode step: bytes = weights read once (all Linear layers + the [V, H] head, in
+//             the model dtype) + the K/V cache read at the mean cached length; FLOPs = 2 * B *
+//             (those weights) + 4 * B * L * n_heads * head_dim * layers (scores and values). Step
+//             time >= max(bytes / bandwidth, FLOPs / fp32 matmul rate); "achieved" is that bound
+//             over the measured step time.
+//   head_ms / sample_ms: the LM head (gathered_logits) and the sampler for B rows, per step.
 // Correctness first: greedy rollout log-probs must equal a full forward's (else exit 1).
 // Output: one JSON line per measurement (scripts/bench_decode.sh turns them into a table).
-// Usage: rlpt_bench_decode [--threads N] [--quick]   (default 1 thread)
+// Usage: rlpt_bench_decode [--threads N] [--quick] [--batches 1,16,64]   (default 1 thread)
 #include <dlfcn.h>
 #include <torch/torch.h>
 
@@ -19,10 +25,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "rlpt/build_config.h"
+#include "rlpt/kernels/small_matmul.h"
 #include "rlpt/model/transformer.h"
 #include "rlpt/rollout/generator.h"
 #include "rlpt/rollout/sampler.h"
@@ -54,6 +62,7 @@ struct ModelSpec {
     const char* name;
     rlpt::model::ModelArgs args;
     int64_t new_tokens;
+    torch::Dtype dtype;
 };
 
 ModelSpec tiny_spec() {
@@ -64,11 +73,12 @@ ModelSpec tiny_spec() {
     a.head_dim = 32;
     a.intermediate_size = 384;
     a.validate();
-    return {"tiny (H128 L2 V20)", a, 64};
+    return {"tiny (H128 L2 V20)", a, 64, torch::kFloat32};
 }
 
-ModelSpec m100_spec() {
-    auto a = rlpt::model::tiny_model_args(rlpt::model::ModelFamily::kQwen2, 32000);
+// The ~125M Llama of issue #12: 100M streamed weights (layers + untied head) + a 24.6M embedding.
+ModelSpec llama125m_spec(torch::Dtype dtype) {
+    auto a = rlpt::model::tiny_model_args(rlpt::model::ModelFamily::kLlama, 32000);
     a.hidden_size = 768;
     a.num_hidden_layers = 12;
     a.num_attention_heads = 12;
@@ -76,8 +86,9 @@ ModelSpec m100_spec() {
     a.head_dim = 64;
     a.intermediate_size = 2048;
     a.max_position_embeddings = 2048;
+    a.tie_word_embeddings = false;
     a.validate();
-    return {"100M (H768 L12 V32000)", a, 32};
+    return {dtype == torch::kFloat32 ? "125M Llama fp32" : "125M Llama bf16", a, 32, dtype};
 }
 
 // Weights a decode step reads (every Linear of every layer + the output head), in elements.
@@ -116,11 +127,18 @@ double check_against_full_forward(rlpt::model::CausalLM& m) {
 int main(int argc, char** argv) {
     int threads = 1;
     bool quick = false;
+    std::vector<int64_t> batches{1, 16, 64};
     for (int i = 1; i < argc; ++i) {
-        if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::max(1, std::atoi(argv[++i]));
-        else if (!std::strcmp(argv[i], "--quick")) quick = true;
-        else {
-            std::fprintf(stderr, "usage: %s [--threads N] [--quick]\n", argv[0]);
+        if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
+            threads = std::max(1, std::atoi(argv[++i]));
+        } else if (!std::strcmp(argv[i], "--quick")) {
+            quick = true;
+        } else if (!std::strcmp(argv[i], "--batches") && i + 1 < argc) {
+            batches.clear();
+            std::stringstream list(argv[++i]);
+            for (std::string item; std::getline(list, item, ',');) batches.push_back(std::max(1, std::atoi(item.c_str())));
+        } else {
+            std::fprintf(stderr, "usage: %s [--threads N] [--quick] [--batches 1,16,64]\n", argv[0]);
             return 2;
         }
     }
@@ -145,23 +163,24 @@ int main(int argc, char** argv) {
             mm_gflops = std::max(mm_gflops, 2.0 * s * s * s / tm / 1e9);
         }
     }
-    std::printf("{\"kind\":\"ceiling\",\"git_sha\":\"%s\",\"threads\":%d,\"blas\":\"%s\",\"copy_GBps\":%.2f,"
-                "\"mm_GFLOPs\":%.1f}\n",
-                RLPT_GIT_SHA, threads, blas.c_str(), bw_gbs, mm_gflops);
+    std::printf("{\"kind\":\"ceiling\",\"git_sha\":\"%s\",\"threads\":%d,\"blas\":\"%s\",\"kernel_isa\":\"%s\","
+                "\"copy_GBps\":%.2f,\"mm_GFLOPs\":%.1f}\n",
+                RLPT_GIT_SHA, threads, blas.c_str(), rlpt::kernels::small_matmul_isa_name(), bw_gbs, mm_gflops);
     std::fflush(stdout);
 
     // ---- decode ----
     const int64_t prompt_len = 16;
-    for (const ModelSpec& spec : {tiny_spec(), m100_spec()}) {
-        auto m = rlpt::model::make_random_causal_lm(spec.args, 1);
+    for (const ModelSpec& spec : {tiny_spec(), llama125m_spec(torch::kFloat32), llama125m_spec(torch::kBFloat16)}) {
+        auto m = rlpt::model::make_random_causal_lm(spec.args, 1, spec.dtype);
         const double err = check_against_full_forward(*m);
-        if (!(err < 1e-3)) {
+        const double tolerance = spec.dtype == torch::kFloat32 ? 1e-3 : 0.2;
+        if (!(err < tolerance)) {
             std::fprintf(stderr, "%s: rollout log-probs differ from the full forward by %g\n", spec.name, err);
             return 1;
         }
         const auto& a = spec.args;
         const int64_t n_new = quick ? spec.new_tokens / 2 : spec.new_tokens;
-        for (int64_t b : {1, 32, 64}) {
+        for (int64_t b : batches) {
             auto prompts = random_prompts(b, prompt_len, a.vocab_size);
             std::vector<uint64_t> seeds;
             for (int64_t i = 0; i < b; ++i) seeds.push_back(rlpt::rollout::sample_seed(1, 0, i));
@@ -170,27 +189,53 @@ int main(int argc, char** argv) {
             auto p1 = p;
             p1.max_new_tokens = 1;
             const int reps = b * a.hidden_size >= 32 * 768 ? 2 : 3;
-            rlpt::rollout::generate(*m, prompts, seeds, p1, b);  // warm-up
-            const double t_full = best_seconds(reps, [&] { rlpt::rollout::generate(*m, prompts, seeds, p, b); });
-            const double t_pre = best_seconds(reps, [&] { rlpt::rollout::generate(*m, prompts, seeds, p1, b); });
-            const double step_s = (t_full - t_pre) / static_cast<double>(n_new - 1);
-            const double tok_s = static_cast<double>(b) / step_s;
+            // Best time of each of (kernels, BLAS) x (N tokens, 1 token), the four interleaved.
+            double t_full[2] = {1e30, 1e30}, t_pre[2] = {1e30, 1e30};
+            for (int on : {1, 0}) {  // warm-up
+                m->use_small_matmul(on == 1);
+                rlpt::rollout::generate(*m, prompts, seeds, p1, b);
+            }
+            for (int r = 0; r < reps; ++r) {
+                for (int on : {1, 0}) {
+                    m->use_small_matmul(on == 1);
+                    t_full[on] = std::min(t_full[on], best_seconds(1, [&] { rlpt::rollout::generate(*m, prompts, seeds, p, b); }));
+                    t_pre[on] = std::min(t_pre[on], best_seconds(1, [&] { rlpt::rollout::generate(*m, prompts, seeds, p1, b); }));
+                }
+            }
+            m->use_small_matmul(true);
+            double tok_s[2];
+            for (int on : {0, 1}) tok_s[on] = static_cast<double>(b) * static_cast<double>(n_new - 1) / (t_full[on] - t_pre[on]);
+            const double step_s = static_cast<double>(b) / tok_s[1];
+            // The LM head and the sampler alone for b rows.
+            double head_s, sample_s;
+            {
+                torch::NoGradGuard ng;
+                auto hidden = torch::randn({b, a.hidden_size}).to(spec.dtype);
+                head_s = best_seconds(5, [&] { m->gathered_logits(hidden); });
+                auto logits = m->gathered_logits(hidden);
+                std::vector<double> u(static_cast<size_t>(b), 0.5);
+                sample_s = best_seconds(5, [&] { rlpt::rollout::choose_tokens(logits, p, u); });
+            }
 
             const double mean_len = static_cast<double>(prompt_len) + static_cast<double>(n_new) / 2;
             const double w = static_cast<double>(streamed_weights(a));
             const double kv_elems = 2.0 * a.num_hidden_layers * b * mean_len * a.num_key_value_heads * a.head_dim;
-            const double bytes = 4.0 * (w + kv_elems);
+            const double elem_bytes = spec.dtype == torch::kFloat32 ? 4.0 : 2.0;
+            const double bytes = elem_bytes * (w + kv_elems);
             const double flops = 2.0 * b * w + 4.0 * b * mean_len * a.num_attention_heads * a.head_dim * a.num_hidden_layers;
             const double t_bw = bytes / (bw_gbs * 1e9), t_fl = flops / (mm_gflops * 1e9);
             const double bound = std::max(t_bw, t_fl);
-            std::printf("{\"kind\":\"decode\",\"model\":\"%s\",\"batch\":%lld,\"new_tokens\":%lld,\"step_ms\":%.3f,"
-                        "\"tokens_per_s\":%.1f,\"bw_bound_ms\":%.3f,\"flop_bound_ms\":%.3f,\"binding\":\"%s\","
-                        "\"ceiling_tokens_per_s\":%.1f,\"achieved\":%.3f,\"prefill_ms\":%.2f,\"check_max_abs\":%.2e}\n",
-                        spec.name, static_cast<long long>(b), static_cast<long long>(n_new), step_s * 1e3, tok_s,
-                        t_bw * 1e3, t_fl * 1e3, t_bw >= t_fl ? "bandwidth" : "matmul", b / bound, bound / step_s,
-                        t_pre * 1e3, err);
+            std::printf("{\"kind\":\"decode\",\"model\":\"%s\",\"threads\":%d,\"batch\":%lld,\"new_tokens\":%lld,"
+                        "\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"blas_tokens_per_s\":%.1f,\"vs_blas\":%.2f,"
+                        "\"bw_bound_ms\":%.3f,\"flop_bound_ms\":%.3f,\"binding\":\"%s\",\"ceiling_tokens_per_s\":%.1f,"
+                        "\"achieved\":%.3f,\"head_ms\":%.3f,\"sample_ms\":%.3f,\"prefill_ms\":%.2f,\"check_max_abs\":%.2e}\n",
+                        spec.name, threads, static_cast<long long>(b), static_cast<long long>(n_new), step_s * 1e3,
+                        tok_s[1], tok_s[0], tok_s[1] / tok_s[0], t_bw * 1e3, t_fl * 1e3,
+                        t_bw >= t_fl ? "bandwidth" : "matmul", b / bound, bound / step_s, head_s * 1e3,
+                        sample_s * 1e3, t_pre[1] * 1e3, err);
             std::fflush(stdout);
         }
+        if (spec.dtype != torch::kFloat32) continue;
         // Sampler cost per step at batch 64 next to the forward: no filter vs top-p 0.9 + top-k 50.
         auto logits = torch::randn({64, a.vocab_size}) * 3;
         std::vector<double> u(64);
@@ -205,9 +250,9 @@ int main(int argc, char** argv) {
         nucleus.top_p = 0.9;
         const double t_nuc = best_seconds(5, [&] { rlpt::rollout::choose_tokens(logits, nucleus, u); });
         const double t_greedy = best_seconds(5, [&] { rlpt::rollout::choose_tokens(logits, greedy, u); });
-        std::printf("{\"kind\":\"sampler\",\"model\":\"%s\",\"batch\":64,\"greedy_ms\":%.3f,\"plain_ms\":%.3f,"
-                    "\"top_p_ms\":%.3f,\"top_p_top_k_ms\":%.3f}\n",
-                    spec.name, t_greedy * 1e3, t_plain * 1e3, t_nuc * 1e3, t_filt * 1e3);
+        std::printf("{\"kind\":\"sampler\",\"model\":\"%s\",\"threads\":%d,\"batch\":64,\"greedy_ms\":%.3f,"
+                    "\"plain_ms\":%.3f,\"top_p_ms\":%.3f,\"top_p_top_k_ms\":%.3f}\n",
+                    spec.name, threads, t_greedy * 1e3, t_plain * 1e3, t_nuc * 1e3, t_filt * 1e3);
         std::fflush(stdout);
     }
     return 0;

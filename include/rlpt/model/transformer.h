@@ -159,6 +159,11 @@ class CausalLM : public torch::nn::Module {
     // A cache for `batch_size` rows and up to `max_length` positions, in the model's dtype/device.
     KVCache make_cache(int64_t batch_size, int64_t max_length) const;
 
+    // Decode-sized matmuls (few rows, no autograd graph, CPU: every Linear and the LM head in
+    // gathered_logits) use kernels::small_matmul unless switched off here; off gives the plain
+    // torch::linear (BLAS) path, the decode benchmark's baseline. Default on.
+    void use_small_matmul(bool on);
+
     // Deterministic HF-style init from `seed`, independent of dtype/device: every Linear and
     // the embedding ~ normal(0, initializer_range) (drawn in fp32 on the CPU, in
     // named_parameters() order), biases 0, norm weights 1, the embedding row of pad_token_id 0.
@@ -170,6 +175,7 @@ class CausalLM : public torch::nn::Module {
     ModelArgs args_;
     std::shared_ptr<Backbone> model_;
     torch::Tensor lm_head_;  // undefined when tied
+    bool small_matmul_ = true;
 };
 
 // Loads a Hugging Face checkpoint directory: config.json (architecture LlamaForCausalLM or

@@ -1,0 +1,151 @@
+// Few-row matmul (rlpt/kernels/small_matmul.h): every instruction-set variant this CPU has
+// against the plain double-precision reference, for odd shapes (M 1..17, K not a multiple of
+// any vector width, N odd), with and without bias, strided x, bfloat16; batch invariance; when
+// the decode path applies; errors.
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "rlpt/core/error.h"
+#include "rlpt/kernels/small_matmul.h"
+
+namespace {
+
+using rlpt::kernels::small_matmul;
+using rlpt::kernels::small_matmul_applies;
+using rlpt::kernels::small_matmul_reference;
+using rlpt::kernels::SmallMatmulIsa;
+
+std::vector<SmallMatmulIsa> isas() {
+    std::vector<SmallMatmulIsa> out;
+    for (auto isa : {SmallMatmulIsa::kAuto, SmallMatmulIsa::kAvx512, SmallMatmulIsa::kAvx2, SmallMatmulIsa::kPortable})
+        if (rlpt::kernels::small_matmul_isa_supported(isa)) out.push_back(isa);
+    return out;
+}
+
+// |got − want| <= atol + rtol·|want| element-wise, with want from the double reference.
+void expect_close(const torch::Tensor& got, const torch::Tensor& want, double atol, double rtol) {
+    ASSERT_EQ(got.sizes(), want.sizes());
+    ASSERT_EQ(got.scalar_type(), want.scalar_type());
+    auto g = got.to(torch::kDouble), w = want.to(torch::kDouble);
+    auto excess = ((g - w).abs() - (atol + rtol * w.abs())).max().item<double>();
+    EXPECT_LE(excess, 0.0) << "max |diff| " << (g - w).abs().max().item<double>();
+}
+
+TEST(SmallMatmul, MatchesReferenceOnOddShapes) {
+    torch::manual_seed(3);
+    for (int64_t m = 1; m <= 17; ++m) {
+        for (int64_t k : {1, 7, 16, 37, 100, 259}) {
+            for (int64_t n : {1, 3, 5, 33}) {
+                auto x = torch::randn({m, k}), w = torch::randn({n, k}), b = torch::randn({n});
+                for (bool with_bias : {false, true}) {
+                    const auto bias = with_bias ? b : torch::Tensor();
+                    const auto want = small_matmul_reference(x, w, bias);
+                    for (auto isa : isas()) {
+                        SCOPED_TRACE(testing::Message() << "m " << m << " k " << k << " n " << n << " bias "
+                                                        << with_bias << " isa " << static_cast<int>(isa));
+                        // fp32 dot products of length k with O(1) terms: error ~ sqrt(k) * 6e-8.
+                        expect_close(small_matmul(x, w, bias, isa), want, 2e-5, 1e-5);
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST(SmallMatmul, ReferenceAgreesWithTorchLinear) {
+    torch::manual_seed(4);
+    auto x = torch::randn({5, 3, 29}), w = torch::randn({11, 29}), b = torch::randn({11});
+    expect_close(small_matmul_reference(x, w, b), torch::linear(x, w, b), 1e-5, 1e-5);
+    expect_close(small_matmul_reference(x, w, {}), torch::linear(x, w), 1e-5, 1e-5);
+}
+
+TEST(SmallMatmul, LeadingDimsAndStridedInput) {
+    torch::manual_seed(5);
+    auto w = torch::randn({21, 40}), b = torch::randn({21});
+    // [B, T, K] with T = 1, as decode feeds it.
+    auto x3 = torch::randn({6, 1, 40});
+    auto y3 = small_matmul(x3, w, b);
+    EXPECT_EQ(y3.sizes(), (std::vector<int64_t>{6, 1, 21}));
+    expect_close(y3, small_matmul_reference(x3, w, b), 2e-5, 1e-5);
+    // Rows with a stride larger than K (a column slice) and a transposed (non-row-major) x.
+    auto wide = torch::randn({7, 64});
+    auto sliced = wide.narrow(1, 8, 40);
+    expect_close(small_matmul(sliced, w, b), small_matmul_reference(sliced.contiguous(), w, b), 2e-5, 1e-5);
+    auto transposed = torch::randn({40, 7}).t();
+    ASSERT_FALSE(transposed.is_contiguous());
+    expect_close(small_matmul(transposed, w, b), small_matmul_reference(transposed.contiguous(), w, b), 2e-5, 1e-5);
+    // Nothing beyond y is written: y is fresh and exactly [M, N]; a 1-D x gives [N].
+    EXPECT_EQ(small_matmul(torch::randn({40}), w, b).sizes(), (std::vector<int64_t>{21}));
+    // K = 0: the bias alone.
+    EXPECT_TRUE(torch::equal(small_matmul(torch::randn({2, 0}), torch::randn({3, 0}), b.narrow(0, 0, 3)),
+                             b.narrow(0, 0, 3).expand({2, 3})));
+}
+
+TEST(SmallMatmul, BFloat16WeightsWidenedExactly) {
+    torch::manual_seed(6);
+    for (int64_t m : {1, 4, 9}) {
+        auto x = torch::randn({m, 83}).to(torch::kBFloat16);
+        auto w = torch::randn({19, 83}).to(torch::kBFloat16);
+        auto b = torch::randn({19}).to(torch::kBFloat16);
+        // The reference sums the exact products of the bf16 values in double; one bf16 rounding
+        // of the result separates them.
+        const auto want = small_matmul_reference(x, w, b);
+        ASSERT_EQ(want.scalar_type(), torch::kBFloat16);
+        for (auto isa : isas()) expect_close(small_matmul(x, w, b, isa), want, 1e-2, 8e-3);
+        expect_close(want, torch::linear(x.to(torch::kFloat), w.to(torch::kFloat), b.to(torch::kFloat))
+                               .to(torch::kBFloat16), 1e-2, 8e-3);
+    }
+}
+
+TEST(SmallMatmul, RowResultDoesNotDependOnBatchOrThreads) {
+    torch::manual_seed(7);
+    auto w = torch::randn({301, 517}), b = torch::randn({301});
+    auto x = torch::randn({16, 517});
+    const int saved = torch::get_num_threads();
+    torch::set_num_threads(1);
+    const auto alone = small_matmul(x.narrow(0, 5, 1), w, b);
+    torch::set_num_threads(2);
+    for (int64_t m : {6, 9, 16}) {
+        auto y = small_matmul(x.narrow(0, 0, m), w, b);
+        EXPECT_TRUE(torch::equal(y.narrow(0, 5, 1), alone)) << "m " << m;
+    }
+    torch::set_num_threads(saved);
+}
+
+TEST(SmallMatmul, AppliesOnlyToFewRowsWithoutGrad) {
+    auto w = torch::randn({8, 12}, torch::requires_grad());
+    auto x = torch::randn({4, 1, 12});
+    EXPECT_FALSE(small_matmul_applies(x, w, {}));  // grad mode on, w requires grad
+    {
+        torch::NoGradGuard ng;
+        EXPECT_TRUE(small_matmul_applies(x, w, {}));
+        EXPECT_TRUE(small_matmul_applies(torch::randn({16, 12}), w, {}));
+        EXPECT_FALSE(small_matmul_applies(torch::randn({17, 12}), w, {}));          // prefill / training
+        EXPECT_FALSE(small_matmul_applies(torch::randn({4, 12}).to(torch::kDouble), w, {}));
+        EXPECT_FALSE(small_matmul_applies(x, w.detach().t().contiguous().t(), {}));  // strided weight
+        EXPECT_FALSE(small_matmul_applies(torch::randn({4, 11}), w, {}));
+        const auto wb = w.detach().to(torch::kBFloat16);
+        EXPECT_TRUE(small_matmul_applies(torch::randn({4, 12}).to(torch::kBFloat16), wb, {}));
+        EXPECT_FALSE(small_matmul_applies(torch::randn({4, 12}), wb, {}));  // mixed dtypes
+    }
+    EXPECT_TRUE(small_matmul_applies(x, w.detach(), {}));  // nothing requires grad
+}
+
+TEST(SmallMatmul, Errors) {
+    auto w = torch::randn({8, 12});
+    auto expect_value_error = [](auto&& f, const char* needle) {
+        try {
+            f();
+            ADD_FAILURE() << "no error; expected one mentioning " << needle;
+        } catch (const rlpt::ValueError& e) {
+            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+        }
+    };
+    expect_value_error([&] { small_matmul(torch::randn({2, 11}), w, {}); }, "[N, K]");
+    expect_value_error([&] { small_matmul(torch::randn({2, 12}).to(torch::kDouble), w, {}); }, "float32");
+    expect_value_error([&] { small_matmul(torch::randn({2, 12}), w, torch::randn({7})); }, "bias must be [8]");
+}
+
+}  // namespace
