@@ -271,33 +271,4 @@ std::vector<int> weight_reshard_ranks(const Placement& p) {
     return ranks;
 }
 
-std::vector<std::string> required_roles(const Config& c, std::string* why) {
-    std::vector<std::string> out{"actor", "rollout"};
-    std::vector<std::string> reasons;
-    if (c.trainer.mode == "sft") {
-        out = {"actor"};
-        if (why) *why = "trainer.mode=sft";
-        return out;
-    }
-    if (c.actor.use_kl_loss || c.algorithm.use_kl_in_reward) {
-        out.push_back("reference");
-        reasons.push_back(c.actor.use_kl_loss ? "actor.use_kl_loss=true" : "algorithm.use_kl_in_reward=true");
-    }
-    bool critic = c.critic.enable == "true" || (c.critic.enable == "auto" && c.algorithm.adv_estimator == "gae");
-    if (critic) {
-        out.push_back("critic");
-        reasons.push_back(c.critic.enable == "true" ? "critic.enable=true" : "algorithm.adv_estimator=gae");
-    }
-    if (c.reward_model.enable) {
-        out.push_back("reward_model");
-        reasons.push_back("reward_model.enable=true");
-    }
-    if (why) {
-        std::string s;
-        for (const auto& r : reasons) s += (s.empty() ? "" : ", ") + r;
-        *why = s;
-    }
-    return out;
-}
-
 }  // namespace rlpt::comm

@@ -3,7 +3,7 @@
 
 #include "model_setup.h"
 #include "rlpt/core/log.h"
-#include "rlpt/rollout/generator.h"
+#include "rlpt/rollout/generators.h"
 #include "role_common.h"
 
 namespace rlpt::roles {
@@ -15,6 +15,7 @@ using protocol::WorkerContext;
 class RolloutWorker : public RoleWorker {
   public:
     std::shared_ptr<detail::SharedPolicy> policy;  // the actor's (colocated) or our own copy
+    const rollout::GeneratorEntry* generator = nullptr;  // rollout.generator
     bool own_copy = false;
     detail::PolicySync sync;
 };
@@ -27,6 +28,7 @@ RolloutWorker& ready(RoleWorker& w) {
 
 Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     auto& r = static_cast<RolloutWorker&>(w);
+    r.generator = &rollout::find_generator(ctx.config->rollout.generator);
     if (auto shared = ctx.shared->get<detail::SharedPolicy>(detail::kSharedPolicy)) {
         r.policy = shared;  // colocated with the actor: same tensors, no copy, no sync
         return Batch(0);
@@ -80,7 +82,7 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
         out.set_ints("weight_version", {});
         return out;
     }
-    auto g = rollout::generate(*r.policy->model, prompts, seeds, sp, ctx.config->rollout.micro_batch_size);
+    auto g = r.generator->fn(*r.policy->model, prompts, seeds, sp, ctx.config->rollout.micro_batch_size);
     // Pad to the call's fixed widths (P of the input, R = max_new_tokens) so shards concatenate.
     const int64_t gp = g.prompts.size(1), gr = g.responses.size(1);
     auto padl = [&](const torch::Tensor& t, int64_t value) { return torch::constant_pad_nd(t, {P - gp, 0}, value); };

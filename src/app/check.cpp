@@ -9,9 +9,11 @@
 #include <nlohmann/json.hpp>
 
 #include "rlpt/app/job.h"
+#include "rlpt/app/run_plan.h"
 #include "rlpt/comm/placement.h"
 #include "rlpt/core/error.h"
 #include "rlpt/model/model_config.h"
+#include "rlpt/rollout/generators.h"
 #include "task_data.h"
 
 namespace rlpt::app {
@@ -171,6 +173,7 @@ CheckReport check_config(const Config& c, int world_size) {
     CheckReport r;
     const bool sft = c.trainer.mode == "sft";
     TaskData t;
+    attempt(r, "", [&] { rollout::find_generator(c.rollout.generator); });
     attempt(r, "model.chat_template", [&] { t.chat = tokenizer::parse_chat_family(c.model.chat_template); });
     const bool train_ok = attempt(r, "", [&] { t.train = load_examples(c, false); });
     const bool val_ok = attempt(r, "", [&] { t.val = load_examples(c, true); });
@@ -217,10 +220,9 @@ CheckReport check_config(const Config& c, int world_size) {
     int64_t actor_dp = 1, critic_dp = 1;
     if (world_size > 0) {
         attempt(r, "placement", [&] {
-            std::string why;
-            const auto required = comm::required_roles(c, &why);
+            const RunPlan plan = plan_run(c);
             auto p = comm::compute_placement(c.placement, world_size, std::vector<int>(static_cast<size_t>(world_size), 0),
-                                             required, why);
+                                             plan.roles, plan.why);
             actor_dp = p.at("actor").dp_size();
             if (p.find("critic")) critic_dp = p.at("critic").dp_size();
             r.notes.push_back(p.describe());

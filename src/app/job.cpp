@@ -1,5 +1,7 @@
 #include "rlpt/app/job.h"
 
+#include "rlpt/app/run_plan.h"
+
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -119,10 +121,9 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
     int64_t ok = 1;
     std::string problem;
     try {
-        std::string why;
-        auto required = comm::required_roles(config, &why);
+        const RunPlan plan = plan_run(config);
         auto labels = comm::detect_node_labels(world, env.simulate_nodes);
-        placement = comm::compute_placement(config.placement, world.size(), labels, required, why);
+        placement = comm::compute_placement(config.placement, world.size(), labels, plan.roles, plan.why);
         fault = protocol::FaultPlan::parse(env.fault);
         protocol::validate_registry(role_registry());
         if (world.rank() == 0) {

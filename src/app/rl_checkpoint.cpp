@@ -10,8 +10,7 @@
 #include "rlpt/ckpt/checkpoint_dir.h"
 #include "rlpt/ckpt/h5_store.h"
 #include "rlpt/core/log.h"
-#include "rlpt/roles/actor.h"
-#include "rlpt/roles/critic.h"
+#include "rlpt/app/registry.h"
 
 namespace rlpt::app {
 namespace {
@@ -41,11 +40,9 @@ void RlTrainer::save_checkpoint() {
     manifest.config_hash = hash_hex(config_hash(c_));
     manifest.world_size = run_.topology->world_size();
     for (const auto& r : run_.topology->placement().roles) manifest.roles[r.role] = r.world_ranks;
-    auto actor_call = ctl_.submit(roles::ActorMethod::kSave, m);
-    add_files(manifest, ctl_.wait_all(actor_call));
-    if (use_critic_) {
-        auto critic_call = ctl_.submit(roles::CriticMethod::kSave, m);
-        add_files(manifest, ctl_.wait_all(critic_call));
+    for (const auto& role : plan_.checkpointed_roles) {
+        auto call = ctl_.submit_raw(ctl_.role_index(role), method_id(role, "save"), &m, nullptr);
+        add_files(manifest, ctl_.wait_all(call));
     }
     ckpt::H5Writer w((fs::path(dir) / "controller.h5").string());
     auto st = sampler_->state();
@@ -70,7 +67,7 @@ bool RlTrainer::try_resume() {
                       "here on)",
                       info->dir);
     }
-    for (const char* role : {"actor", "critic"}) {
+    for (const auto& role : plan_.checkpointed_roles) {
         auto it = man.roles.find(role);
         const comm::RoleLayout* now = run_.topology->placement().find(role);
         if (it != man.roles.end() && now && it->second.size() != now->world_ranks.size()) {
@@ -87,8 +84,10 @@ bool RlTrainer::try_resume() {
     step_ = r.int_attr("controller/step");
     kl_ctrl_.set_value(r.double_attr("controller/kl_coef"));
     const Batch m = protocol::with_args(Batch(0), protocol::DirArgs{info->dir});
-    ctl_.call(roles::ActorMethod::kLoad, m);
-    if (use_critic_) ctl_.call(roles::CriticMethod::kLoad, m);
+    for (const auto& role : plan_.checkpointed_roles) {
+        auto call = ctl_.submit_raw(ctl_.role_index(role), method_id(role, "load"), &m, nullptr);
+        ctl_.wait(call);
+    }
     sync_weights();
     RLPT_LOG_INFO("resumed from {} (step {}, epoch {}, {} of {} prompts of that epoch used)", info->dir, step_,
                   st.epoch, st.position, st.dataset_size);

@@ -61,11 +61,9 @@ RlTrainer::RlTrainer(protocol::Controller& ctl, const RunContext& run)
     : ctl_(ctl),
       run_(run),
       c_(*run.config),
+      plan_(plan_run(c_)),
       kl_ctrl_(algo::KlController::from_config(c_.algorithm.kl_ctrl.type, c_.algorithm.kl_ctrl.kl_coef,
                                                 c_.algorithm.kl_ctrl.target_kl, c_.algorithm.kl_ctrl.horizon)) {
-    use_ref_ = c_.actor.use_kl_loss || c_.algorithm.use_kl_in_reward;
-    use_critic_ = c_.critic.enable == "true" || (c_.critic.enable == "auto" && c_.algorithm.adv_estimator == "gae");
-    use_rm_ = c_.reward_model.enable;
     task_ = load_task(c_);
     sampler_ = std::make_unique<data::EpochSampler>(static_cast<int64_t>(task_.train.size()),
                                                     static_cast<uint64_t>(c_.data.seed), c_.data.shuffle, true);
@@ -76,7 +74,7 @@ RlTrainer::RlTrainer(protocol::Controller& ctl, const RunContext& run)
 
 void RlTrainer::check_batch_sizes() const {
     std::string all;
-    for (const auto& p : rl_batch_size_problems(c_, ctl_.dp_size("actor"), use_critic_ ? ctl_.dp_size("critic") : 1,
+    for (const auto& p : rl_batch_size_problems(c_, ctl_.dp_size("actor"), plan_.critic ? ctl_.dp_size("critic") : 1,
                                                 static_cast<int64_t>(task_.train.size())))
         all += (all.empty() ? "" : "\n") + p;
     RLPT_CHECK_KIND(ConfigError, all.empty(), "{}", all);
@@ -87,9 +85,9 @@ void RlTrainer::init_roles() {
     const Batch init = protocol::with_args(Batch(0), protocol::InitArgs{task_.tok->vocab_size(), total_steps_});
     ctl_.call(ActorMethod::kInit, init);
     ctl_.call(RolloutMethod::kInit, init);
-    if (use_ref_) ctl_.call(ReferenceMethod::kInit, init);
-    if (use_critic_) ctl_.call(CriticMethod::kInit, init);
-    if (use_rm_) ctl_.call(RewardModelMethod::kInit, init);
+    if (plan_.reference) ctl_.call(ReferenceMethod::kInit, init);
+    if (plan_.critic) ctl_.call(CriticMethod::kInit, init);
+    if (plan_.reward_model) ctl_.call(RewardModelMethod::kInit, init);
 }
 
 void RlTrainer::sync_weights() {
@@ -233,10 +231,9 @@ Batch RlTrainer::generate_train_batch(std::map<std::string, double>& m, std::map
         check_weight_version(b);
         Stage s(timing, "reward");
         ScoredResponses sc = score_responses(task_, b);
-        if (algo::advantage_estimator_needs(c_.algorithm.adv_estimator).reward_components)
-            set_reward_components(b, sc);
+        if (plan_.reward_components) set_reward_components(b, sc);
         std::vector<double> score = sc.score;
-        if (use_rm_) {
+        if (plan_.reward_model) {
             Batch rm = ctl_.call(RewardModelMethod::kComputeScore, seq_columns(b));
             auto a = rm.at("rm_scores").to(torch::kFloat64).contiguous();
             for (int64_t i = 0; i < b.size(); ++i) score[static_cast<size_t>(i)] += a[i].item<double>();
@@ -329,11 +326,11 @@ std::map<std::string, double> RlTrainer::train_step() {
         Stage s(timing, "old_log_prob");
         compute_old_log_probs(batch, m);
     }
-    if (use_ref_) {
+    if (plan_.reference) {
         Stage s(timing, "ref");
         compute_ref_log_probs(batch);
     }
-    if (use_critic_) {
+    if (plan_.critic) {
         Stage s(timing, "values");
         batch.update(ctl_.call(CriticMethod::kComputeValues, seq_columns(batch)));
     }
@@ -358,7 +355,7 @@ std::map<std::string, double> RlTrainer::train_step() {
 
 // old_log_probs (+ entropy, + sum_pi_squared when the estimator needs it) from the actor.
 void RlTrainer::compute_old_log_probs(Batch& batch, Metrics& m) {
-    const bool sum_pi_squared = algo::advantage_estimator_needs(c_.algorithm.adv_estimator).sum_pi_squared;
+    const bool sum_pi_squared = plan_.sum_pi_squared;
     Batch old = ctl_.call(ActorMethod::kComputeLogProb,
                           protocol::with_args(seq_columns(batch), roles::ActorLogProbArgs{rollout_temperature(batch),
                                                                                            sum_pi_squared}));
@@ -391,18 +388,17 @@ void RlTrainer::compute_rewards(Batch& batch, Metrics& m) {
 
 // advantages and returns by algorithm.adv_estimator, with the inputs its table row asks for.
 void RlTrainer::compute_advantages(Batch& batch) {
-    const auto needs = algo::advantage_estimator_needs(c_.algorithm.adv_estimator);
     algo::AdvantageInputs ai;
     ai.token_level_rewards = batch.at("token_level_rewards");
     ai.response_mask = batch.at("response_mask");
-    if (use_critic_) ai.values = batch.at("values");
+    if (plan_.critic) ai.values = batch.at("values");
     ai.index = algo::make_group_index(batch.strings("uid")).ids;
-    if (needs.reward_baselines) ai.reward_baselines = greedy_baselines(batch);
-    if (needs.sum_pi_squared) {
+    if (plan_.greedy_baselines) ai.reward_baselines = greedy_baselines(batch);
+    if (plan_.sum_pi_squared) {
         ai.old_log_probs = batch.at("old_log_probs");
         ai.sum_pi_squared = batch.at("sum_pi_squared");
     }
-    if (needs.reward_components) {
+    if (plan_.reward_components) {
         std::vector<torch::Tensor> comps;
         for (const auto& k : c_.algorithm.gdpo_reward_keys) comps.push_back(batch.at(kComponentPrefix + k));
         ai.reward_components = torch::stack(comps);
@@ -423,7 +419,7 @@ void RlTrainer::update_roles(const Batch& batch, bool update_actor, Metrics& m) 
         for (const auto& [k, v] : reduce_metrics(ctl_.wait(call).metrics())) m[k] = v;
     };
     std::optional<protocol::Controller::Pending> critic_call;
-    if (use_critic_) critic_call = ctl_.submit(CriticMethod::kUpdate, critic_update_input(batch));
+    if (plan_.critic) critic_call = ctl_.submit(CriticMethod::kUpdate, critic_update_input(batch));
     if (!update_actor) {
         if (critic_call) take(*critic_call);
         return;
@@ -475,7 +471,7 @@ void RlTrainer::add_step_metrics(const Batch& batch, const Metrics& timing, doub
     dm.token_level_rewards = batch.at("token_level_rewards");
     dm.advantages = batch.at("advantages");
     dm.returns = batch.at("returns");
-    if (use_critic_) dm.values = batch.at("values");
+    if (plan_.critic) dm.values = batch.at("values");
     dm.response_mask = mask;
     dm.prompt_mask = batch.at("attention_mask").slice(1, 0, batch.at("prompts").size(1));
     dm.max_prompt_length = c_.data.max_prompt_length;

@@ -16,6 +16,7 @@
 #include "metrics_log.h"
 #include "modes.h"
 #include "rlpt/algo/kl.h"
+#include "rlpt/app/run_plan.h"
 #include "rlpt/data/sampler.h"
 #include "rlpt/roles/rollout.h"
 #include "task_data.h"
@@ -71,9 +72,7 @@ class RlTrainer {
     TaskData task_;
     std::unique_ptr<data::EpochSampler> sampler_;
     algo::KlController kl_ctrl_;
-    bool use_critic_ = false;
-    bool use_ref_ = false;
-    bool use_rm_ = false;
+    RunPlan plan_;  // which roles and stages this run has (rlpt/app/run_plan.h)
     int64_t step_ = 0;  // training steps done
     // Stale-weight guard: the weight version (actor optimizer steps) of the last training batch,
     // and whether an actor update + sync happened since (the next batch must then be newer).

@@ -18,4 +18,13 @@ const std::vector<protocol::RoleSpec>& role_registry() {
     return registry;
 }
 
+uint16_t method_id(const std::string& role, const std::string& method) {
+    const auto& reg = role_registry();
+    const int r = protocol::find_role(reg, role);
+    RLPT_CHECK_KIND(InternalError, r >= 0, "no role '{}' in the registry", role);
+    for (const auto& m : reg[static_cast<size_t>(r)].methods)
+        if (m.name == method) return m.id;
+    throw InternalError(fmt::format("role '{}' has no method '{}'", role, method));
+}
+
 }  // namespace rlpt::app

@@ -42,6 +42,33 @@ void KVCache::keep_rows(const torch::Tensor& rows) {
     batch_ = n;
 }
 
+void KVCache::fork_rows(const torch::Tensor& rows) {
+    RLPT_CHECK(rows.defined() && rows.dim() == 1 && rows.scalar_type() == torch::kInt64,
+               "KVCache::fork_rows: rows must be a 1-D int64 tensor");
+    const int64_t n = rows.size(0);
+    if (n > 0) {
+        auto rows_cpu = rows.to(torch::kCPU);
+        const int64_t lo = rows_cpu.min().item<int64_t>(), hi = rows_cpu.max().item<int64_t>();
+        RLPT_CHECK(lo >= 0 && hi < batch_, "KVCache::fork_rows: row indices must be in [0, {}), got [{}, {}]", batch_,
+                   lo, hi);
+    }
+    auto idx = rows.to(k_[0].device());
+    for (size_t l = 0; l < k_.size(); ++l) {
+        for (auto* buf : {&k_[l], &v_[l]}) {
+            auto fresh = torch::empty({n, buf->size(1), max_length_, buf->size(3)}, buf->options());
+            if (length_ > 0 && n > 0) fresh.narrow(2, 0, length_).copy_(buf->narrow(2, 0, length_).index_select(0, idx));
+            *buf = fresh;
+        }
+    }
+    batch_ = n;
+}
+
+void KVCache::repeat_rows(int64_t n) {
+    RLPT_CHECK(n >= 1, "KVCache::repeat_rows: n must be >= 1, got {}", n);
+    if (n == 1) return;
+    fork_rows(torch::arange(batch_, torch::kInt64).repeat_interleave(n));
+}
+
 std::pair<torch::Tensor, torch::Tensor> KVCache::store(int64_t layer, const torch::Tensor& k, const torch::Tensor& v) {
     RLPT_CHECK(layer >= 0 && layer < n_layers(), "KVCache::store: layer {} out of range [0, {})", layer, n_layers());
     auto& kb = k_[static_cast<size_t>(layer)];

@@ -23,6 +23,7 @@
 #include "modes.h"
 #include "rlpt/algo/advantage.h"
 #include "rlpt/app/registry.h"
+#include "rlpt/app/run_plan.h"
 #include "rlpt/comm/placement.h"
 #include "rlpt/comm/topology.h"
 #include "rlpt/config/config.h"
@@ -68,10 +69,9 @@ std::map<int64_t, Metrics> run_trainer(const std::string& name, std::vector<std:
     Config c = load_config(source_dir() + "/configs/tiny.yaml", ov);
     set_log_level(parse_log_level(c.trainer.log_level));
     torch::set_num_threads(1);
-    std::string why;
-    auto required = comm::required_roles(c, &why);
+    const app::RunPlan plan = app::plan_run(c);
     auto placement =
-        comm::compute_placement(c.placement, world.size(), comm::detect_node_labels(world, ""), required, why);
+        comm::compute_placement(c.placement, world.size(), comm::detect_node_labels(world, ""), plan.roles, plan.why);
     comm::Topology topo = comm::Topology::build(world, std::move(placement));
     protocol::WorkerHost host(app::role_registry(), c, topo);
     std::map<int64_t, Metrics> by_step;

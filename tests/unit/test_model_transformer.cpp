@@ -169,6 +169,48 @@ TEST(Transformer, KvCacheDecodeMatchesFullForwardIncludingDroppedRows) {
     }
 }
 
+// n samples of a prompt share one prefill: repeat_rows / fork_rows copy the cached prefix, and
+// decoding the forked rows gives the logits of decoding separately prefilled rows.
+TEST(Transformer, KvCacheForkedRowsDecodeLikeSeparatePrefills) {
+    auto m = make_random_causal_lm(llama_gqa(), 4);
+    torch::NoGradGuard ng;
+    auto p = left_padded({{5, 9, 2, 7}, {4, 8}}, 0);
+    const int64_t tp = p.ids.size(1), steps = 3;
+    // Reference: every (prompt, sample) row prefilled on its own; 3 samples of prompt 0, 2 of prompt 1.
+    auto rows = torch::tensor({0, 0, 0, 1, 1}, torch::kInt64);
+    auto gen = torch::randint(1, 53, {5, steps}, torch::kInt64);
+    auto ids = torch::cat({p.ids.index_select(0, rows), gen}, 1);
+    auto mask = torch::cat({p.mask.index_select(0, rows), torch::ones({5, steps}, torch::kInt64)}, 1);
+    auto pos = (mask.cumsum(1) - 1).clamp_min(0);
+    auto full = m->forward_logits(ids, mask, pos);
+
+    KVCache cache = m->make_cache(2, tp + steps);
+    m->forward_logits(p.ids, p.mask, p.pos, &cache);
+    cache.fork_rows(rows);
+    EXPECT_EQ(cache.batch_size(), 5);
+    EXPECT_EQ(cache.length(), tp);
+    for (int64_t s = 0; s < steps; ++s) {
+        const int64_t t = tp + s;
+        auto step = m->forward_logits(ids.narrow(1, t, 1), mask.narrow(1, 0, t + 1), pos.narrow(1, t, 1), &cache);
+        EXPECT_LT(max_abs_diff(step, full.narrow(1, t, 1)), 2e-5) << "step " << s;
+    }
+    // repeat_rows(n) is fork_rows of each row n times in a row.
+    KVCache twice = m->make_cache(2, tp + 1);
+    m->forward_logits(p.ids, p.mask, p.pos, &twice);
+    twice.repeat_rows(2);
+    EXPECT_EQ(twice.batch_size(), 4);
+    auto r = torch::tensor({0, 0, 1, 1}, torch::kInt64);
+    auto next = torch::full({4, 1}, 3, torch::kInt64);
+    auto next_mask = torch::cat({p.mask.index_select(0, r), torch::ones({4, 1}, torch::kInt64)}, 1);
+    auto next_pos = (next_mask.cumsum(1) - 1).narrow(1, tp, 1);
+    auto got = m->forward_logits(next, next_mask, next_pos, &twice);
+    auto want = m->forward_logits(torch::cat({p.ids.index_select(0, r), next}, 1), next_mask,
+                                  (next_mask.cumsum(1) - 1).clamp_min(0));
+    EXPECT_LT(max_abs_diff(got, want.narrow(1, tp, 1)), 2e-5);
+    expect_error<rlpt::ValueError>([&] { twice.fork_rows(torch::tensor({4}, torch::kInt64)); }, {"[0, 4)"});
+    expect_error<rlpt::ValueError>([&] { twice.repeat_rows(0); }, {"n must be >= 1"});
+}
+
 TEST(Transformer, KvCacheRejectsBadRows) {
     auto m = make_random_causal_lm(tiny_model_args(ModelFamily::kQwen2, 20), 1);
     KVCache cache = m->make_cache(3, 8);

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "rlpt/app/run_plan.h"
 #include "rlpt/comm/placement.h"
 #include "rlpt/core/debug_env.h"
 #include "rlpt/core/error.h"
@@ -141,11 +142,18 @@ TEST(Placement, SimulatedNodesSpec) {
 
 TEST(Placement, RequiredRolesFollowTheAlgorithm) {
     rlpt::Config c;
-    std::string why;
-    EXPECT_EQ(rlpt::comm::required_roles(c, &why), (std::vector<std::string>{"actor", "rollout"}));
+    auto plan = rlpt::app::plan_run(c);
+    EXPECT_EQ(plan.roles, (std::vector<std::string>{"actor", "rollout"}));
+    EXPECT_EQ(plan.checkpointed_roles, (std::vector<std::string>{"actor"}));
     c.algorithm.adv_estimator = "gae";
     c.actor.use_kl_loss = true;
-    auto r = rlpt::comm::required_roles(c, &why);
-    EXPECT_EQ(r, (std::vector<std::string>{"actor", "rollout", "reference", "critic"}));
-    EXPECT_NE(why.find("adv_estimator=gae"), std::string::npos);
+    plan = rlpt::app::plan_run(c);
+    EXPECT_EQ(plan.roles, (std::vector<std::string>{"actor", "rollout", "reference", "critic"}));
+    EXPECT_EQ(plan.checkpointed_roles, (std::vector<std::string>{"actor", "critic"}));
+    EXPECT_NE(plan.why.find("adv_estimator=gae"), std::string::npos);
+    c.algorithm.adv_estimator = "remax";
+    c.critic.enable = "auto";
+    plan = rlpt::app::plan_run(c);
+    EXPECT_FALSE(plan.critic);
+    EXPECT_TRUE(plan.greedy_baselines);  // the estimator's table row asks for it
 }

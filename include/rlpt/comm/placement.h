@@ -60,7 +60,7 @@ struct Placement {
 };
 
 // node_of_rank: any node labels per world rank (made dense in order of first appearance).
-// required_roles: roles the chosen algorithm needs (missing -> ConfigError naming `why`).
+// required_roles: roles the run needs (app::plan_run; missing -> ConfigError naming `why`).
 Placement compute_placement(const PlacementConfig& cfg, int world_size, const std::vector<int>& node_of_rank,
                             const std::vector<std::string>& required_roles, const std::string& why = {});
 
@@ -76,9 +76,5 @@ std::vector<int> weight_sync_ranks(const Placement& p, int mp_rank = 0);
 // its own with another model_parallel_size than the actor's: the actor's first block (mp ranks
 // 0..tp-1, the senders) followed by the rollout ranks in role order. Empty otherwise.
 std::vector<int> weight_reshard_ranks(const Placement& p);
-
-// Roles the algorithm in `c` needs: actor+rollout always; reference when a KL term is on;
-// critic for gae (or critic.enable=true); reward_model when reward_model.enable.
-std::vector<std::string> required_roles(const Config& c, std::string* why = nullptr);
 
 }  // namespace rlpt::comm

@@ -158,6 +158,7 @@ struct RolloutConfig {
     std::vector<int64_t> stop_token_ids;
     int64_t micro_batch_size = 256;  // sequences generated together per rank
     bool calculate_log_probs = true;  // false: the batch carries no rollout_log_probs (verl)
+    std::string generator = "sampler";  // a row of the generator table (rlpt/rollout/generators.h)
     SamplingConfig val{0.0, 1.0, -1, false, 1};
     WeightSyncConfig weight_sync;
 };

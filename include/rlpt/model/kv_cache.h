@@ -11,6 +11,8 @@
 //   model.forward_logits(prompt_ids [B,T], prompt_mask [B,T], prompt_pos [B,T], &cache);  // prefill
 //   loop: model.forward_logits(ids [B,1], mask [B, cache.length()+1], pos [B,1], &cache);
 //         cache.keep_rows(unfinished_rows);  // drop finished sequences; slice ids/mask/pos alike
+//   n samples of one prefilled prompt: prefill B prompts, then cache.repeat_rows(n) (rows
+//   repeat_interleave'd, as the ids/mask/pos of the decode steps must be).
 //
 // Not thread-safe; one cache per generation batch.
 
@@ -41,6 +43,14 @@ class KVCache {
     // indices in [0, batch_size()). Compacts in place (no new cache buffers): later steps cost
     // compute for the kept rows only. ValueError on bad indices.
     void keep_rows(const torch::Tensor& rows);
+    // Rows may repeat: row i of the result is row rows[i] of this cache (its cached positions
+    // copied), e.g. beam-search forks, or one prefilled prompt shared by n samples. `rows` is a
+    // 1-D int64 tensor of indices in [0, batch_size()), any length >= 0. Allocates new buffers
+    // of rows.size(0) rows (keep_rows compacts in place). ValueError on bad indices.
+    void fork_rows(const torch::Tensor& rows);
+    // Each row repeated n times consecutively (row i -> rows i*n .. i*n+n-1): n samples of
+    // each prompt after one prefill. n >= 1.
+    void repeat_rows(int64_t n);
     // Forgets all cached positions (length() = 0), keeping the buffers.
     void reset() { length_ = 0; }
 

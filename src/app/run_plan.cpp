@@ -1,0 +1,52 @@
+#include "rlpt/app/run_plan.h"
+
+#include <algorithm>
+
+#include "rlpt/algo/advantage.h"
+#include "rlpt/app/registry.h"
+
+namespace rlpt::app {
+
+RunPlan plan_run(const Config& c) {
+    RunPlan p;
+    std::vector<std::string> wanted{"actor"}, reasons;
+    if (c.trainer.mode == "sft") {
+        reasons.push_back("trainer.mode=sft");
+    } else {
+        wanted.push_back("rollout");
+        const auto needs = algo::advantage_estimator_needs(c.algorithm.adv_estimator);
+        p.greedy_baselines = needs.reward_baselines;
+        p.sum_pi_squared = needs.sum_pi_squared;
+        p.reward_components = needs.reward_components;
+        p.reference = c.actor.use_kl_loss || c.algorithm.use_kl_in_reward;
+        if (p.reference) {
+            wanted.push_back("reference");
+            reasons.push_back(c.actor.use_kl_loss ? "actor.use_kl_loss=true" : "algorithm.use_kl_in_reward=true");
+        }
+        p.critic = c.critic.enable == "true" || (c.critic.enable == "auto" && needs.values);
+        if (p.critic) {
+            wanted.push_back("critic");
+            reasons.push_back(c.critic.enable == "true" ? "critic.enable=true"
+                                                        : "algorithm.adv_estimator=" + c.algorithm.adv_estimator);
+        }
+        p.reward_model = c.reward_model.enable;
+        if (p.reward_model) {
+            wanted.push_back("reward_model");
+            reasons.push_back("reward_model.enable=true");
+        }
+    }
+    for (const auto& r : reasons) p.why += (p.why.empty() ? "" : ", ") + r;
+    for (const auto& spec : role_registry()) {
+        if (std::find(wanted.begin(), wanted.end(), spec.name) == wanted.end()) continue;
+        p.roles.push_back(spec.name);
+        bool save = false, load = false;
+        for (const auto& m : spec.methods) {
+            save = save || m.name == "save";
+            load = load || m.name == "load";
+        }
+        if (save && load) p.checkpointed_roles.push_back(spec.name);
+    }
+    return p;
+}
+
+}  // namespace rlpt::app
