@@ -190,6 +190,7 @@ void remove_hooks(EngineState& st) {
 
 void invalidate_gathered(EngineState& st) {
     if (!st.shards_params()) return;
+    finish_gathers(st);  // never free a buffer a gather still writes into
     for (auto& g : st.groups) {
         g.params_full = false;
         if (st.hold_count == 0) free_storage(g.flat_param);

@@ -19,7 +19,7 @@
 #                      rollout on its own rank (weight sync from the ZeRO-3 shards) too; resuming
 #                      the ZeRO-3 checkpoint is bit-identical, at ZeRO-0 close; the export generates
 #                      as the ZeRO-0 one; PPO with the actor at ZeRO-2 and the critic at ZeRO-3
-#                      follows ZeRO-0
+#                      follows ZeRO-0, SFT at ZeRO-3 too
 #   reshard            rollout on its own ranks with another tp than the actor's (weights move
 #                      shard to shard, comm/weight_reshard.h): actor tp 2 -> rollout tp 1 and
 #                      actor tp 1 -> rollout tp 2 follow the colocated tp = 1 run
@@ -322,6 +322,13 @@ PY
       critic.optim.zero_stage=3
     compare runs/gae0/metrics.jsonl runs/gae23/metrics.jsonl 1,2,3 2e-3 \
       response_length/mean actor/pg_loss actor/entropy actor/grad_norm critic/vf_loss critic/grad_norm
+    # SFT at ZeRO-3 (the greedy evaluation generates from the gathered weights) follows ZeRO-0.
+    sft=(trainer.output_dir=runs sft.total_steps=6 sft.eval_every=3)
+    run 2 "$src/configs/sft.yaml" "${sft[@]}" trainer.experiment_name=sft0 sft.output_model_dir=runs/sft0/model
+    run 2 "$src/configs/sft.yaml" "${sft[@]}" trainer.experiment_name=sft3 sft.output_model_dir=runs/sft3/model \
+      sft.optim.zero_stage=3
+    compare runs/sft0/metrics.jsonl runs/sft3/metrics.jsonl 1,3,6 2e-3 sft/loss sft/grad_norm
+    test -f runs/sft3/model/model.safetensors
     ;;
   tp-layouts)
     common=(trainer.output_dir=runs trainer.total_training_steps=2 trainer.val_before_train=false

@@ -68,6 +68,9 @@ TEST(Config, RangeErrorsNameKeyAndOrigin) {
     expect_config_error([] { config_from_yaml("algorithm:\n  adv_estimator: grpoo\n", "r.yaml"); },
                         {"algorithm.adv_estimator", "'grpoo' is not one of"});
     expect_config_error([] { config_from_yaml("rollout:\n  top_p: 0\n", "r.yaml"); }, {"rollout.top_p"});
+    expect_config_error([] { config_from_yaml("critic:\n  optim:\n    zero_stage: 4\n", "r.yaml"); },
+                        {"r.yaml:3", "critic.optim.zero_stage", "must be 0, 1, 2 or 3 (got 4)"});
+    EXPECT_EQ(config_from_yaml("actor:\n  optim:\n    zero_stage: 3\n", "r.yaml").actor.optim.zero_stage, 3);
     expect_config_error(
         [] { config_from_yaml("placement:\n  groups:\n    - roles: [actor, actor]\n", "r.yaml"); },
         {"placement.groups.0.roles", "more than one group"});

@@ -339,6 +339,54 @@ TEST(EngineStep, BucketSizeAndZero1DoNotChangeTheResult) {
     EXPECT_EQ(ea.optimizer_state_bytes(), ea.num_parameters() * 8);
 }
 
+// One rank: ZeRO-2/3 run the same AdamW on the same (whole) slices; only the norm is summed per
+// unit. Dropped gradients (module zero_grad(true)) are picked up by the layer hooks too.
+TEST(EngineStep, Zero2AndZero3OnOneRankFollowZero0) {
+    auto args = testing::tiny_args();
+    comm::Communicator none;
+    OptimOptions o;
+    o.lr = 1e-2;
+    auto a = model::make_random_causal_lm(args, 3);
+    TrainEngine ea(a, none, o, 0);
+    train(ea, *a, 3, 100);
+    for (int64_t z : {2, 3}) {
+        auto b = model::make_random_causal_lm(args, 3);
+        auto ob = o;
+        ob.zero_stage = z;
+        std::shared_ptr<void> hold;
+        TrainEngine eb(b, none, ob, 0);
+        train(eb, *b, 2, 100);
+        eb.zero_grad();
+        b->zero_grad(/*set_to_none=*/true);
+        policy_loss(*b, testing::make_sequences(3, 4, 5, 20, 104));
+        policy_loss(*b, testing::make_sequences(3, 4, 5, 20, 105));
+        ASSERT_FALSE(eb.step().skipped);
+        hold = eb.hold_full_parameters();
+        EXPECT_EQ(hold != nullptr, z == 3);
+        auto pa = a->named_parameters();
+        for (const auto& item : b->named_parameters())
+            EXPECT_TRUE(torch::allclose(item.value(), pa[item.key()], 1e-5, 1e-7)) << "ZeRO-" << z << " " << item.key();
+    }
+    // ZeRO-2 on a module without a transformer Backbone: one unit, reduced in step().
+    auto n0 = std::make_shared<TinyNet>(), n2 = std::make_shared<TinyNet>();
+    OptimOptions o2 = o;
+    o2.zero_stage = 2;
+    TrainEngine e0(n0, none, o, 0), e2(n2, none, o2, 0);
+    for (auto* n : {n0.get(), n2.get()}) n->set_grads(torch::full({2, 3}, 0.5), torch::full({3}, -1.0));
+    e0.step();
+    e2.step();
+    EXPECT_TRUE(torch::allclose(n0->w, n2->w, 1e-6, 1e-8));
+    // ZeRO-3 needs the per-layer hooks.
+    OptimOptions o3 = o;
+    o3.zero_stage = 3;
+    try {
+        TrainEngine e3(std::make_shared<TinyNet>(), none, o3, 0);
+        ADD_FAILURE() << "ZeRO-3 accepted a module without a Backbone";
+    } catch (const ValueError& e) {
+        EXPECT_NE(std::string(e.what()).find("Backbone"), std::string::npos) << e.what();
+    }
+}
+
 TEST(EngineStep, DroppedGradientsAreToleratedAndReattached) {
     auto args = testing::tiny_args();
     comm::Communicator none;

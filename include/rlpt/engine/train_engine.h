@@ -131,9 +131,11 @@ struct StepResult {
     double lr = 0;         // learning rate used for this step
     bool skipped = false;  // non-finite gradient: no update was applied
     // Wall-clock split of this call on this rank, seconds (steady clock; for logs and benchmarks):
-    // allreduce_s  entry agreement + gradient all-reduce + division by dp_size; with several
+    // allreduce_s  entry agreement + gradient all-reduce (ZeRO-2/3: the reduce-scatters the layer
+    //              hooks left, e.g. the root unit) + division by dp_size; with several
     //              ranks it includes waiting for the slowest one (0-ish with one rank)
-    // allgather_s  the ZeRO-1 parameter all-gather (0 without ZeRO-1)
+    // allgather_s  the ZeRO-1/2 parameter all-gather (ZeRO-3: gathering again inside a
+    //              hold_full_parameters() window; 0 without ZeRO)
     // optimizer_s  everything else: norm, clip, AdamW, bf16 master copies
     double allreduce_s = 0;
     double allgather_s = 0;
