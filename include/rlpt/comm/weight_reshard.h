@@ -21,9 +21,10 @@
 //   2. Pieces between a (sender, receiver) pair are packed, in plan order, into buckets of at
 //      most `bucket_bytes` (a piece larger than a bucket is cut along its first dimension;
 //      one row larger than a bucket travels alone). Pieces of at least `inplace_min_bytes`
-//      cut along dimension 0 (or whole tensors) are contiguous on both ends and travel as
-//      messages of their own, straight from / into tensor memory where it is contiguous on the
-//      transport's device (no pack or unpack copy), like WeightSync's in-place messages. Buckets are ordered globally by (index
+//      travel as messages of their own, and each end moves such a message straight from /
+//      into its tensor where that region is contiguous on the transport's device (no pack or
+//      unpack copy, like WeightSync's in-place messages): row slices and whole tensors on both
+//      ends, a row-parallel weight's column slice on the end holding exactly that slice. Buckets are ordered globally by (index
 //      within its pair, pair), so each round keeps every pair busy, and every rank starts its
 //      own buckets in that order with at most `n_buffers` in flight. That order is the same on
 //      both ends of every pair and makes the schedule deadlock-free for blocking (NCCL) and
