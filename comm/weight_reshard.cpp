@@ -56,7 +56,7 @@ struct Bucket {
     int src = 0, dst = 0;
     int64_t index = 0;    // within its (src, dst) pair
     int64_t bytes = 0;
-    bool direct = false;  // one part of a piece that is contiguous on both ends (see below)
+    bool direct = false;  // one part of one large piece (see below)
     std::vector<Part> parts;
 };
 
@@ -69,10 +69,11 @@ std::vector<int64_t> region_shape(const ReshardPlan& plan, const ReshardPiece& p
 
 // The buckets `rank` sends or receives, in the global order (index within pair, src, dst).
 // A pure function of the plan, the element sizes and the two sizes: both ends of a pair compute
-// the same buckets. Pieces of at least `direct_min_bytes` cut along dimension 0 (or whole
-// tensors) are contiguous in both ends' (contiguous) tensors: they go as messages of their own,
-// straight from / into the tensors where the memory allows (no pack or unpack copy); the other
-// pieces are packed back to back.
+// the same buckets. Pieces of at least `direct_min_bytes` go as messages of their own (cut into
+// row ranges), each end moving it straight from / into its tensor where that region is
+// contiguous (dimension-0 slices and whole tensors on both ends; a row-parallel column slice on
+// the end that holds exactly that slice) and through a pack buffer otherwise; the other pieces
+// are packed back to back.
 std::vector<Bucket> plan_buckets(const ReshardPlan& plan, const std::vector<int64_t>& elem_size,
                                  int64_t bucket_bytes, int64_t direct_min_bytes, int rank) {
     struct Pair {
@@ -94,7 +95,7 @@ std::vector<Bucket> plan_buckets(const ReshardPlan& plan, const std::vector<int6
             pair.list.push_back(Bucket{p.src, p.dst, static_cast<int64_t>(pair.list.size()), 0, direct, {}});
             return static_cast<int64_t>(pair.list.size()) - 1;
         };
-        const bool direct = p.dim <= 0 && rows * row_bytes >= direct_min_bytes;
+        const bool direct = rows * row_bytes >= direct_min_bytes;
         for (int64_t r = 0; r < rows;) {
             if (direct || pair.open < 0) {
                 const int64_t b = add_bucket(direct);

@@ -22,7 +22,8 @@
 #                      follows ZeRO-0, SFT at ZeRO-3 too
 #   reshard            rollout on its own ranks with another tp than the actor's (weights move
 #                      shard to shard, comm/weight_reshard.h): actor tp 2 -> rollout tp 1 and
-#                      actor tp 1 -> rollout tp 2 follow the colocated tp = 1 run
+#                      actor tp 1 -> rollout tp 2 and actor tp 2 -> two rollout tp 1 ranks follow
+#                      the colocated tp = 1 run
 #   ppo                configs/ppo.yaml shortened (critic + GAE) on top of the sft model
 #   own-task           a new user's path on prompt/response + prompt/answer JSONL files:
 #                      rlpt check (clean, and four problems in one run), init-model, SFT of the
@@ -374,6 +375,10 @@ PY
       | tee a1r2.log
     grep -q "weight reshard: backend 'auto' uses 'mpi'" a1r2.log
     compare runs/colocated/metrics.jsonl runs/a1r2/metrics.jsonl 1,2,3 2e-3 "${keys[@]}"
+    # Two rollout blocks (dp 2): the actor's block sends each its slices, generation is split.
+    run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=a2r1x2 \
+      'placement.groups=[{roles: [actor, reference], ranks: 2, model_parallel_size: 2}, {roles: [rollout], ranks: 2}]'
+    compare runs/colocated/metrics.jsonl runs/a2r1x2/metrics.jsonl 1,2,3 2e-3 "${keys[@]}"
     ;;
   *) echo "unknown check $check" >&2; exit 2;;
 esac

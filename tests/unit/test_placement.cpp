@@ -157,3 +157,23 @@ TEST(Placement, RequiredRolesFollowTheAlgorithm) {
     EXPECT_FALSE(plan.critic);
     EXPECT_TRUE(plan.greedy_baselines);  // the estimator's table row asks for it
 }
+
+TEST(Placement, WeightSyncGroupsPerLayout) {
+    using rlpt::comm::weight_reshard_ranks;
+    using rlpt::comm::weight_sync_ranks;
+    // Colocated: no sync at all.
+    Placement colocated = compute_placement(groups({{{"actor", "rollout"}, "4", 2}}), 5, one_node(5), {"actor"});
+    EXPECT_TRUE(weight_sync_ranks(colocated).empty());
+    EXPECT_TRUE(weight_reshard_ranks(colocated).empty());
+    // Equal tp on other ranks: one broadcast group per mp rank, no reshard.
+    Placement equal = compute_placement(groups({{{"actor"}, "2", 2}, {{"rollout"}, "4", 2}}), 7, one_node(7), {"actor"});
+    EXPECT_EQ(weight_sync_ranks(equal, 0), R({1, 3, 5}));
+    EXPECT_EQ(weight_sync_ranks(equal, 1), R({2, 4, 6}));
+    EXPECT_TRUE(weight_reshard_ranks(equal).empty());
+    // Actor tp 2 x dp 2, rollout tp 1 x dp 2: the actor's first block sends, every rollout rank receives.
+    Placement reshard = compute_placement(groups({{{"actor"}, "4", 2}, {{"rollout"}, "2", 1}}), 7, one_node(7), {"actor"});
+    EXPECT_EQ(weight_reshard_ranks(reshard), R({1, 2, 5, 6}));
+    // Actor tp 1, rollout one tp 4 block (placed first, on ranks 1-4): the sender still comes first.
+    Placement wide = compute_placement(groups({{{"actor"}, "1", 1}, {{"rollout"}, "4", 4}}), 6, one_node(6), {"actor"});
+    EXPECT_EQ(weight_reshard_ranks(wide), R({5, 1, 2, 3, 4}));
+}

@@ -21,13 +21,15 @@
 //   2. Pieces between a (sender, receiver) pair are packed, in plan order, into buckets of at
 //      most `bucket_bytes` (a piece larger than a bucket is cut along its first dimension;
 //      one row larger than a bucket travels alone). Pieces of at least `inplace_min_bytes`
-//      cut along dimension 0 (or whole tensors) are contiguous on both ends and travel as
-//      messages of their own, straight from / into tensor memory where it is contiguous on the
-//      transport's device (no pack or unpack copy), like WeightSync's in-place messages. Buckets are ordered globally by (index
-//      within its pair, pair), so each round keeps every pair busy, and every rank starts its
-//      own buckets in that order with at most `n_buffers` in flight. That order is the same on
-//      both ends of every pair and makes the schedule deadlock-free for blocking (NCCL) and
-//      non-blocking (MPI) sends alike: the oldest unfinished bucket always has both ends ready.
+//      travel as messages of their own, and each end moves such a message straight from /
+//      into its tensor where that region is contiguous on the transport's device (no pack or
+//      unpack copy, like WeightSync's in-place messages): row slices and whole tensors on both
+//      ends, a row-parallel weight's column slice on the end holding exactly that slice.
+//      Messages are ordered globally by (index within its pair, pair), so each round keeps
+//      every pair busy, and every rank starts its own in that order with at most `n_buffers`
+//      buffered ones (plus up to 64 in place) in flight. That order is the same on both ends of
+//      every pair and makes the schedule deadlock-free for blocking (NCCL) and non-blocking
+//      (MPI) sends alike: the oldest unfinished message always has both ends ready.
 //   3. Receivers set `version` only after their last byte landed.
 // Memory per rank: the local tensors plus n_buffers buckets (never a full model); up to 64
 // direct messages more may be in flight (they need no buffer).
