@@ -18,88 +18,18 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "rlpt/core/error.h"
+#include "cpu_simd.h"
 #include "small_matmul_ref.h"
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <cpuid.h>
-#endif
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"  // wide vectors only cross always-inline helpers
 #endif
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define RLPT_SMALL_MATMUL_X86 1
-#else
-#define RLPT_SMALL_MATMUL_X86 0
-#endif
-#define RLPT_ALWAYS_INLINE inline __attribute__((always_inline))
-
 namespace rlpt::kernels {
 namespace detail {
 namespace {
-
-template <int L>
-struct Vec;
-template <>
-struct Vec<16> {
-    using F = float __attribute__((vector_size(64)));
-    using H = uint16_t __attribute__((vector_size(32)));
-    using U = uint32_t __attribute__((vector_size(64)));
-    using Half = Vec<8>;
-};
-template <>
-struct Vec<8> {
-    using F = float __attribute__((vector_size(32)));
-    using H = uint16_t __attribute__((vector_size(16)));
-    using U = uint32_t __attribute__((vector_size(32)));
-    using Half = Vec<4>;
-};
-template <>
-struct Vec<4> {
-    using F = float __attribute__((vector_size(16)));
-    using H = uint16_t __attribute__((vector_size(8)));
-    using U = uint32_t __attribute__((vector_size(16)));
-};
-
-template <int L>
-RLPT_ALWAYS_INLINE typename Vec<L>::F load(const float* p) {
-    typename Vec<L>::F v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
-template <int L>
-RLPT_ALWAYS_INLINE typename Vec<L>::F load(const uint16_t* p) {  // bfloat16 -> float32
-    typename Vec<L>::H h;
-    std::memcpy(&h, p, sizeof h);
-    const typename Vec<L>::U u = __builtin_convertvector(h, typename Vec<L>::U) << 16;
-    return reinterpret_cast<const typename Vec<L>::F&>(u);
-}
-
-RLPT_ALWAYS_INLINE float scalar(float w) { return w; }
-RLPT_ALWAYS_INLINE float scalar(uint16_t w) {
-    const uint32_t bits = static_cast<uint32_t>(w) << 16;
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-// Sum of the lanes, by halving: fixed order for a given L.
-template <int L>
-RLPT_ALWAYS_INLINE float hsum(const typename Vec<L>::F& v) {
-    if constexpr (L == 4) {
-        return (v[0] + v[2]) + (v[1] + v[3]);
-    } else {
-        using H = typename Vec<L>::Half::F;
-        H lo, hi;
-        std::memcpy(&lo, &v, sizeof lo);
-        std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
-        return hsum<L / 2>(lo + hi);
-    }
-}
 
 template <typename W>
 struct Args {
@@ -169,32 +99,21 @@ void columns_portable(const Args<W>& a, int64_t j0, int64_t j1) {
     columns<4, 2>(a, j0, j1);
 }
 
-#if RLPT_SMALL_MATMUL_X86
+#if RLPT_CPU_X86
 template <typename W>
-__attribute__((target("avx2,fma"))) void columns_avx2(const Args<W>& a, int64_t j0, int64_t j1) {
+RLPT_TARGET_AVX2 void columns_avx2(const Args<W>& a, int64_t j0, int64_t j1) {
     columns<8, 2>(a, j0, j1);
 }
 template <typename W>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))) void columns_avx512(const Args<W>& a,
-                                                                                            int64_t j0, int64_t j1) {
+RLPT_TARGET_AVX512 void columns_avx512(const Args<W>& a, int64_t j0, int64_t j1) {
     columns<16, 4>(a, j0, j1);
 }
 #endif
 
-SmallMatmulIsa best_isa() {
-#if RLPT_SMALL_MATMUL_X86
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-        return SmallMatmulIsa::kAvx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SmallMatmulIsa::kAvx2;
-#endif
-    return SmallMatmulIsa::kPortable;
-}
-
 // Whether oneDNN (LibTorch's bfloat16 matmul on CPU) has the AVX512_BF16 dot-product
 // instructions, which do twice the fp32 FMA work per instruction.
 bool cpu_has_avx512_bf16() {
-#if RLPT_SMALL_MATMUL_X86
+#if RLPT_CPU_X86
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5)) != 0;
 #else
@@ -205,7 +124,7 @@ bool cpu_has_avx512_bf16() {
 template <typename W>
 void run(const Args<W>& a, SmallMatmulIsa isa) {
     void (*cols)(const Args<W>&, int64_t, int64_t) = columns_portable<W>;
-#if RLPT_SMALL_MATMUL_X86
+#if RLPT_CPU_X86
     if (isa == SmallMatmulIsa::kAvx512) cols = columns_avx512<W>;
     if (isa == SmallMatmulIsa::kAvx2) cols = columns_avx2<W>;
 #endif

@@ -2,18 +2,10 @@
 
 #include "small_matmul_ref.h"
 
-#include <cstring>
+#include "cpu_simd.h"
 
 namespace rlpt::kernels::detail {
 namespace {
-
-float weight_value(const float* w, int64_t i) { return w[i]; }
-float weight_value(const uint16_t* w, int64_t i) {
-    const uint32_t bits = static_cast<uint32_t>(w[i]) << 16;
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    return f;
-}
 
 template <typename W>
 void reference(const float* x, int64_t ldx, const W* w, const float* bias, int64_t m, int64_t n, int64_t k,
@@ -22,7 +14,7 @@ void reference(const float* x, int64_t ldx, const W* w, const float* bias, int64
         for (int64_t j = 0; j < n; ++j) {
             double s = bias != nullptr ? bias[j] : 0.0;
             for (int64_t l = 0; l < k; ++l)
-                s += static_cast<double>(x[i * ldx + l]) * static_cast<double>(weight_value(w, j * k + l));
+                s += static_cast<double>(x[i * ldx + l]) * static_cast<double>(scalar(w[j * k + l]));
             y[i * n + j] = static_cast<float>(s);
         }
     }

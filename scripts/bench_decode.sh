@@ -20,7 +20,7 @@ done
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for t in $thread_list; do
-  OMP_NUM_THREADS="$t" "$bin" --threads "$t" "${args[@]}" | tee /dev/stderr | grep '^{' >>"$out"
+  OMP_NUM_THREADS="$t" "$bin" --threads "$t" "${args[@]}" | tee -a /dev/stderr | grep '^{' >>"$out"
 done
 python3 - "$out" <<'PY'
 import json, sys

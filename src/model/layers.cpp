@@ -1,5 +1,6 @@
 #include "model/layers.h"
 
+#include "rlpt/kernels/decode_attention.h"
 #include "rlpt/kernels/small_matmul.h"
 
 #include <cmath>
@@ -111,6 +112,10 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const Rotary& rope, con
     // into the query length lets one batched matmul serve all heads of a group without
     // materialising repeated K/V.
     auto qg = q.reshape({b, n_kv_heads_, group * t, head_dim_});
+    if (t == 1 && cache != nullptr && decode_attention_ && kernels::decode_attention_applies(qg, k, v)) {
+        auto out = kernels::decode_attention(qg, k, v, masked_out.reshape({b, s}), 1.0 / std::sqrt(static_cast<double>(head_dim_)));
+        return o_proj_->forward_row_parallel(out.reshape({b, 1, n_heads_ * head_dim_}), tp_);
+    }
     auto scores = torch::matmul(qg, k.transpose(2, 3)).to(torch::kFloat32);
     scores.mul_(1.0 / std::sqrt(static_cast<double>(head_dim_)));
     scores = scores.view({b, n_kv_heads_, group, t, s});

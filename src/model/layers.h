@@ -66,10 +66,15 @@ class Attention : public torch::nn::Module {
               const torch::TensorOptions& options);
     // x [B, T, H]; masked_out [B, 1, 1, T, S] bool (true = may not attend);
     // returns [B, T, H].
+    // A decode step (T = 1, cache, no autograd graph, CPU) attends through
+    // kernels::decode_attention, reading the cache in place.
     torch::Tensor forward(const torch::Tensor& x, const Rotary& rope, const torch::Tensor& masked_out,
                           KVCache* cache, int64_t layer);
+    // Off: always the LibTorch expression (the decode benchmark's baseline). Default on.
+    void use_decode_attention(bool on) { decode_attention_ = on; }
 
   private:
+    bool decode_attention_ = true;
     int64_t n_heads_, n_kv_heads_, head_dim_;  // this rank's heads
     TpLayout layout_;
     const TensorParallel* tp_;

@@ -210,10 +210,12 @@ KVCache CausalLM::make_cache(int64_t batch_size, int64_t max_length) const {
                    torch::TensorOptions().dtype(dtype()).device(device()));
 }
 
-void CausalLM::use_small_matmul(bool on) {
+void CausalLM::use_decode_kernels(bool on) {
     small_matmul_ = on;
-    for (const auto& m : modules(/*include_self=*/false))
+    for (const auto& m : modules(/*include_self=*/false)) {
         if (auto* lin = dynamic_cast<detail::Linear*>(m.get())) lin->use_small_matmul(on);
+        if (auto* attn = dynamic_cast<detail::Attention*>(m.get())) attn->use_decode_attention(on);
+    }
 }
 
 void CausalLM::init_weights(uint64_t seed) { detail::init_parameters(*this, args_, tp_layout(), seed); }

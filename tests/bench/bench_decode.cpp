@@ -6,7 +6,7 @@
 //   per model and batch: decode tokens/s = B * (N - 1) / (t(generate N tokens) - t(generate 1 token)),
 //             i.e. the steady decode rate with the prefill taken out; measured with the decode
 //             kernels (kernels::small_matmul, the default) and with them switched off
-//             (CausalLM::use_small_matmul(false): every Linear through torch::linear / OpenBLAS,
+//             (CausalLM::use_decode_kernels(false): every Linear through torch::linear / OpenBLAS,
 //             what PyTorch eager does), alternating the two so machine load hits both alike.
 //   bound per decode step: bytes = weights read once (all Linear layers + the [V, H] head, in
 //             the model dtype) + the K/V cache read at the mean cached length; FLOPs = 2 * B *
@@ -192,17 +192,17 @@ int main(int argc, char** argv) {
             // Best time of each of (kernels, BLAS) x (N tokens, 1 token), the four interleaved.
             double t_full[2] = {1e30, 1e30}, t_pre[2] = {1e30, 1e30};
             for (int on : {1, 0}) {  // warm-up
-                m->use_small_matmul(on == 1);
+                m->use_decode_kernels(on == 1);
                 rlpt::rollout::generate(*m, prompts, seeds, p1, b);
             }
             for (int r = 0; r < reps; ++r) {
                 for (int on : {1, 0}) {
-                    m->use_small_matmul(on == 1);
+                    m->use_decode_kernels(on == 1);
                     t_full[on] = std::min(t_full[on], best_seconds(1, [&] { rlpt::rollout::generate(*m, prompts, seeds, p, b); }));
                     t_pre[on] = std::min(t_pre[on], best_seconds(1, [&] { rlpt::rollout::generate(*m, prompts, seeds, p1, b); }));
                 }
             }
-            m->use_small_matmul(true);
+            m->use_decode_kernels(true);
             double tok_s[2];
             for (int on : {0, 1}) tok_s[on] = static_cast<double>(b) * static_cast<double>(n_new - 1) / (t_full[on] - t_pre[on]);
             const double step_s = static_cast<double>(b) / tok_s[1];

@@ -159,10 +159,12 @@ class CausalLM : public torch::nn::Module {
     // A cache for `batch_size` rows and up to `max_length` positions, in the model's dtype/device.
     KVCache make_cache(int64_t batch_size, int64_t max_length) const;
 
-    // Decode-sized matmuls (few rows, no autograd graph, CPU: every Linear and the LM head in
-    // gathered_logits) use kernels::small_matmul unless switched off here; off gives the plain
-    // torch::linear (BLAS) path, the decode benchmark's baseline. Default on.
-    void use_small_matmul(bool on);
+    // CPU decode kernels, default on: decode-sized matmuls (few rows, no autograd graph: every
+    // Linear and the LM head in gathered_logits) use kernels::small_matmul, and decode steps
+    // (one new position, with a cache) attend through kernels::decode_attention. Off gives the
+    // plain LibTorch path (torch::linear / OpenBLAS, matmul + softmax), the decode benchmark's
+    // baseline.
+    void use_decode_kernels(bool on);
 
     // Deterministic HF-style init from `seed`, independent of dtype/device: every Linear and
     // the embedding ~ normal(0, initializer_range) (drawn in fp32 on the CPU, in

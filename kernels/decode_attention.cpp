@@ -1,0 +1,198 @@
+// Decode attention over a KV cache: tensor glue and the vectorised CPU kernel.
+//
+// One task per (row, KV head): the G query rows against the S cached keys (dot products
+// vectorised over head_dim, keys read once from memory, again from L1 for the other query
+// rows), a float32 softmax per query row, then out[g] accumulated over the cached values.
+// Same AVX-512 / AVX2 / portable variants as small_matmul (cpu_simd.h).
+
+#include "rlpt/kernels/decode_attention.h"
+
+#include <ATen/Parallel.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "cpu_simd.h"
+#include "decode_attention_ref.h"
+#include "rlpt/core/error.h"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"  // wide vectors only cross always-inline helpers
+#endif
+
+namespace rlpt::kernels {
+namespace detail {
+namespace {
+
+template <typename T>
+struct Task {
+    const float* q;
+    const T* k;
+    const T* v;
+    const bool* masked;
+    AttentionShape shape;
+    float scale;
+    float* out;
+};
+
+template <int L, typename T>
+RLPT_ALWAYS_INLINE float dot(const float* q, const T* k, int64_t hd) {
+    using F = typename Vec<L>::F;
+    const int64_t hv = hd - hd % L;
+    F acc{};
+    for (int64_t e = 0; e < hv; e += L) acc += load<L>(q + e) * load<L>(k + e);
+    float s = hsum<L>(acc);
+    for (int64_t e = hv; e < hd; ++e) s += q[e] * scalar(k[e]);
+    return s;
+}
+
+// Tasks [t0, t1) of the B * n_kv (row, head) pairs; `scores` holds G * S floats.
+template <int L, typename T>
+RLPT_ALWAYS_INLINE void attend(const Task<T>& a, int64_t t0, int64_t t1, float* scores) {
+    using F = typename Vec<L>::F;
+    const AttentionShape& sh = a.shape;
+    const int64_t g_n = sh.g, s_n = sh.s, hd = sh.hd, hv = hd - hd % L;
+    for (int64_t t = t0; t < t1; ++t) {
+        const int64_t b = t / sh.n_kv, n = t % sh.n_kv;
+        const T* k = a.k + b * sh.sb + n * sh.sh;
+        const T* v = a.v + b * sh.sb + n * sh.sh;
+        const bool* masked = a.masked + b * s_n;
+        const float* q = a.q + t * g_n * hd;
+        float* out = a.out + t * g_n * hd;
+        for (int64_t s = 0; s < s_n; ++s) {
+            for (int64_t g = 0; g < g_n; ++g)
+                scores[g * s_n + s] =
+                    masked[s] ? std::numeric_limits<float>::lowest() : dot<L>(q + g * hd, k + s * hd, hd) * a.scale;
+        }
+        for (int64_t g = 0; g < g_n; ++g) {
+            float* p = scores + g * s_n;
+            const float mx = *std::max_element(p, p + s_n);
+            float sum = 0;
+            for (int64_t s = 0; s < s_n; ++s) sum += (p[s] = std::exp(p[s] - mx));
+            const float inv = 1.0f / sum;
+            float* o = out + g * hd;
+            std::fill(o, o + hd, 0.0f);
+            for (int64_t s = 0; s < s_n; ++s) {
+                const float w = p[s] * inv;
+                const T* vr = v + s * hd;
+                for (int64_t e = 0; e < hv; e += L) {
+                    F acc = load<L>(o + e) + w * load<L>(vr + e);
+                    std::memcpy(o + e, &acc, sizeof acc);
+                }
+                for (int64_t e = hv; e < hd; ++e) o[e] += w * scalar(vr[e]);
+            }
+        }
+    }
+}
+
+template <typename T>
+void attend_portable(const Task<T>& a, int64_t t0, int64_t t1, float* scores) {
+    attend<4>(a, t0, t1, scores);
+}
+#if RLPT_CPU_X86
+template <typename T>
+RLPT_TARGET_AVX2 void attend_avx2(const Task<T>& a, int64_t t0, int64_t t1, float* scores) {
+    attend<8>(a, t0, t1, scores);
+}
+template <typename T>
+RLPT_TARGET_AVX512 void attend_avx512(const Task<T>& a, int64_t t0, int64_t t1, float* scores) {
+    attend<16>(a, t0, t1, scores);
+}
+#endif
+
+template <typename T>
+void run(const Task<T>& a) {
+    void (*fn)(const Task<T>&, int64_t, int64_t, float*) = attend_portable<T>;
+#if RLPT_CPU_X86
+    const SmallMatmulIsa isa = best_isa();
+    if (isa == SmallMatmulIsa::kAvx512) fn = attend_avx512<T>;
+    if (isa == SmallMatmulIsa::kAvx2) fn = attend_avx2<T>;
+#endif
+    const AttentionShape& sh = a.shape;
+    // A task reads 2 * S * hd cached elements; aim for ~64K per thread-pool chunk.
+    const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, 2 * sh.s * sh.hd));
+    at::parallel_for(0, sh.b * sh.n_kv, grain, [&](int64_t t0, int64_t t1) {
+        std::vector<float> scores(static_cast<size_t>(sh.g * sh.s));
+        fn(a, t0, t1, scores.data());
+    });
+}
+
+// k/v with row-major [S, hd] blocks keep their storage; anything else is copied.
+torch::Tensor cache_layout(const torch::Tensor& t) {
+    return t.stride(3) == 1 && (t.size(2) <= 1 || t.stride(2) == t.size(3)) ? t : t.contiguous();
+}
+
+torch::Tensor attention_impl(const torch::Tensor& q, const torch::Tensor& k_in, const torch::Tensor& v_in,
+                             const torch::Tensor& key_masked, double scale, bool reference) {
+    RLPT_CHECK(q.defined() && k_in.defined() && v_in.defined() && key_masked.defined() && q.dim() == 4 &&
+                   k_in.dim() == 4 && k_in.sizes() == v_in.sizes() && q.size(0) == k_in.size(0) &&
+                   q.size(1) == k_in.size(1) && q.size(3) == k_in.size(3) && key_masked.dim() == 2 &&
+                   key_masked.size(0) == k_in.size(0) && key_masked.size(1) == k_in.size(2),
+               "decode_attention: expected q [B, n_kv, G, hd], k and v [B, n_kv, S, hd], key_masked [B, S]; got q "
+               "{} k {} v {} key_masked {}",
+               q.sizes(), k_in.sizes(), v_in.sizes(), key_masked.sizes());
+    const auto dt = q.scalar_type();
+    RLPT_CHECK((dt == torch::kFloat32 || dt == torch::kBFloat16) && k_in.scalar_type() == dt &&
+                   v_in.scalar_type() == dt && key_masked.scalar_type() == torch::kBool,
+               "decode_attention: q, k, v must all be float32 or all bfloat16 and key_masked bool, got {} {} {} {}",
+               c10::toString(dt), c10::toString(k_in.scalar_type()), c10::toString(v_in.scalar_type()),
+               c10::toString(key_masked.scalar_type()));
+    RLPT_CHECK(q.is_cpu() && k_in.is_cpu() && v_in.is_cpu() && key_masked.is_cpu(),
+               "decode_attention: CPU tensors only");
+    auto k = cache_layout(k_in), v = cache_layout(v_in);
+    if (k.stride(0) != v.stride(0) || k.stride(1) != v.stride(1)) {
+        k = k.contiguous();
+        v = v.contiguous();
+    }
+    const auto qf = q.to(torch::kFloat32).contiguous();
+    const auto masked = key_masked.contiguous();
+    AttentionShape shape{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), k.stride(0), k.stride(1)};
+    auto out = torch::empty(q.sizes(), q.options().dtype(torch::kFloat32));
+    if (out.numel() == 0) return out.to(dt);
+    if (shape.s == 0) return out.zero_().to(dt);  // no keys: nothing to attend to
+    const float sc = static_cast<float>(scale);
+    if (dt == torch::kFloat32) {
+        const float *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
+        if (reference) detail::decode_attention_ref(qf.data_ptr<float>(), kp, vp, masked.data_ptr<bool>(), shape, sc,
+                                                    out.data_ptr<float>());
+        else detail::run(detail::Task<float>{qf.data_ptr<float>(), kp, vp, masked.data_ptr<bool>(), shape, sc,
+                                             out.data_ptr<float>()});
+    } else {
+        const auto* kp = static_cast<const uint16_t*>(k.data_ptr());
+        const auto* vp = static_cast<const uint16_t*>(v.data_ptr());
+        if (reference) detail::decode_attention_ref(qf.data_ptr<float>(), kp, vp, masked.data_ptr<bool>(), shape, sc,
+                                                    out.data_ptr<float>());
+        else detail::run(detail::Task<uint16_t>{qf.data_ptr<float>(), kp, vp, masked.data_ptr<bool>(), shape, sc,
+                                                out.data_ptr<float>()});
+    }
+    return out.to(dt);
+}
+
+}  // namespace
+}  // namespace detail
+
+bool decode_attention_applies(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    if (!q.defined() || !k.defined() || !v.defined() || q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return false;
+    if (!q.is_cpu() || !k.is_cpu() || !v.is_cpu()) return false;
+    const auto dt = q.scalar_type();
+    if ((dt != torch::kFloat32 && dt != torch::kBFloat16) || k.scalar_type() != dt || v.scalar_type() != dt)
+        return false;
+    if (k.sizes() != v.sizes() || q.size(0) != k.size(0) || q.size(1) != k.size(1) || q.size(3) != k.size(3))
+        return false;
+    return !torch::GradMode::is_enabled() || !(q.requires_grad() || k.requires_grad() || v.requires_grad());
+}
+
+torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& key_masked, double scale) {
+    return detail::attention_impl(q, k, v, key_masked, scale, /*reference=*/false);
+}
+
+torch::Tensor decode_attention_reference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                         const torch::Tensor& key_masked, double scale) {
+    return detail::attention_impl(q, k, v, key_masked, scale, /*reference=*/true);
+}
+
+}  // namespace rlpt::kernels

@@ -1,0 +1,81 @@
+// Decode attention (rlpt/kernels/decode_attention.h) against its double-precision reference
+// and the LibTorch expression it replaces, on odd shapes, cache views, bfloat16 and masks.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "rlpt/core/error.h"
+#include "rlpt/kernels/decode_attention.h"
+
+namespace {
+
+using rlpt::kernels::decode_attention;
+using rlpt::kernels::decode_attention_reference;
+
+// The model's pre-kernel expression: fp32 scores, lowest() on masked keys, softmax, matmul.
+torch::Tensor torch_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                              const torch::Tensor& masked, double scale) {
+    auto scores = torch::matmul(q, k.transpose(2, 3)).to(torch::kFloat32) * scale;
+    scores.masked_fill_(masked.view({masked.size(0), 1, 1, masked.size(1)}), std::numeric_limits<float>::lowest());
+    return torch::matmul(torch::softmax(scores, -1).to(q.scalar_type()), v);
+}
+
+double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
+    return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+TEST(DecodeAttention, MatchesReferenceOnOddShapesAndCacheViews) {
+    torch::manual_seed(11);
+    for (int64_t b : {1, 3}) {
+        for (int64_t nkv : {1, 2}) {
+            for (int64_t g : {1, 3}) {
+                for (int64_t s : {1, 5, 33}) {
+                    for (int64_t hd : {7, 16, 64}) {
+                        SCOPED_TRACE(testing::Message() << "b " << b << " nkv " << nkv << " g " << g << " s " << s
+                                                        << " hd " << hd);
+                        // K/V as KVCache::store returns them: narrowed from a longer buffer.
+                        auto kbuf = torch::randn({b, nkv, s + 4, hd}), vbuf = torch::randn({b, nkv, s + 4, hd});
+                        auto k = kbuf.narrow(2, 0, s), v = vbuf.narrow(2, 0, s);
+                        auto q = torch::randn({b, nkv, g, hd});
+                        auto masked = torch::rand({b, s}) < 0.3;
+                        masked.select(1, s - 1).fill_(false);  // the new position always sees itself
+                        const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+                        auto want = decode_attention_reference(q, k, v, masked, scale);
+                        auto got = decode_attention(q, k, v, masked, scale);
+                        EXPECT_LT(max_diff(got, want), 2e-5);
+                        EXPECT_LT(max_diff(want, torch_attention(q, k, v, masked, scale)), 2e-5);
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST(DecodeAttention, BFloat16AndFullyMaskedRows) {
+    torch::manual_seed(12);
+    auto q = torch::randn({2, 2, 3, 32}).to(torch::kBFloat16);
+    auto k = torch::randn({2, 2, 9, 32}).to(torch::kBFloat16), v = torch::randn({2, 2, 9, 32}).to(torch::kBFloat16);
+    auto masked = torch::zeros({2, 9}, torch::kBool);
+    masked[0].narrow(0, 0, 4).fill_(true);
+    auto got = decode_attention(q, k, v, masked, 0.17);
+    ASSERT_EQ(got.scalar_type(), torch::kBFloat16);
+    EXPECT_LT(max_diff(got, decode_attention_reference(q, k, v, masked, 0.17)), 2e-2);
+    EXPECT_LT(max_diff(got, torch_attention(q, k, v, masked, 0.17)), 3e-2);
+    // Every key masked: the uniform average of v, as softmax over equal scores gives.
+    auto qf = torch::randn({1, 1, 2, 8}), kf = torch::randn({1, 1, 4, 8}), vf = torch::randn({1, 1, 4, 8});
+    auto all = torch::ones({1, 4}, torch::kBool);
+    EXPECT_LT(max_diff(decode_attention(qf, kf, vf, all, 1.0), vf.mean(2, true).expand({1, 1, 2, 8})), 1e-6);
+}
+
+TEST(DecodeAttention, Errors) {
+    auto q = torch::randn({1, 2, 3, 8}), k = torch::randn({1, 2, 5, 8});
+    auto mask = torch::zeros({1, 5}, torch::kBool);
+    EXPECT_THROW(decode_attention(q, k, torch::randn({1, 2, 4, 8}), mask, 1.0), rlpt::ValueError);
+    EXPECT_THROW(decode_attention(q, k, k, torch::zeros({1, 4}, torch::kBool), 1.0), rlpt::ValueError);
+    EXPECT_THROW(decode_attention(q, k, k, mask.to(torch::kInt64), 1.0), rlpt::ValueError);
+    EXPECT_THROW(decode_attention(q.to(torch::kDouble), k, k, mask, 1.0), rlpt::ValueError);
+}
+
+}  // namespace
