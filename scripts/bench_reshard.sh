@@ -10,16 +10,8 @@
 # Environment: ITERS timed syncs per measurement (5; the median is reported), BUCKET_MB (64).
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
-if [ $# -gt 0 ]; then
-  bin="$1"
-else
-  build="${BUILD_DIR:-$here/build}"
-  echo "bench_reshard.sh: building rlpt_bench_reshard in $build" >&2
-  cmake -S "$here" -B "$build" -DRLPT_BUILD_BENCHMARKS=ON >/dev/null
-  cmake --build "$build" -j2 --target rlpt_bench_reshard >/dev/null
-  bin="$build/tests/bench/rlpt_bench_reshard"
-fi
-[ -x "$bin" ] || { echo "bench_reshard.sh: $bin is not an executable" >&2; exit 2; }
+source "$here/scripts/bench_common.sh"
+bench_binary bench_reshard.sh rlpt_bench_reshard "$@"
 flags=(--oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
 [ "$(id -u)" -eq 0 ] && flags+=(--allow-run-as-root)
 out=$(mktemp)

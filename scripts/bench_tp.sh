@@ -11,16 +11,8 @@
 #   NEW generated tokens per prompt (32).
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
-if [ $# -gt 0 ]; then
-  bin="$1"
-else
-  build="${BUILD_DIR:-$here/build}"
-  echo "bench_tp.sh: building rlpt_bench_tp in $build" >&2
-  cmake -S "$here" -B "$build" -DRLPT_BUILD_BENCHMARKS=ON >/dev/null
-  cmake --build "$build" -j2 --target rlpt_bench_tp >/dev/null
-  bin="$build/tests/bench/rlpt_bench_tp"
-fi
-[ -x "$bin" ] || { echo "bench_tp.sh: $bin is not an executable" >&2; exit 2; }
+source "$here/scripts/bench_common.sh"
+bench_binary bench_tp.sh rlpt_bench_tp "$@"
 flags=(--oversubscribe --bind-to none --mca mpi_yield_when_idle 1 --mca btl_vader_single_copy_mechanism none)
 [ "$(id -u)" -eq 0 ] && flags+=(--allow-run-as-root)
 out=$(mktemp)

@@ -11,16 +11,8 @@
 #   DP=2 ZeRO-1 row. ~5 min at load average 5 on 2 cores (ITERS=3 took 339 s there).
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
-if [ $# -gt 0 ]; then
-  bin="$1"
-else
-  build="${BUILD_DIR:-$here/build}"
-  echo "bench_train.sh: building rlpt_bench_train in $build" >&2
-  cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release -DRLPT_BUILD_BENCHMARKS=ON >/dev/null
-  cmake --build "$build" -j2 --target rlpt_bench_train >/dev/null
-  bin="$build/tests/bench/rlpt_bench_train"
-fi
-[ -x "$bin" ] || { echo "bench_train.sh: $bin is not an executable" >&2; exit 2; }
+source "$here/scripts/bench_common.sh"
+bench_binary bench_train.sh rlpt_bench_train "$@"
 iters="${ITERS:-2}"
 ceiling_n="${CEILING_N:-4096}"
 flags=(--oversubscribe --bind-to none --mca mpi_yield_when_idle 1 --mca btl_vader_single_copy_mechanism none)

@@ -11,16 +11,8 @@
 #   SEQ (64), BATCH (2).
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
-if [ $# -gt 0 ]; then
-  bin="$1"
-else
-  build="${BUILD_DIR:-$here/build}"
-  echo "bench_zero.sh: building rlpt_bench_train in $build" >&2
-  cmake -S "$here" -B "$build" -DRLPT_BUILD_BENCHMARKS=ON >/dev/null
-  cmake --build "$build" -j2 --target rlpt_bench_train >/dev/null
-  bin="$build/tests/bench/rlpt_bench_train"
-fi
-[ -x "$bin" ] || { echo "bench_zero.sh: $bin is not an executable" >&2; exit 2; }
+source "$here/scripts/bench_common.sh"
+bench_binary bench_zero.sh rlpt_bench_train "$@"
 model="${MODEL:-tiny}"
 common=(--model "$model" --iters "${ITERS:-3}" --seq "${SEQ:-64}" --batch "${BATCH:-2}" --threads 1)
 flags=(--oversubscribe --bind-to none --mca mpi_yield_when_idle 1 --mca btl_vader_single_copy_mechanism none)
