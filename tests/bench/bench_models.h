@@ -1,5 +1,11 @@
 #pragma once
 // Models the benchmarks share (built in code, random weights, no download).
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <utility>
+
+#include "rlpt/core/error.h"
 #include "rlpt/model/model_config.h"
 
 namespace rlpt::bench {
@@ -18,6 +24,20 @@ inline model::ModelArgs llama_100m() {
     a.tie_word_embeddings = true;
     a.validate();
     return a;
+}
+
+// Reads "--name value" pairs of integer options into the listed fields (argv[1..]); ValueError
+// naming `program` and the option for an unknown name.
+inline void parse_int_options(int argc, char** argv, const char* program,
+                              std::initializer_list<std::pair<const char*, int64_t*>> options) {
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const std::string k = argv[i];
+        int64_t* field = nullptr;
+        for (const auto& [name, f] : options)
+            if (k == name) field = f;
+        if (field == nullptr) RLPT_THROW(ValueError, "{}: unknown option {}", program, k);
+        *field = std::stoll(argv[i + 1]);
+    }
 }
 
 }  // namespace rlpt::bench

@@ -34,17 +34,9 @@ struct Args {
 
 Args parse(int argc, char** argv) {
     Args a;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const std::string k = argv[i];
-        const int64_t v = std::stoll(argv[i + 1]);
-        if (k == "--from") a.from = v;
-        else if (k == "--to") a.to = v;
-        else if (k == "--blocks") a.blocks = v;
-        else if (k == "--iters") a.iters = v;
-        else if (k == "--threads") a.threads = v;
-        else if (k == "--bucket-mb") a.bucket_mb = v;
-        else RLPT_THROW(ValueError, "bench_reshard: unknown option {}", k);
-    }
+    rlpt::bench::parse_int_options(argc, argv, "bench_reshard",
+                                   {{"--from", &a.from}, {"--to", &a.to}, {"--blocks", &a.blocks}, {"--iters", &a.iters},
+                                    {"--threads", &a.threads}, {"--bucket-mb", &a.bucket_mb}});
     return a;
 }
 

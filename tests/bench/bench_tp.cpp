@@ -50,18 +50,9 @@ struct Args {
 
 Args parse(int argc, char** argv) {
     Args a;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const std::string k = argv[i];
-        const int64_t v = std::stoll(argv[i + 1]);
-        if (k == "--tp") a.tp = v;
-        else if (k == "--batch") a.batch = v;
-        else if (k == "--seq") a.seq = v;
-        else if (k == "--iters") a.iters = v;
-        else if (k == "--prompts") a.prompts = v;
-        else if (k == "--new") a.new_tokens = v;
-        else if (k == "--threads") a.threads = v;
-        else RLPT_THROW(ValueError, "bench_tp: unknown option {}", k);
-    }
+    rlpt::bench::parse_int_options(argc, argv, "bench_tp",
+                                   {{"--tp", &a.tp}, {"--batch", &a.batch}, {"--seq", &a.seq}, {"--iters", &a.iters},
+                                    {"--prompts", &a.prompts}, {"--new", &a.new_tokens}, {"--threads", &a.threads}});
     return a;
 }
 
