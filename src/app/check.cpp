@@ -200,7 +200,14 @@ std::vector<std::string> rl_batch_size_problems(const Config& c, int64_t actor_d
         out.push_back(fmt::format(
             "actor.ppo_mini_batch_size x rollout.n = {} samples must split evenly over the {} actor ranks", mb * n,
             actor_dp));
-    if (plan_run(c).critic) {
+    // The critic's mini-batches count when the run plan has a critic. An unknown estimator has
+    // no plan: table_name_problems reports it, and its critic rule waits for a known name.
+    bool critic = false;
+    try {
+        critic = plan_run(c).critic;
+    } catch (const ConfigError&) {
+    }
+    if (critic) {
         const int64_t cmb = c.critic.ppo_mini_batch_size.value_or(mb);
         if (cmb > 0 && (tb % cmb != 0 || (cmb * n) % critic_dp != 0))
             out.push_back(fmt::format("critic mini-batches: data.train_batch_size={} must be a multiple of {} and {} x "
@@ -216,7 +223,7 @@ CheckReport check_config(const Config& c, int world_size) {
     CheckReport r;
     const bool sft = c.trainer.mode == "sft";
     TaskData t;
-    // Names first: the run plan (placement, batch sizes below) reads the estimator's table row.
+    // Names first: the run plan (the placement below) reads the estimator's table row.
     const auto name_problems = table_name_problems(c);
     r.problems.insert(r.problems.end(), name_problems.begin(), name_problems.end());
     const bool names_ok = name_problems.empty();
@@ -274,7 +281,7 @@ CheckReport check_config(const Config& c, int world_size) {
             r.notes.push_back(p.describe());
         });
     }
-    if (train_ok && !sft && names_ok) {
+    if (train_ok && !sft) {
         for (auto& p : rl_batch_size_problems(c, actor_dp, critic_dp, static_cast<int64_t>(t.train.size())))
             r.problems.push_back(std::move(p));
     }

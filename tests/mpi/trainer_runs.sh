@@ -138,12 +138,13 @@ PY
     small=(model.builtin.hidden_size=32 model.builtin.num_layers=1 model.builtin.num_heads=2
            model.builtin.num_kv_heads=1 model.builtin.intermediate_size=64 trainer.output_dir=runs)
     sft=(${small[@]} sft.total_steps=12 sft.eval_every=6 sft.batch_size=16 sft.output_model_dir=runs/own-sft/model)
-    # rlpt check: a clean config passes; a config with four different problems reports all four.
+    # rlpt check: a clean config passes; a config with five different problems reports all five.
     "$bin" check "$src/configs/own_task_sft.yaml" "${sft[@]}" -n 2 | tee check.log
     grep -q "no problems found" check.log
     start=$(date +%s)
     if "$bin" check "$src/configs/own_task_grpo.yaml" -n 3 actor.optim.lr=-1 data.val_files=data/own_task/nope.jsonl \
-         'reward.scorers={digitsum: number}' data.train_batch_size=24 actor.ppo_mini_batch_size=16 > bad.log 2>&1; then
+         'reward.scorers={digitsum: number}' data.train_batch_size=24 actor.ppo_mini_batch_size=16 \
+         algorithm.adv_estimator=grpoo > bad.log 2>&1; then
       cat bad.log; echo "rlpt check passed a broken config"; exit 1
     fi
     cat bad.log
@@ -151,7 +152,8 @@ PY
     grep -q "data.val_files: cannot open dataset file 'data/own_task/nope.jsonl'" bad.log
     grep -q "reward.scorers: data_source 'reverse' (.* rows) has no scorer" bad.log
     grep -q "data.train_batch_size=24 must be a multiple of actor.ppo_mini_batch_size=16" bad.log
-    grep -q "model.path: .*runs/own-sft/model" bad.log   # no SFT model yet: a fifth problem
+    grep -q "algorithm.adv_estimator: 'grpoo' is not one of: gae, grpo," bad.log  # from the estimator table
+    grep -q "model.path: .*runs/own-sft/model" bad.log   # no SFT model yet: a sixth problem
     [ $(( $(date +%s) - start )) -le 30 ] || { echo "rlpt check took over 30 s"; exit 1; }
     # The launch refuses the same config before starting anything, with every problem listed.
     if run 2 "$src/configs/own_task_grpo.yaml" 'reward.scorers={digitsum: number}' > launch.log 2>&1; then exit 1; fi
