@@ -4,7 +4,8 @@
 // per role rank (kAll). The list of calls below must cover the registry: a method added to a
 // table without a small batch here fails this test, naming it.
 // On 1 rank every role is colocated; on 2 ranks the rollout runs on its own rank, so
-// send_weights / receive_weights really move the weights (and generate runs on the copy).
+// send_weights / receive_weights really move the weights: after the updates the rollout's
+// sampling log-probs differ from the actor's until the sync, and agree after it.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -79,7 +80,7 @@ TEST(RoleHandlers, EveryMethodOfEveryRoleRunsOnASmallBatch) {
                           : "placement.groups=[{roles: [actor, rollout, reference, critic, reward_model], ranks: auto}]";
     Config c = load_config(source_dir() + "/configs/tiny.yaml",
                            {groups, "reward_model.enable=true", "reward_model.model_path=" + rm_dir,
-                            "critic.enable=true", "trainer.log_level=warn", "trainer.threads_per_rank=1"});
+                            "critic.enable=true", "actor.optim.lr=0.05", "trainer.log_level=warn", "trainer.threads_per_rank=1"});
     set_log_level(parse_log_level(c.trainer.log_level));
     torch::set_num_threads(1);
     std::vector<std::string> all_roles;
@@ -138,15 +139,16 @@ TEST(RoleHandlers, EveryMethodOfEveryRoleRunsOnASmallBatch) {
             call(role, "init", protocol::with_args(Batch(0), protocol::InitArgs{kVocab, 2}));
         }
     }
-    // Weights to the rollout (a no-op when colocated), then generation on them.
-    {
+    // Weights to the rollout (a no-op when colocated).
+    auto sync_weights = [&] {
         auto recv = ctl.submit(roles::RolloutMethod::kReceiveWeights, Batch(0));
         auto send = ctl.submit(roles::ActorMethod::kSendWeights, Batch(0));
         ctl.wait(send);
         ctl.wait(recv);
         called.insert("actor.send_weights");
         called.insert("rollout.receive_weights");
-    }
+    };
+    sync_weights();
     Batch prompts(kRows);
     prompts.set("prompt_ids", torch::randint(1, 10, {kRows, kPrompt}, torch::kInt64));
     prompts.set("prompt_mask", torch::ones({kRows, kPrompt}, torch::kInt64));
@@ -155,6 +157,15 @@ TEST(RoleHandlers, EveryMethodOfEveryRoleRunsOnASmallBatch) {
     gen_args.max_new_tokens = 3;
     gen_args.seed = 7;
     Batch gen = call("rollout", "generate", protocol::with_args(prompts, gen_args))[0];
+    // The largest gap between the rollout's sampling log-probs and the actor's log-probs of the
+    // same tokens: ~0 when the rollout generates with the actor's weights.
+    auto rollout_vs_actor = [&](const Batch& g) {
+        Batch s = columns(g, {"input_ids", "attention_mask", "position_ids", "responses"});
+        Batch a = call("actor", "compute_log_prob", protocol::with_args(s, roles::ActorLogProbArgs{1.0, false}))[0];
+        auto mask = g.at("response_mask").to(torch::kBool);
+        return (a.at("old_log_probs") - g.at("rollout_log_probs")).abs().masked_select(mask).max().item<double>();
+    };
+    EXPECT_LT(rollout_vs_actor(gen), 1e-4);
     ASSERT_EQ(gen.size(), kRows);
     const Batch seq = columns(gen, {"input_ids", "attention_mask", "position_ids", "responses"});
 
@@ -188,6 +199,14 @@ TEST(RoleHandlers, EveryMethodOfEveryRoleRunsOnASmallBatch) {
     const double tokens = std::max(1.0, sft.at("loss_mask").sum().item<double>());
     Batch sft_metrics = call("actor", "sft_step", protocol::with_args(sft, roles::SftStepArgs{tokens}))[0];
     EXPECT_TRUE(sft_metrics.metrics().count("sft/loss"));
+
+    // The updates moved the actor's weights: a rollout on ranks of its own still samples with the
+    // old ones until the next sync, then with the new ones.
+    gen_args.seed = 8;
+    if (world.size() >= 2)
+        EXPECT_GT(rollout_vs_actor(call("rollout", "generate", protocol::with_args(prompts, gen_args))[0]), 1e-3);
+    sync_weights();
+    EXPECT_LT(rollout_vs_actor(call("rollout", "generate", protocol::with_args(prompts, gen_args))[0]), 1e-4);
 
     const std::string ckpt = dir + "/ckpt";
     fs::create_directories(ckpt);
