@@ -34,7 +34,8 @@
 #                      beam, best first, with cumulative log-probs that sum its tokens' log-probs
 #   two-stage          configs/openonerec_two_stage.yaml (only its lengths scaled down) on the tiny
 #                      built-in model over a generated recommendation task whose characters include
-#                      "</think>" and the appended "\n<answer>": one GRPO step and a validation
+#                      "</think>" and the appended "\n<answer>": one GRPO step and a validation;
+#                      the trained response length never counts the appended characters
 #   ppo                configs/ppo.yaml shortened (critic + GAE) on top of the sft model
 #   own-task           a new user's path on prompt/response + prompt/answer JSONL files:
 #                      rlpt check (clean, and four problems in one run), init-model, SFT of the
@@ -453,6 +454,14 @@ PY
       data.train_batch_size=4 actor.ppo_mini_batch_size=4 actor.ppo_micro_batch_size_per_rank=8 | tee two.log
     grep -q '"actor/pg_loss"' runs/openonerec-two-stage/metrics.jsonl
     grep -q '"val-core/rec/acc/mean@4"' runs/openonerec-two-stage/metrics.jsonl
+    "$py" - runs/openonerec-two-stage/metrics.jsonl <<'PY'
+import json, sys
+# response_length counts response_mask: the stages' own tokens (8 + 3 at most), never the 9
+# appended characters of "\n<answer>" (data.max_response_length 20 leaves room for them).
+for r in map(json.loads, open(sys.argv[1])):
+    if "response_length/max" in r:
+        assert 1 <= r["response_length/min"] and r["response_length/max"] <= 11, r
+PY
     ;;
   *) echo "unknown check $check" >&2; exit 2;;
 esac
