@@ -6,6 +6,7 @@
 // the launch run next: the tables live above this torch-free library, and a copy of their
 // names here would drift.
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "rlpt/config/config.h"
@@ -45,6 +46,51 @@ class Checker {
             list += (list.empty() ? "" : ", ") + std::string(ch);
         }
         require(false, key, "'{}' is not one of: {}", value, list);
+    }
+
+    void stop_strings(const std::vector<std::string>& stop, const std::string& key) const {
+        for (size_t i = 0; i < stop.size(); ++i)
+            require(!stop[i].empty(), key, "entry {} is empty (it would end every response at once)", i);
+    }
+
+    // rollout.generator with its typed arguments: rollout.beam_search and rollout.stages.
+    void rollout_program(const Config& c) const {
+        const auto& r = c.rollout;
+        positive(r.beam_search.beam_width, "rollout.beam_search.beam_width");
+        require(std::isfinite(r.beam_search.length_penalty), "rollout.beam_search.length_penalty",
+                "must be finite (got {})", r.beam_search.length_penalty);
+        bool beams = r.generator == "beam_search";
+        int64_t total = 0;
+        for (size_t i = 0; i < r.stages.size(); ++i) {
+            const auto& s = r.stages[i];
+            const std::string key = fmt::format("rollout.stages[{}]", i);
+            one_of(s.generator, key + ".generator", {"sampler", "beam_search"});
+            positive(s.max_tokens, key + ".max_tokens");
+            stop_strings(s.stop, key + ".stop");
+            require(s.stop.empty() || s.generator != "beam_search", key + ".stop",
+                    "stop strings are not supported on a beam_search stage (vLLM's beam search has none either)");
+            beams = beams || s.generator == "beam_search";
+            total += s.max_tokens;
+        }
+        if (r.generator == "multi_stage") {
+            require(!r.stages.empty(), "rollout.stages", "generator multi_stage needs at least one stage");
+            require(r.stop.empty(), "rollout.stop",
+                    "is not used by generator multi_stage: give each stage its stop strings (rollout.stages[i].stop)");
+            require(total <= c.data.max_response_length, "rollout.stages",
+                    "the stages' max_tokens add up to {}, over data.max_response_length={}", total,
+                    c.data.max_response_length);
+        } else {
+            require(r.stages.empty(), "rollout.stages", "is set but rollout.generator is '{}' (stages need multi_stage)",
+                    r.generator);
+        }
+        if (r.generator == "beam_search")
+            require(r.stop.empty(), "rollout.stop", "stop strings are not supported by beam_search (vLLM's has none)");
+        if (beams) {
+            for (const auto& [n, key] : {std::make_pair(r.n, "rollout.n"), std::make_pair(r.val.n, "rollout.val.n")})
+                require(n <= r.beam_search.beam_width, key,
+                        "{} samples per prompt with beam search of width rollout.beam_search.beam_width={}: a prompt's "
+                        "samples are its best beams, so n must be <= beam_width", n, r.beam_search.beam_width);
+        }
     }
 
     void positive(int64_t v, const std::string& key) const { require(v > 0, key, "must be > 0 (got {})", v); }
@@ -199,6 +245,8 @@ void validate(const Config& c) {
     k.require(!r.do_sample || r.temperature > 0, "rollout.temperature",
               "must be > 0 when do_sample is true (got {}); use do_sample=false for greedy", r.temperature);
     k.positive(r.micro_batch_size, "rollout.micro_batch_size");
+    k.stop_strings(r.stop, "rollout.stop");
+    k.rollout_program(c);
     k.sampling(r.val.temperature, r.val.top_p, r.val.top_k, "rollout.val");
     k.positive(r.val.n, "rollout.val.n");
     k.one_of(r.weight_sync.backend, "rollout.weight_sync.backend", {"auto", "mpi", "nccl"});

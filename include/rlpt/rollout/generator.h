@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "rlpt/model/transformer.h"
+#include "rlpt/rollout/stop_strings.h"
 
 namespace rlpt::rollout {
 
@@ -30,10 +31,17 @@ struct SamplingParams {
     int64_t eos_id = -1;       // -1: none
     std::vector<int64_t> stop_token_ids;
     int64_t pad_id = 0;        // fills prompts on the left and responses on the right; in [0, V)
+    // Text level (rollout/stop_strings.h). With token_texts set, every response's text is
+    // collected (GenerationOutput::texts) and a response that completes one of `stop` finishes
+    // (kStop; the token is kept). `stop` needs token_texts. Not owned: must outlive the call.
+    std::vector<std::string> stop;
+    bool include_stop_str_in_output = false;  // the text keeps the stop string (tokens always do)
+    const TokenTexts* token_texts = nullptr;
 };
 
 // ValueError naming the field for: temperature not finite or <= 0 (< 0 when greedy), top_p
-// outside (0, 1], top_k < -1, max_new_tokens < 1, and, when vocab_size > 0, pad_id / eos_id /
+// outside (0, 1], top_k < -1, max_new_tokens < 1, an empty stop string, stop strings without
+// token_texts, and, when vocab_size > 0, pad_id / eos_id /
 // stop ids outside [0, vocab_size) (eos_id may be -1). generate() calls it.
 void validate_sampling_params(const SamplingParams& params, int64_t vocab_size);
 
@@ -50,12 +58,16 @@ struct GenerationOutput {
     torch::Tensor response_mask;      // [B, R] int64: 1 on generated tokens (EOS/stop token included)
     torch::Tensor rollout_log_probs;  // [B, R] fp32: log p of each sampled token under softmax(logits / T)
     std::vector<FinishReason> finish_reasons;
+    // [B] with params.token_texts: each response's text, cut at its stop string (stop_strings.h
+    // "What is kept"); empty otherwise.
+    std::vector<std::string> texts;
 };
 
 // Generates one response per prompt (callers repeat prompts for n samples). `seeds` has one
 // seed per prompt. Rows are processed `micro_batch_size` at a time. Runs under NoGradGuard.
 // A row finishes when it emits eos_id (kEos) or a stop id (kStop; kEos wins when eos_id is
-// also listed), the token being kept, or after max_new_tokens tokens (kLength).
+// also listed), the token being kept, when its text completes a stop string (kStop, the token
+// kept), or after max_new_tokens tokens (kLength).
 // Details: prompts are sorted by length (stable) before being cut into micro-batches, so each
 // micro-batch pads to its own longest prompt; the output keeps the caller's order and pads to
 // the longest prompt of the whole call. Finished rows leave the decode batch at once
