@@ -4,6 +4,7 @@
 #include "model_setup.h"
 #include "rlpt/core/log.h"
 #include "rlpt/rollout/generators.h"
+#include "rlpt/tokenizer/char_tokenizer.h"
 #include "role_common.h"
 
 namespace rlpt::roles {
@@ -16,6 +17,8 @@ class RolloutWorker : public RoleWorker {
   public:
     std::shared_ptr<detail::SharedPolicy> policy;  // the actor's (colocated) or our own copy
     const rollout::GeneratorEntry* generator = nullptr;  // rollout.generator
+    std::unique_ptr<tokenizer::Tokenizer> tok;            // for generators other than the sampler
+    rollout::GeneratorContext gen;                         // the generator's context (its state lives here)
     bool own_copy = false;
     detail::PolicySync sync;
 };
@@ -29,6 +32,13 @@ RolloutWorker& ready(RoleWorker& w) {
 Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     auto& r = static_cast<RolloutWorker&>(w);
     r.generator = &rollout::find_generator(ctx.config->rollout.generator);
+    const auto args = protocol::decode_args<protocol::InitArgs>(in, "rollout.init");
+    r.gen.config = ctx.config;
+    if (ctx.config->rollout.generator != "sampler") {  // generators that read and write text
+        if (!args.tokenizer_charset.empty()) r.tok = std::make_unique<tokenizer::CharTokenizer>(args.tokenizer_charset);
+        else if (!ctx.config->model.path.empty()) r.tok = tokenizer::load_tokenizer(ctx.config->model.path);
+        r.gen.tokenizer = r.tok.get();
+    }
     if (auto shared = ctx.shared->get<detail::SharedPolicy>(detail::kSharedPolicy)) {
         r.policy = shared;  // colocated with the actor: same tensors, no copy, no sync
         return Batch(0);
@@ -36,7 +46,6 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     const Config& c = *ctx.config;
     r.policy = std::make_shared<detail::SharedPolicy>();
     const auto device = detail::device_for(c, ctx.topology->placement(), ctx.world_rank);
-    const auto args = protocol::decode_args<protocol::InitArgs>(in, "rollout.init");
     r.policy->model = detail::build_policy(c, device, args.vocab_size, detail::tensor_parallel(ctx, device));
     r.own_copy = true;
     return Batch(0);
@@ -82,7 +91,12 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
         out.set_ints("weight_version", {});
         return out;
     }
-    auto g = r.generator->fn(*r.policy->model, prompts, seeds, sp, ctx.config->rollout.micro_batch_size);
+    r.gen.sample_index = index;
+    for (auto [field, dest] : {std::pair{"data_source", &r.gen.data_source}, std::pair{"ground_truth", &r.gen.ground_truth},
+                               std::pair{"extra", &r.gen.extra}})
+        *dest = in.has_strings(field) ? in.strings(field) : std::vector<std::string>{};
+    auto g = r.generator->fn(*r.policy->model, prompts, seeds, sp, ctx.config->rollout.micro_batch_size, r.gen);
+    for (const auto& [name, values] : r.gen.sample_values) out.set(name, torch::tensor(values, torch::kFloat64));
     // Pad to the call's fixed widths (P of the input, R = max_new_tokens) so shards concatenate.
     const int64_t gp = g.prompts.size(1), gr = g.responses.size(1);
     auto padl = [&](const torch::Tensor& t, int64_t value) { return torch::constant_pad_nd(t, {P - gp, 0}, value); };
@@ -133,6 +147,9 @@ const protocol::RoleSpec& rollout_spec() {
                 .split_over_dp()
                 .takes(tensors("prompt_ids", "prompt_mask"))
                 .takes({protocol::int_field("sample_index")})
+                .takes({{"data_source", protocol::FieldKind::kString, true},
+                        {"ground_truth", protocol::FieldKind::kString, true},
+                        {"extra", protocol::FieldKind::kString, true}})
                 .takes(protocol::args_schema<GenerateArgs>())
                 .concat_outputs(tensors("responses", "response_mask", "input_ids", "attention_mask",
                                         "position_ids", "rollout_log_probs")),

@@ -201,6 +201,13 @@ ObservationPieces render_tool_observation(tokenizer::ChatFamily family, const st
     return o;
 }
 
+ObservationPieces render_user_observation(tokenizer::ChatFamily family, const std::string& text, bool turn_closed) {
+    check_tool_family(family, "model.chat_template");
+    if (family != tokenizer::ChatFamily::kQwen2) return {{"", ""}, {text}};
+    return {{std::string(turn_closed ? "" : "<|im_end|>") + "\n<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n"},
+            {text}};
+}
+
 std::string truncate_tool_text(const std::string& text, int64_t max_chars, const std::string& side) {
     RLPT_CHECK_KIND(ConfigError, side == "left" || side == "right" || side == "middle",
                     "rollout.multi_turn.tool_response_truncate_side: '{}' (valid: left, right, middle)", side);

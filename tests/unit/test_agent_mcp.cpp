@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "rlpt/build_config.h"
+#include "unit/agent_test_util.h"
 #include "rlpt/agent/line_process.h"
 #include "rlpt/agent/mcp_client.h"
 #include "rlpt/core/error.h"
@@ -20,13 +21,7 @@
 namespace rlpt::agent {
 namespace {
 
-std::string everything_server() {
-    std::string dir;
-    if (const char* env = std::getenv("RLPT_ASSET_DIR"); env != nullptr && *env) dir = env;
-    else dir = std::string(std::getenv("HOME") ? std::getenv("HOME") : "") + "/.cache/rlpt/test-assets";
-    const std::string bin = dir + "/mcp/node_modules/.bin/mcp-server-everything";
-    return std::filesystem::exists(bin) && std::system("command -v node >/dev/null 2>&1") == 0 ? bin : "";
-}
+using testing::everything_server;
 
 #define REQUIRE_EVERYTHING(var)                                                                                    \
     const std::string var = everything_server();                                                                  \

@@ -15,7 +15,7 @@ TEST(RolloutGenerators, DefaultIsTheSampler) {
     const Config c;
     const auto& g = rollout::find_generator(c.rollout.generator);
     EXPECT_STREQ(g.name, "sampler");
-    EXPECT_EQ(g.fn, &rollout::generate);
+    EXPECT_EQ(g.fn, &rollout::sample_responses);
 }
 
 TEST(RolloutGenerators, UnknownNameListsTheValidOnes) {

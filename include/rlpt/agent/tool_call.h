@@ -70,6 +70,10 @@ struct ObservationPieces {
 ObservationPieces render_tool_observation(tokenizer::ChatFamily family, const std::vector<std::string>& tool_texts,
                                           bool turn_closed);
 
+// An environment's observation as the next user turn: qwen2 "[<|im_end|>]\n<|im_start|>user\n" TEXT
+// "<|im_end|>\n<|im_start|>assistant\n"; none: TEXT alone.
+ObservationPieces render_user_observation(tokenizer::ChatFamily family, const std::string& text, bool turn_closed);
+
 // verl's truncation of a tool text longer than max_chars characters (code points):
 // "left" "(truncated)..." + last n; "right" first n + "...(truncated)"; "middle" first n/2 +
 // "...(truncated)..." + last n/2. ConfigError for another side.

@@ -8,16 +8,41 @@
 // two-stage chain-of-thought, an agent loop) is one file pair with the function and one row in
 // src/rollout/generators.cpp. KVCache::fork_rows / repeat_rows let it share a prefill between
 // rows (n samples of a prompt, beam forks).
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "rlpt/config/config.h"
 #include "rlpt/rollout/generator.h"
+#include "rlpt/tokenizer/tokenizer.h"
 
 namespace rlpt::rollout {
 
+// What a generator may use beyond the sampler's arguments. The rollout worker owns one for its
+// whole life: `state` persists across calls (an agent's tool servers and environment processes);
+// the per-call fields are refilled by every kGenerate. The sampler uses none of it.
+struct GeneratorContext {
+    const Config* config = nullptr;
+    const tokenizer::Tokenizer* tokenizer = nullptr;  // the run's tokenizer (null only in tests that need none)
+    // Per prompt of the call (empty when the caller sent none): the global sample index and the
+    // example's fields as the controller's Batch carries them.
+    std::vector<int64_t> sample_index;
+    std::vector<std::string> data_source, ground_truth, extra;  // extra: JSON text
+    std::shared_ptr<void> state;  // the generator's own
+    // Out, per prompt: numbers the generator reports (the rollout returns each as a float64
+    // column of its output; the agent's num_turns, tool_call_counts, ... ). Cleared per call.
+    std::map<std::string, std::vector<double>> sample_values;
+};
+
 using GeneratorFn = GenerationOutput (*)(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                          const std::vector<uint64_t>& seeds, const SamplingParams& params,
-                                         int64_t micro_batch_size);
+                                         int64_t micro_batch_size, GeneratorContext& context);
+
+// The "sampler" row: rollout::generate (the context is not used).
+GenerationOutput sample_responses(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                  const std::vector<uint64_t>& seeds, const SamplingParams& params,
+                                  int64_t micro_batch_size, GeneratorContext& context);
 
 struct GeneratorEntry {
     const char* name;
