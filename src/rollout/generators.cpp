@@ -1,38 +1,44 @@
 // The rollout generator table (include/rlpt/rollout/generators.h): one row per generator.
 #include "rlpt/rollout/generators.h"
 
+#include "rlpt/agent/tool_agent.h"
 #include "rlpt/config/config.h"
 #include "rlpt/core/error.h"
 
 namespace rlpt::rollout {
 namespace {
 
-GenerationOutput sample(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                        const std::vector<uint64_t>& seeds, const SamplingParams& params, const GeneratorArgs&,
-                        int64_t micro_batch_size) {
-    return generate(model, prompts, seeds, params, micro_batch_size);
-}
-
 GenerationOutput search(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                        const std::vector<uint64_t>&, const SamplingParams& params, const GeneratorArgs& args,
-                        int64_t micro_batch_size) {
+                        const std::vector<uint64_t>&, const SamplingParams& params, int64_t micro_batch_size,
+                        GeneratorContext& context) {
+    const GeneratorArgs& args = context.args;
     return beam_search(model, prompts, params, args.beam_search, args.sample_rank, micro_batch_size);
 }
 
 GenerationOutput stages(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                        const std::vector<uint64_t>& seeds, const SamplingParams& params, const GeneratorArgs& args,
-                        int64_t micro_batch_size) {
+                        const std::vector<uint64_t>& seeds, const SamplingParams& params, int64_t micro_batch_size,
+                        GeneratorContext& context) {
+    const GeneratorArgs& args = context.args;
     return run_stages(model, prompts, seeds, params,
                       MultiStageArgs{args.stages, args.beam_search, args.sample_rank, args.group_seeds}, micro_batch_size);
 }
 
 }  // namespace
 
+GenerationOutput sample_responses(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                  const std::vector<uint64_t>& seeds, const SamplingParams& params,
+                                  int64_t micro_batch_size, GeneratorContext&) {
+    return generate(model, prompts, seeds, params, micro_batch_size);
+}
+
 const std::vector<GeneratorEntry>& generator_table() {
     static const std::vector<GeneratorEntry> table{
-        {"sampler", sample, "batched sampling with a KV cache: temperature, top-k, top-p or greedy"},
+        {"sampler", sample_responses, "batched sampling with a KV cache: temperature, top-k, top-p or greedy"},
         {"beam_search", search, "beam search (rollout.beam_search): a prompt's n samples are its n best beams"},
         {"multi_stage", stages, "stages of sampling or beam search with appended text between them (rollout.stages)"},
+        {"tool_agent", agent::tool_agent_generate,
+         "multi-turn: generate, run tool calls (MCP servers, built-in tools) or an environment, append the "
+         "observation (masked out of the loss), repeat (rollout.multi_turn.*)"},
     };
     return table;
 }
