@@ -25,11 +25,14 @@ enum class RolloutMethod : uint16_t {
     kGenerate,        // dp_split / concat.
                       //   in:  prompt_ids [B, P] int64 left-padded, prompt_mask [B, P]; int field
                       //        sample_index (global index: seeds the sample); GenerateArgs
-                      //   out: prompts [B, P], responses/response_mask/rollout_log_probs [B, R=max_new_tokens],
+                      //   out: prompts [B, P], responses/response_mask/rollout_log_probs [B, R=max_new_tokens]
+                      //        (multi_stage: response_mask and log-probs 0 on appended tokens, which
+                      //        attention_mask covers),
                       //        input_ids/attention_mask/position_ids [B, P+R], int field
                       //        finish_reason (0 eos, 1 stop, 2 length), int field weight_version;
-                      //        with rollout.stop set, string field response_text (each response's
-                      //        text cut at its stop string: what the reward scorers read)
+                      //        with rollout.stop set or generator multi_stage, string field
+                      //        response_text (each response's text, cut at its stop string, appended
+                      //        text included: what the reward scorers read)
     kReceiveWeights,  // one_to_all / none: receive the actor's weights (with ActorMethod::kSendWeights)
     kCount
 };
