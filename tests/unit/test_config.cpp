@@ -100,6 +100,49 @@ TEST(Config, KeysThatCannotWorkAreRefusedNotIgnored) {
     EXPECT_EQ(config_from_yaml(rlpt::to_yaml(c), "dump").algorithm.gdpo_reward_weights, c.algorithm.gdpo_reward_weights);
 }
 
+TEST(Config, RolloutProgramKeys) {
+    // Each new key reads back, and a bad value is refused naming its key.
+    const auto c = config_from_yaml(
+        "rollout:\n  n: 2\n  generator: multi_stage\n  beam_search: {beam_width: 3, length_penalty: 0.5}\n"
+        "  include_stop_str_in_output: true\n  stages:\n"
+        "    - {generator: sampler, max_tokens: 100, stop: [\"</think>\"], append: \"\\n<a>\", share_across_samples: true}\n"
+        "    - {generator: beam_search, max_tokens: 8}\n",
+        "p.yaml");
+    ASSERT_EQ(c.rollout.stages.size(), 2u);
+    EXPECT_EQ(c.rollout.stages[0].stop, std::vector<std::string>{"</think>"});
+    EXPECT_EQ(c.rollout.stages[0].append, "\n<a>");
+    EXPECT_TRUE(c.rollout.stages[0].share_across_samples);
+    EXPECT_EQ(c.rollout.stages[1].generator, "beam_search");
+    EXPECT_EQ(c.rollout.beam_search.beam_width, 3);
+    EXPECT_TRUE(c.rollout.include_stop_str_in_output);
+    EXPECT_EQ(config_from_yaml(to_yaml(c), "again").rollout.stages[0].append, "\n<a>") << "to_yaml round trip";
+    EXPECT_EQ(config_from_yaml("", "o", {"rollout.stop=[\"###\", \"\\n\\n\"]"}).rollout.stop,
+              (std::vector<std::string>{"###", "\n\n"}));
+    expect_config_error([] { config_from_yaml("", "o", {"rollout.stop=[\"\"]"}); }, {"rollout.stop", "entry 0 is empty"});
+    expect_config_error([] { config_from_yaml("", "o", {"rollout.generator=beam_search", "rollout.n=5"}); },
+                        {"rollout.n", "n must be <= beam_width"});
+    expect_config_error([] { config_from_yaml("", "o", {"rollout.beam_search.beam_width=0"}); },
+                        {"rollout.beam_search.beam_width"});
+    expect_config_error([] { config_from_yaml("", "o", {"rollout.beam_search.length_penalty=.nan"}); },
+                        {"rollout.beam_search.length_penalty"});
+    expect_config_error([] { config_from_yaml("", "o", {"rollout.generator=multi_stage"}); },
+                        {"rollout.stages", "at least one stage"});
+    expect_config_error([] { config_from_yaml("", "o", {"rollout.stages=[{max_tokens: 2}]"}); },
+                        {"rollout.stages", "multi_stage"});
+    expect_config_error(
+        [] { config_from_yaml("", "o", {"rollout.generator=multi_stage", "rollout.stages=[{generator: beam_search, stop: [x]}]"}); },
+        {"rollout.stages[0].stop", "beam_search"});
+    expect_config_error(
+        [] { config_from_yaml("", "o", {"rollout.generator=multi_stage", "rollout.stages=[{generator: greedy}]"}); },
+        {"rollout.stages[0].generator"});
+    expect_config_error(
+        [] { config_from_yaml("", "o", {"rollout.generator=multi_stage", "rollout.stages=[{max_tokens: 0}]"}); },
+        {"rollout.stages[0].max_tokens"});
+    expect_config_error(
+        [] { config_from_yaml("", "o", {"rollout.generator=multi_stage", "rollout.stages=[{max_tokens: 600}]"}); },
+        {"rollout.stages", "over data.max_response_length=512"});
+}
+
 TEST(Config, YamlSyntaxErrorHasLine) {
     expect_config_error([] { config_from_yaml("trainer:\n  mode: [rl\n", "s.yaml"); }, {"s.yaml:", "YAML syntax error"});
 }

@@ -27,11 +27,14 @@ enum class RolloutMethod : uint16_t {
                       //        sample_index (global index: seeds the sample); optional string fields
                       //        data_source, ground_truth, extra (for generators that use them: the
                       //        agent's environments); GenerateArgs
-                      //   out: prompts [B, P], responses/response_mask/rollout_log_probs [B, R=max_new_tokens],
+                      //   out: prompts [B, P], responses/response_mask/rollout_log_probs [B, R=max_new_tokens]
+                      //        (multi_stage, tool_agent: response_mask and log-probs 0 on appended
+                      //        tokens, which attention_mask covers),
                       //        input_ids/attention_mask/position_ids [B, P+R], int field
                       //        finish_reason (0 eos, 1 stop, 2 length), int field weight_version;
-                      //        with rollout.stop set, string field response_text (each response's
-                      //        text cut at its stop string: what the reward scorers read)
+                      //        with rollout.stop set or generator multi_stage, string field
+                      //        response_text (each response's text, cut at its stop string, appended
+                      //        text included: what the reward scorers read)
                       //        plus a float64 [B] column per GeneratorContext::sample_values key the
                       //        generator reports (tool_agent: num_turns, tool_call_counts, ...)
     kReceiveWeights,  // one_to_all / none: receive the actor's weights (with ActorMethod::kSendWeights)
