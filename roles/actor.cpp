@@ -1,7 +1,6 @@
 // The actor: the policy model, its training engine, and what moves its weights around.
 #include "rlpt/roles/actor.h"
 
-#include <filesystem>
 
 #include "model_setup.h"
 #include "rlpt/algo/agg_loss.h"
@@ -17,7 +16,6 @@ namespace {
 
 using protocol::RoleWorker;
 using protocol::WorkerContext;
-namespace fs = std::filesystem;
 
 class ActorWorker : public RoleWorker {
   public:
@@ -47,6 +45,9 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
         a.policy->model, ctx.comms->dp, detail::optim_options(optim, args.total_steps),
         streams::actor_engine_seed(c.trainer.seed),
         detail::engine_tp_info(ctx, *a.policy->model, a.policy->model->tp_layout()));
+    a.policy->walk = [engine = a.engine.get()](const model::ParameterVisitor& visit) {
+        engine->for_each_full_parameter(visit);
+    };
     ctx.shared->put(detail::kSharedPolicy, a.policy);
     int64_t params = 0;
     for (const auto& p : a.policy->model->parameters()) params += p.numel();
@@ -217,27 +218,19 @@ Batch send_weights(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 
 Batch save(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
-    const std::string dir = protocol::decode_args<protocol::DirArgs>(in, "actor.save").dir;
-    const std::string file = fmt::format("actor_rank{}.h5", ctx.comms->role_rank);
     const auto version = static_cast<int64_t>(a.policy->version);
-    auto digest = a.engine->save_state_file((fs::path(dir) / file).string(), "actor/", [&](ckpt::H5Writer& writer) {
-        writer.set_int_attr("actor/weight_version", version);
-    });
-    return detail::checkpoint_file_info(dir, file, digest.size, digest.crc32);
+    return detail::save_engine_checkpoint(*a.engine, protocol::decode_args<protocol::DirArgs>(in, "actor.save").dir,
+                                          "actor", ctx.comms->role_rank, [&](ckpt::H5Writer& writer) {
+                                              writer.set_int_attr("actor/weight_version", version);
+                                          });
 }
 
 Batch load(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
-    const std::string path =
-        (fs::path(protocol::decode_args<protocol::DirArgs>(in, "actor.load").dir) / fmt::format("actor_rank{}.h5", ctx.comms->role_rank)).string();
-    if (!fs::exists(path)) {
-        throw IoError(fmt::format("checkpoint file {} is missing (was the checkpoint written with another number of "
-                                  "actor ranks?)",
-                                  path));
-    }
-    ckpt::H5Reader reader(path);
-    a.engine->load_state(reader, "actor/");
-    a.policy->version = static_cast<uint64_t>(reader.int_attr("actor/weight_version"));
+    detail::load_engine_checkpoint(*a.engine, protocol::decode_args<protocol::DirArgs>(in, "actor.load").dir, "actor",
+                                   ctx.comms->role_rank, [&](ckpt::H5Reader& reader) {
+                                       a.policy->version = static_cast<uint64_t>(reader.int_attr("actor/weight_version"));
+                                   });
     return Batch(0);
 }
 

@@ -8,6 +8,7 @@
 #include "rlpt/comm/placement.h"
 #include "rlpt/comm/weight_reshard.h"
 #include "rlpt/comm/weight_sync.h"
+#include "rlpt/model/reshard_plan.h"
 #include "rlpt/model/transformer.h"
 #include "rlpt/model/value_model.h"
 #include "rlpt/protocol/role_spec.h"
@@ -63,6 +64,10 @@ constexpr const char* kSharedPolicy = "policy";
 struct SharedPolicy {
     std::shared_ptr<model::CausalLM> model;
     uint64_t version = 0;
+    // The actor's parameters one at a time in its own layout (TrainEngine::for_each_full_parameter:
+    // collective on the actor's DP group, ZeRO-3 units gathered one at a time): what a colocated
+    // rollout with another tensor-parallel size reshards from (model::reshard_colocated).
+    model::ParameterWalk walk;
 };
 
 }  // namespace rlpt::roles::detail

@@ -159,6 +159,7 @@ void visit_rollout(Visitor& v, RolloutConfig& c) {
     v.value("micro_batch_size", c.micro_batch_size);
     v.value("calculate_log_probs", c.calculate_log_probs);
     v.value("generator", c.generator);
+    v.value("tensor_model_parallel_size", c.tensor_model_parallel_size);
     v.section("val", [&](Visitor& s) { visit_sampling(s, c.val); });
     v.section("weight_sync", [&](Visitor& w) {
         w.value("backend", c.weight_sync.backend);

@@ -199,6 +199,8 @@ void validate(const Config& c) {
     k.require(!r.do_sample || r.temperature > 0, "rollout.temperature",
               "must be > 0 when do_sample is true (got {}); use do_sample=false for greedy", r.temperature);
     k.positive(r.micro_batch_size, "rollout.micro_batch_size");
+    k.require(r.tensor_model_parallel_size >= 0, "rollout.tensor_model_parallel_size",
+              "must be >= 0 (0: the placement group's model_parallel_size; got {})", r.tensor_model_parallel_size);
     k.sampling(r.val.temperature, r.val.top_p, r.val.top_k, "rollout.val");
     k.positive(r.val.n, "rollout.val.n");
     k.one_of(r.weight_sync.backend, "rollout.weight_sync.backend", {"auto", "mpi", "nccl"});

@@ -24,6 +24,11 @@
 #                      shard to shard, comm/weight_reshard.h): actor tp 2 -> rollout tp 1 and
 #                      actor tp 1 -> rollout tp 2 and actor tp 2 -> two rollout tp 1 ranks follow
 #                      the colocated tp = 1 run
+#   hybrid             the hybrid engine (rollout.tensor_model_parallel_size, model::reshard_colocated):
+#                      actor tp 1 at ZeRO-3 over 2 DP ranks with the rollout at tp 2 on the same 2
+#                      ranks, and actor tp 2 with two rollout tp 1 ranks, follow the plain
+#                      colocated run; SFT's greedy evaluation through a tp 2 rollout too; a
+#                      different size for a rollout on ranks of its own is refused naming the key
 #   ppo                configs/ppo.yaml shortened (critic + GAE) on top of the sft model
 #   own-task           a new user's path on prompt/response + prompt/answer JSONL files:
 #                      rlpt check (clean, and four problems in one run), init-model, SFT of the
@@ -379,6 +384,39 @@ PY
     run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=a2r1x2 \
       'placement.groups=[{roles: [actor, reference], ranks: 2, model_parallel_size: 2}, {roles: [rollout], ranks: 2}]'
     compare runs/colocated/metrics.jsonl runs/a2r1x2/metrics.jsonl 1,2,3 2e-3 "${keys[@]}"
+    ;;
+  hybrid)
+    common=(trainer.output_dir=runs trainer.total_training_steps=3 trainer.val_before_train=false
+            actor.entropy_coeff=0.05 actor.optim.lr=0.01 actor.use_kl_loss=true model.builtin.num_layers=2)
+    keys=(critic/score/mean response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/kl_loss actor/ppo_kl)
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=plain
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z3r2 actor.optim.zero_stage=3 \
+      rollout.tensor_model_parallel_size=2 | tee z3r2.log
+    grep -q "hybrid engine resharded the actor (tp 1) into the rollout layout (tp 2)" z3r2.log
+    grep -q "rollout .*dp=1 mp=2" z3r2.log
+    compare runs/plain/metrics.jsonl runs/z3r2/metrics.jsonl 1,2,3 2e-3 "${keys[@]}"
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=a2r1 rollout.tensor_model_parallel_size=1 \
+      'placement.groups=[{roles: [actor, rollout, reference], ranks: 2, model_parallel_size: 2}]' | tee a2r1.log
+    grep -q "hybrid engine resharded the actor (tp 2) into the rollout layout (tp 1)" a2r1.log
+    compare runs/plain/metrics.jsonl runs/a2r1/metrics.jsonl 1,2,3 2e-3 "${keys[@]}"
+    # SFT: the greedy evaluation generates through a tp 2 rollout resharded from the ZeRO-3 actor.
+    sft=(trainer.output_dir=runs sft.total_steps=4 sft.eval_every=2)
+    run 2 "$src/configs/sft.yaml" "${sft[@]}" trainer.experiment_name=sft0 sft.output_model_dir=runs/sft0/model
+    run 2 "$src/configs/sft.yaml" "${sft[@]}" trainer.experiment_name=sftr2 sft.output_model_dir=runs/sftr2/model \
+      sft.optim.zero_stage=3 rollout.tensor_model_parallel_size=2
+    "$py" - runs/sft0/metrics.jsonl runs/sftr2/metrics.jsonl <<'PY'
+import json, sys
+rows = [[r for r in map(json.loads, open(p)) if any(k.startswith("val") for k in r)] for p in sys.argv[1:]]
+a, b = ([{k: v for k, v in r.items() if k.startswith("val")} for r in rs] for rs in rows)
+assert a and a == b, (a, b)
+print("sft validation identical:", a)
+PY
+    # A rollout on ranks of its own takes its group's size: another value is refused, naming the key.
+    if run 3 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=bad rollout.tensor_model_parallel_size=2 \
+      'placement.groups=[{roles: [actor, reference], ranks: 2}, {roles: [rollout], ranks: 1}]' >bad.log 2>&1; then
+      echo "a rollout group with another tensor_model_parallel_size was accepted" >&2; exit 1
+    fi
+    grep -q "rollout.tensor_model_parallel_size: 2 differs from the model_parallel_size 1" bad.log
     ;;
   *) echo "unknown check $check" >&2; exit 2;;
 esac
