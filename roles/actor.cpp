@@ -228,7 +228,7 @@ Batch save(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 Batch load(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
     detail::load_engine_checkpoint(*a.engine, protocol::decode_args<protocol::DirArgs>(in, "actor.load").dir, "actor",
-                                   ctx.comms->role_rank, [&](ckpt::H5Reader& reader) {
+                                   ctx.comms->role_rank, ctx.comms->mp_rank, [&](ckpt::H5Reader& reader) {
                                        a.policy->version = static_cast<uint64_t>(reader.int_attr("actor/weight_version"));
                                    });
     return Batch(0);

@@ -107,8 +107,10 @@ Batch save_engine_checkpoint(const engine::TrainEngine& engine, const std::strin
 }
 
 void load_engine_checkpoint(engine::TrainEngine& engine, const std::string& dir, const std::string& role, int role_rank,
-                            const std::function<void(ckpt::H5Reader&)>& extra) {
-    const std::string path = (std::filesystem::path(dir) / fmt::format("{}_rank{}.h5", role, role_rank)).string();
+                            int mp_rank, const std::function<void(ckpt::H5Reader&)>& extra) {
+    const auto file = [&](int k) { return (std::filesystem::path(dir) / fmt::format("{}_rank{}.h5", role, k)).string(); };
+    std::string path = file(role_rank);
+    if (!std::filesystem::exists(path)) path = file(mp_rank);
     if (!std::filesystem::exists(path)) {
         throw IoError(fmt::format("checkpoint file {} is missing (was the checkpoint written with another number of "
                                   "{} ranks?)",

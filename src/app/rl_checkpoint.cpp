@@ -52,8 +52,9 @@ bool RlTrainer::try_resume() {
         auto it = man.roles.find(role);
         const comm::RoleLayout* now = run_.topology->placement().find(role);
         if (it != man.roles.end() && now && it->second.size() != now->world_ranks.size()) {
-            throw ConfigError(fmt::format("cannot resume from {}: it was written with {} {} rank(s), this run has {}",
-                                          info->dir, it->second.size(), role, now->world_ranks.size()));
+            RLPT_LOG_INFO("resuming {} written with {} {} rank(s) on {}: each rank takes its slices of the saved state "
+                          "(ZeRO-0/2/3 files load at any DP size and stage; ZeRO-1 files need the same DP size)",
+                          info->dir, it->second.size(), role, now->world_ranks.size());
         }
     }
     ckpt::H5Reader r((fs::path(info->dir) / "controller.h5").string());

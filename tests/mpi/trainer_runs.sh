@@ -17,7 +17,8 @@
 #   zero3              tiny (2 layers) with the actor at ZeRO-3 vs ZeRO-0 on 2 DP ranks (rollout
 #                      colocated: generates from the gathered weights): same metrics, first steps;
 #                      rollout on its own rank (weight sync from the ZeRO-3 shards) too; resuming
-#                      the ZeRO-3 checkpoint is bit-identical, at ZeRO-0 close; the export generates
+#                      the ZeRO-3 checkpoint is bit-identical, at ZeRO-0 close, on 3 ranks at ZeRO-1
+#                      close (elastic); the export generates
 #                      as the ZeRO-0 one; PPO with the actor at ZeRO-2 and the critic at ZeRO-3
 #                      follows ZeRO-0, SFT at ZeRO-3 too
 #   reshard            rollout on its own ranks with another tp than the actor's (weights move
@@ -310,6 +311,7 @@ PY
     # Resume the ZeRO-3 step-3 checkpoint at ZeRO-3 (bit-identical to a straight 4-step run) and
     # at ZeRO-0 (its full optimizer state reshards: close).
     cp -r runs/z3 runs/z3to0
+    cp -r runs/z3 runs/z3to1
     run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z3 trainer.resume=auto \
       trainer.total_training_steps=4 actor.optim.zero_stage=3 | tee resume3.log
     grep -q "resumed from .*step_3" resume3.log
@@ -320,6 +322,11 @@ PY
       trainer.total_training_steps=4 | tee resume0.log
     grep -q "resumed from .*step_3" resume0.log
     compare runs/z3straight/metrics.jsonl runs/z3to0/metrics.jsonl 4 2e-3 actor/entropy actor/grad_norm actor/kl_loss
+    # Elastic: the 2-rank ZeRO-3 checkpoint on 3 ranks under ZeRO-1 (each rank takes its ranges).
+    run 3 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z3to1 trainer.resume=auto \
+      trainer.total_training_steps=4 actor.optim.zero_stage=1 | tee resume1.log
+    grep -q "written with 2 actor rank(s) on 3" resume1.log
+    compare runs/z3straight/metrics.jsonl runs/z3to1/metrics.jsonl 4 2e-3 actor/entropy actor/grad_norm actor/kl_loss
     # PPO with a critic: actor at ZeRO-2 and critic at ZeRO-3 follow both at ZeRO-0.
     gae=(algorithm.adv_estimator=gae algorithm.use_kl_in_reward=true
          'placement.groups=[{roles: [actor, rollout, reference, critic], ranks: 2}]')
