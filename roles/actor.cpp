@@ -1,6 +1,10 @@
 // The actor: the policy model, its training engine, and what moves its weights around.
 #include "rlpt/roles/actor.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+
 
 #include "model_setup.h"
 #include "rlpt/algo/agg_loss.h"
@@ -227,10 +231,37 @@ Batch save(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 
 Batch load(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
-    detail::load_engine_checkpoint(*a.engine, protocol::decode_args<protocol::DirArgs>(in, "actor.load").dir, "actor",
-                                   ctx.comms->role_rank, ctx.comms->mp_rank, [&](ckpt::H5Reader& reader) {
-                                       a.policy->version = static_cast<uint64_t>(reader.int_attr("actor/weight_version"));
-                                   });
+    const std::string dir = protocol::decode_args<protocol::DirArgs>(in, "actor.load").dir;
+    const auto version = [&](ckpt::H5Reader& reader) {
+        a.policy->version = static_cast<uint64_t>(reader.int_attr("actor/weight_version"));
+    };
+    // Written at another tensor-parallel size: this rank's state resharded into a file of its own.
+    const std::string converted =
+        (std::filesystem::temp_directory_path() / fmt::format("rlpt-reshard-{}-actor{}.h5", ::getpid(), ctx.comms->role_rank)).string();
+    bool resharded = false;
+    std::exception_ptr err;
+    try {
+        resharded = detail::convert_tp_checkpoint(dir, "actor", *a.policy->model, ctx.comms->mp_rank, converted);
+    } catch (...) {
+        err = std::current_exception();
+    }
+    // Every actor rank converts or none (the same files); agree before the engine's collectives.
+    if (ctx.comms->role.allreduce_min_i64(err ? 0 : 1) == 0) {
+        if (err) std::rethrow_exception(err);
+        throw IoError(fmt::format("resharding checkpoint {} to this tensor-parallel size failed on another actor rank", dir));
+    }
+    if (!resharded) {
+        detail::load_engine_checkpoint(*a.engine, dir, "actor", ctx.comms->role_rank, ctx.comms->mp_rank, version);
+        return Batch(0);
+    }
+    struct Remove {
+        std::string path;
+        ~Remove() { std::filesystem::remove(path); }
+    } remove{converted};
+    ckpt::H5Reader reader(converted);
+    a.engine->load_state(reader, "actor/");
+    version(reader);
+    if (ctx.comms->role_rank == 0) RLPT_LOG_INFO("actor: resharded checkpoint {} into tensor parallelism {}", dir, a.policy->model->tp_layout().tp);
     return Batch(0);
 }
 

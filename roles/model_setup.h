@@ -59,6 +59,16 @@ struct PolicySync {
 void sync_policy_weights(PolicySync& sync, const protocol::WorkerContext& ctx, model::CausalLM& m,
                          uint64_t& version);
 
+// Resume at another tensor-parallel size: when the checkpoint files `<dir>/<role>_rank<k>.h5`
+// were written at another tp than `m`'s (and not under ZeRO-1), writes this rank's state in
+// `m`'s layout to `out_path` (an engine checkpoint file: parameters and the full optimizer
+// state sliced from the full tensors assembled from DP block 0's files, one tensor at a time;
+// step counters, RNG and `<role>/weight_version` from the file of the same mp rank) and returns
+// true; false when the tp is the same (load the files as they are). Local (no collective).
+// IoError for a ZeRO-1 checkpoint (its files hold one DP rank's ranges).
+bool convert_tp_checkpoint(const std::string& dir, const std::string& role, const model::CausalLM& m, int mp_rank,
+                           const std::string& out_path);
+
 // The shared key under which a colocated actor publishes its model (and the weight version).
 constexpr const char* kSharedPolicy = "policy";
 struct SharedPolicy {
