@@ -82,10 +82,44 @@ std::string group_name(const RoleGroupConfig& g, size_t i) {
     return fmt::format("placement.groups.{} [{}]", i, join(g.roles));
 }
 
+// rollout.tensor_model_parallel_size on a placement: the rollout colocated with the actor gets
+// its own block size on the group's ranks (the hybrid engine); elsewhere it must agree with the
+// rollout group's model_parallel_size.
+void apply_rollout_tp(Placement& p, const PlacementConfig& cfg, int tp) {
+    auto it = std::find_if(p.roles.begin(), p.roles.end(), [](const RoleLayout& l) { return l.role == "rollout"; });
+    if (it == p.roles.end() || it->mp_size == tp) return;
+    RoleLayout& r = *it;
+    const RoleLayout* actor = p.find("actor");
+    const std::string where = group_name(cfg.groups[static_cast<size_t>(r.group)], static_cast<size_t>(r.group));
+    if (actor == nullptr || actor->group != r.group) {
+        throw ConfigError(fmt::format("rollout.tensor_model_parallel_size: {} differs from the model_parallel_size {} "
+                                      "of the rollout's own group {}; a rollout on ranks of its own takes its size "
+                                      "from its group (set {}.model_parallel_size instead)",
+                                      tp, r.mp_size, where, where.substr(0, where.find(' '))));
+    }
+    if (r.size() % tp != 0) {
+        throw ConfigError(fmt::format("rollout.tensor_model_parallel_size: {} does not divide the {} ranks of {}", tp,
+                                      r.size(), where));
+    }
+    for (int b = 0; b < r.size(); b += tp) {
+        const int node = p.node_of_rank[static_cast<size_t>(r.world_ranks[static_cast<size_t>(b)])];
+        for (int i = b; i < b + tp; ++i) {
+            if (p.node_of_rank[static_cast<size_t>(r.world_ranks[static_cast<size_t>(i)])] != node) {
+                throw ConfigError(fmt::format("rollout.tensor_model_parallel_size: a rollout block of {} ranks would "
+                                              "span nodes (world ranks {} and {} of {}); model-parallel blocks never "
+                                              "span nodes",
+                                              tp, r.world_ranks[static_cast<size_t>(b)],
+                                              r.world_ranks[static_cast<size_t>(i)], where));
+            }
+        }
+    }
+    r.mp_size = tp;
+}
+
 }  // namespace
 
 Placement compute_placement(const PlacementConfig& cfg, int world_size, const std::vector<int>& node_labels,
-                            const std::vector<std::string>& required, const std::string& why) {
+                            const std::vector<std::string>& required, const std::string& why, int rollout_tp) {
     RLPT_CHECK_KIND(ConfigError, world_size >= 1, "world size must be >= 1 (got {})", world_size);
     RLPT_CHECK_KIND(ConfigError, static_cast<int>(node_labels.size()) == world_size,
                     "internal: {} node labels for {} ranks", node_labels.size(), world_size);
@@ -255,6 +289,7 @@ Placement compute_placement(const PlacementConfig& cfg, int world_size, const st
             p.roles.push_back(std::move(l));
         }
     }
+    if (rollout_tp > 0) apply_rollout_tp(p, cfg, rollout_tp);
     return p;
 }
 

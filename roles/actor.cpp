@@ -1,7 +1,10 @@
 // The actor: the policy model, its training engine, and what moves its weights around.
 #include "rlpt/roles/actor.h"
 
+#include <unistd.h>
+
 #include <filesystem>
+
 
 #include "model_setup.h"
 #include "rlpt/algo/agg_loss.h"
@@ -17,7 +20,6 @@ namespace {
 
 using protocol::RoleWorker;
 using protocol::WorkerContext;
-namespace fs = std::filesystem;
 
 class ActorWorker : public RoleWorker {
   public:
@@ -47,6 +49,9 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
         a.policy->model, ctx.comms->dp, detail::optim_options(optim, args.total_steps),
         streams::actor_engine_seed(c.trainer.seed),
         detail::engine_tp_info(ctx, *a.policy->model, a.policy->model->tp_layout()));
+    a.policy->walk = [engine = a.engine.get()](const model::ParameterVisitor& visit) {
+        engine->for_each_full_parameter(visit);
+    };
     ctx.shared->put(detail::kSharedPolicy, a.policy);
     int64_t params = 0;
     for (const auto& p : a.policy->model->parameters()) params += p.numel();
@@ -197,27 +202,46 @@ Batch send_weights(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 
 Batch save(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
-    const std::string dir = protocol::decode_args<protocol::DirArgs>(in, "actor.save").dir;
-    const std::string file = fmt::format("actor_rank{}.h5", ctx.comms->role_rank);
     const auto version = static_cast<int64_t>(a.policy->version);
-    auto digest = a.engine->save_state_file((fs::path(dir) / file).string(), "actor/", [&](ckpt::H5Writer& writer) {
-        writer.set_int_attr("actor/weight_version", version);
-    });
-    return detail::checkpoint_file_info(dir, file, digest.size, digest.crc32);
+    return detail::save_engine_checkpoint(*a.engine, protocol::decode_args<protocol::DirArgs>(in, "actor.save").dir,
+                                          "actor", ctx.comms->role_rank, [&](ckpt::H5Writer& writer) {
+                                              writer.set_int_attr("actor/weight_version", version);
+                                          });
 }
 
 Batch load(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
-    const std::string path =
-        (fs::path(protocol::decode_args<protocol::DirArgs>(in, "actor.load").dir) / fmt::format("actor_rank{}.h5", ctx.comms->role_rank)).string();
-    if (!fs::exists(path)) {
-        throw IoError(fmt::format("checkpoint file {} is missing (was the checkpoint written with another number of "
-                                  "actor ranks?)",
-                                  path));
+    const std::string dir = protocol::decode_args<protocol::DirArgs>(in, "actor.load").dir;
+    const auto version = [&](ckpt::H5Reader& reader) {
+        a.policy->version = static_cast<uint64_t>(reader.int_attr("actor/weight_version"));
+    };
+    // Written at another tensor-parallel size: this rank's state resharded into a file of its own.
+    const std::string converted =
+        (std::filesystem::temp_directory_path() / fmt::format("rlpt-reshard-{}-actor{}.h5", ::getpid(), ctx.comms->role_rank)).string();
+    bool resharded = false;
+    std::exception_ptr err;
+    try {
+        resharded = detail::convert_tp_checkpoint(dir, "actor", *a.policy->model, ctx.comms->mp_rank, converted);
+    } catch (...) {
+        err = std::current_exception();
     }
-    ckpt::H5Reader reader(path);
+    // Every actor rank converts or none (the same files); agree before the engine's collectives.
+    if (ctx.comms->role.allreduce_min_i64(err ? 0 : 1) == 0) {
+        if (err) std::rethrow_exception(err);
+        throw IoError(fmt::format("resharding checkpoint {} to this tensor-parallel size failed on another actor rank", dir));
+    }
+    if (!resharded) {
+        detail::load_engine_checkpoint(*a.engine, dir, "actor", ctx.comms->role_rank, ctx.comms->mp_rank, version);
+        return Batch(0);
+    }
+    struct Remove {
+        std::string path;
+        ~Remove() { std::filesystem::remove(path); }
+    } remove{converted};
+    ckpt::H5Reader reader(converted);
     a.engine->load_state(reader, "actor/");
-    a.policy->version = static_cast<uint64_t>(reader.int_attr("actor/weight_version"));
+    version(reader);
+    if (ctx.comms->role_rank == 0) RLPT_LOG_INFO("actor: resharded checkpoint {} into tensor parallelism {}", dir, a.policy->model->tp_layout().tp);
     return Batch(0);
 }
 

@@ -1,13 +1,11 @@
 // The critic: value predictions and their clipped-loss update.
 #include "rlpt/roles/critic.h"
 
-#include <filesystem>
 #include <optional>
 
 #include "model_setup.h"
 #include "rlpt/algo/agg_loss.h"
 #include "rlpt/algo/value_loss.h"
-#include "rlpt/ckpt/h5_store.h"
 #include "rlpt/core/rng_streams.h"
 #include "role_common.h"
 #include "train_common.h"
@@ -17,7 +15,6 @@ namespace {
 
 using protocol::RoleWorker;
 using protocol::WorkerContext;
-namespace fs = std::filesystem;
 
 // The critic's settings, resolved once at kInit. The keys it shares with the actor come from
 // actor.* (as verl's critic inherits them): the loss aggregation and its scale, the dynamic
@@ -128,22 +125,13 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 }
 
 Batch save(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
-    CriticWorker& cw = ready(w);
-    const std::string dir = protocol::decode_args<protocol::DirArgs>(in, "critic.save").dir;
-    const std::string file = fmt::format("critic_rank{}.h5", ctx.comms->role_rank);
-    auto d = cw.engine->save_state_file((fs::path(dir) / file).string(), "critic/");
-    return detail::checkpoint_file_info(dir, file, d.size, d.crc32);
+    return detail::save_engine_checkpoint(*ready(w).engine, protocol::decode_args<protocol::DirArgs>(in, "critic.save").dir,
+                                          "critic", ctx.comms->role_rank);
 }
 
 Batch load(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
-    CriticWorker& cw = ready(w);
-    const std::string path =
-        (fs::path(protocol::decode_args<protocol::DirArgs>(in, "critic.load").dir) / fmt::format("critic_rank{}.h5", ctx.comms->role_rank)).string();
-    if (!fs::exists(path)) {
-        throw IoError(fmt::format("checkpoint file {} is missing (written with another number of critic ranks?)", path));
-    }
-    ckpt::H5Reader reader(path);
-    cw.engine->load_state(reader, "critic/");
+    detail::load_engine_checkpoint(*ready(w).engine, protocol::decode_args<protocol::DirArgs>(in, "critic.load").dir,
+                                   "critic", ctx.comms->role_rank, ctx.comms->mp_rank);
     return Batch(0);
 }
 

@@ -1,6 +1,11 @@
 #include "model_setup.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "rlpt/ckpt/h5_store.h"
 
 #include "rlpt/core/log.h"
 #include "rlpt/model/reshard_plan.h"
@@ -80,6 +85,119 @@ void sync_policy_weights(PolicySync& sync, const protocol::WorkerContext& ctx, m
     } else {
         sync.broadcast->sync(params, version);
     }
+}
+
+namespace {
+
+// The full tensor of parameter `name` from the slices of every rank of a tp block.
+torch::Tensor assemble_full(const std::string& name, const std::vector<torch::Tensor>& locals,
+                            const model::ModelArgs& args) {
+    const int64_t tp = static_cast<int64_t>(locals.size());
+    const model::ShardSpec s0 = model::shard_spec(name, model::tp_layout(args, tp, 0));
+    if (s0.dim < 0) return locals[0];
+    auto full = torch::empty(model::full_shape(s0, locals[0].sizes().vec()), locals[0].options());
+    for (int64_t r = 0; r < tp; ++r) {
+        const auto spec = model::shard_spec(name, model::tp_layout(args, tp, r));
+        if (spec.real() > 0)
+            full.narrow(spec.dim, spec.start, spec.real()).copy_(locals[static_cast<size_t>(r)].narrow(spec.dim, 0, spec.real()));
+    }
+    return full;
+}
+
+// `like`-shaped slice of `full` in `layout` (padding rows zero).
+torch::Tensor slice_for(const std::string& name, const torch::Tensor& full, const torch::Tensor& like,
+                        const model::TpLayout& layout, torch::ScalarType dtype) {
+    const auto spec = model::shard_spec(name, layout);
+    if (spec.dim < 0) return full.to(dtype);
+    auto out = torch::zeros(like.sizes(), torch::TensorOptions().dtype(dtype));
+    if (spec.real() > 0) out.narrow(spec.dim, 0, spec.real()).copy_(full.narrow(spec.dim, spec.start, spec.real()));
+    return out;
+}
+
+std::string layout_value(const std::string& text, const std::string& key) {
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+        if (line.rfind(key + " ", 0) == 0) return line.substr(key.size() + 1);
+    }
+    return {};
+}
+
+}  // namespace
+
+bool convert_tp_checkpoint(const std::string& dir, const std::string& role, const model::CausalLM& m, int mp_rank,
+                           const std::string& out_path) {
+    namespace fs = std::filesystem;
+    const std::string prefix = role + "/";
+    const auto file = [&](int k) { return (fs::path(dir) / fmt::format("{}_rank{}.h5", role, k)).string(); };
+    ckpt::H5Reader first(file(0));
+    const std::string saved = first.read_blob(prefix + "engine/layout");
+    const std::string tp_line = layout_value(saved, "tensor_parallel");
+    const int tp_old = tp_line.empty() ? 1 : std::stoi(tp_line);
+    const model::TpLayout& layout = m.tp_layout();
+    if (tp_old == layout.tp) return false;
+    const std::string zero = layout_value(saved, "zero_stage");
+    RLPT_CHECK_KIND(IoError, zero != "1",
+                    "checkpoint {} was written at tensor parallelism {} under ZeRO-1 (one DP rank's optimizer ranges "
+                    "per file): it resumes only at tp {}; ZeRO-0/2/3 checkpoints reshard to another tp",
+                    dir, tp_old, tp_old);
+    std::vector<ckpt::H5Reader> old;
+    for (int k = 0; k < tp_old; ++k) old.emplace_back(file(k));
+    const model::ModelArgs& args = m.args();
+    const auto dtype_name = [](torch::ScalarType dt) { return dt == torch::kFloat32 ? "float32" : "bfloat16"; };
+    std::map<torch::ScalarType, std::vector<torch::Tensor>> opt_old[3];  // per kind: per old rank
+    std::map<torch::ScalarType, std::vector<int64_t>> offset;            // per old rank
+    std::map<torch::ScalarType, std::vector<torch::Tensor>> opt_new[3];
+    const char* kinds[3] = {"exp_avg", "exp_avg_sq", "master"};
+    ckpt::H5Writer w(out_path);
+    std::vector<torch::ScalarType> order;
+    torch::NoGradGuard no_grad;
+    for (const auto& item : m.named_parameters(/*recurse=*/true)) {
+        const std::string& name = item.key();
+        const auto dt = item.value().scalar_type();
+        if (offset.count(dt) == 0) {
+            order.push_back(dt);
+            offset[dt].assign(static_cast<size_t>(tp_old), 0);
+            for (int k = 0; k < 3; ++k) {
+                if (k == 2 && dt == torch::kFloat32) continue;
+                for (auto& r : old) opt_old[k][dt].push_back(r.read_tensor(prefix + "optimizer/" + dtype_name(dt) + "/" + kinds[k]));
+            }
+        }
+        std::vector<torch::Tensor> locals;
+        for (auto& r : old) locals.push_back(r.read_tensor(prefix + "params/" + name));
+        w.write_tensor(prefix + "params/" + name,
+                       slice_for(name, assemble_full(name, locals, args), item.value(), layout, dt));
+        for (int k = 0; k < 3; ++k) {
+            if (k == 2 && dt == torch::kFloat32) continue;
+            std::vector<torch::Tensor> segs;
+            for (int j = 0; j < tp_old; ++j) {
+                const auto& l = locals[static_cast<size_t>(j)];
+                segs.push_back(opt_old[k][dt][static_cast<size_t>(j)].narrow(0, offset[dt][static_cast<size_t>(j)], l.numel()).view(l.sizes()));
+            }
+            opt_new[k][dt].push_back(
+                slice_for(name, assemble_full(name, segs, args), item.value(), layout, torch::kFloat32).flatten());
+        }
+        for (int j = 0; j < tp_old; ++j) offset[dt][static_cast<size_t>(j)] += locals[static_cast<size_t>(j)].numel();
+    }
+    std::string text = fmt::format("rlpt-train-engine-state 1\nzero_stage {}\ndp_size {}\ndp_rank {}\n", zero,
+                                   layout_value(saved, "dp_size"), layout_value(saved, "dp_rank"));
+    for (auto dt : order) {
+        const auto exp_avg = torch::cat(opt_new[0][dt]);
+        const int64_t n = exp_avg.numel();
+        text += fmt::format("group {} numel {} padded {} own 0 {}\n", dtype_name(dt), n, n, n);
+        const std::string base = prefix + "optimizer/" + dtype_name(dt) + "/";
+        w.write_tensor(base + "exp_avg", exp_avg);
+        w.write_tensor(base + "exp_avg_sq", torch::cat(opt_new[1][dt]));
+        if (dt != torch::kFloat32) w.write_tensor(base + "master", torch::cat(opt_new[2][dt]));
+    }
+    if (layout.tp > 1) text += fmt::format("tensor_parallel {} rank {}\n", layout.tp, layout.rank);
+    w.write_blob(prefix + "engine/layout", text);
+    const ckpt::H5Reader& mine = old[static_cast<size_t>(mp_rank % tp_old)];
+    for (const char* t : {"global_step", "schedule_step", "applied_updates", "rng_state"})
+        w.write_tensor(prefix + "engine/" + t, mine.read_tensor(prefix + "engine/" + t));
+    if (mine.has_attr(prefix + "weight_version"))
+        w.set_int_attr(prefix + "weight_version", mine.int_attr(prefix + "weight_version"));
+    w.commit();
+    return true;
 }
 
 }  // namespace rlpt::roles::detail

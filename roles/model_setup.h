@@ -8,6 +8,7 @@
 #include "rlpt/comm/placement.h"
 #include "rlpt/comm/weight_reshard.h"
 #include "rlpt/comm/weight_sync.h"
+#include "rlpt/model/reshard_plan.h"
 #include "rlpt/model/transformer.h"
 #include "rlpt/model/value_model.h"
 #include "rlpt/protocol/role_spec.h"
@@ -58,11 +59,25 @@ struct PolicySync {
 void sync_policy_weights(PolicySync& sync, const protocol::WorkerContext& ctx, model::CausalLM& m,
                          uint64_t& version);
 
+// Resume at another tensor-parallel size: when the checkpoint files `<dir>/<role>_rank<k>.h5`
+// were written at another tp than `m`'s (and not under ZeRO-1), writes this rank's state in
+// `m`'s layout to `out_path` (an engine checkpoint file: parameters and the full optimizer
+// state sliced from the full tensors assembled from DP block 0's files, one tensor at a time;
+// step counters, RNG and `<role>/weight_version` from the file of the same mp rank) and returns
+// true; false when the tp is the same (load the files as they are). Local (no collective).
+// IoError for a ZeRO-1 checkpoint (its files hold one DP rank's ranges).
+bool convert_tp_checkpoint(const std::string& dir, const std::string& role, const model::CausalLM& m, int mp_rank,
+                           const std::string& out_path);
+
 // The shared key under which a colocated actor publishes its model (and the weight version).
 constexpr const char* kSharedPolicy = "policy";
 struct SharedPolicy {
     std::shared_ptr<model::CausalLM> model;
     uint64_t version = 0;
+    // The actor's parameters one at a time in its own layout (TrainEngine::for_each_full_parameter:
+    // collective on the actor's DP group, ZeRO-3 units gathered one at a time): what a colocated
+    // rollout with another tensor-parallel size reshards from (model::reshard_colocated).
+    model::ParameterWalk walk;
 };
 
 }  // namespace rlpt::roles::detail

@@ -25,6 +25,41 @@ class RolloutWorker : public RoleWorker {
     rollout::GeneratorContext gen;                         // the generator's context (its state lives here)
     bool own_copy = false;
     detail::PolicySync sync;
+    // The hybrid engine (colocated with an actor of another tensor-parallel size): the actor,
+    // resharded into `policy` (our layout, storage released between generations) before each
+    // generation.
+    std::shared_ptr<detail::SharedPolicy> actor;
+    bool logged_reshard = false;
+};
+
+// The hybrid engine's generation window: the rollout-layout copy filled from the actor on
+// construction (collective on the actor's DP group and tp block), its storage freed on exit.
+class ReshardedWindow {
+  public:
+    ReshardedWindow(RolloutWorker& r, const WorkerContext& ctx) : r_(r) {
+        if (!r.actor) return;
+        model::CausalLM& m = *r.policy->model;
+        const auto st = model::reshard_colocated(r.actor->walk, m.args(), r.actor->model->tp(), m, m.tp_layout());
+        r.policy->version = r.actor->version;
+        active_ = true;
+        if (ctx.comms->role_rank == 0 && !r.logged_reshard) {
+            RLPT_LOG_INFO("rollout: hybrid engine resharded the actor (tp {}) into the rollout layout (tp {}): {:.1f} MB "
+                          "of rollout parameters on this rank, {:.1f} MB gathered over the actor block, {:.3f} s; freed "
+                          "after each generation",
+                          r.actor->model->tp_layout().tp, m.tp_layout().tp, st.dst_bytes / 1e6,
+                          st.tp_gathered_bytes / 1e6, st.seconds);
+            r.logged_reshard = true;
+        }
+    }
+    ~ReshardedWindow() {
+        if (active_) model::release_parameter_storage(*r_.policy->model);
+    }
+    ReshardedWindow(const ReshardedWindow&) = delete;
+    ReshardedWindow& operator=(const ReshardedWindow&) = delete;
+
+  private:
+    RolloutWorker& r_;
+    bool active_ = false;
 };
 
 RolloutWorker& ready(RoleWorker& w) {
@@ -52,11 +87,21 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
         else if (!ctx.config->model.path.empty()) r.tok = tokenizer::load_tokenizer(ctx.config->model.path);
         r.gen.tokenizer = r.tok.get();
     }
+    const Config& c = *ctx.config;
     if (auto shared = ctx.shared->get<detail::SharedPolicy>(detail::kSharedPolicy)) {
-        r.policy = shared;  // colocated with the actor: same tensors, no copy, no sync
+        if (shared->model->tp_layout().tp == ctx.layout->mp_size) {
+            r.policy = shared;  // colocated with the actor: same tensors, no copy, no sync
+            return Batch(0);
+        }
+        // The hybrid engine: our own layout, no storage until a generation needs it.
+        const auto device = detail::device_for(c, ctx.topology->placement(), ctx.world_rank);
+        r.actor = shared;
+        r.policy = std::make_shared<detail::SharedPolicy>();
+        r.policy->model = std::make_shared<model::CausalLM>(shared->model->args(), shared->model->dtype(), device,
+                                                            detail::tensor_parallel(ctx, device));
+        model::release_parameter_storage(*r.policy->model);
         return Batch(0);
     }
-    const Config& c = *ctx.config;
     r.policy = std::make_shared<detail::SharedPolicy>();
     const auto device = detail::device_for(c, ctx.topology->placement(), ctx.world_rank);
     r.policy->model = detail::build_policy(c, device, args.vocab_size, detail::tensor_parallel(ctx, device));
@@ -69,6 +114,7 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     // Colocated with a ZeRO-3 actor: the full weights for the whole generation (its number of
     // decode steps differs per rank, so no per-layer gathers), freed when it returns.
     const auto full = model::hold_full_parameters(*r.policy->model);
+    const ReshardedWindow resharded(r, ctx);
     const torch::Tensor ids = in.at("prompt_ids").contiguous();
     const torch::Tensor mask = in.at("prompt_mask").to(torch::kBool).contiguous();
     const int64_t B = in.size(), P = ids.size(1);

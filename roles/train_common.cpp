@@ -1,6 +1,10 @@
 #include "train_common.h"
 
 #include <algorithm>
+#include <filesystem>
+
+#include "rlpt/ckpt/checkpoint_dir.h"
+#include "rlpt/ckpt/h5_store.h"
 
 #include "rlpt/algo/seqlen_balancing.h"
 
@@ -144,13 +148,31 @@ uint64_t stream_seed(std::initializer_list<uint64_t> keys) {
     return h;
 }
 
-Batch checkpoint_file_info(const std::string& dir, const std::string& file, uint64_t bytes, uint32_t crc) {
+Batch save_engine_checkpoint(const engine::TrainEngine& engine, const std::string& dir, const std::string& role,
+                             int role_rank, const std::function<void(ckpt::H5Writer&)>& extra) {
+    const std::string file = fmt::format("{}_rank{}.h5", role, role_rank);
+    const auto digest = engine.save_state_file((std::filesystem::path(dir) / file).string(), role + "/", extra);
     Batch out(1);
     out.set_strings("dir", {dir});
     out.set_strings("file", {file});
-    out.set_ints("bytes", {static_cast<int64_t>(bytes)});
-    out.set_ints("crc32", {static_cast<int64_t>(crc)});
+    out.set_ints("bytes", {static_cast<int64_t>(digest.size)});
+    out.set_ints("crc32", {static_cast<int64_t>(digest.crc32)});
     return out;
+}
+
+void load_engine_checkpoint(engine::TrainEngine& engine, const std::string& dir, const std::string& role, int role_rank,
+                            int mp_rank, const std::function<void(ckpt::H5Reader&)>& extra) {
+    const auto file = [&](int k) { return (std::filesystem::path(dir) / fmt::format("{}_rank{}.h5", role, k)).string(); };
+    std::string path = file(role_rank);
+    if (!std::filesystem::exists(path)) path = file(mp_rank);
+    if (!std::filesystem::exists(path)) {
+        throw IoError(fmt::format("checkpoint file {} is missing (was the checkpoint written with another number of "
+                                  "{} ranks?)",
+                                  path, role));
+    }
+    ckpt::H5Reader reader(path);
+    engine.load_state(reader, role + "/");
+    if (extra) extra(reader);
 }
 
 }  // namespace rlpt::roles::detail

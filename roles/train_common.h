@@ -78,8 +78,16 @@ engine::OptimOptions optim_options(const OptimConfig& o, int64_t total_steps);
 // distinct keys give independent streams, equal keys the same one.
 uint64_t stream_seed(std::initializer_list<uint64_t> keys);
 
-// Writes `<dir>/<role>_rank<k>.h5` via `save`, returns a 1-row batch with fields file, bytes,
-// crc32 (for the checkpoint manifest).
-Batch checkpoint_file_info(const std::string& dir, const std::string& file, uint64_t bytes, uint32_t crc);
+// A training role's checkpoint (the actor's and the critic's save/load methods): this rank's file
+// `<dir>/<role>_rank<role_rank>.h5` holding the engine's state under "<role>/" plus whatever
+// `extra` writes. Save returns the manifest row (one-row batch: dir, file, bytes, crc32);
+// collective on the engine's DP communicator. Load reads this rank's file, or when the checkpoint
+// was written with fewer ranks (another DP size: elastic resume) the file of the same mp rank in
+// DP block 0 (`<role>_rank<mp_rank>.h5`); the engine takes its slices of it or refuses a layout
+// it cannot reshard (IoError). A missing file is an IoError naming it. `extra` gets the open file.
+Batch save_engine_checkpoint(const engine::TrainEngine& engine, const std::string& dir, const std::string& role,
+                             int role_rank, const std::function<void(ckpt::H5Writer&)>& extra = {});
+void load_engine_checkpoint(engine::TrainEngine& engine, const std::string& dir, const std::string& role, int role_rank,
+                            int mp_rank, const std::function<void(ckpt::H5Reader&)>& extra = {});
 
 }  // namespace rlpt::roles::detail

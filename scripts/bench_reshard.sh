@@ -24,10 +24,19 @@ for c in "2 1 1" "1 2 1" "2 1 2" "2 4 1"; do
   OMP_NUM_THREADS=1 mpirun -np "$np" "${flags[@]}" "$bin" --from "$1" --to "$2" --blocks "$3" \
     --iters "${ITERS:-5}" --bucket-mb "${BUCKET_MB:-64}" | grep '^{' >>"$out"
 done
+# The hybrid engine: actor (ZeRO-3, tp F) and rollout (tp T) on the same 2 ranks.
+for c in "1 2" "2 1"; do
+  set -- $c
+  echo "bench_reshard.sh: np=2 colocated actor ZeRO-3 tp $1 -> rollout tp $2" >&2
+  OMP_NUM_THREADS=1 mpirun -np 2 "${flags[@]}" "$bin" --colocated 1 --from "$1" --to "$2" \
+    --iters "${ITERS:-5}" | grep '^{' >>"$out"
+done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 /usr/bin/python3 - "$out" "$load_before" "$load_after" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+colocated = [r for r in rows if r.get("colocated")]
+rows = [r for r in rows if not r.get("colocated")]
 print(f"~100M Llama-style model (hidden 768, 12 layers, vocab 32000, tied; {rows[0]['full_model_bytes']/1e6:.0f} MB fp32), "
       f"{rows[0]['bucket_mb']} MiB buckets, one torch thread per rank, shared memory; load average {sys.argv[2]} before, {sys.argv[3]} after; "
       f"git {rows[0]['git_sha']}. Times: median of the slowest rank.\n")
@@ -44,4 +53,15 @@ print("\n- reshard / raw: raw p2p time over reshard time (1.0 = as fast as unpla
       "the same bytes; the goal is >= 0.8).")
 print("- received vs full bcast: the largest per-rank receive over the full model a broadcast sync delivers "
       "to every receiver.")
+print("\nColocated (the hybrid engine, model::reshard_colocated): actor trained at ZeRO-3 over the DP ranks, rollout "
+      "copy in another tp on the same ranks; one window = fill the rollout copy from the actor + free it. Peer: raw "
+      "MPI_Allgather of the same bytes into preallocated buffers (over DP; plus over the tp block when actor tp > 1).\n")
+print("| actor (ZeRO-3) -> rollout | ranks | actor slice MB | ZeRO-3 shard MB/rank | peak param MB/rank during fill "
+      "| rollout MB/rank | window s | GB/s (actor slice) | raw all-gather s | window / raw |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for r in colocated:
+    print(f"| tp {r['from']} x dp {r['dp']} -> tp {r['to']} | {r['ranks']} | {r['actor_slice_bytes']/1e6:.0f} "
+          f"| {r['zero3_shard_bytes']/1e6:.0f} | {r['peak_param_bytes']/1e6:.0f} | {r['rollout_bytes']/1e6:.0f} "
+          f"| {r['reshard_s']:.3f} | {r['actor_slice_bytes']/r['reshard_s']/1e9:.2f} | {r['raw_allgather_s']:.3f} "
+          f"| {r['raw_allgather_s']/r['reshard_s']:.2f}x |")
 PY

@@ -19,43 +19,24 @@ namespace fs = std::filesystem;
 constexpr int64_t kControllerStateVersion = 1;
 
 std::string hash_hex(uint64_t h) { return fmt::format("{:016x}", h); }
-
-void add_files(ckpt::Manifest& manifest, const std::vector<Batch>& infos) {
-    for (const Batch& b : infos) {
-        ckpt::ManifestFile f;
-        f.name = b.strings("file")[0];
-        f.digest.size = static_cast<uint64_t>(b.ints("bytes")[0]);
-        f.digest.crc32 = static_cast<uint32_t>(b.ints("crc32")[0]);
-        manifest.files.push_back(f);
-    }
-}
 }  // namespace
 
 void RlTrainer::save_checkpoint() {
-    const std::string root = checkpoint_root(run_.run_dir);
-    const std::string dir = ckpt::create_step_dir(root, step_);
-    const Batch m = protocol::with_args(Batch(0), protocol::DirArgs{dir});
-    ckpt::Manifest manifest;
-    manifest.step = step_;
-    manifest.config_hash = hash_hex(config_hash(c_));
-    manifest.world_size = run_.topology->world_size();
-    for (const auto& r : run_.topology->placement().roles) manifest.roles[r.role] = r.world_ranks;
-    for (const auto& role : plan_.checkpointed_roles) {
-        auto call = ctl_.submit_raw(ctl_.role_index(role), method_id(role, "save"), &m, nullptr);
-        add_files(manifest, ctl_.wait_all(call));
-    }
-    ckpt::H5Writer w((fs::path(dir) / "controller.h5").string());
-    auto st = sampler_->state();
-    w.set_int_attr("controller/state_version", kControllerStateVersion);
-    w.set_int_attr("controller/step", step_);
-    write_sampler_state(w, st);
-    w.set_double_attr("controller/kl_coef", kl_ctrl_.value());
-    auto digest = w.commit();
-    manifest.files.push_back({"controller.h5", digest});
-    ckpt::write_complete_marker(dir, manifest);
-    auto removed = ckpt::prune_checkpoints(root, static_cast<int>(c_.trainer.max_checkpoints), step_);
-    RLPT_LOG_INFO("checkpoint step {} written to {} ({} files){}", step_, dir, manifest.files.size(),
-                  removed.empty() ? "" : fmt::format("; removed {} older", removed.size()));
+    const auto save_roles = [&](const std::string& dir) {
+        const Batch m = protocol::with_args(Batch(0), protocol::DirArgs{dir});
+        std::vector<Batch> rows;
+        for (const auto& role : plan_.checkpointed_roles) {
+            auto call = ctl_.submit_raw(ctl_.role_index(role), method_id(role, "save"), &m, nullptr);
+            for (Batch& b : ctl_.wait_all(call)) rows.push_back(std::move(b));
+        }
+        return rows;
+    };
+    write_run_checkpoint(run_, step_, save_roles, [&](ckpt::H5Writer& w) {
+        w.set_int_attr("controller/state_version", kControllerStateVersion);
+        w.set_int_attr("controller/step", step_);
+        write_sampler_state(w, sampler_->state());
+        w.set_double_attr("controller/kl_coef", kl_ctrl_.value());
+    }, "checkpoint");
 }
 
 bool RlTrainer::try_resume() {
@@ -71,8 +52,9 @@ bool RlTrainer::try_resume() {
         auto it = man.roles.find(role);
         const comm::RoleLayout* now = run_.topology->placement().find(role);
         if (it != man.roles.end() && now && it->second.size() != now->world_ranks.size()) {
-            throw ConfigError(fmt::format("cannot resume from {}: it was written with {} {} rank(s), this run has {}",
-                                          info->dir, it->second.size(), role, now->world_ranks.size()));
+            RLPT_LOG_INFO("resuming {} written with {} {} rank(s) on {}: each rank takes its slices of the saved state "
+                          "(ZeRO-0/2/3 files load at any DP size and stage; ZeRO-1 files need the same DP size)",
+                          info->dir, it->second.size(), role, now->world_ranks.size());
         }
     }
     ckpt::H5Reader r((fs::path(info->dir) / "controller.h5").string());

@@ -20,33 +20,15 @@ std::string config_hash_hex(const Config& c) { return fmt::format("{:016x}", con
 
 void save_sft_checkpoint(protocol::Controller& ctl, const RunContext& run, int64_t step,
                          const data::EpochSampler& sampler) {
-    const Config& c = *run.config;
-    const std::string root = checkpoint_root(run.run_dir);
-    const std::string dir = ckpt::create_step_dir(root, step);
-    ckpt::Manifest manifest;
-    manifest.step = step;
-    manifest.config_hash = config_hash_hex(c);
-    manifest.world_size = run.topology->world_size();
-    for (const auto& r : run.topology->placement().roles) manifest.roles[r.role] = r.world_ranks;
-    const Batch m = protocol::with_args(Batch(0), protocol::DirArgs{dir});
-    for (const Batch& b : ctl.call_all(roles::ActorMethod::kSave, m)) {
-        ckpt::ManifestFile f;
-        f.name = b.strings("file")[0];
-        f.digest.size = static_cast<uint64_t>(b.ints("bytes")[0]);
-        f.digest.crc32 = static_cast<uint32_t>(b.ints("crc32")[0]);
-        manifest.files.push_back(f);
-    }
-    ckpt::H5Writer w((fs::path(dir) / "controller.h5").string());
-    const auto st = sampler.state();
-    w.set_string_attr("controller/mode", "sft");
-    w.set_int_attr("controller/state_version", kSftStateVersion);
-    w.set_int_attr("controller/step", step);
-    write_sampler_state(w, st);
-    manifest.files.push_back({"controller.h5", w.commit()});
-    ckpt::write_complete_marker(dir, manifest);
-    auto removed = ckpt::prune_checkpoints(root, static_cast<int>(c.trainer.max_checkpoints), step);
-    RLPT_LOG_INFO("sft checkpoint step {} written to {} ({} files){}", step, dir, manifest.files.size(),
-                  removed.empty() ? "" : fmt::format("; removed {} older", removed.size()));
+    const auto save_roles = [&](const std::string& dir) {
+        return ctl.call_all(roles::ActorMethod::kSave, protocol::with_args(Batch(0), protocol::DirArgs{dir}));
+    };
+    write_run_checkpoint(run, step, save_roles, [&](ckpt::H5Writer& w) {
+        w.set_string_attr("controller/mode", "sft");
+        w.set_int_attr("controller/state_version", kSftStateVersion);
+        w.set_int_attr("controller/step", step);
+        write_sampler_state(w, sampler.state());
+    }, "sft checkpoint");
 }
 
 int64_t resume_sft(protocol::Controller& ctl, const RunContext& run, data::EpochSampler& sampler) {
@@ -65,8 +47,9 @@ int64_t resume_sft(protocol::Controller& ctl, const RunContext& run, data::Epoch
     auto it = man.roles.find("actor");
     const int n_actor = static_cast<int>(ctl.layout("actor").world_ranks.size());
     if (it != man.roles.end() && static_cast<int>(it->second.size()) != n_actor) {
-        throw ConfigError(fmt::format("cannot resume from {}: it was written with {} actor rank(s), this run has {}",
-                                      dir, it->second.size(), n_actor));
+        RLPT_LOG_INFO("resuming {} written with {} actor rank(s) on {}: each rank takes its slices of the saved state "
+                      "(ZeRO-0/2/3 files load at any DP size and stage; ZeRO-1 files need the same DP size)",
+                      dir, it->second.size(), n_actor);
     }
     if (man.config_hash != config_hash_hex(c)) {
         RLPT_LOG_WARN("resuming from {} which was written with a different config (changed keys take effect from "

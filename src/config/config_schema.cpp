@@ -188,6 +188,7 @@ void visit_rollout(Visitor& v, RolloutConfig& c) {
         m.value("env_workers", t.env_workers);
         m.value("env_timeout_s", t.env_timeout_s);
     });
+    v.value("tensor_model_parallel_size", c.tensor_model_parallel_size);
     v.section("val", [&](Visitor& s) { visit_sampling(s, c.val); });
     v.section("weight_sync", [&](Visitor& w) {
         w.value("backend", c.weight_sync.backend);

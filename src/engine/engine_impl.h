@@ -13,6 +13,7 @@
 #include "rlpt/comm/mpi.h"
 #include "rlpt/core/error.h"
 #include "rlpt/engine/train_engine.h"
+#include "rlpt/model/reshard_plan.h"
 
 namespace rlpt::model {
 class Backbone;
@@ -105,10 +106,9 @@ struct EngineState {
 std::string group_name(const Group& g);
 
 // ---- ZeRO-2/3 (engine/zero_shard.cpp) --------------------------------------------------------
-// Storage of `t` freed (tensor metadata and views kept, data pointer null) / allocated again
-// (values undefined): how FSDP frees a gathered parameter while autograd still holds views.
-void free_storage(const torch::Tensor& t);
-void alloc_storage(const torch::Tensor& t);
+// Storage of a flat buffer freed / allocated again (rlpt/model/reshard_plan.h).
+using model::alloc_storage;
+using model::free_storage;
 // Group indices of a unit (-1: root), in order.
 std::vector<size_t> unit_groups(const EngineState& st, int64_t unit);
 // ZeRO-3: the unit's full parameters in flat_param (blocking; finishes a prefetch). Collective.

@@ -216,6 +216,7 @@ void TrainEngine::load_state(ckpt::H5Reader& r, const std::string& prefix_in) {
         torch::Tensor rng;
     } in;
     std::exception_ptr err;
+    bool canonical = false;
     try {
         // Read and check everything first: nothing changes unless all of it is there.
         // The tensor-parallel layout first: a slice of another size would otherwise be reported as
@@ -246,7 +247,12 @@ void TrainEngine::load_state(ckpt::H5Reader& r, const std::string& prefix_in) {
                                                  "ZeRO-{} over {} rank(s), rank {})",
                                                  saved["zero_stage"], saved["dp_size"], saved["dp_rank"],
                                                  st.opts.zero_stage, st.dp_size, st.dp_rank);
-        if (st.shards_grads()) {
+        // ZeRO-0/2/3 files hold the full optimizer state (ZeRO-0's per-dtype groups are the
+        // canonical vectors); ZeRO-2/3 engines, and a ZeRO-1 engine given such a file (another DP
+        // size or stage: elastic resume), take their slices of it. A ZeRO-1 file holds one rank's
+        // ranges and loads only into the same ZeRO-1 layout.
+        canonical = st.shards_grads() || (st.opts.zero_stage == 1 && saved["zero_stage"] != "1");
+        if (canonical) {
             const Canonical c = canonical_layout(st);
             for (auto dt : c.dtypes) {
                 const std::string base = prefix + "optimizer/" + dtype_group_name(dt) + "/";
@@ -265,7 +271,7 @@ void TrainEngine::load_state(ckpt::H5Reader& r, const std::string& prefix_in) {
             }
         }
         for (const auto& g : st.groups) {
-            if (st.shards_grads()) break;
+            if (canonical) break;
             const std::string base = prefix + "optimizer/" + detail::group_name(g) + "/";
             const std::string mine = fmt::format("numel {} padded {} own {} {}", g.numel, g.padded, g.own_begin,
                                                  g.own_end);
@@ -297,7 +303,7 @@ void TrainEngine::load_state(ckpt::H5Reader& r, const std::string& prefix_in) {
     st.agree<IoError>(err, "TrainEngine::load_state");
 
     torch::NoGradGuard no_grad;
-    if (st.shards_grads()) {
+    if (canonical) {
         // Take this rank's slices of the full state.
         const Canonical c = canonical_layout(st);
         std::map<torch::ScalarType, size_t> index;

@@ -1,29 +1,11 @@
 // ZeRO-2/3 mechanics of the TrainEngine: per-unit (decoder layer / root) gathers, frees and
 // gradient reduce-scatters, driven by the hooks a Backbone calls around its layers
 // (model::LayerHooks). The step and the set-up are in train_engine.cpp.
-#include <c10/core/StorageImpl.h>
-
 #include "engine/engine_impl.h"
 #include "rlpt/model/transformer.h"
 #include <fmt/ranges.h>
 
 namespace rlpt::engine::detail {
-
-void free_storage(const torch::Tensor& t) {
-    c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
-    if (s->nbytes() == 0) return;
-    s->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
-    s->set_nbytes(0);
-}
-
-void alloc_storage(const torch::Tensor& t) {
-    c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
-    const size_t bytes = static_cast<size_t>(t.storage_offset() + t.numel()) * t.element_size();
-    if (s->nbytes() >= bytes) return;
-    RLPT_CHECK_KIND(InternalError, s->allocator() != nullptr, "TrainEngine: a flat buffer has no allocator");
-    s->set_data_ptr_noswap(s->allocator()->allocate(bytes));
-    s->set_nbytes(bytes);
-}
 
 std::vector<size_t> unit_groups(const EngineState& st, int64_t unit) {
     std::vector<size_t> out;

@@ -8,6 +8,15 @@
 // `to`. Checks every received slice against the tp = 1 model first. One JSON line on rank 0.
 // Usage: mpirun -np <from + blocks*to> rlpt_bench_reshard --from F --to T --blocks B [--iters N]
 //        [--bucket-mb M (64, the default weight_sync.bucket_mb)]
+//
+// --colocated 1: the hybrid engine instead (model::reshard_colocated). Every rank holds the actor
+// (tp F, trained by a ZeRO-3 TrainEngine over the ranks / F DP ranks) and a rollout copy of tp T
+// with its storage released; one measurement is a whole generation window: fill the rollout
+// copy from the actor (ZeRO-3 units gathered one at a time, tp F blocks gathered per tensor),
+// then free it. The peer: a raw MPI_Allgather over the DP ranks of the same bytes (each rank's
+// share of its actor slice, into one preallocated buffer), plus for F > 1 an MPI_Allgather of
+// the actor slice over the tp block. Usage: mpirun -np N rlpt_bench_reshard --colocated 1
+// --from F --to T
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -19,6 +28,7 @@
 #include "rlpt/build_config.h"
 #include "rlpt/comm/mpi.h"
 #include "rlpt/core/error.h"
+#include "rlpt/engine/train_engine.h"
 #include "rlpt/model/reshard_plan.h"
 #include "rlpt/model/tensor_parallel.h"
 #include "rlpt/model/transformer.h"
@@ -29,14 +39,15 @@ using namespace rlpt;
 using Clock = std::chrono::steady_clock;
 
 struct Args {
-    int64_t from = 2, to = 1, blocks = 1, iters = 3, threads = 1, bucket_mb = 64;
+    int64_t from = 2, to = 1, blocks = 1, iters = 3, threads = 1, bucket_mb = 64, colocated = 0;
 };
 
 Args parse(int argc, char** argv) {
     Args a;
     rlpt::bench::parse_int_options(argc, argv, "bench_reshard",
                                    {{"--from", &a.from}, {"--to", &a.to}, {"--blocks", &a.blocks}, {"--iters", &a.iters},
-                                    {"--threads", &a.threads}, {"--bucket-mb", &a.bucket_mb}});
+                                    {"--threads", &a.threads}, {"--bucket-mb", &a.bucket_mb},
+                                    {"--colocated", &a.colocated}});
     return a;
 }
 
@@ -52,6 +63,18 @@ double timed(const comm::Communicator& world, int64_t iters, Fn&& fn) {
     }
     std::sort(ts.begin(), ts.end());
     return ts[ts.size() / 2];
+}
+
+// Every parameter of `m` must be its slice of the seed-11 tp = 1 model.
+void check_slices(model::CausalLM& m, const model::ModelArgs& args, int me) {
+    auto whole = model::make_random_causal_lm(args, 11);
+    auto full = whole->named_parameters();
+    for (const auto& item : m.named_parameters()) {
+        const auto s = model::shard_spec(item.key(), m.tp_layout());
+        auto expected = s.dim < 0 ? full[item.key()] : full[item.key()].narrow(s.dim, s.start, s.real());
+        auto got = s.dim < 0 ? item.value() : item.value().narrow(s.dim, 0, s.real());
+        RLPT_CHECK(torch::equal(got, expected), "bench_reshard: rank {} holds a wrong '{}'", me, item.key());
+    }
 }
 
 void run(const Args& a, const comm::Communicator& world) {
@@ -73,16 +96,7 @@ void run(const Args& a, const comm::Communicator& world) {
     auto reshard = comm::make_weight_reshard("mpi", world, opts);
     uint64_t version = sender ? 1 : 0;
     reshard->sync(plan, names, params, version);  // warm-up and the correctness check
-    if (!sender) {
-        auto whole = model::make_random_causal_lm(args, 11);
-        auto full = whole->named_parameters();
-        for (const auto& item : m->named_parameters()) {
-            const auto s = model::shard_spec(item.key(), m->tp_layout());
-            auto expected = s.dim < 0 ? full[item.key()] : full[item.key()].narrow(s.dim, s.start, s.real());
-            auto got = s.dim < 0 ? item.value() : item.value().narrow(s.dim, 0, s.real());
-            RLPT_CHECK(torch::equal(got, expected), "bench_reshard: rank {} received a wrong '{}'", me, item.key());
-        }
-    }
+    if (!sender) check_slices(*m, args, me);
     const double t_reshard = timed(world, a.iters, [&] { reshard->sync(plan, names, params, version); });
     const auto st = reshard->last_stats();
 
@@ -137,6 +151,74 @@ void run(const Args& a, const comm::Communicator& world) {
     }
 }
 
+void run_colocated(const Args& a, const comm::Communicator& world) {
+    const int n = world.size(), me = world.rank();
+    RLPT_CHECK(n % a.from == 0 && n % a.to == 0, "bench_reshard --colocated: {} ranks do not split into tp {} and tp {}",
+               n, a.from, a.to);
+    auto actor_mp = world.split(me / static_cast<int>(a.from), me);
+    auto actor_dp = world.split(me % static_cast<int>(a.from), me);
+    auto rollout_mp = world.split(me / static_cast<int>(a.to), me);
+    auto actor_tp = a.from > 1 ? model::TensorParallel::over(actor_mp, torch::kCPU) : nullptr;
+    auto rollout_tp = a.to > 1 ? model::TensorParallel::over(rollout_mp, torch::kCPU) : nullptr;
+    const auto args = bench::llama_100m();
+    auto actor = model::make_random_causal_lm(args, 11, torch::kFloat32, torch::kCPU, actor_tp);
+    int64_t actor_bytes = 0;
+    for (const auto& p : actor->parameters()) actor_bytes += p.numel() * 4;
+    engine::OptimOptions opts;
+    opts.zero_stage = 3;
+    engine::TensorParallelInfo tpi;
+    if (a.from > 1) {
+        tpi.block = &actor_mp;
+        tpi.not_counted = model::uncounted_parameters(*actor, actor->tp_layout());
+    }
+    engine::TrainEngine engine(actor, actor_dp, opts, 5, tpi);
+    const int64_t shard_bytes = engine.memory_bytes().params;
+    auto rollout = std::make_shared<model::CausalLM>(args, torch::kFloat32, torch::kCPU, rollout_tp);
+    model::release_parameter_storage(*rollout);
+    const model::ParameterWalk walk = [&](const model::ParameterVisitor& v) { engine.for_each_full_parameter(v); };
+    model::ColocatedReshardStats st;
+    int64_t peak_params = 0;
+    {  // warm-up and the correctness check
+        const model::ParameterWalk watched = [&](const model::ParameterVisitor& v) {
+            engine.for_each_full_parameter([&](const std::string& name, const torch::Tensor& t) {
+                peak_params = std::max(peak_params, engine.memory_bytes().params);
+                v(name, t);
+            });
+        };
+        st = model::reshard_colocated(watched, args, actor->tp(), *rollout, rollout->tp_layout());
+        check_slices(*rollout, args, me);
+        model::release_parameter_storage(*rollout);
+    }
+    const double t_reshard = timed(world, a.iters, [&] {
+        model::reshard_colocated(walk, args, actor->tp(), *rollout, rollout->tp_layout());
+        model::release_parameter_storage(*rollout);
+    });
+    // The same bytes through raw all-gathers into preallocated buffers.
+    const int64_t dp = actor_dp.size(), share = (actor_bytes + dp - 1) / dp;
+    auto send = torch::ones({share}, torch::kUInt8), gathered = torch::empty({share * dp}, torch::kUInt8);
+    auto tp_send = torch::ones({actor_bytes}, torch::kUInt8);
+    auto tp_gathered = a.from > 1 ? torch::empty({actor_bytes * a.from}, torch::kUInt8) : torch::Tensor();
+    const double t_raw = timed(world, a.iters, [&] {
+        RLPT_MPI_CHECK(MPI_Allgather(send.data_ptr(), static_cast<int>(share), MPI_BYTE, gathered.data_ptr(),
+                                     static_cast<int>(share), MPI_BYTE, actor_dp.get()));
+        if (a.from > 1)
+            RLPT_MPI_CHECK(MPI_Allgather(tp_send.data_ptr(), static_cast<int>(actor_bytes), MPI_BYTE,
+                                         tp_gathered.data_ptr(), static_cast<int>(actor_bytes), MPI_BYTE,
+                                         actor_mp.get()));
+    });
+    if (me == 0) {
+        std::printf(
+            "{\"git_sha\": \"%s\", \"colocated\": 1, \"from\": %lld, \"to\": %lld, \"ranks\": %d, \"dp\": %lld, "
+            "\"actor_slice_bytes\": %lld, \"zero3_shard_bytes\": %lld, \"peak_param_bytes\": %lld, "
+            "\"rollout_bytes\": %lld, \"tp_gathered_bytes\": %lld, \"max_full_bytes\": %lld, \"reshard_s\": %.6f, "
+            "\"raw_allgather_s\": %.6f}\n",
+            RLPT_GIT_SHA, static_cast<long long>(a.from), static_cast<long long>(a.to), n, static_cast<long long>(dp),
+            static_cast<long long>(actor_bytes), static_cast<long long>(shard_bytes),
+            static_cast<long long>(peak_params), static_cast<long long>(st.dst_bytes),
+            static_cast<long long>(st.tp_gathered_bytes), static_cast<long long>(st.max_full_bytes), t_reshard, t_raw);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -144,7 +226,11 @@ int main(int argc, char** argv) {
     try {
         const Args args = parse(argc, argv);
         torch::set_num_threads(static_cast<int>(args.threads));
-        run(args, rlpt::comm::Communicator::world());
+        if (args.colocated != 0) {
+            run_colocated(args, rlpt::comm::Communicator::world());
+        } else {
+            run(args, rlpt::comm::Communicator::world());
+        }
         std::fflush(stdout);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_reshard: %s\n", e.what());

@@ -5,11 +5,22 @@
 // from another seed; after one sync every rollout parameter must equal its slice of the tp = 1
 // model bit for bit, and the rollout's logits and greedy generations must match the whole
 // model's (logits within 1e-5, tokens identical). Ranks beyond the pair's need sit the case out.
+//
+// ColocatedReshardTest, at 2 and 4 ranks: the hybrid engine's colocated resharding
+// (reshard_colocated). Every rank holds the actor (a seed-11 model split over blocks of tp_a
+// consecutive ranks, trained by a TrainEngine at ZeRO stage z over the DP ranks) and a rollout
+// copy in another layout (blocks of tp_r ranks) with no storage. After one reshard every rollout
+// parameter must equal its slice of the tp = 1 model bit for bit, the rollout's greedy
+// generations must be the whole model's token for token, the transient memory must stay within
+// one ZeRO-3 unit (+ one full tensor for tp_a > 1), and releasing the copy must free all of it.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <map>
+
 #include "rlpt/comm/mpi.h"
 #include "rlpt/core/error.h"
+#include "rlpt/engine/train_engine.h"
 #include "rlpt/model/reshard_plan.h"
 #include "rlpt/model/tensor_parallel.h"
 #include "rlpt/model/transformer.h"
@@ -222,6 +233,121 @@ TEST_F(WeightReshardTest, MismatchIsRefusedOnEveryRankAndRecoverable) {
     reshard->sync(plan, names, params, version);
     EXPECT_EQ(version, 5u);
 }
+
+// Bytes of the largest ZeRO unit of `m` (a decoder layer, or everything else: the root).
+int64_t largest_unit_bytes(const torch::nn::Module& m) {
+    std::map<std::string, int64_t> units;
+    for (const auto& p : m.named_parameters()) {
+        const std::string& n = p.key();
+        std::string unit = "root";
+        if (n.rfind("model.layers.", 0) == 0) unit = n.substr(0, n.find('.', 13));
+        units[unit] += p.value().numel() * p.value().element_size();
+    }
+    int64_t out = 0;
+    for (const auto& kv : units) out = std::max(out, kv.second);
+    return out;
+}
+
+struct ColocatedCase {
+    int tp_a, zero_stage, tp_r;
+};
+
+class ColocatedReshardTest : public ::testing::Test {
+  protected:
+    void SetUp() override { torch::set_num_threads(1); }
+    comm::Communicator world_ = comm::Communicator::world();
+
+    void run(const ColocatedCase& c) {
+        const int n = world_.size(), me = world_.rank();
+        const std::string what = "actor tp " + std::to_string(c.tp_a) + " ZeRO-" + std::to_string(c.zero_stage) +
+                                 " -> rollout tp " + std::to_string(c.tp_r) + " on " + std::to_string(n) + " ranks";
+        if (n % c.tp_a != 0 || n % c.tp_r != 0) GTEST_SKIP() << what;
+        ModelArgs args = llama_kv2();  // with four decoder layers: one unit is well under half the model
+        args.num_hidden_layers = 4;
+        auto actor_mp = world_.split(me / c.tp_a, me % c.tp_a);
+        auto actor_dp = world_.split(me % c.tp_a, me / c.tp_a);
+        auto rollout_mp = world_.split(me / c.tp_r, me % c.tp_r);
+        auto actor_tp = c.tp_a > 1 ? TensorParallel::over(actor_mp, torch::kCPU) : nullptr;
+        auto rollout_tp = c.tp_r > 1 ? TensorParallel::over(rollout_mp, torch::kCPU) : nullptr;
+
+        auto actor = make_random_causal_lm(args, 11, torch::kFloat32, torch::kCPU, actor_tp);
+        const int64_t unit_bytes = largest_unit_bytes(*actor);
+        engine::OptimOptions opts;
+        opts.zero_stage = c.zero_stage;
+        engine::TensorParallelInfo tpi;
+        if (c.tp_a > 1) {
+            tpi.block = &actor_mp;
+            tpi.not_counted = uncounted_parameters(*actor, actor->tp_layout());
+        }
+        engine::TrainEngine engine(actor, actor_dp, opts, 5, tpi);
+        auto rollout = std::make_shared<CausalLM>(args, torch::kFloat32, torch::kCPU, rollout_tp);
+        release_parameter_storage(*rollout);
+        ASSERT_EQ(allocated_parameter_bytes(*rollout), 0) << what;
+
+        auto whole = make_random_causal_lm(args, 11);
+        auto full = whole->named_parameters();
+        int64_t largest_tensor_bytes = 0;
+        for (const auto& p : whole->parameters()) largest_tensor_bytes = std::max(largest_tensor_bytes, p.numel() * 4);
+        const int64_t before = engine.memory_bytes().params;
+        int64_t peak = before;
+        const ParameterWalk walk = [&](const ParameterVisitor& visit) {
+            engine.for_each_full_parameter([&](const std::string& name, const torch::Tensor& t) {
+                peak = std::max(peak, engine.memory_bytes().params);
+                visit(name, t);
+            });
+        };
+        const auto st = reshard_colocated(walk, args, actor->tp(), *rollout, rollout->tp_layout());
+
+        int64_t rollout_bytes = 0;
+        for (const auto& p : rollout->parameters()) rollout_bytes += p.numel() * p.element_size();
+        EXPECT_EQ(st.dst_bytes, rollout_bytes) << what;
+        EXPECT_EQ(allocated_parameter_bytes(*rollout), rollout_bytes) << what;
+        // Transient memory: one gathered unit (ZeRO-3; padding to 64·dp elements per group) on
+        // top of the training shards; other stages hold the parameters already.
+        if (c.zero_stage == 3) {
+            EXPECT_GT(peak, before) << what;
+            EXPECT_LE(peak - before, unit_bytes + 4 * 64 * actor_dp.size() * 2) << what;
+        } else {
+            EXPECT_EQ(peak, before) << what;
+        }
+        if (c.tp_a > 1) {
+            EXPECT_GT(st.max_full_bytes, 0) << what;
+            EXPECT_LE(st.max_full_bytes, largest_tensor_bytes) << what;  // one full tensor at a time
+        } else {
+            EXPECT_EQ(st.tp_gathered_bytes, 0) << what;
+        }
+
+        for (const auto& item : rollout->named_parameters()) {
+            const auto expected = slice_of(full[item.key()], item.value(), shard_spec(item.key(), rollout->tp_layout()));
+            EXPECT_TRUE(torch::equal(item.value(), expected)) << what << " " << item.key();
+        }
+        torch::NoGradGuard ng;
+        std::vector<std::vector<int64_t>> prompts{{3, 4, 5}, {7}, {9, 2, 2, 8}};
+        rollout::SamplingParams sp;
+        sp.greedy = true;
+        sp.max_new_tokens = 8;
+        auto a = rollout::generate(*rollout, prompts, {1, 2, 3}, sp);
+        auto b = rollout::generate(*whole, prompts, {1, 2, 3}, sp);
+        EXPECT_TRUE(torch::equal(a.responses, b.responses)) << what << " greedy tokens";
+
+        release_parameter_storage(*rollout);
+        EXPECT_EQ(allocated_parameter_bytes(*rollout), 0) << what;
+        // The actor is untouched and usable: a second reshard gives the same values.
+        reshard_colocated(walk, args, actor->tp(), *rollout, rollout->tp_layout());
+        for (const auto& item : rollout->named_parameters()) {
+            const auto expected = slice_of(full[item.key()], item.value(), shard_spec(item.key(), rollout->tp_layout()));
+            EXPECT_TRUE(torch::equal(item.value(), expected)) << what << " again " << item.key();
+        }
+    }
+};
+
+TEST_F(ColocatedReshardTest, Zero3Tp1ToTp2) { run({1, 3, 2}); }
+TEST_F(ColocatedReshardTest, Zero0Tp1ToTp2) { run({1, 0, 2}); }
+TEST_F(ColocatedReshardTest, Zero3Tp2ToTp1) { run({2, 3, 1}); }
+TEST_F(ColocatedReshardTest, Zero2Tp2ToTp1) { run({2, 2, 1}); }
+TEST_F(ColocatedReshardTest, Zero3Tp1ToTp4) { run({1, 3, 4}); }
+TEST_F(ColocatedReshardTest, Zero3Tp2ToTp4) { run({2, 3, 4}); }
+TEST_F(ColocatedReshardTest, Zero1Tp4ToTp2) { run({4, 1, 2}); }
 
 }  // namespace
 }  // namespace rlpt::model

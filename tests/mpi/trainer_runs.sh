@@ -9,7 +9,7 @@
 #   sft                configs/sft.yaml shortened: trains and writes a HF model folder
 #   tp-invariance      tiny with actor/rollout/reference split over tp = 2 vs tp = 1: same metrics,
 #                      first steps; the exported (gathered) model generates; resuming the tp = 2
-#                      checkpoint at tp = 1 is refused, at tp = 2 bit-identical; SFT at tp 2
+#                      checkpoint at tp = 1 reshards it (close), at tp = 2 bit-identical; SFT at tp 2
 #                      follows tp 1
 #   tp-layouts         uneven layouts: actor tp 2 x dp 2 with a tp 1 critic (GAE); every role with
 #                      the critic at tp 2; rollout on its own tp 2 ranks (weight sync slice by
@@ -17,7 +17,8 @@
 #   zero3              tiny (2 layers) with the actor at ZeRO-3 vs ZeRO-0 on 2 DP ranks (rollout
 #                      colocated: generates from the gathered weights): same metrics, first steps;
 #                      rollout on its own rank (weight sync from the ZeRO-3 shards) too; resuming
-#                      the ZeRO-3 checkpoint is bit-identical, at ZeRO-0 close; the export generates
+#                      the ZeRO-3 checkpoint is bit-identical, at ZeRO-0 close, on 3 ranks at ZeRO-1
+#                      close (elastic); the export generates
 #                      as the ZeRO-0 one; PPO with the actor at ZeRO-2 and the critic at ZeRO-3
 #                      follows ZeRO-0, SFT at ZeRO-3 too
 #   reshard            rollout on its own ranks with another tp than the actor's (weights move
@@ -36,6 +37,12 @@
 #                      built-in model over a generated recommendation task whose characters include
 #                      "</think>" and the appended "\n<answer>": one GRPO step and a validation;
 #                      the trained response length never counts the appended characters
+#   hybrid             the hybrid engine (rollout.tensor_model_parallel_size, model::reshard_colocated):
+#                      actor tp 1 at ZeRO-3 over 2 DP ranks with the rollout at tp 2 on the same 2
+#                      ranks, and actor tp 2 with two rollout tp 1 ranks, follow the plain
+#                      colocated run; SFT's greedy evaluation through a tp 2 rollout too; a ZeRO-3
+#                      checkpoint saved at tp 2 x dp 1 resumes at tp 1 x dp 2 (resharded on load); a
+#                      different size for a rollout on ranks of its own is refused naming the key
 #   ppo                configs/ppo.yaml shortened (critic + GAE) on top of the sft model
 #   agent              rollout.generator tool_agent: GRPO with an environment (scripts/examples/
 #                      retry_env.py; every token ends a turn, so each sample answers, is told it is
@@ -332,9 +339,11 @@ PY
     "$bin" generate --model runs/tp2/hf_model --prompt-ids 1,4,5,13 --greedy --max-new-tokens 4 --output json > g2.json
     "$bin" generate --model runs/tp1/hf_model --prompt-ids 1,4,5,13 --greedy --max-new-tokens 4 --output json > g1.json
     "$py" -c 'import json,sys; a,b=[json.load(open(f))["samples"][0]["token_ids"] for f in ("g1.json","g2.json")]; assert a==b,(a,b)'
-    if run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tp2 trainer.resume=auto \
-         trainer.total_training_steps=4 > resume.log 2>&1; then cat resume.log; exit 1; fi
-    grep -q "written with tensor parallelism 2 rank . and this engine runs 1 (none)" resume.log || { cat resume.log; exit 1; }
+    # Resuming the tp 2 checkpoint at tp 1 reshards it on load (compared with the straight run below).
+    cp -r runs/tp2 runs/tp2to1
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tp2to1 trainer.resume=auto \
+      trainer.total_training_steps=4 | tee resume1.log
+    grep -q "actor: resharded checkpoint .*step_3 into tensor parallelism 1" resume1.log
     # ... and resuming it at tp 2 continues: step 4 of the resumed run equals a straight 4-step run.
     run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tp2 trainer.resume=auto \
       trainer.total_training_steps=4 'placement.groups=[{roles: [actor, rollout, reference], ranks: 2, model_parallel_size: 2}]' \
@@ -343,6 +352,7 @@ PY
     run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tp2straight trainer.total_training_steps=4 \
       'placement.groups=[{roles: [actor, rollout, reference], ranks: 2, model_parallel_size: 2}]'
     compare runs/tp2straight/metrics.jsonl runs/tp2/metrics.jsonl 4 0 actor/entropy actor/grad_norm actor/kl_loss
+    compare runs/tp2straight/metrics.jsonl runs/tp2to1/metrics.jsonl 4 2e-3 actor/entropy actor/grad_norm actor/kl_loss
     # SFT at tp 2 (actor + rollout for the greedy evaluation) follows the tp 1 run.
     sft=(trainer.output_dir=runs sft.total_steps=6 sft.eval_every=3)
     run 2 "$src/configs/sft.yaml" "${sft[@]}" trainer.experiment_name=sft1 sft.output_model_dir=runs/sft1/model
@@ -369,6 +379,7 @@ PY
     # Resume the ZeRO-3 step-3 checkpoint at ZeRO-3 (bit-identical to a straight 4-step run) and
     # at ZeRO-0 (its full optimizer state reshards: close).
     cp -r runs/z3 runs/z3to0
+    cp -r runs/z3 runs/z3to1
     run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z3 trainer.resume=auto \
       trainer.total_training_steps=4 actor.optim.zero_stage=3 | tee resume3.log
     grep -q "resumed from .*step_3" resume3.log
@@ -379,6 +390,11 @@ PY
       trainer.total_training_steps=4 | tee resume0.log
     grep -q "resumed from .*step_3" resume0.log
     compare runs/z3straight/metrics.jsonl runs/z3to0/metrics.jsonl 4 2e-3 actor/entropy actor/grad_norm actor/kl_loss
+    # Elastic: the 2-rank ZeRO-3 checkpoint on 3 ranks under ZeRO-1 (each rank takes its ranges).
+    run 3 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z3to1 trainer.resume=auto \
+      trainer.total_training_steps=4 actor.optim.zero_stage=1 | tee resume1.log
+    grep -q "written with 2 actor rank(s) on 3" resume1.log
+    compare runs/z3straight/metrics.jsonl runs/z3to1/metrics.jsonl 4 2e-3 actor/entropy actor/grad_norm actor/kl_loss
     # PPO with a critic: actor at ZeRO-2 and critic at ZeRO-3 follow both at ZeRO-0.
     gae=(algorithm.adv_estimator=gae algorithm.use_kl_in_reward=true
          'placement.groups=[{roles: [actor, rollout, reference, critic], ranks: 2}]')
@@ -514,6 +530,50 @@ for r in map(json.loads, open(sys.argv[1])):
     if "response_length/max" in r:
         assert 1 <= r["response_length/min"] and r["response_length/max"] <= 11, r
 PY
+    ;;
+  hybrid)
+    common=(trainer.output_dir=runs trainer.total_training_steps=3 trainer.val_before_train=false
+            actor.entropy_coeff=0.05 actor.optim.lr=0.01 actor.use_kl_loss=true model.builtin.num_layers=2)
+    keys=(critic/score/mean response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/kl_loss actor/ppo_kl)
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=plain
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z3r2 actor.optim.zero_stage=3 \
+      rollout.tensor_model_parallel_size=2 | tee z3r2.log
+    grep -q "hybrid engine resharded the actor (tp 1) into the rollout layout (tp 2)" z3r2.log
+    grep -q "rollout .*dp=1 mp=2" z3r2.log
+    compare runs/plain/metrics.jsonl runs/z3r2/metrics.jsonl 1,2,3 2e-3 "${keys[@]}"
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=a2r1 rollout.tensor_model_parallel_size=1 \
+      'placement.groups=[{roles: [actor, rollout, reference], ranks: 2, model_parallel_size: 2}]' | tee a2r1.log
+    grep -q "hybrid engine resharded the actor (tp 2) into the rollout layout (tp 1)" a2r1.log
+    compare runs/plain/metrics.jsonl runs/a2r1/metrics.jsonl 1,2,3 2e-3 "${keys[@]}"
+    # SFT: the greedy evaluation generates through a tp 2 rollout resharded from the ZeRO-3 actor.
+    sft=(trainer.output_dir=runs sft.total_steps=4 sft.eval_every=2)
+    run 2 "$src/configs/sft.yaml" "${sft[@]}" trainer.experiment_name=sft0 sft.output_model_dir=runs/sft0/model
+    run 2 "$src/configs/sft.yaml" "${sft[@]}" trainer.experiment_name=sftr2 sft.output_model_dir=runs/sftr2/model \
+      sft.optim.zero_stage=3 rollout.tensor_model_parallel_size=2
+    "$py" - runs/sft0/metrics.jsonl runs/sftr2/metrics.jsonl <<'PY'
+import json, sys
+rows = [[r for r in map(json.loads, open(p)) if any(k.startswith("val") for k in r)] for p in sys.argv[1:]]
+a, b = ([{k: v for k, v in r.items() if k.startswith("val")} for r in rs] for rs in rows)
+assert a and a == b, (a, b)
+print("sft validation identical:", a)
+PY
+    # Sharded training state across layouts: save at tp 2 x dp 1 under ZeRO-3, resume at tp 1 x dp 2
+    # (ZeRO-3): step 4 follows a straight 4-step tp 2 run.
+    tp2=('placement.groups=[{roles: [actor, rollout, reference], ranks: 2, model_parallel_size: 2}]')
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=e2 actor.optim.zero_stage=3 \
+      trainer.save_freq=3 "${tp2[@]}"
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=e2 actor.optim.zero_stage=3 \
+      trainer.total_training_steps=4 trainer.resume=auto | tee e2.log
+    grep -q "actor: resharded checkpoint .*step_3 into tensor parallelism 1" e2.log
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=e2straight actor.optim.zero_stage=3 \
+      trainer.total_training_steps=4 "${tp2[@]}"
+    compare runs/e2straight/metrics.jsonl runs/e2/metrics.jsonl 4 2e-3 actor/entropy actor/grad_norm actor/kl_loss
+    # A rollout on ranks of its own takes its group's size: another value is refused, naming the key.
+    if run 3 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=bad rollout.tensor_model_parallel_size=2 \
+      'placement.groups=[{roles: [actor, reference], ranks: 2}, {roles: [rollout], ranks: 1}]' >bad.log 2>&1; then
+      echo "a rollout group with another tensor_model_parallel_size was accepted" >&2; exit 1
+    fi
+    grep -q "rollout.tensor_model_parallel_size: 2 differs from the model_parallel_size 1" bad.log
     ;;
   *) echo "unknown check $check" >&2; exit 2;;
 esac

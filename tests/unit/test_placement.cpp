@@ -177,3 +177,27 @@ TEST(Placement, WeightSyncGroupsPerLayout) {
     Placement wide = compute_placement(groups({{{"actor"}, "1", 1}, {{"rollout"}, "4", 4}}), 6, one_node(6), {"actor"});
     EXPECT_EQ(weight_reshard_ranks(wide), R({5, 1, 2, 3, 4}));
 }
+
+TEST(Placement, ColocatedRolloutTensorParallelSize) {
+    // rollout.tensor_model_parallel_size on the actor's group: the rollout gets its own blocks.
+    const auto colocated = groups({{{"actor", "rollout", "reference"}, "auto", 1}}, true);
+    Placement p = compute_placement(colocated, 4, one_node(4), {}, {}, 2);
+    EXPECT_EQ(p.at("actor").mp_size, 1);
+    EXPECT_EQ(p.at("reference").mp_size, 1);
+    EXPECT_EQ(p.at("rollout").mp_size, 2);
+    EXPECT_EQ(p.at("rollout").output_sources(), R({0, 2}));
+    EXPECT_TRUE(rlpt::comm::weight_sync_ranks(p).empty());  // no sync over the wire: resharded in place
+    EXPECT_TRUE(rlpt::comm::weight_reshard_ranks(p).empty());
+    Placement q = compute_placement(groups({{{"actor", "rollout"}, "auto", 2}}, true), 4, one_node(4), {}, {}, 1);
+    EXPECT_EQ(q.at("rollout").mp_size, 1);
+    EXPECT_EQ(q.at("actor").mp_size, 2);
+    // Equal to the group's size, or 0: nothing changes.
+    EXPECT_EQ(compute_placement(colocated, 4, one_node(4), {}, {}, 1).at("rollout").mp_size, 1);
+    expect_error([&] { compute_placement(colocated, 3, one_node(3), {}, {}, 2); },
+                 "rollout.tensor_model_parallel_size: 2 does not divide the 3 ranks");
+    expect_error([&] { compute_placement(colocated, 4, nodes_of(2, 2), {}, {}, 4); }, "would span nodes");
+    // A rollout on ranks of its own takes its group's size.
+    expect_error([] { compute_placement(groups({{{"actor"}, "1", 1}, {{"rollout"}, "2", 1}}, true), 3, one_node(3), {}, {}, 2); },
+                 "rollout.tensor_model_parallel_size: 2 differs from the model_parallel_size 1 of the rollout's own "
+                 "group placement.groups.1");
+}

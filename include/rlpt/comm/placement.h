@@ -61,8 +61,14 @@ struct Placement {
 
 // node_of_rank: any node labels per world rank (made dense in order of first appearance).
 // required_roles: roles the run needs (app::plan_run; missing -> ConfigError naming `why`).
+// rollout_tp (rollout.tensor_model_parallel_size, 0: the group's size): a rollout colocated with
+// the actor gets blocks of this many ranks on the group's ranks (the hybrid engine: its weights
+// are resharded from the actor's layout before each generation, rlpt/model/reshard_plan.h); it
+// must divide the group and keep every block inside one node. For a rollout in a group without
+// the actor it must equal that group's model_parallel_size (ConfigError naming the key).
 Placement compute_placement(const PlacementConfig& cfg, int world_size, const std::vector<int>& node_of_rank,
-                            const std::vector<std::string>& required_roles, const std::string& why = {});
+                            const std::vector<std::string>& required_roles, const std::string& why = {},
+                            int rollout_tp = 0);
 
 // Ranks taking part in the actor -> rollout weight sync of model-parallel rank `mp_rank`:
 // [actor role rank mp_rank (the first block's)] + the rollout ranks with that mp_rank that do not

@@ -42,19 +42,10 @@
 // Failure model: as WeightSync (weight_sync.h): a transport error or timeout mid-transfer
 // leaves the object refusing further syncs, and the job is expected to abort.
 //
-// Not built yet: a colocated rollout with another tp than the actor's (the hybrid engine's
-// in-place half). Today a placement group has one model_parallel_size, so a colocated rollout
-// always shares the actor's split model. The smallest sound version, for whoever builds it:
-//  * verl's `rollout.tensor_model_parallel_size` (default: the group's size) becomes the rollout
-//    role's own RoleLayout::mp_size on the group's ranks; rollout blocks of tp_r and actor blocks
-//    of tp_a both tile the group's consecutive ranks, and the topology already builds mp/dp
-//    communicators per role.
-//  * The plan generalises from "senders, then receivers" to any (src, dst) per piece, with a
-//    rank on both sides (its actor tensors as sources, its rollout tensors as destinations) and
-//    src == dst pieces done as local copies; each rollout block reads from the actor block(s)
-//    overlapping its own ranks (inside one node, mostly local copies when tp_r < tp_a).
-//  * The rollout's parameters get storage in kReceiveWeights and give it back (resize to 0)
-//    after kGenerate: peak = training shards + rollout-layout params + n_buffers buckets.
+// A colocated rollout with another tp than the actor's (the hybrid engine's in-place half) does
+// not come through here: both layouts live on the same ranks, so each rank fills its rollout
+// slices from collectives the actor's layout already has (the ZeRO-3 unit all-gather, the tp
+// block's all-gather) and local copies: model::reshard_colocated (rlpt/model/reshard_plan.h).
 // Thread safety: none; one thread per rank.
 
 #include <torch/torch.h>

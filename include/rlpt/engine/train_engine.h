@@ -219,10 +219,12 @@ class TrainEngine {
     // state. load_state() restores all of it bit-identically; a layout mismatch (other
     // parameter names/shapes, other DP size under ZeRO-1) is an IoError naming the tensor. The
     // layout records the tensor-parallel size and rank; loading a checkpoint written at another
-    // tp is refused with an IoError saying so (no resharding yet).
+    // tp is refused with an IoError saying so (the actor role first reshards such a checkpoint into
+    // a file of the new layout: roles/model_setup.h convert_tp_checkpoint).
     // ZeRO-2/3 save the full (gathered) optimizer state in ZeRO-0's layout (every rank the same
     // file contents; save_state is then collective on `dp`), and load it by taking their
-    // slices: a ZeRO-0, -2 or -3 checkpoint resumes under any of ZeRO-0/2/3 at any DP size.
+    // slices: a ZeRO-0, -2 or -3 checkpoint resumes under any of ZeRO-0/1/2/3 at any DP size (a
+    // ZeRO-1 engine takes its ranges of such a file; a ZeRO-1 file needs the same ZeRO-1 layout).
     void save_state(ckpt::H5Writer& w, const std::string& prefix) const;
     void load_state(ckpt::H5Reader& r, const std::string& prefix);
     // This rank's whole checkpoint file: creates `path` (an H5Writer: written as path.tmp,

@@ -1,0 +1,74 @@
+// Colocated resharding (rlpt/model/reshard_plan.h): the rollout-layout parameters filled from
+// the actor's layout one parameter at a time, and the storage management around it.
+#include <c10/core/StorageImpl.h>
+
+#include <chrono>
+
+#include "model/weights_io.h"
+#include "rlpt/core/error.h"
+#include "rlpt/model/reshard_plan.h"
+
+namespace rlpt::model {
+
+void free_storage(const torch::Tensor& t) {
+    c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+    if (s->nbytes() == 0) return;
+    s->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+    s->set_nbytes(0);
+}
+
+void alloc_storage(const torch::Tensor& t) {
+    c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+    const size_t bytes = static_cast<size_t>(t.storage_offset() + t.numel()) * t.element_size();
+    if (s->nbytes() >= bytes) return;
+    RLPT_CHECK_KIND(InternalError, s->allocator() != nullptr, "alloc_storage: the tensor's storage has no allocator");
+    s->set_data_ptr_noswap(s->allocator()->allocate(bytes));
+    s->set_nbytes(bytes);
+}
+
+ColocatedReshardStats reshard_colocated(const ParameterWalk& walk, const ModelArgs& args, const TensorParallel* src_tp,
+                                        torch::nn::Module& dst, const TpLayout& dst_layout) {
+    const auto t0 = std::chrono::steady_clock::now();
+    torch::NoGradGuard no_grad;
+    ColocatedReshardStats stats;
+    auto params = dst.named_parameters(/*recurse=*/true);
+    for (const auto& p : params) {
+        alloc_storage(p.value());
+        stats.dst_bytes += p.value().numel() * p.value().element_size();
+    }
+    size_t next = 0;
+    walk([&](const std::string& name, const torch::Tensor& local) {
+        RLPT_CHECK_KIND(InternalError, next < params.size() && params[next].key() == name,
+                        "colocated reshard: source parameter '{}' is not the destination's parameter {} ('{}')", name,
+                        next, next < params.size() ? params[next].key() : std::string("none"));
+        torch::Tensor& out = params[next++].value();
+        torch::Tensor full = local;
+        if (src_tp != nullptr && src_tp->size() > 1) {
+            full = gather_full_parameter(name, local, args, *src_tp);
+            if (!full.is_same(local)) {
+                const int64_t bytes = full.numel() * full.element_size();
+                stats.tp_gathered_bytes += bytes;
+                stats.max_full_bytes = std::max(stats.max_full_bytes, bytes);
+            }
+        }
+        const ShardSpec spec = shard_spec(name, dst_layout);
+        detail::copy_slice(out, full, spec);
+        stats.copied_bytes += (spec.dim < 0 ? out.numel() : out.numel() / spec.length * spec.real()) * out.element_size();
+    });
+    RLPT_CHECK_KIND(InternalError, next == params.size(),
+                    "colocated reshard: the source has {} parameters, the destination {}", next, params.size());
+    stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return stats;
+}
+
+void release_parameter_storage(torch::nn::Module& m) {
+    for (const auto& p : m.parameters(/*recurse=*/true)) free_storage(p);
+}
+
+int64_t allocated_parameter_bytes(const torch::nn::Module& m) {
+    int64_t bytes = 0;
+    for (const auto& p : m.parameters(/*recurse=*/true)) bytes += static_cast<int64_t>(p.storage().nbytes());
+    return bytes;
+}
+
+}  // namespace rlpt::model
