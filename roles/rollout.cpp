@@ -1,6 +1,8 @@
 // The rollout: batched generation with the policy's current weights.
 #include "rlpt/roles/rollout.h"
 
+#include <chrono>
+
 #include "model_setup.h"
 #include "rlpt/core/log.h"
 #include "rlpt/rollout/generators.h"
@@ -44,6 +46,7 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 
 Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     RolloutWorker& r = ready(w);
+    const auto t0 = std::chrono::steady_clock::now();
     // Colocated with a ZeRO-3 actor: the full weights for the whole generation (its number of
     // decode steps differs per rank, so no per-layer gathers), freed when it returns.
     const auto full = model::hold_full_parameters(*r.policy->model);
@@ -102,6 +105,9 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     for (auto fr : g.finish_reasons) reasons.push_back(static_cast<int64_t>(fr));
     out.set_ints("finish_reason", reasons);
     out.set_ints("weight_version", versions);
+    // This rank's generation time: the trainer's rollout idle fraction (max over the ranks).
+    out.add_metric("rollout/generate_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                   Reduce::kMax);
     return out;
 }
 
