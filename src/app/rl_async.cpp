@@ -58,7 +58,7 @@ void RlTrainer::sync_to_latest() {
     ++step_syncs_;
 }
 
-void RlTrainer::sync_for_staleness(int64_t updates_then, Metrics&) {
+void RlTrainer::sync_for_staleness(int64_t updates_then) {
     if (updates_then - rollout_policy_ > c_.trainer.max_staleness) sync_to_latest();
 }
 

@@ -352,7 +352,7 @@ std::map<std::string, double> RlTrainer::train_step() {
         // trains on what a longer uninterrupted run would have.
         {
             Stage s(timing, "update_weights");
-            sync_for_staleness(actor_updates_ + (update_actor ? 1 : 0), m);
+            sync_for_staleness(actor_updates_ + (update_actor ? 1 : 0));
         }
         start_prefetch(step_ + 1);
     } else {

@@ -102,7 +102,7 @@ class RlTrainer {
     void settle_prefetch();
     // Syncs the actor's weights to the rollout when the batch it generates next would be more
     // than max_staleness updates old by the time it is trained on (`updates_then`).
-    void sync_for_staleness(int64_t updates_then, Metrics& m);
+    void sync_for_staleness(int64_t updates_then);
     // Brings the rollout to the actor's newest weights (counting a version change).
     void sync_to_latest();
     void add_async_metrics(int64_t policy, int64_t staleness, const Metrics& timing, double step_time,
