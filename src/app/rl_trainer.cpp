@@ -343,6 +343,7 @@ std::map<std::string, double> RlTrainer::train_step() {
     if (async()) {
         std::optional<Batch> first = take_prefetch(policy, timing);
         batch = generate_train_batch(m, timing, std::move(first), policy);
+        batch_epoch_ = sampler_->epoch();  // before the next step's prompts are drawn
         RLPT_CHECK_KIND(InternalError, actor_updates_ - policy <= c_.trainer.max_staleness,
                         "step {}: the batch was generated with weights {} actor updates old, more than "
                         "trainer.max_staleness={}; it is not trained on", step_ + 1, actor_updates_ - policy,
@@ -357,6 +358,7 @@ std::map<std::string, double> RlTrainer::train_step() {
         start_prefetch(step_ + 1);
     } else {
         batch = generate_train_batch(m, timing);
+        batch_epoch_ = sampler_->epoch();
     }
     if (batch.at("response_mask").sum().item<double>() == 0)
         RLPT_LOG_WARN("step {}: every one of the {} responses is empty (aborted); the step runs on, and the metrics "
@@ -560,7 +562,7 @@ void RlTrainer::add_step_metrics(const Batch& batch, const Metrics& timing, doub
         if (it != timing.end() && tokens > 0) m[std::string("timing_per_token_ms/") + stage] = 1000.0 * it->second / tokens;
     }
     m["training/global_step"] = static_cast<double>(step_ + 1);
-    m["training/epoch"] = static_cast<double>(sampler_->epoch());
+    m["training/epoch"] = static_cast<double>(batch_epoch_);
 }
 
 std::map<std::string, double> RlTrainer::validate() {
@@ -592,7 +594,7 @@ void RlTrainer::log_progress(const std::map<std::string, double>& m) const {
                                                           : fmt::format(" | ppo_kl {:.4f}", g("actor/ppo_kl"));
     RLPT_LOG_INFO("step {}/{} ep {} | score {:.3f} acc {:.3f}{} | entropy {:.3f} | resp len {:.1f} | {:.1f} s (gen "
                   "{:.1f}, reward {:.1f}, old {:.1f}, ref {:.1f}, values {:.1f}, update {:.1f}, sync {:.2f})",
-                  step_, total_steps_, sampler_->epoch(), g("critic/score/mean"), g("train/acc/mean"), kl,
+                  step_, total_steps_, batch_epoch_, g("critic/score/mean"), g("train/acc/mean"), kl,
                   g("actor/entropy"), g("response_length/mean"), g("timing_s/step"), g("timing_s/gen"),
                   g("timing_s/reward"), g("timing_s/old_log_prob"), metric_or(m, "timing_s/ref", 0),
                   metric_or(m, "timing_s/values", 0), g("timing_s/update"), metric_or(m, "timing_s/update_weights", 0));

@@ -138,6 +138,7 @@ class RlTrainer {
     std::optional<Prefetch> prefetch_;
     int64_t step_syncs_ = 0;        // weight syncs since the last step's metrics
     double rollout_busy_s_ = 0;     // training generation time the rollout ranks reported this step
+    int64_t batch_epoch_ = 0;       // the data epoch of the step's batch (async: drawn a step ahead)
     int64_t total_steps_ = 0;
     int64_t batches_per_epoch_ = 1;
     std::unique_ptr<MetricsLog> log_;
