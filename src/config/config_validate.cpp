@@ -280,7 +280,7 @@ void validate(const Config& c) {
                   al.adv_estimator);
     }
     k.require(t.max_staleness >= 0, "trainer.max_staleness", "must be >= 0 (got {})", t.max_staleness);
-    if (t.max_staleness > 0) {
+    if (t.max_staleness > 0 && t.mode == "rl") {  // (the SFT trainer generates only to evaluate)
         // The rollout generates the next batch while the actor, reference and critic work: they
         // must not share its ranks (a colocated layout has no idle rollout ranks to overlap).
         for (size_t g = 0; g < c.placement.groups.size(); ++g) {

@@ -319,7 +319,8 @@ struct TrainerConfig {
     // weights, then train). k >= 1: the rollout ranks generate batch s+1 while the actor trains on
     // batch s, and weights are synced only when needed to stay within k. Needs the rollout on ranks
     // of its own (no actor role on them); samples record their weight version, and a batch older
-    // than k is never trained on. Correct for the lag with algorithm.rollout_correction.
+    // than k is never trained on. Correct for the lag with algorithm.rollout_correction. RL only
+    // (trainer.mode=sft ignores it).
     int64_t max_staleness = 0;
 };
 
