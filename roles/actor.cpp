@@ -142,6 +142,8 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
              static_cast<uint64_t>(dp.rank()), static_cast<uint64_t>(micro)}));
         if (with_entropy) li.entropy = lp.entropy;
         if (ac.use_kl_loss) li.ref_log_prob = detail::first_columns(mb.at("ref_log_prob"), r).to(dev);
+        if (mb.has("rollout_is_weights"))  // algorithm.rollout_correction.rollout_is
+            li.policy.rollout_is_weights = detail::first_columns(mb.at("rollout_is_weights"), r).to(dev);
         auto out = algo::compute_actor_loss(li, lc);
         out.loss.backward();
         for (const auto& [k, v] : out.metrics) {

@@ -1,6 +1,8 @@
 // The rollout: batched generation with the policy's current weights.
 #include "rlpt/roles/rollout.h"
 
+#include <chrono>
+
 #include "model_setup.h"
 #include "rlpt/core/log.h"
 #include "rlpt/rollout/generators.h"
@@ -111,6 +113,7 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 
 Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     RolloutWorker& r = ready(w);
+    const auto t0 = std::chrono::steady_clock::now();
     // Colocated with a ZeRO-3 actor: the full weights for the whole generation (its number of
     // decode steps differs per rank, so no per-layer gathers), freed when it returns.
     const auto full = model::hold_full_parameters(*r.policy->model);
@@ -188,6 +191,9 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     out.set_ints("finish_reason", reasons);
     out.set_ints("weight_version", versions);
     if (with_text) out.set_strings("response_text", std::move(g.texts));
+    // This rank's generation time: the trainer's rollout idle fraction (max over the ranks).
+    out.add_metric("rollout/generate_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                   Reduce::kMax);
     return out;
 }
 

@@ -2,6 +2,7 @@
 // <run_dir>/checkpoints/step_<N>/, the controller writes controller.h5 (step, data position,
 // KL controller), and the COMPLETE manifest (file sizes + CRCs) is written last. A checkpoint
 // without COMPLETE does not exist as far as resume is concerned.
+#include <algorithm>
 #include <filesystem>
 
 #include "rl_trainer.h"
@@ -22,6 +23,7 @@ std::string hash_hex(uint64_t h) { return fmt::format("{:016x}", h); }
 }  // namespace
 
 void RlTrainer::save_checkpoint() {
+    if (async()) settle_prefetch();  // the next step's batch is part of the state
     const auto save_roles = [&](const std::string& dir) {
         const Batch m = protocol::with_args(Batch(0), protocol::DirArgs{dir});
         std::vector<Batch> rows;
@@ -36,7 +38,10 @@ void RlTrainer::save_checkpoint() {
         w.set_int_attr("controller/step", step_);
         write_sampler_state(w, sampler_->state());
         w.set_double_attr("controller/kl_coef", kl_ctrl_.value());
+        if (async()) save_prefetch(w);
     }, "checkpoint");
+    // A resumed run starts from the checkpointed weights on the rollout: so does this one.
+    if (async()) sync_to_latest();
 }
 
 bool RlTrainer::try_resume() {
@@ -64,6 +69,8 @@ bool RlTrainer::try_resume() {
     const data::SamplerState st = read_sampler_state(r);
     sampler_->set_state(st);
     step_ = r.int_attr("controller/step");
+    actor_updates_ = std::max<int64_t>(0, step_ - c_.trainer.critic_warmup);
+    load_prefetch(r);
     kl_ctrl_.set_value(r.double_attr("controller/kl_coef"));
     const Batch m = protocol::with_args(Batch(0), protocol::DirArgs{info->dir});
     for (const auto& role : plan_.checkpointed_roles) {
@@ -71,6 +78,7 @@ bool RlTrainer::try_resume() {
         ctl_.wait(call);
     }
     sync_weights();
+    rollout_policy_ = actor_updates_;
     RLPT_LOG_INFO("resumed from {} (step {}, epoch {}, {} of {} prompts of that epoch used)", info->dir, step_,
                   st.epoch, st.position, st.dataset_size);
     return true;

@@ -1,7 +1,5 @@
 #include "rl_trainer.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -12,6 +10,7 @@
 #include "rlpt/algo/advantage.h"
 #include "rlpt/algo/agg_loss.h"
 #include "rlpt/algo/dapo.h"
+#include "rlpt/algo/rollout_correction.h"
 #include "rlpt/algo/data_metrics.h"
 #include "rlpt/algo/seqlen_balancing.h"
 #include "rlpt/app/job.h"
@@ -24,6 +23,7 @@
 #include "rlpt/roles/rollout.h"
 #include "rlpt/tokenizer/char_tokenizer.h"
 #include "check.h"
+#include "stage_timer.h"
 
 namespace rlpt::app {
 namespace {
@@ -33,24 +33,6 @@ using roles::CriticMethod;
 using roles::ReferenceMethod;
 using roles::RewardModelMethod;
 using roles::RolloutMethod;
-
-double now_s() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-// Times a stage into timing_s/<name>.
-class Stage {
-  public:
-    Stage(std::map<std::string, double>& timing, const char* name) : timing_(timing), name_(name), t0_(now_s()) {}
-    ~Stage() { timing_[std::string("timing_s/") + name_] += now_s() - t0_; }
-
-  private:
-    std::map<std::string, double>& timing_;
-    const char* name_;
-    double t0_;
-};
 
 Batch seq_columns(const Batch& b) { return b.select({"input_ids", "attention_mask", "position_ids", "responses"}); }
 
@@ -72,6 +54,7 @@ RlTrainer::RlTrainer(protocol::Controller& ctl, const RunContext& run)
     batches_per_epoch_ = sampler_->batches_per_epoch(c_.data.train_batch_size);
     total_steps_ = c_.trainer.total_training_steps.value_or(c_.trainer.total_epochs * batches_per_epoch_);
     check_batch_sizes();
+    check_async_plan();
 }
 
 void RlTrainer::check_batch_sizes() const {
@@ -104,7 +87,7 @@ void RlTrainer::sync_weights() {
     ctl_.wait(recv);
 }
 
-roles::GenerateArgs RlTrainer::sampling_args(bool validation) const {
+roles::GenerateArgs RlTrainer::sampling_args(bool validation, int64_t stream_step) const {
     const auto& r = c_.rollout;
     roles::GenerateArgs a;
     a.temperature = validation ? r.val.temperature : r.temperature;
@@ -118,12 +101,12 @@ roles::GenerateArgs RlTrainer::sampling_args(bool validation) const {
     a.n = validation ? r.val.n : r.n;
     a.seed = c_.trainer.seed;
     // Validation draws from other streams than training steps.
-    a.stream = validation ? streams::validation_stream(step_) : step_;
+    a.stream = validation ? streams::validation_stream(step_) : stream_step;
     return a;
 }
 
-Batch RlTrainer::generate(const std::vector<int64_t>& example_ids, int64_t n, int64_t first_sample_index,
-                          bool validation) {
+RlTrainer::RolloutCall RlTrainer::submit_generate(const std::vector<int64_t>& example_ids, int64_t n,
+                                                  int64_t first_sample_index, bool validation, int64_t stream_step) {
     const auto& exs = validation ? task_.val : task_.train;
     const auto& ids = validation ? task_.val_ids : task_.train_ids;
     std::vector<const data::Example*> e;
@@ -132,16 +115,39 @@ Batch RlTrainer::generate(const std::vector<int64_t>& example_ids, int64_t n, in
         e.push_back(&exs[static_cast<size_t>(i)]);
         p.push_back(&ids[static_cast<size_t>(i)]);
     }
-    return run_rollout(make_prompt_batch(task_, e, p, n, first_sample_index), sampling_args(validation));
+    RolloutCall rc = submit_rollout(make_prompt_batch(task_, e, p, n, first_sample_index),
+                                    sampling_args(validation, stream_step));
+    rc.validation = validation;
+    return rc;
+}
+
+Batch RlTrainer::generate(const std::vector<int64_t>& example_ids, int64_t n, int64_t first_sample_index,
+                          bool validation) {
+    auto rc = submit_generate(example_ids, n, first_sample_index, validation, step_);
+    return finish_rollout(rc);
+}
+
+RlTrainer::RolloutCall RlTrainer::submit_rollout(const Batch& prompts, const roles::GenerateArgs& args) {
+    RolloutCall rc{ctl_.submit(RolloutMethod::kGenerate,
+                               protocol::with_args(prompts.select({"prompt_ids", "prompt_mask"},
+                                                                  {"sample_index", "data_source", "ground_truth", "extra"}),
+                                                   args)),
+                   prompts.select({}, {"uid", "data_source", "ground_truth", "extra"}), args};
+    return rc;
 }
 
 Batch RlTrainer::run_rollout(const Batch& prompts, const roles::GenerateArgs& args) {
-    Batch out = ctl_.call(RolloutMethod::kGenerate,
-                          protocol::with_args(prompts.select({"prompt_ids", "prompt_mask"},
-                                                             {"sample_index", "data_source", "ground_truth", "extra"}),
-                                              args));
-    out.update(prompts.select({}, {"uid", "data_source", "ground_truth", "extra"}));
-    out.set_meta("temperature", args.temperature);
+    auto rc = submit_rollout(prompts, args);
+    return finish_rollout(rc);
+}
+
+Batch RlTrainer::finish_rollout(RolloutCall& rc) {
+    Batch out = ctl_.wait(rc.call);
+    for (const auto& [k, v] : reduce_metrics(out.metrics()))
+        if (k == "rollout/generate_s" && !rc.validation) rollout_busy_s_ += v;
+    out.metrics().clear();
+    out.update(rc.prompts);
+    out.set_meta("temperature", rc.args.temperature);
     if (!c_.rollout.calculate_log_probs) out.erase("rollout_log_probs");  // verl: then none are kept
     return out;
 }
@@ -167,7 +173,7 @@ torch::Tensor RlTrainer::greedy_baselines(const Batch& batch) {
     std::vector<int64_t> index(first_rows.size());
     for (size_t i = 0; i < index.size(); ++i) index[i] = streams::baseline_sample_index(static_cast<int64_t>(i));
     prompts.set_ints("sample_index", std::move(index));
-    roles::GenerateArgs args = sampling_args(false);
+    roles::GenerateArgs args = sampling_args(false, step_);
     args.greedy = true;
     args.n = 1;  // one baseline per prompt
     auto scores = score_responses(task_, run_rollout(prompts, args)).score;
@@ -201,25 +207,33 @@ int RlTrainer::working_ranks() const {
     return std::max<int>(1, static_cast<int>(ranks.size()));
 }
 
-// Every sample of a batch must come from one weight version, and after an actor update from a
-// newer one than the previous batch: rollout never samples with stale weights.
-void RlTrainer::check_weight_version(const Batch& b) {
+// Every sample of a batch must come from one weight version; a batch generated after an actor
+// update was synced (`policy`: the actor updates in the rollout's weights) from a newer one than
+// the previous batch, and otherwise from the same: rollout never samples with other weights than
+// the trainer believes it has.
+void RlTrainer::check_weight_version(const Batch& b, int64_t policy) {
     const auto& v = b.ints("weight_version");
     if (v.empty()) return;
     for (int64_t x : v)
         RLPT_CHECK(x == v[0], "step {}: the rollout ranks sampled with different weight versions ({} and {}); a "
                    "weight sync did not reach every rollout rank", step_ + 1, v[0], x);
-    RLPT_CHECK(!expect_newer_weights_ || v[0] > last_weight_version_,
-               "step {}: the rollout sampled with stale weights (version {} after an actor update; the previous "
-               "batch already used version {}): the weight sync did not reach the rollout", step_ + 1, v[0],
-               last_weight_version_);
+    if (last_policy_ >= 0) {
+        RLPT_CHECK(policy <= last_policy_ || v[0] > last_weight_version_,
+                   "step {}: the rollout sampled with stale weights (version {} after an actor update; the previous "
+                   "batch already used version {}): the weight sync did not reach the rollout", step_ + 1, v[0],
+                   last_weight_version_);
+        RLPT_CHECK(policy != last_policy_ || v[0] == last_weight_version_,
+                   "step {}: the rollout's weights changed (version {} -> {}) without a weight sync", step_ + 1,
+                   last_weight_version_, v[0]);
+    }
     last_weight_version_ = v[0];
-    expect_newer_weights_ = false;
+    last_policy_ = policy;
 }
 
 // Generates, scores and (with DAPO dynamic sampling) filters until a full batch of
 // data.train_batch_size prompt groups is ready.
-Batch RlTrainer::generate_train_batch(std::map<std::string, double>& m, std::map<std::string, double>& timing) {
+Batch RlTrainer::generate_train_batch(std::map<std::string, double>& m, std::map<std::string, double>& timing,
+                                      std::optional<Batch> first, int64_t first_policy) {
     const int64_t want = c_.data.train_batch_size, n = c_.rollout.n;
     const auto& fg = c_.algorithm.filter_groups;
     std::vector<Batch> kept;
@@ -231,13 +245,17 @@ Batch RlTrainer::generate_train_batch(std::map<std::string, double>& m, std::map
                    "dynamic sampling: {} generation rounds gave only {} of {} prompt groups with varied rewards "
                    "(algorithm.filter_groups.max_num_gen_batches); the task may be too easy or too hard",
                    rounds - 1, groups, want);
-        auto idx = sampler_->next_batch(want);
         Batch b;
-        {
+        int64_t policy = rollout_policy_;
+        if (rounds == 1 && first) {
+            b = std::move(*first);
+            policy = first_policy;
+        } else {
+            auto idx = sampler_->next_batch(want);
             Stage s(timing, "gen");
             b = generate(idx, n, streams::training_sample_index(step_, rounds - 1, want * n), false);
         }
-        check_weight_version(b);
+        check_weight_version(b, policy);
         Stage s(timing, "reward");
         ScoredResponses sc = score_responses(task_, b);
         if (plan_.reward_components) set_reward_components(b, sc);
@@ -332,14 +350,39 @@ std::map<std::string, double> RlTrainer::train_step() {
     Metrics m, timing;
     const double t_step = now_s();
     ctl_.set_step(step_ + 1);
-    Batch batch = generate_train_batch(m, timing);
+    const bool update_actor = step_ >= c_.trainer.critic_warmup;
+    int64_t policy = rollout_policy_;
+    Batch batch;
+    rollout_busy_s_ = 0;
+    if (async()) {
+        std::optional<Batch> first = take_prefetch(policy, timing);
+        batch = generate_train_batch(m, timing, std::move(first), policy);
+        batch_epoch_ = sampler_->epoch();  // before the next step's prompts are drawn
+        RLPT_CHECK_KIND(InternalError, actor_updates_ - policy <= c_.trainer.max_staleness,
+                        "step {}: the batch was generated with weights {} actor updates old, more than "
+                        "trainer.max_staleness={}; it is not trained on", step_ + 1, actor_updates_ - policy,
+                        c_.trainer.max_staleness);
+        // The next step's generation overlaps this step's actor work. After the last step too: a
+        // checkpoint there holds that batch, as one written mid-run does, so a run extended from it
+        // trains on what a longer uninterrupted run would have.
+        {
+            Stage s(timing, "update_weights");
+            sync_for_staleness(actor_updates_ + (update_actor ? 1 : 0));
+        }
+        start_prefetch(step_ + 1);
+    } else {
+        batch = generate_train_batch(m, timing);
+        batch_epoch_ = sampler_->epoch();
+    }
     if (batch.at("response_mask").sum().item<double>() == 0)
         RLPT_LOG_WARN("step {}: every one of the {} responses is empty (aborted); the step runs on, and the metrics "
                       "over responses are NaN", step_ + 1, batch.size());
     {
         Stage s(timing, "old_log_prob");
-        compute_old_log_probs(batch, m);
+        if (c_.algorithm.rollout_correction.bypass_mode) batch.set("old_log_probs", batch.at("rollout_log_probs"));
+        else compute_old_log_probs(batch, m);
     }
+    if (!c_.algorithm.rollout_correction.bypass_mode) apply_rollout_correction(batch, m);
     if (plan_.reference) {
         Stage s(timing, "ref");
         compute_ref_log_probs(batch);
@@ -353,18 +396,43 @@ std::map<std::string, double> RlTrainer::train_step() {
         compute_rewards(batch, m);
         compute_advantages(batch);
     }
-    const bool update_actor = step_ >= c_.trainer.critic_warmup;
+    const int64_t staleness = actor_updates_ - policy;
     {
         Stage s(timing, "update");
         update_roles(batch, update_actor, m);
     }
     if (update_actor) {
-        Stage s(timing, "update_weights");
-        sync_weights();
-        expect_newer_weights_ = true;
+        ++actor_updates_;
+        if (!async()) {
+            Stage s(timing, "update_weights");
+            sync_weights();
+            rollout_policy_ = actor_updates_;
+            ++step_syncs_;
+        }
     }
-    add_step_metrics(batch, timing, now_s() - t_step, m);
+    timing["timing_s/rollout_busy"] = rollout_busy_s_;
+    const double step_time = now_s() - t_step;
+    add_step_metrics(batch, timing, step_time, m);
+    add_async_metrics(policy, staleness, timing, step_time, m);
+    step_syncs_ = 0;
     return m;
+}
+
+// verl's decoupled mode (ALGORITHMS.md §6.3): once per training batch, after the actor's old
+// log-probs and before the advantage. Needs the rollout's log-probs (rollout.calculate_log_probs).
+void RlTrainer::apply_rollout_correction(Batch& batch, Metrics& m) const {
+    if (!batch.has("rollout_log_probs") || batch.at("response_mask").sum().item<double>() == 0) return;
+    const auto& rc = c_.algorithm.rollout_correction;
+    algo::RolloutCorrectionParams p;
+    p.rollout_is = rc.rollout_is;
+    p.is_threshold = algo::parse_rollout_is_threshold(rc.rollout_is_threshold);
+    p.batch_normalize = rc.rollout_is_batch_normalize;
+    if (rc.rollout_rs) p.rs = algo::parse_rollout_rs(*rc.rollout_rs, rc.rollout_rs_threshold.value_or(""));
+    auto out = algo::compute_rollout_correction(batch.at("old_log_probs"), batch.at("rollout_log_probs"),
+                                                batch.at("response_mask"), p);
+    if (out.rollout_is_weights.defined()) batch.set("rollout_is_weights", out.rollout_is_weights.to(torch::kFloat32));
+    if (!p.rs.empty()) batch.set("response_mask", out.response_mask);
+    for (const auto& [k, v] : out.metrics) m[k] = v;
 }
 
 // old_log_probs (+ entropy, + sum_pi_squared when the estimator needs it) from the actor.
@@ -463,6 +531,7 @@ Batch RlTrainer::actor_update_input(const Batch& batch) const {
     std::vector<std::string> cols{"input_ids",     "attention_mask", "position_ids", "responses",
                                   "response_mask", "old_log_probs",  "advantages"};
     if (c_.actor.use_kl_loss) cols.push_back("ref_log_prob");
+    if (batch.has("rollout_is_weights")) cols.push_back("rollout_is_weights");
     Batch in = arrange_for_update(batch.select(cols), ctl_.dp_size("actor"), tb / mb);
     protocol::encode_args(roles::ActorUpdateArgs{rollout_temperature(batch), tb / mb, static_cast<double>(mb * n)},
                           in);
@@ -508,13 +577,17 @@ void RlTrainer::add_step_metrics(const Batch& batch, const Metrics& timing, doub
         if (it != timing.end() && tokens > 0) m[std::string("timing_per_token_ms/") + stage] = 1000.0 * it->second / tokens;
     }
     m["training/global_step"] = static_cast<double>(step_ + 1);
-    m["training/epoch"] = static_cast<double>(sampler_->epoch());
+    m["training/epoch"] = static_cast<double>(batch_epoch_);
 }
 
 std::map<std::string, double> RlTrainer::validate() {
     std::map<std::string, double> m;
     if (task_.val.empty()) return m;
     const double t0 = now_s();
+    if (async()) {  // validate the actor's newest weights (the rollout may hold older ones)
+        settle_prefetch();
+        sync_to_latest();
+    }
     const int64_t n = c_.rollout.val.n;
     const int64_t chunk = c_.data.val_batch_size > 0 ? c_.data.val_batch_size : static_cast<int64_t>(task_.val.size());
     ValidationTally tally;
@@ -536,7 +609,7 @@ void RlTrainer::log_progress(const std::map<std::string, double>& m) const {
                                                           : fmt::format(" | ppo_kl {:.4f}", g("actor/ppo_kl"));
     RLPT_LOG_INFO("step {}/{} ep {} | score {:.3f} acc {:.3f}{} | entropy {:.3f} | resp len {:.1f} | {:.1f} s (gen "
                   "{:.1f}, reward {:.1f}, old {:.1f}, ref {:.1f}, values {:.1f}, update {:.1f}, sync {:.2f})",
-                  step_, total_steps_, sampler_->epoch(), g("critic/score/mean"), g("train/acc/mean"), kl,
+                  step_, total_steps_, batch_epoch_, g("critic/score/mean"), g("train/acc/mean"), kl,
                   g("actor/entropy"), g("response_length/mean"), g("timing_s/step"), g("timing_s/gen"),
                   g("timing_s/reward"), g("timing_s/old_log_prob"), metric_or(m, "timing_s/ref", 0),
                   metric_or(m, "timing_s/values", 0), g("timing_s/update"), metric_or(m, "timing_s/update_weights", 0));
@@ -592,6 +665,7 @@ int RlTrainer::run() {
             return kExitPreempted;
         }
     }
+    settle_prefetch();  // async: the generation for a step after the last one (kept in its checkpoint)
     if (c_.trainer.export_hf) export_policy((std::filesystem::path(run_.run_dir) / "hf_model").string());
     std::string summary;
     for (const auto& [k, v] : last_val)

@@ -19,6 +19,7 @@ class Visitor {
     virtual void value(const char* key, std::string& v) = 0;
     virtual void value(const char* key, std::optional<int64_t>& v) = 0;
     virtual void value(const char* key, std::optional<double>& v) = 0;
+    virtual void value(const char* key, std::optional<std::string>& v) = 0;
     virtual void value(const char* key, std::vector<int64_t>& v) = 0;
     virtual void value(const char* key, std::vector<double>& v) = 0;
     virtual void value(const char* key, std::vector<std::string>& v) = 0;

@@ -122,6 +122,9 @@ class Loader : public Visitor {
     void value(const char* key, std::optional<double>& v) override {
         guarded([&] { optional(key, v, "a number or null"); });
     }
+    void value(const char* key, std::optional<std::string>& v) override {
+        guarded([&] { optional(key, v, "a string or null"); });
+    }
     void value(const char* key, std::vector<int64_t>& v) override {
         guarded([&] { sequence(key, v, "a list of integers"); });
     }
@@ -345,6 +348,10 @@ class Dumper : public Visitor {
     void value(const char* key, std::optional<double>& v) override {
         out_ << YAML::Key << key << YAML::Value;
         if (v) out_ << fmt::format("{}", *v); else out_ << YAML::Null;
+    }
+    void value(const char* key, std::optional<std::string>& v) override {
+        out_ << YAML::Key << key << YAML::Value;
+        if (v) out_ << YAML::DoubleQuoted << *v; else out_ << YAML::Null;
     }
     void value(const char* key, std::vector<int64_t>& v) override {
         out_ << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;

@@ -51,6 +51,7 @@ void visit_trainer(Visitor& v, TrainerConfig& c) {
     v.value("logger", c.logger);
     v.value("export_hf", c.export_hf);
     v.value("export_hf_freq", c.export_hf_freq);
+    v.value("max_staleness", c.max_staleness);
 }
 
 void visit_placement(Visitor& v, PlacementConfig& c) {
@@ -227,6 +228,16 @@ void visit_algorithm(Visitor& v, AlgorithmConfig& c) {
     });
     v.value("gdpo_reward_keys", c.gdpo_reward_keys);
     v.value("gdpo_reward_weights", c.gdpo_reward_weights);
+    v.section("rollout_correction", [&](Visitor& r) {
+        auto& rc = c.rollout_correction;
+        r.value("rollout_is", rc.rollout_is);
+        r.value("rollout_is_threshold", rc.rollout_is_threshold);
+        r.value("rollout_is_batch_normalize", rc.rollout_is_batch_normalize);
+        r.value("rollout_rs", rc.rollout_rs);
+        r.value("rollout_rs_threshold", rc.rollout_rs_threshold);
+        r.value("bypass_mode", rc.bypass_mode);
+        r.value("loss_type", rc.loss_type);
+    });
 }
 
 void visit_reward(Visitor& v, RewardConfig& c) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <set>
 
+#include "rlpt/algo/rollout_correction_spec.h"
 #include "rlpt/config/config.h"
 #include "rlpt/core/error.h"
 
@@ -112,6 +113,18 @@ class Checker {
         require(o.num_cycles > 0, p + ".num_cycles", "must be > 0 (got {})", o.num_cycles);
         require(o.zero_stage >= 0 && o.zero_stage <= 3, p + ".zero_stage", "must be 0, 1, 2 or 3 (got {})", o.zero_stage);
         require(o.grad_bucket_mb > 0, p + ".grad_bucket_mb", "must be > 0 (got {})", o.grad_bucket_mb);
+    }
+
+    // Runs a parser that throws ValueError; its message (minus a leading "<key>: ") becomes a problem.
+    template <typename Fn>
+    void parses(const std::string& key, Fn&& fn) const {
+        try {
+            fn();
+        } catch (const ValueError& e) {
+            std::string msg = e.message();
+            if (msg.rfind(key + ": ", 0) == 0) msg = msg.substr(key.size() + 2);
+            require(false, key, "{}", msg);
+        }
     }
 
     void sampling(double temperature, double top_p, int64_t top_k, const std::string& p) const {
@@ -314,6 +327,46 @@ void validate(const Config& c) {
     if (al.adv_estimator == "grpo" || al.adv_estimator == "rloo" || al.adv_estimator == "grpo_passk") {
         k.require(r.n > 1 || al.adv_estimator == "grpo", "rollout.n",
                   "{} needs more than one sample per prompt (got {})", al.adv_estimator, r.n);
+    }
+
+    const auto& rc = al.rollout_correction;
+    const std::string rcp = "algorithm.rollout_correction.";
+    if (rc.rollout_is) k.one_of(*rc.rollout_is, rcp + "rollout_is", {"token", "sequence"});
+    k.parses(rcp + "rollout_is_threshold", [&] { algo::parse_rollout_is_threshold(rc.rollout_is_threshold); });
+    if (rc.rollout_rs) {
+        k.parses(rcp + "rollout_rs", [&] { algo::parse_rollout_rs(*rc.rollout_rs, rc.rollout_rs_threshold.value_or("")); });
+    }
+    k.require(rc.loss_type == "ppo_clip", rcp + "loss_type",
+              "'{}' is not supported: rlpt implements bypass mode with ppo_clip only (verl's reinforce loss is not "
+              "implemented)", rc.loss_type);
+    const bool corrects = rc.rollout_is.has_value() || rc.rollout_rs.has_value();
+    k.require(!corrects || r.calculate_log_probs, rcp + (rc.rollout_is ? "rollout_is" : "rollout_rs"),
+              "needs the rollout's log-probs, but rollout.calculate_log_probs is false");
+    if (rc.bypass_mode) {
+        k.require(r.calculate_log_probs, rcp + "bypass_mode",
+                  "true uses the rollout's log-probs as old log-probs: rollout.calculate_log_probs must be true");
+        k.require(!corrects, rcp + "bypass_mode",
+                  "true with rollout_is/rollout_rs is not supported (verl applies them per micro-batch inside the "
+                  "actor; rlpt's bypass mode is plain PPO against the rollout's log-probs)");
+        k.require(al.adv_estimator != "optimal_token_baseline" && al.adv_estimator != "tir_optimal_token_baseline",
+                  rcp + "bypass_mode", "true skips the actor's log-prob pass, which {} needs (sum_pi_squared)",
+                  al.adv_estimator);
+    }
+    k.require(t.max_staleness >= 0, "trainer.max_staleness", "must be >= 0 (got {})", t.max_staleness);
+    if (t.max_staleness > 0 && t.mode == "rl") {  // (the SFT trainer generates only to evaluate)
+        // The rollout generates the next batch while the actor, reference and critic work: they
+        // must not share its ranks (a colocated layout has no idle rollout ranks to overlap).
+        for (size_t g = 0; g < c.placement.groups.size(); ++g) {
+            const auto& roles = c.placement.groups[g].roles;
+            if (std::find(roles.begin(), roles.end(), "rollout") == roles.end()) continue;
+            for (const char* other : {"actor", "reference", "critic"}) {
+                k.require(std::find(roles.begin(), roles.end(), other) == roles.end(), "trainer.max_staleness",
+                          "{} (asynchronous RL) needs the rollout on ranks of its own, but placement.groups.{} puts "
+                          "it with the {}; give it its own group, e.g. placement.groups=[{{roles: [actor, reference], "
+                          "ranks: 2}}, {{roles: [rollout], ranks: 2}}], or use max_staleness=0",
+                          t.max_staleness, g, other);
+            }
+        }
     }
 
     const auto& rw = c.reward;

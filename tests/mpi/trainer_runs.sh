@@ -56,13 +56,7 @@
 #                      the Python reward server, rlpt generate on the result
 set -euo pipefail
 bin="$1"; src="$2"; check="$3"
-work=$(mktemp -d /tmp/rlpt-trainer-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-flags=(--oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
-[ "$(id -u)" -eq 0 ] && flags+=(--allow-run-as-root)
-run() { local np="$1"; shift; mpirun -np "$np" "${flags[@]}" "$bin" "$@"; }
-py=/usr/bin/python3; [ -x "$py" ] || py=python3
+source "$(dirname "$0")/run_common.sh"
 
 compare() {  # compare <a.jsonl> <b.jsonl> <steps> <rtol> <keys...>
   "$py" - "$@" <<'PY'

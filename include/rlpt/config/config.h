@@ -264,6 +264,23 @@ struct FilterGroupsConfig {
     int64_t max_num_gen_batches = 0;  // 0: unlimited
 };
 
+// algorithm.rollout_correction (verl's names and yaml defaults, ALGORITHMS.md §6): off-policy
+// correction between the rollout's log-probs (rollout.calculate_log_probs) and the actor's old
+// log-probs, once per training batch. It runs whenever the batch has rollout log-probs: with
+// rollout_is and rollout_rs null it only logs the rollout_corr/* diagnostics.
+struct RolloutCorrectionConfig {
+    std::optional<std::string> rollout_is;  // null | token | sequence: IS weights for the policy loss
+    std::string rollout_is_threshold = "2";  // U (truncated IS: min(w, U)) or "L_U" (IcePop: 0 outside [L, U])
+    bool rollout_is_batch_normalize = false;  // divide the weights by their batch mean
+    std::optional<std::string> rollout_rs;   // null | comma list: token_k1, seq_mean_k3, ... (rejection sampling)
+    std::optional<std::string> rollout_rs_threshold;  // one spec for all options, or one per option
+    // true: no old-log-prob pass; old_log_probs := the rollout's log-probs (PPO ratio π_θ/π_rollout).
+    // rlpt then applies no IS/RS and logs no rollout_corr metrics (verl computes them per micro-batch
+    // inside the actor); loss_type must be ppo_clip (reinforce is not implemented).
+    bool bypass_mode = false;
+    std::string loss_type = "ppo_clip";
+};
+
 struct AlgorithmConfig {
     std::string adv_estimator = "grpo";
     double gamma = 1.0;
@@ -277,6 +294,7 @@ struct AlgorithmConfig {
     // scorer reports in ScoreResult::extra) and their weights (empty: 1 each).
     std::vector<std::string> gdpo_reward_keys;
     std::vector<double> gdpo_reward_weights;
+    RolloutCorrectionConfig rollout_correction;
 };
 
 struct OverlongBufferConfig {
@@ -361,6 +379,14 @@ struct TrainerConfig {
     std::vector<std::string> logger{"console", "jsonl"};
     bool export_hf = true;              // write the final policy as a Hugging Face folder
     int64_t export_hf_freq = -1;        // also every N steps, to <run>/hf_models/step_<N>; -1: never
+    // Asynchronous RL (README "Asynchronous RL"): how many actor updates older than the actor that
+    // trains on it a batch's weights may be. 0: today's synchronous loop (generate with the newest
+    // weights, then train). k >= 1: the rollout ranks generate batch s+1 while the actor trains on
+    // batch s, and weights are synced only when needed to stay within k. Needs the rollout on ranks
+    // of its own (no actor role on them); samples record their weight version, and a batch older
+    // than k is never trained on. Correct for the lag with algorithm.rollout_correction. RL only
+    // (trainer.mode=sft ignores it).
+    int64_t max_staleness = 0;
 };
 
 struct Config {

@@ -1,0 +1,10 @@
+# Sourced by the end-to-end test scripts (trainer_runs.sh, async_runs.sh) after they set
+# bin, src and check: a scratch directory removed on exit (entered), mpirun flags for an
+# oversubscribed machine, run <np> <args...> and the Python interpreter `py`.
+work=$(mktemp -d "/tmp/rlpt-${check}-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+flags=(--oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
+[ "$(id -u)" -eq 0 ] && flags+=(--allow-run-as-root)
+run() { local np="$1"; shift; mpirun -np "$np" "${flags[@]}" "$bin" "$@"; }
+py=/usr/bin/python3; [ -x "$py" ] || py=python3
