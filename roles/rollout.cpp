@@ -3,6 +3,7 @@
 
 #include "model_setup.h"
 #include "rlpt/core/log.h"
+#include "rlpt/kernels/cpu_features.h"
 #include "rlpt/rollout/generators.h"
 #include "role_common.h"
 
@@ -18,7 +19,36 @@ class RolloutWorker : public RoleWorker {
     const rollout::GeneratorEntry* generator = nullptr;  // rollout.generator
     bool own_copy = false;
     detail::PolicySync sync;
+    // rollout.dtype other than the policy's: the copy generation runs with, and the weights it
+    // was made from (policy version, count of receive_weights calls).
+    std::shared_ptr<model::CausalLM> cast;
+    std::pair<uint64_t, uint64_t> cast_from{0, 0};
+    uint64_t syncs = 0;
 };
+
+torch::Dtype rollout_dtype(const Config& c) {
+    return model::dtype_from_name(c.rollout.dtype == "auto" ? c.model.dtype : c.rollout.dtype);
+}
+
+// The model generation runs with: the policy itself when rollout.dtype is its dtype, else the
+// copy in rollout.dtype, its values refreshed from the policy when the weights changed since.
+model::CausalLM& generation_model(RolloutWorker& r, const Config& c) {
+    model::CausalLM& policy = *r.policy->model;
+    const torch::Dtype want = rollout_dtype(c);
+    if (policy.dtype() == want) return policy;
+    const std::pair<uint64_t, uint64_t> now{r.policy->version, r.syncs};
+    if (r.cast == nullptr) {
+        r.cast = model::clone_causal_lm(policy, want, policy.device());
+        RLPT_LOG_INFO("rollout: generating with {} weights (rollout.dtype), a copy of the {} policy",
+                      model::dtype_name(want), model::dtype_name(policy.dtype()));
+    } else if (r.cast_from != now) {
+        auto from = policy.named_parameters(/*recurse=*/true);
+        torch::NoGradGuard no_grad;
+        for (auto& p : r.cast->named_parameters(/*recurse=*/true)) p.value().copy_(from[p.key()]);
+    }
+    r.cast_from = now;
+    return *r.cast;
+}
 
 RolloutWorker& ready(RoleWorker& w) {
     auto& r = static_cast<RolloutWorker&>(w);
@@ -29,6 +59,11 @@ RolloutWorker& ready(RoleWorker& w) {
 Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     auto& r = static_cast<RolloutWorker&>(w);
     r.generator = &rollout::find_generator(ctx.config->rollout.generator);
+    if (ctx.config->rollout.dtype == "bfloat16" && ctx.comms->role_rank == 0 && !kernels::cpu_has_avx512_bf16() &&
+        detail::device_for(*ctx.config, ctx.topology->placement(), ctx.world_rank).is_cpu())
+        RLPT_LOG_WARN("rollout.dtype=bfloat16: this CPU lacks AVX512_BF16, so bfloat16 weights only halve the "
+                      "bytes of few-row decode steps (widened in registers); prefill and large batches run "
+                      "slower than float32 here");
     if (auto shared = ctx.shared->get<detail::SharedPolicy>(detail::kSharedPolicy)) {
         r.policy = shared;  // colocated with the actor: same tensors, no copy, no sync
         return Batch(0);
@@ -82,7 +117,7 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
         out.set_ints("weight_version", {});
         return out;
     }
-    auto g = r.generator->fn(*r.policy->model, prompts, seeds, sp, ctx.config->rollout.micro_batch_size);
+    auto g = r.generator->fn(generation_model(r, *ctx.config), prompts, seeds, sp, ctx.config->rollout.micro_batch_size);
     // Pad to the call's fixed widths (P of the input, R = max_new_tokens) so shards concatenate.
     const int64_t gp = g.prompts.size(1), gr = g.responses.size(1);
     auto padl = [&](const torch::Tensor& t, int64_t value) { return torch::constant_pad_nd(t, {P - gp, 0}, value); };
@@ -111,6 +146,7 @@ Batch receive_weights(RoleWorker& w, WorkerContext& ctx, const Batch&) {
     uint64_t version = r.policy->version;
     detail::sync_policy_weights(r.sync, ctx, *r.policy->model, version);
     r.policy->version = version;
+    ++r.syncs;
     return Batch(0);
 }
 

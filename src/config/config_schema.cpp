@@ -158,6 +158,7 @@ void visit_rollout(Visitor& v, RolloutConfig& c) {
     v.value("stop_token_ids", c.stop_token_ids);
     v.value("micro_batch_size", c.micro_batch_size);
     v.value("calculate_log_probs", c.calculate_log_probs);
+    v.value("dtype", c.dtype);
     v.value("generator", c.generator);
     v.section("val", [&](Visitor& s) { visit_sampling(s, c.val); });
     v.section("weight_sync", [&](Visitor& w) {

@@ -199,6 +199,7 @@ void validate(const Config& c) {
     k.require(!r.do_sample || r.temperature > 0, "rollout.temperature",
               "must be > 0 when do_sample is true (got {}); use do_sample=false for greedy", r.temperature);
     k.positive(r.micro_batch_size, "rollout.micro_batch_size");
+    k.one_of(r.dtype, "rollout.dtype", {"auto", "float32", "bfloat16"});
     k.sampling(r.val.temperature, r.val.top_p, r.val.top_k, "rollout.val");
     k.positive(r.val.n, "rollout.val.n");
     k.one_of(r.weight_sync.backend, "rollout.weight_sync.backend", {"auto", "mpi", "nccl"});

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "rlpt/core/cpu_cores.h"
 #include "rlpt/core/error.h"
 #include "rlpt/model/transformer.h"
 #include "rlpt/rollout/generator.h"
@@ -287,7 +288,7 @@ int generate_command(int argc, char** argv) {
         if (opt.threads > 0) {
             torch::set_num_threads(static_cast<int>(opt.threads));
         } else if (std::getenv("OMP_NUM_THREADS") == nullptr) {
-            torch::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+            torch::set_num_threads(usable_cores());
         }
         const SamplingParams check = sampling_params(opt);
         try {

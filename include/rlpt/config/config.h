@@ -158,6 +158,9 @@ struct RolloutConfig {
     std::vector<int64_t> stop_token_ids;
     int64_t micro_batch_size = 256;  // sequences generated together per rank
     bool calculate_log_probs = true;  // false: the batch carries no rollout_log_probs (verl)
+    // Weights generation runs with (verl/vLLM's rollout.dtype): auto = model.dtype (the policy's
+    // own tensors); float32 | bfloat16 = a copy in that dtype, refreshed when the weights change.
+    std::string dtype = "auto";
     std::string generator = "sampler";  // a row of the generator table (rlpt/rollout/generators.h)
     SamplingConfig val{0.0, 1.0, -1, false, 1};
     WeightSyncConfig weight_sync;
