@@ -13,11 +13,13 @@
 // are picked by a run-time CPU check. bfloat16 weights are widened to float32 in registers.
 
 #include "rlpt/kernels/small_matmul.h"
+#include "rlpt/kernels/cpu_features.h"
 
 #include <ATen/Parallel.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "rlpt/core/error.h"
 #include "cpu_simd.h"
@@ -110,17 +112,6 @@ RLPT_TARGET_AVX512 void columns_avx512(const Args<W>& a, int64_t j0, int64_t j1)
 }
 #endif
 
-// Whether oneDNN (LibTorch's bfloat16 matmul on CPU) has the AVX512_BF16 dot-product
-// instructions, which do twice the fp32 FMA work per instruction.
-bool cpu_has_avx512_bf16() {
-#if RLPT_CPU_X86
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5)) != 0;
-#else
-    return false;
-#endif
-}
-
 template <typename W>
 void run(const Args<W>& a, SmallMatmulIsa isa) {
     void (*cols)(const Args<W>&, int64_t, int64_t) = columns_portable<W>;
@@ -139,6 +130,21 @@ void run(const Args<W>& a, SmallMatmulIsa isa) {
 
 }  // namespace
 }  // namespace detail
+
+bool cpu_has_avx512_bf16() {
+#if RLPT_CPU_X86
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5)) != 0;
+#else
+    return false;
+#endif
+}
+
+int decode_kernel_threads() {
+    std::atomic<uint64_t> seen{0};
+    at::parallel_for(0, 64, 1, [&](int64_t, int64_t) { seen |= uint64_t{1} << (at::get_thread_num() % 64); });
+    return __builtin_popcountll(seen.load());
+}
 
 bool small_matmul_isa_supported(SmallMatmulIsa isa) {
     const SmallMatmulIsa best = detail::best_isa();
@@ -170,7 +176,7 @@ bool small_matmul_applies(const torch::Tensor& x, const torch::Tensor& w, const 
     // bfloat16: past a few rows oneDNN's AVX512_BF16 path (2x the multiply-adds per
     // instruction) beats widening the weights to fp32 here; without those instructions
     // LibTorch's bfloat16 matmul is slower than this kernel at every size up to the limit.
-    static const bool onednn_bf16 = detail::cpu_has_avx512_bf16();
+    static const bool onednn_bf16 = cpu_has_avx512_bf16();
     const int64_t max_rows = dt == torch::kBFloat16 && onednn_bf16 ? kSmallMatmulMaxRowsBf16 : kSmallMatmulMaxRows;
     if (rows < 1 || rows > max_rows) return false;
     return !torch::GradMode::is_enabled() ||

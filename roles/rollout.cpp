@@ -5,6 +5,7 @@
 
 #include "model_setup.h"
 #include "rlpt/core/log.h"
+#include "rlpt/kernels/cpu_features.h"
 #include "rlpt/rollout/generators.h"
 #include "rlpt/rollout/stop_strings.h"
 #include "rlpt/tokenizer/tokenizer.h"
@@ -27,6 +28,11 @@ class RolloutWorker : public RoleWorker {
     rollout::GeneratorContext gen;                         // the generator's context (its state lives here)
     bool own_copy = false;
     detail::PolicySync sync;
+    // rollout.dtype other than the policy's: the copy generation runs with, and the weights it
+    // was made from (policy version, count of receive_weights calls).
+    std::shared_ptr<model::CausalLM> cast;
+    std::pair<uint64_t, uint64_t> cast_from{0, 0};
+    uint64_t syncs = 0;
     // The hybrid engine (colocated with an actor of another tensor-parallel size): the actor,
     // resharded into `policy` (our layout, storage released between generations) before each
     // generation.
@@ -64,6 +70,30 @@ class ReshardedWindow {
     bool active_ = false;
 };
 
+torch::Dtype rollout_dtype(const Config& c) {
+    return model::dtype_from_name(c.rollout.dtype == "auto" ? c.model.dtype : c.rollout.dtype);
+}
+
+// The model generation runs with: the policy itself when rollout.dtype is its dtype, else the
+// copy in rollout.dtype, its values refreshed from the policy when the weights changed since.
+model::CausalLM& generation_model(RolloutWorker& r, const Config& c) {
+    model::CausalLM& policy = *r.policy->model;
+    const torch::Dtype want = rollout_dtype(c);
+    if (policy.dtype() == want) return policy;
+    const std::pair<uint64_t, uint64_t> now{r.policy->version, r.syncs};
+    if (r.cast == nullptr) {
+        r.cast = model::clone_causal_lm(policy, want, policy.device());
+        RLPT_LOG_INFO("rollout: generating with {} weights (rollout.dtype), a copy of the {} policy",
+                      model::dtype_name(want), model::dtype_name(policy.dtype()));
+    } else if (r.cast_from != now) {
+        auto from = policy.named_parameters(/*recurse=*/true);
+        torch::NoGradGuard no_grad;
+        for (auto& p : r.cast->named_parameters(/*recurse=*/true)) p.value().copy_(from[p.key()]);
+    }
+    r.cast_from = now;
+    return *r.cast;
+}
+
 RolloutWorker& ready(RoleWorker& w) {
     auto& r = static_cast<RolloutWorker&>(w);
     RLPT_CHECK_KIND(InternalError, r.policy != nullptr, "rollout used before kInit");
@@ -73,6 +103,11 @@ RolloutWorker& ready(RoleWorker& w) {
 Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     auto& r = static_cast<RolloutWorker&>(w);
     r.generator = &rollout::find_generator(ctx.config->rollout.generator);
+    if (ctx.config->rollout.dtype == "bfloat16" && ctx.comms->role_rank == 0 && !kernels::cpu_has_avx512_bf16() &&
+        detail::device_for(*ctx.config, ctx.topology->placement(), ctx.world_rank).is_cpu())
+        RLPT_LOG_WARN("rollout.dtype=bfloat16: this CPU lacks AVX512_BF16, so bfloat16 weights only halve the "
+                      "bytes of few-row decode steps (widened in registers); prefill and large batches run "
+                      "slower than float32 here");
     r.token_texts = in.strings("token_text");
     r.generator_args = rollout::generator_args(ctx.config->rollout);
     const auto appends = protocol::decode_args<RolloutInitArgs>(in, "rollout.init");
@@ -169,7 +204,7 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     for (auto [field, dest] : {std::pair{"data_source", &r.gen.data_source}, std::pair{"ground_truth", &r.gen.ground_truth},
                                std::pair{"extra", &r.gen.extra}})
         *dest = in.has_strings(field) ? in.strings(field) : std::vector<std::string>{};
-    auto g = r.generator->fn(*r.policy->model, prompts, seeds, sp, ctx.config->rollout.micro_batch_size, r.gen);
+    auto g = r.generator->fn(generation_model(r, *ctx.config), prompts, seeds, sp, ctx.config->rollout.micro_batch_size, r.gen);
     for (const auto& [name, values] : r.gen.sample_values) out.set(name, torch::tensor(values, torch::kFloat64));
     // Pad to the call's fixed widths (P of the input, R = max_new_tokens) so shards concatenate.
     const int64_t gp = g.prompts.size(1), gr = g.responses.size(1);
@@ -203,6 +238,7 @@ Batch receive_weights(RoleWorker& w, WorkerContext& ctx, const Batch&) {
     uint64_t version = r.policy->version;
     detail::sync_policy_weights(r.sync, ctx, *r.policy->model, version);
     r.policy->version = version;
+    ++r.syncs;
     return Batch(0);
 }
 

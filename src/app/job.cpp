@@ -16,6 +16,7 @@
 #include "run_dir.h"
 #include "rlpt/app/registry.h"
 #include "rlpt/comm/topology.h"
+#include "rlpt/core/cpu_cores.h"
 #include "rlpt/core/debug_env.h"
 #include "rlpt/core/log.h"
 #include "rlpt/core/signals.h"
@@ -59,11 +60,17 @@ bool load_and_broadcast(const comm::Communicator& world, const JobOptions& opts,
     return true;
 }
 
+// LibTorch threads of a rank (trainer.threads_per_rank overrides): the cores it is bound to when
+// the launcher bound it to fewer than the machine's (mpirun --bind-to core, Slurm --cpus-per-task),
+// else the node's cores shared among the ranks on it: all of them for a lone rank, 1 per rank
+// when ranks >= cores.
 int threads_for(const Config& c, const comm::Placement& p, int world_rank) {
     if (c.trainer.threads_per_rank > 0) return static_cast<int>(c.trainer.threads_per_rank);
-    int cores = static_cast<int>(std::thread::hardware_concurrency());
+    const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int mine = usable_cores();
+    if (mine < machine) return mine;
     int on_node = p.ranks_on_node(p.node_of_rank[static_cast<size_t>(world_rank)]);
-    return std::max(1, cores / std::max(1, on_node));
+    return std::max(1, machine / std::max(1, on_node));
 }
 
 // "Slurm job 42 step 0 (nodes n[1-2], 8 tasks)" when launched inside a Slurm allocation, else

@@ -161,6 +161,7 @@ void visit_rollout(Visitor& v, RolloutConfig& c) {
     v.value("include_stop_str_in_output", c.include_stop_str_in_output);
     v.value("micro_batch_size", c.micro_batch_size);
     v.value("calculate_log_probs", c.calculate_log_probs);
+    v.value("dtype", c.dtype);
     v.value("generator", c.generator);
     v.section("beam_search", [&](Visitor& b) {
         b.value("beam_width", c.beam_search.beam_width);

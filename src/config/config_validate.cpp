@@ -262,6 +262,7 @@ void validate(const Config& c) {
     k.rollout_program(c);
     k.require(r.tensor_model_parallel_size >= 0, "rollout.tensor_model_parallel_size",
               "must be >= 0 (0: the placement group's model_parallel_size; got {})", r.tensor_model_parallel_size);
+    k.one_of(r.dtype, "rollout.dtype", {"auto", "float32", "bfloat16"});
     k.sampling(r.val.temperature, r.val.top_p, r.val.top_k, "rollout.val");
     k.positive(r.val.n, "rollout.val.n");
     k.one_of(r.weight_sync.backend, "rollout.weight_sync.backend", {"auto", "mpi", "nccl"});

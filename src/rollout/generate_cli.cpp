@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "rlpt/core/cpu_cores.h"
 #include "rlpt/core/error.h"
 #include "rlpt/model/transformer.h"
 #include "rlpt/rollout/beam_search.h"
@@ -351,7 +352,7 @@ int generate_command(int argc, char** argv) {
         if (opt.threads > 0) {
             torch::set_num_threads(static_cast<int>(opt.threads));
         } else if (std::getenv("OMP_NUM_THREADS") == nullptr) {
-            torch::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+            torch::set_num_threads(usable_cores());
         }
         SamplingParams check = sampling_params(opt);
         check.stop.clear();  // the token texts come with the tokenizer, in run()

@@ -15,10 +15,15 @@
 //             over the measured step time.
 //   head_ms / sample_ms: the LM head (gathered_logits) and the sampler for B rows, per step.
 // Correctness first: greedy rollout log-probs must equal a full forward's (else exit 1).
+// The ~125M Llama's weights: random (seed 1), or with --hf-dir DIR loaded from that Hugging Face
+// directory (written there first, from the random weights, when DIR has no config.json) so that
+// scripts/bench_decode.sh runs PyTorch eager on the very same checkpoint.
 // Output: one JSON line per measurement (scripts/bench_decode.sh turns them into a table).
-// Usage: rlpt_bench_decode [--threads N] [--quick] [--batches 1,16,64]   (default 1 thread)
+// Usage: rlpt_bench_decode [--threads N] [--quick] [--batches 1,16,64] [--hf-dir DIR]   (default 1 thread)
 #include <dlfcn.h>
 #include <torch/torch.h>
+
+#include <filesystem>
 
 #include <algorithm>
 #include <chrono>
@@ -63,7 +68,17 @@ struct ModelSpec {
     rlpt::model::ModelArgs args;
     int64_t new_tokens;
     torch::Dtype dtype;
+    bool from_hf_dir = false;  // loaded from --hf-dir when given
 };
+
+// The spec's model: random weights (seed 1), or `hf_dir`'s checkpoint for the specs that take it
+// (saved there from the fp32 random weights first if the directory holds no model).
+std::shared_ptr<rlpt::model::CausalLM> make_model(const ModelSpec& spec, const std::string& hf_dir) {
+    if (hf_dir.empty() || !spec.from_hf_dir) return rlpt::model::make_random_causal_lm(spec.args, 1, spec.dtype);
+    if (!std::filesystem::exists(std::filesystem::path(hf_dir) / "config.json"))
+        rlpt::model::save_pretrained(*rlpt::model::make_random_causal_lm(spec.args, 1, torch::kFloat32), hf_dir);
+    return rlpt::model::load_pretrained(hf_dir, spec.dtype);
+}
 
 ModelSpec tiny_spec() {
     auto a = rlpt::model::tiny_model_args(rlpt::model::ModelFamily::kQwen2, 20);
@@ -88,7 +103,7 @@ ModelSpec llama125m_spec(torch::Dtype dtype) {
     a.max_position_embeddings = 2048;
     a.tie_word_embeddings = false;
     a.validate();
-    return {dtype == torch::kFloat32 ? "125M Llama fp32" : "125M Llama bf16", a, 32, dtype};
+    return {dtype == torch::kFloat32 ? "125M Llama fp32" : "125M Llama bf16", a, 32, dtype, true};
 }
 
 // Weights a decode step reads (every Linear of every layer + the output head), in elements.
@@ -128,17 +143,20 @@ int main(int argc, char** argv) {
     int threads = 1;
     bool quick = false;
     std::vector<int64_t> batches{1, 16, 64};
+    std::string hf_dir;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
             threads = std::max(1, std::atoi(argv[++i]));
         } else if (!std::strcmp(argv[i], "--quick")) {
             quick = true;
+        } else if (!std::strcmp(argv[i], "--hf-dir") && i + 1 < argc) {
+            hf_dir = argv[++i];
         } else if (!std::strcmp(argv[i], "--batches") && i + 1 < argc) {
             batches.clear();
             std::stringstream list(argv[++i]);
             for (std::string item; std::getline(list, item, ',');) batches.push_back(std::max(1, std::atoi(item.c_str())));
         } else {
-            std::fprintf(stderr, "usage: %s [--threads N] [--quick] [--batches 1,16,64]\n", argv[0]);
+            std::fprintf(stderr, "usage: %s [--threads N] [--quick] [--batches 1,16,64] [--hf-dir DIR]\n", argv[0]);
             return 2;
         }
     }
@@ -164,14 +182,15 @@ int main(int argc, char** argv) {
         }
     }
     std::printf("{\"kind\":\"ceiling\",\"git_sha\":\"%s\",\"threads\":%d,\"blas\":\"%s\",\"kernel_isa\":\"%s\","
-                "\"copy_GBps\":%.2f,\"mm_GFLOPs\":%.1f}\n",
-                RLPT_GIT_SHA, threads, blas.c_str(), rlpt::kernels::small_matmul_isa_name(), bw_gbs, mm_gflops);
+                "\"kernel_threads\":%d,\"copy_GBps\":%.2f,\"mm_GFLOPs\":%.1f}\n",
+                RLPT_GIT_SHA, threads, blas.c_str(), rlpt::kernels::small_matmul_isa_name(),
+                rlpt::kernels::decode_kernel_threads(), bw_gbs, mm_gflops);
     std::fflush(stdout);
 
     // ---- decode ----
     const int64_t prompt_len = 16;
     for (const ModelSpec& spec : {tiny_spec(), llama125m_spec(torch::kFloat32), llama125m_spec(torch::kBFloat16)}) {
-        auto m = rlpt::model::make_random_causal_lm(spec.args, 1, spec.dtype);
+        auto m = make_model(spec, hf_dir);
         const double err = check_against_full_forward(*m);
         const double tolerance = spec.dtype == torch::kFloat32 ? 1e-3 : 0.2;
         if (!(err < tolerance)) {

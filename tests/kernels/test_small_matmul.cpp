@@ -114,6 +114,17 @@ TEST(SmallMatmul, RowResultDoesNotDependOnBatchOrThreads) {
     torch::set_num_threads(saved);
 }
 
+// The kernels' at::parallel_for really splits the work (it silently runs serially in a file
+// compiled without OpenMP, which the thread-invariance test above would not notice).
+TEST(SmallMatmul, ParallelForUsesLibTorchThreads) {
+    const int saved = torch::get_num_threads();
+    torch::set_num_threads(1);
+    EXPECT_EQ(rlpt::kernels::decode_kernel_threads(), 1);
+    torch::set_num_threads(2);
+    EXPECT_EQ(rlpt::kernels::decode_kernel_threads(), 2);
+    torch::set_num_threads(saved);
+}
+
 TEST(SmallMatmul, AppliesOnlyToFewRowsWithoutGrad) {
     auto w = torch::randn({8, 12}, torch::requires_grad());
     auto x = torch::randn({4, 1, 12});

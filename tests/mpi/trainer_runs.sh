@@ -3,6 +3,9 @@
 #   trainer_runs.sh <rlpt binary> <source dir> <check>
 # checks:
 #   smoke-N            configs/tiny.yaml on N ranks finishes, logs metrics, exports a model
+#   rollout-bf16       rollout.dtype=bfloat16 with a float32 policy: colocated (a bfloat16 copy of
+#                      the actor's weights, refreshed after every update) and on its own rank
+#                      (copy of the synced weights) give the same samples step by step
 #   dp-invariance      tiny on 1 vs 2 ranks (1 vs 2 actor DP ranks): same metrics, first steps
 #   resume             4 steps straight == 2 steps + resume + 2 steps (metrics and weights
 #                      bit-identical), with the checkpoint at an epoch boundary
@@ -122,6 +125,16 @@ import json, sys
 e = [json.loads(l)["actor/entropy"] for l in open(sys.argv[1])]
 assert abs(e[-1] - e[0]) > 1e-3, f"the updates did not change the policy: entropy {e}"
 PY
+    ;;
+  rollout-bf16)
+    common=(trainer.output_dir=runs trainer.total_training_steps=3 trainer.val_before_train=false
+            actor.entropy_coeff=0.05 actor.optim.lr=0.01)
+    run 1 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=colocated rollout.dtype=bfloat16 | tee colocated.log
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=split rollout.dtype=bfloat16 \
+      'placement.groups=[{roles: [actor, reference], ranks: 1}, {roles: [rollout], ranks: 1}]' | tee split.log
+    for l in colocated.log split.log; do grep -q "generating with bfloat16 weights (rollout.dtype), a copy of the float32 policy" $l; done
+    compare runs/colocated/metrics.jsonl runs/split/metrics.jsonl 1,2,3 2e-3 \
+      response_length/mean actor/entropy actor/grad_norm
     ;;
   dp-invariance)
     common=(trainer.output_dir=runs trainer.total_training_steps=3 trainer.val_before_train=false)

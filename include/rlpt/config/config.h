@@ -214,6 +214,9 @@ struct RolloutConfig {
     bool include_stop_str_in_output = false;
     int64_t micro_batch_size = 256;  // sequences generated together per rank
     bool calculate_log_probs = true;  // false: the batch carries no rollout_log_probs (verl)
+    // Weights generation runs with (verl/vLLM's rollout.dtype): auto = model.dtype (the policy's
+    // own tensors); float32 | bfloat16 = a copy in that dtype, refreshed when the weights change.
+    std::string dtype = "auto";
     std::string generator = "sampler";  // a row of the generator table (rlpt/rollout/generators.h)
     BeamSearchConfig beam_search;       // generator beam_search, and beam_search stages
     std::vector<RolloutStageConfig> stages;  // generator multi_stage: at least one stage

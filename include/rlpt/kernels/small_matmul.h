@@ -40,6 +40,12 @@ bool small_matmul_isa_supported(SmallMatmulIsa isa);
 // Name of the variant kAuto selects on this CPU: "avx512", "avx2" or "portable".
 const char* small_matmul_isa_name();
 
+// How many threads the decode kernels' at::parallel_for really runs on now: LibTorch's thread
+// count when they were compiled with OpenMP (kernels/CMakeLists.txt), 1 when they were not (the
+// OpenMP body is a header template, so a file compiled without it runs serially). For tests and
+// the benchmark's header.
+int decode_kernel_threads();
+
 // True when small_matmul is meant for this call: CPU, float32 or bfloat16 (x and w alike),
 // 1..kSmallMatmulMaxRows rows (bfloat16: see above), w contiguous, and no autograd graph wanted (grad mode off, or
 // neither x, w nor bias requires grad). Cheap: no data is touched.
