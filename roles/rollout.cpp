@@ -82,7 +82,10 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
         out.set_ints("weight_version", {});
         return out;
     }
-    auto g = r.generator->fn(*r.policy->model, prompts, seeds, sp, ctx.config->rollout.micro_batch_size);
+    rollout::BatchLimits limits;
+    limits.max_num_seqs = ctx.config->rollout.max_num_seqs;
+    limits.max_num_batched_tokens = ctx.config->rollout.max_num_batched_tokens;
+    auto g = r.generator->fn(*r.policy->model, prompts, seeds, sp, limits);
     // Pad to the call's fixed widths (P of the input, R = max_new_tokens) so shards concatenate.
     const int64_t gp = g.prompts.size(1), gr = g.responses.size(1);
     auto padl = [&](const torch::Tensor& t, int64_t value) { return torch::constant_pad_nd(t, {P - gp, 0}, value); };

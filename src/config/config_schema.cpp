@@ -156,7 +156,8 @@ void visit_rollout(Visitor& v, RolloutConfig& c) {
     v.value("top_k", c.top_k);
     v.value("do_sample", c.do_sample);
     v.value("stop_token_ids", c.stop_token_ids);
-    v.value("micro_batch_size", c.micro_batch_size);
+    v.value("max_num_seqs", c.max_num_seqs);
+    v.value("max_num_batched_tokens", c.max_num_batched_tokens);
     v.value("calculate_log_probs", c.calculate_log_probs);
     v.value("generator", c.generator);
     v.section("val", [&](Visitor& s) { visit_sampling(s, c.val); });

@@ -156,7 +156,12 @@ struct RolloutConfig {
     int64_t top_k = -1;
     bool do_sample = true;
     std::vector<int64_t> stop_token_ids;
-    int64_t micro_batch_size = 256;  // sequences generated together per rank
+    // Continuous batching (rollout/generator.h), vLLM's names. Sequences decoded together per
+    // rollout rank (KV-cache slots; was rollout.micro_batch_size):
+    int64_t max_num_seqs = 256;
+    // KV-cache budget per rollout rank in token positions over all slots (each slot holds the
+    // longest prompt + max_new_tokens - 1); null: max_num_seqs slots. Must hold one sequence.
+    std::optional<int64_t> max_num_batched_tokens;
     bool calculate_log_probs = true;  // false: the batch carries no rollout_log_probs (verl)
     std::string generator = "sampler";  // a row of the generator table (rlpt/rollout/generators.h)
     SamplingConfig val{0.0, 1.0, -1, false, 1};

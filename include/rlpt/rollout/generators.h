@@ -3,7 +3,7 @@
 // (config key rollout.generator). Today's sampler (rollout/generator.h) is the first entry.
 //
 // A generator has rollout::generate's contract (prompts, one seed per prompt, sampling
-// parameters, micro-batch size -> GenerationOutput with the documented shapes and finish
+// parameters, batch limits -> GenerationOutput with the documented shapes and finish
 // reasons); the rollout role pads its output to the call's widths. Adding one (a beam search, a
 // two-stage chain-of-thought, an agent loop) is one file pair with the function and one row in
 // src/rollout/generators.cpp. KVCache::fork_rows / repeat_rows let it share a prefill between
@@ -17,7 +17,7 @@ namespace rlpt::rollout {
 
 using GeneratorFn = GenerationOutput (*)(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                          const std::vector<uint64_t>& seeds, const SamplingParams& params,
-                                         int64_t micro_batch_size);
+                                         const BatchLimits& limits);
 
 struct GeneratorEntry {
     const char* name;
