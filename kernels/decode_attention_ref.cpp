@@ -13,8 +13,8 @@ namespace rlpt::kernels::detail {
 namespace {
 
 template <typename T>
-void reference(const float* q, const T* k, const T* v, const bool* masked, RowMap rows, const AttentionShape& a,
-               float scale, float* out) {
+void reference(const float* q, const T* k, const T* v, const bool* masked, RowMap rows,
+               const AttentionShape& a, float scale, float* out) {
     std::vector<double> p;
     for (int64_t b = 0; b < a.b; ++b) {
         const int64_t s_n = rows.len ? rows.len[b] : a.s;
@@ -36,7 +36,8 @@ void reference(const float* q, const T* k, const T* v, const bool* masked, RowMa
                 float* o = out + ((b * a.n_kv + n) * a.g + g) * a.hd;
                 for (int64_t e = 0; e < a.hd; ++e) {
                     double acc = 0;
-                    for (int64_t s = 0; s < s_n; ++s) acc += p[static_cast<size_t>(s)] * scalar(v[kv_off + s * a.hd + e]);
+                    for (int64_t s = 0; s < s_n; ++s)
+                        acc += p[static_cast<size_t>(s)] * scalar(v[kv_off + s * a.hd + e]);
                     o[e] = static_cast<float>(acc / sum);
                 }
             }
@@ -50,8 +51,8 @@ void decode_attention_ref(const float* q, const float* k, const float* v, const 
                           const AttentionShape& shape, float scale, float* out) {
     reference(q, k, v, masked, rows, shape, scale, out);
 }
-void decode_attention_ref(const float* q, const uint16_t* k, const uint16_t* v, const bool* masked, RowMap rows,
-                          const AttentionShape& shape, float scale, float* out) {
+void decode_attention_ref(const float* q, const uint16_t* k, const uint16_t* v, const bool* masked,
+                          RowMap rows, const AttentionShape& shape, float scale, float* out) {
     reference(q, k, v, masked, rows, shape, scale, out);
 }
 

@@ -8,9 +8,11 @@
 
 namespace rlpt::model {
 
-KVCache::KVCache(int64_t n_layers, int64_t batch_size, int64_t n_kv_heads, int64_t head_dim, int64_t max_length,
-                 torch::TensorOptions options)
-    : batch_(batch_size), max_length_(max_length), slot_len_(static_cast<size_t>(std::max<int64_t>(batch_size, 0)), 0) {
+KVCache::KVCache(int64_t n_layers, int64_t batch_size, int64_t n_kv_heads, int64_t head_dim,
+                 int64_t max_length, torch::TensorOptions options)
+    : batch_(batch_size),
+      max_length_(max_length),
+      slot_len_(static_cast<size_t>(std::max<int64_t>(batch_size, 0)), 0) {
     RLPT_CHECK(n_layers > 0 && batch_size > 0 && n_kv_heads > 0 && head_dim > 0 && max_length > 0,
                "KVCache: sizes must be positive (layers {}, batch {}, kv heads {}, head_dim {}, max_length {})",
                n_layers, batch_size, n_kv_heads, head_dim, max_length);
@@ -88,18 +90,18 @@ std::pair<torch::Tensor, torch::Tensor> KVCache::store(int64_t layer, const torc
     const int64_t rows = slots_bound() ? bound_.size(0) : batch_;
     RLPT_CHECK(k.dim() == 4 && k.sizes() == v.sizes() && k.size(0) == rows && k.size(1) == kb.size(1) &&
                    k.size(3) == kb.size(3),
-               "KVCache::store: expected k/v [{}, {}, T, {}], got k {} v {}", rows, kb.size(1), kb.size(3), k.sizes(),
-               v.sizes());
+               "KVCache::store: expected k/v [{}, {}, T, {}], got k {} v {}", rows, kb.size(1), kb.size(3),
+               k.sizes(), v.sizes());
     const int64_t t_new = k.size(2);
     if (slots_bound()) {
         if (t_new > 1) {  // prefill of empty slots
             const auto* s = bound_.data_ptr<int64_t>();
             for (int64_t i = 0; i < rows; ++i)
                 RLPT_CHECK(slot_len_[static_cast<size_t>(s[i])] == 0,
-                           "KVCache::store: a prefill ({} positions) into slot {} that already holds {}", t_new, s[i],
-                           slot_len_[static_cast<size_t>(s[i])]);
-            RLPT_CHECK(t_new <= max_length_, "KVCache overflow: a prefill of {} positions > max_length {}", t_new,
-                       max_length_);
+                           "KVCache::store: a prefill ({} positions) into slot {} that already holds {}",
+                           t_new, s[i], slot_len_[static_cast<size_t>(s[i])]);
+            RLPT_CHECK(t_new <= max_length_, "KVCache overflow: a prefill of {} positions > max_length {}",
+                       t_new, max_length_);
             kb.narrow(2, 0, t_new).index_copy_(0, bound_dev_, k);
             vb.narrow(2, 0, t_new).index_copy_(0, bound_dev_, v);
             return {k, v};
@@ -159,18 +161,20 @@ int64_t KVCache::slot_length(int64_t slot) const {
 
 void KVCache::set_slot_length(int64_t slot, int64_t length) {
     RLPT_CHECK(length >= 0 && length <= slot_length(slot),
-               "KVCache::set_slot_length: slot {} holds {} positions, cannot set {}", slot, slot_length(slot), length);
+               "KVCache::set_slot_length: slot {} holds {} positions, cannot set {}", slot, slot_length(slot),
+               length);
     slotted_ = true;
     slot_len_[static_cast<size_t>(slot)] = length;
 }
 
 void KVCache::copy_slot(int64_t dst, int64_t src, int64_t length) {
     RLPT_CHECK(length >= 0 && length <= slot_length(src) && dst != src && dst >= 0 && dst < batch_,
-               "KVCache::copy_slot: {} positions of slot {} (holding {}) into slot {} of [0, {})", length, src,
-               slot_length(src), dst, batch_);
+               "KVCache::copy_slot: {} positions of slot {} (holding {}) into slot {} of [0, {})", length,
+               src, slot_length(src), dst, batch_);
     RLPT_CHECK(!slots_bound(), "KVCache::copy_slot: slots are bound to a forward");
     for (size_t l = 0; l < k_.size(); ++l)
-        for (auto* buf : {&k_[l], &v_[l]}) buf->select(0, dst).narrow(1, 0, length).copy_(buf->select(0, src).narrow(1, 0, length));
+        for (auto* buf : {&k_[l], &v_[l]})
+            buf->select(0, dst).narrow(1, 0, length).copy_(buf->select(0, src).narrow(1, 0, length));
     slot_len_[static_cast<size_t>(dst)] = length;
 }
 

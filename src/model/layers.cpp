@@ -116,7 +116,8 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const Rotary& rope, con
     if (slot_decode) {
         // k, v: the whole cache, rows = slots. The kernel reads each row's slot in place.
         if (decode_attention_ && kernels::decode_attention_slots_applies(qg, k, v)) {
-            auto out = kernels::decode_attention_slots(qg, k, v, cache->bound_slots(), cache->bound_lengths(), scale);
+            auto out = kernels::decode_attention_slots(qg, k, v, cache->bound_slots(), cache->bound_lengths(),
+                                                       scale);
             return o_proj_->forward_row_parallel(out.reshape({b, 1, n_heads_ * head_dim_}), tp_);
         }
         // Elsewhere: gather the bound slots' positions (masked_out covers [0, longest)).
@@ -125,7 +126,8 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const Rotary& rope, con
         v = v.index_select(0, cache->bound_slots_on_device()).narrow(2, 0, longest);
     }
     const int64_t s = k.size(2);
-    if (!slot_decode && t == 1 && cache != nullptr && decode_attention_ && kernels::decode_attention_applies(qg, k, v)) {
+    if (!slot_decode && t == 1 && cache != nullptr && decode_attention_ &&
+        kernels::decode_attention_applies(qg, k, v)) {
         auto out = kernels::decode_attention(qg, k, v, masked_out.reshape({b, s}), scale);
         return o_proj_->forward_row_parallel(out.reshape({b, 1, n_heads_ * head_dim_}), tp_);
     }

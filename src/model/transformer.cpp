@@ -87,8 +87,8 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
     if (!slot_decode)
         RLPT_CHECK(attention_mask.defined() && attention_mask.dim() == 2 && attention_mask.size(0) == b &&
                        attention_mask.size(1) == past + t,
-                   "forward: attention_mask must be [{}, {}] (cached {} + new {}), got {}", b, past + t, past, t,
-                   attention_mask.sizes());
+                   "forward: attention_mask must be [{}, {}] (cached {} + new {}), got {}", b, past + t, past,
+                   t, attention_mask.sizes());
     if (cache)
         RLPT_CHECK((slots ? cache->bound_slots().size(0) : cache->batch_size()) == b &&
                        cache->n_layers() == args_.num_hidden_layers,

@@ -53,7 +53,12 @@ class Engine {
   public:
     Engine(model::CausalLM& model, const Prompts& prompts, const std::vector<uint64_t>& seeds,
            const SamplingParams& params, const BatchLimits& limits, std::vector<RowResult>& results)
-        : model_(model), prompts_(prompts), seeds_(seeds), params_(params), limits_(limits), results_(results),
+        : model_(model),
+          prompts_(prompts),
+          seeds_(seeds),
+          params_(params),
+          limits_(limits),
+          results_(results),
           rules_{stop_table(params, model.args().vocab_size), params.max_new_tokens} {
         group_prompts();
         size_cache();
@@ -72,7 +77,8 @@ class Engine {
                 uniforms.resize(active_.size());
                 for (size_t i = 0; i < active_.size(); ++i) {
                     const auto row = static_cast<size_t>(slot_row_[static_cast<size_t>(active_[i])]);
-                    uniforms[i] = uniform_draw(seeds_[row], static_cast<int64_t>(results_[row].tokens.size()));
+                    uniforms[i] =
+                        uniform_draw(seeds_[row], static_cast<int64_t>(results_[row].tokens.size()));
                 }
             }
             const TokenChoices chosen = choose_tokens(logits, params_, uniforms);
@@ -103,8 +109,9 @@ class Engine {
             const int64_t n = static_cast<int64_t>(active_.size());
             cache_->bind_slots(active_);
             hidden_ = model_
-                          .forward_hidden(torch::tensor(tokens, torch::kInt64).view({n, 1}).to(device), torch::Tensor(),
-                                          torch::tensor(positions, torch::kInt64).view({n, 1}).to(device), &*cache_)
+                          .forward_hidden(
+                              torch::tensor(tokens, torch::kInt64).view({n, 1}).to(device), torch::Tensor(),
+                              torch::tensor(positions, torch::kInt64).view({n, 1}).to(device), &*cache_)
                           .select(1, 0);
         }
     }
@@ -121,7 +128,8 @@ class Engine {
         order_.resize(prompts_.size());
         std::iota(order_.begin(), order_.end(), 0);
         std::stable_sort(order_.begin(), order_.end(), [&](int64_t a, int64_t b) {
-            const auto la = prompts_[static_cast<size_t>(a)].size(), lb = prompts_[static_cast<size_t>(b)].size();
+            const auto la = prompts_[static_cast<size_t>(a)].size(),
+                       lb = prompts_[static_cast<size_t>(b)].size();
             if (la != lb) return la > lb;
             return group_[static_cast<size_t>(a)] < group_[static_cast<size_t>(b)];
         });
@@ -137,7 +145,8 @@ class Engine {
         if (limits_.max_num_batched_tokens) {
             const int64_t budget = *limits_.max_num_batched_tokens;
             RLPT_CHECK(budget >= per_seq,
-                       "rollout.max_num_batched_tokens = {} cannot hold one sequence: the longest prompt ({} tokens) "
+                       "rollout.max_num_batched_tokens = {} cannot hold one sequence: the longest prompt ({} "
+                       "tokens) "
                        "+ max_new_tokens ({}) - 1 = {} KV positions",
                        budget, longest, params_.max_new_tokens, per_seq);
             slots = std::min(slots, budget / per_seq);
@@ -181,10 +190,12 @@ class Engine {
         if (!fresh.empty()) fresh_hidden = prefill(fresh);
         for (int64_t slot : copied) {
             const int64_t group = slot_group_[static_cast<size_t>(slot)];
-            const auto len = static_cast<int64_t>(prompts_[static_cast<size_t>(slot_row_[static_cast<size_t>(slot)])].size());
+            const auto len = static_cast<int64_t>(
+                prompts_[static_cast<size_t>(slot_row_[static_cast<size_t>(slot)])].size());
             int64_t src = -1;  // a slot holding the prompt other than this one
             for (size_t s = 0; s < slot_group_.size() && src < 0; ++s)
-                if (slot_group_[s] == group && static_cast<int64_t>(s) != slot && cache_->slot_length(static_cast<int64_t>(s)) >= len)
+                if (slot_group_[s] == group && static_cast<int64_t>(s) != slot &&
+                    cache_->slot_length(static_cast<int64_t>(s)) >= len)
                     src = static_cast<int64_t>(s);
             RLPT_CHECK_KIND(InternalError, src >= 0, "generate: no slot holds the prompt of slot {}", slot);
             cache_->copy_slot(slot, src, len);
@@ -192,7 +203,8 @@ class Engine {
         std::vector<torch::Tensor> h;
         if (hidden_.defined()) h.push_back(hidden_);
         if (fresh_hidden.defined()) h.push_back(fresh_hidden);
-        for (int64_t slot : copied) h.push_back(group_hidden_[static_cast<size_t>(slot_group_[static_cast<size_t>(slot)])]);
+        for (int64_t slot : copied)
+            h.push_back(group_hidden_[static_cast<size_t>(slot_group_[static_cast<size_t>(slot)])]);
         hidden_ = torch::cat(h, 0);
         active_.insert(active_.end(), fresh.begin(), fresh.end());
         active_.insert(active_.end(), copied.begin(), copied.end());
@@ -205,14 +217,17 @@ class Engine {
         const int64_t b = static_cast<int64_t>(slots.size());
         int64_t p_len = 0;
         for (int64_t s : slots)
-            p_len = std::max<int64_t>(p_len, static_cast<int64_t>(prompts_[static_cast<size_t>(slot_row_[static_cast<size_t>(s)])].size()));
+            p_len = std::max<int64_t>(
+                p_len, static_cast<int64_t>(
+                           prompts_[static_cast<size_t>(slot_row_[static_cast<size_t>(s)])].size()));
         auto ids = torch::full({b, p_len}, params_.pad_id, torch::kInt64);
         auto mask = torch::zeros({b, p_len}, torch::kInt64);
         auto* idp = ids.data_ptr<int64_t>();
         auto* mp = mask.data_ptr<int64_t>();
         std::vector<int64_t> last(static_cast<size_t>(b));
         for (int64_t i = 0; i < b; ++i) {
-            const auto& pr = prompts_[static_cast<size_t>(slot_row_[static_cast<size_t>(slots[static_cast<size_t>(i)])])];
+            const auto& pr =
+                prompts_[static_cast<size_t>(slot_row_[static_cast<size_t>(slots[static_cast<size_t>(i)])])];
             std::copy(pr.begin(), pr.end(), idp + i * p_len);
             std::fill(mp + i * p_len, mp + i * p_len + static_cast<int64_t>(pr.size()), int64_t{1});
             last[static_cast<size_t>(i)] = static_cast<int64_t>(pr.size()) - 1;
@@ -222,7 +237,8 @@ class Engine {
         cache_->bind_slots(slots);
         auto h = model_.forward_hidden(ids.to(device), mask.to(device), pos.to(device), &*cache_);
         auto last_t = torch::tensor(last, torch::kInt64).to(device);
-        h = h.index({torch::arange(b, torch::TensorOptions().dtype(torch::kInt64).device(device)), last_t});  // [b, H]
+        h = h.index({torch::arange(b, torch::TensorOptions().dtype(torch::kInt64).device(device)),
+                     last_t});  // [b, H]
         for (int64_t i = 0; i < b; ++i) {
             const int64_t slot = slots[static_cast<size_t>(i)];
             cache_->set_slot_length(slot, last[static_cast<size_t>(i)] + 1);  // drop the right padding
@@ -238,11 +254,11 @@ class Engine {
     const BatchLimits& limits_;
     std::vector<RowResult>& results_;
     StopRules rules_;
-    std::optional<model::KVCache> cache_;  // the slots, set by size_cache
-    std::vector<int64_t> group_;                // group (distinct prompt) of each prompt
-    std::vector<torch::Tensor> group_hidden_;   // per group: hidden state after its prompt [1, H]
-    std::vector<int64_t> order_;                // queue (prompt indices)
-    size_t queued_ = 0;                         // order_[0, queued_) admitted
+    std::optional<model::KVCache> cache_;                // the slots, set by size_cache
+    std::vector<int64_t> group_;                         // group (distinct prompt) of each prompt
+    std::vector<torch::Tensor> group_hidden_;            // per group: hidden state after its prompt [1, H]
+    std::vector<int64_t> order_;                         // queue (prompt indices)
+    size_t queued_ = 0;                                  // order_[0, queued_) admitted
     std::vector<int64_t> slot_row_, slot_group_, free_;  // per slot: prompt (-1 free), group; free slots
     std::vector<int64_t> active_;
     torch::Tensor hidden_;  // [active_.size(), H]
@@ -298,7 +314,8 @@ const char* finish_reason_name(FinishReason r) {
 void validate_batch_limits(const BatchLimits& l) {
     RLPT_CHECK(l.max_num_seqs >= 1, "rollout.max_num_seqs must be >= 1, got {}", l.max_num_seqs);
     RLPT_CHECK(!l.max_num_batched_tokens || *l.max_num_batched_tokens >= 1,
-               "rollout.max_num_batched_tokens must be >= 1 (or unset), got {}", l.max_num_batched_tokens.value_or(0));
+               "rollout.max_num_batched_tokens must be >= 1 (or unset), got {}",
+               l.max_num_batched_tokens.value_or(0));
 }
 
 void validate_sampling_params(const SamplingParams& p, int64_t vocab_size) {

@@ -73,7 +73,8 @@ TEST(Config, RangeErrorsNameKeyAndOrigin) {
     // The KV budget must hold one sequence: 512 + 512 - 1 positions with the default lengths.
     expect_config_error([] { config_from_yaml("rollout:\n  max_num_batched_tokens: 1000\n", "r.yaml"); },
                         {"r.yaml:2", "rollout.max_num_batched_tokens", "1023", "got 1000"});
-    EXPECT_EQ(config_from_yaml("rollout:\n  max_num_batched_tokens: 1023\n", "r.yaml").rollout.max_num_batched_tokens,
+    EXPECT_EQ(config_from_yaml("rollout:\n  max_num_batched_tokens: 1023\n", "r.yaml")
+                  .rollout.max_num_batched_tokens,
               1023);
     EXPECT_FALSE(config_from_yaml("", "r.yaml").rollout.max_num_batched_tokens.has_value());
     expect_config_error([] { config_from_yaml("critic:\n  optim:\n    zero_stage: 4\n", "r.yaml"); },

@@ -77,7 +77,7 @@ TEST(KvCacheViews, SlotsWriteAtTheirOwnLengthsInOneBuffer) {
     EXPECT_THROW(cache.set_slot_length(0, 5), rlpt::ValueError);
     EXPECT_THROW(cache.keep_rows(torch::tensor({0}, torch::kInt64)), rlpt::ValueError);
     EXPECT_THROW(cache.store(0, k1, v1), rlpt::ValueError);  // slots must be bound first
-    cache.bind_slots({2});  // a prefill into a slot that holds positions
+    cache.bind_slots({2});                                   // a prefill into a slot that holds positions
     EXPECT_THROW(cache.store(0, torch::randn({1, 2, 2, 8}), torch::randn({1, 2, 2, 8})), rlpt::ValueError);
     cache.advance(0);
     // Full slots refuse another position.

@@ -479,14 +479,16 @@ TEST(RolloutGenerator, ContinuousBatchingMatchesStaticAtAnyMaxNumSeqs) {
         SCOPED_TRACE(p.greedy ? "greedy" : "sampled");
         auto ref = generate(*m, prompts, seeds, p, limits(256, false, false));
         auto lens = ref.response_mask.sum(1);
-        ASSERT_LT(lens.min().item<int64_t>(), lens.max().item<int64_t>()) << "rows should finish at different steps";
+        ASSERT_LT(lens.min().item<int64_t>(), lens.max().item<int64_t>())
+            << "rows should finish at different steps";
         for (int64_t slots : {1, 2, 3, 5, 8, 64}) {
             SCOPED_TRACE(testing::Message() << "max_num_seqs " << slots);
             expect_same_generation(ref, generate(*m, prompts, seeds, p, limits(slots, true, true)));
             expect_same_generation(ref, generate(*m, prompts, seeds, p, limits(slots, false, false)));
         }
         // And the tokens are those of the full forward (the cache holds what it should).
-        EXPECT_TRUE(torch::allclose(ref.rollout_log_probs, full_forward_log_probs(*m, ref, p.greedy ? 1.0 : 0.9), 0, 2e-5));
+        EXPECT_TRUE(torch::allclose(ref.rollout_log_probs,
+                                    full_forward_log_probs(*m, ref, p.greedy ? 1.0 : 0.9), 0, 2e-5));
     }
 }
 
@@ -531,8 +533,10 @@ TEST(RolloutGenerator, TokenBudgetBoundsTheSlots) {
     expect_error<ValueError>([&] { generate(*m, prompts, seeds, p, small); },
                              {"rollout.max_num_batched_tokens = 15", "longest prompt (7 tokens)", "16"});
     small.max_num_batched_tokens = 0;
-    expect_error<ValueError>([&] { generate(*m, prompts, seeds, p, small); }, {"rollout.max_num_batched_tokens", "0"});
-    expect_error<ValueError>([&] { generate(*m, prompts, seeds, p, BatchLimits(0)); }, {"rollout.max_num_seqs", "0"});
+    expect_error<ValueError>([&] { generate(*m, prompts, seeds, p, small); },
+                             {"rollout.max_num_batched_tokens", "0"});
+    expect_error<ValueError>([&] { generate(*m, prompts, seeds, p, BatchLimits(0)); },
+                             {"rollout.max_num_seqs", "0"});
 }
 
 }  // namespace
