@@ -5,6 +5,8 @@
 #include <numeric>
 #include <set>
 
+#include <fmt/ranges.h>
+
 #include "rlpt/core/error.h"
 
 namespace rlpt::comm {
@@ -97,10 +99,18 @@ Placement compute_placement(const PlacementConfig& cfg, int world_size, const st
     for (int label : node_labels) p.node_of_rank.push_back(dense.at(label));
     p.n_nodes = static_cast<int>(dense.size());
 
-    // Every required role must be placed.
+    // Every required role must be placed; every placed role must have a place in the canonical
+    // order (a role added to the registry without its name there is refused here, not dropped).
     std::set<std::string> placed;
-    for (const auto& g : cfg.groups)
-        for (const auto& r : g.roles) placed.insert(r);
+    const auto& known = all_role_names();
+    for (const auto& g : cfg.groups) {
+        for (const auto& r : g.roles) {
+            if (std::find(known.begin(), known.end(), r) == known.end()) {
+                throw ConfigError(fmt::format("placement: unknown role '{}' (roles: {})", r, fmt::join(known, ", ")));
+            }
+            placed.insert(r);
+        }
+    }
     for (const auto& r : required) {
         if (!placed.count(r)) {
             throw ConfigError(fmt::format("placement: role '{}' is needed{} but no placement group hosts it; add it "

@@ -62,24 +62,19 @@ Batch compute_log_prob(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
     torch::NoGradGuard no_grad;
     const auto args = protocol::decode_args<ActorLogProbArgs>(in, "actor.compute_log_prob");
-    const double temperature = args.temperature;
-    const int64_t R = in.at("responses").size(1);
     const bool entropy = ctx.config->actor.calculate_entropy || ctx.config->actor.entropy_coeff != 0;
-    const bool sum_pi_squared = args.sum_pi_squared;
-    std::vector<torch::Tensor> lps, ents, spsq;
-    for (const Batch& mb : in.split(std::max<int64_t>(1, ctx.config->actor.log_prob_micro_batch_size_per_rank))) {
-        int64_t r = 0;
-        auto seq = detail::trimmed_sequences(mb, &r);
-        auto out = engine::compute_log_probs(*a.policy->model, seq, temperature, entropy, sum_pi_squared);
-        lps.push_back(detail::pad_response_columns(out.log_probs.to(torch::kCPU), R));
-        if (entropy) ents.push_back(detail::pad_response_columns(out.entropy.to(torch::kCPU), R));
-        if (sum_pi_squared) spsq.push_back(detail::pad_response_columns(out.sum_pi_squared.to(torch::kCPU), R));
-    }
+    std::vector<detail::ForwardColumn> columns{{"old_log_probs"}};
+    if (entropy) columns.push_back({"entropy"});
+    if (args.sum_pi_squared) columns.push_back({"sum_pi_squared"});
+    Batch out = detail::forward_micro_batches(
+        in, ctx.config->actor.log_prob_micro_batch_size_per_rank, columns, [&](const engine::SequenceBatch& seq) {
+            auto lp = engine::compute_log_probs(*a.policy->model, seq, args.temperature, entropy, args.sum_pi_squared);
+            std::vector<torch::Tensor> outs{lp.log_probs};
+            if (entropy) outs.push_back(lp.entropy);
+            if (args.sum_pi_squared) outs.push_back(lp.sum_pi_squared);
+            return outs;
+        });
     a.engine->release_parameters();  // ZeRO-3: the root unit gathered by the forwards
-    Batch out(in.size());
-    out.set("old_log_probs", in.size() ? torch::cat(lps, 0) : torch::zeros({0, R}));
-    if (entropy) out.set("entropy", in.size() ? torch::cat(ents, 0) : torch::zeros({0, R}));
-    if (sum_pi_squared) out.set("sum_pi_squared", in.size() ? torch::cat(spsq, 0) : torch::zeros({0, R}));
     return out;
 }
 
@@ -88,12 +83,6 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     const Config& c = *ctx.config;
     const ActorConfig& ac = c.actor;
     const auto args = protocol::decode_args<ActorUpdateArgs>(in, "actor.update");
-    const double temperature = args.temperature;
-    const int64_t M = args.num_mini_batches;
-    const double global_rows = args.global_mini_batch_rows;
-    RLPT_CHECK(M >= 1 && in.size() % M == 0, "actor update: {} local rows do not form {} mini-batches", in.size(), M);
-    const int64_t R = in.at("responses").size(1);
-    const int64_t rows = in.size() / M;
     const comm::Communicator& dp = ctx.comms->dp;
 
     algo::ActorLossConfig lc;
@@ -117,60 +106,51 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     lc.kl_loss_type = ac.kl_loss_type;
     const bool with_entropy = ac.entropy_coeff != 0;
 
+    detail::PpoLoop loop;
+    loop.role = "actor";
+    loop.num_mini_batches = args.num_mini_batches;
+    loop.epochs = ac.ppo_epochs;
+    loop.global_mini_batch_rows = args.global_mini_batch_rows;
+    loop.loss_scale_factor = ac.loss_scale_factor;
+    loop.micro_batch_size = ac.ppo_micro_batch_size_per_rank;
+    loop.use_dynamic_bsz = ac.use_dynamic_bsz;
+    loop.max_token_len = ac.ppo_max_token_len_per_rank;
+    loop.loss_metric = "actor/loss";
+    loop.skipped_steps_metric = true;
     Batch metrics(0);
-    for (int64_t epoch = 0; epoch < ac.ppo_epochs; ++epoch) {
-        for (int64_t j = 0; j < M; ++j) {
-            Batch mini = in.slice(j * rows, (j + 1) * rows);
-            algo::GlobalBatchInfo info;
-            info.dp_size = ctx.dp_size();
-            info.batch_num_tokens = dp.allreduce_sum(mini.at("response_mask").sum().item<double>());
-            info.global_batch_size = global_rows;
-            info.loss_scale_factor = ac.loss_scale_factor.value_or(static_cast<double>(R));
-            lc.policy.global_batch_info = info;
-            a.engine->zero_grad();
-            double loss_sum = 0;
-            int64_t micro = 0;
-            for (const auto& idx : detail::micro_batches(mini, ac.ppo_micro_batch_size_per_rank, ac.use_dynamic_bsz,
-                                                         ac.ppo_max_token_len_per_rank, dp)) {
-                Batch mb = mini.index(idx);
-                int64_t r = 0;
-                auto seq = detail::trimmed_sequences(mb, &r);
-                auto lp = engine::compute_log_probs(*a.policy->model, seq, temperature, with_entropy);
-                algo::ActorLossInputs li;
-                auto dev = lp.log_probs.device();
-                li.policy.log_prob = lp.log_probs;
-                li.policy.old_log_prob = detail::first_columns(mb.at("old_log_probs"), r).to(dev);
-                li.policy.advantages = detail::first_columns(mb.at("advantages"), r).to(dev);
-                li.policy.response_mask = detail::first_columns(mb.at("response_mask"), r).to(dev);
-                // Losses that draw (clip_cov) get a generator keyed by run seed, optimizer step (restored
-                // on resume), DP rank and micro-batch: the same draws after a resume, none from the global RNG.
-                li.policy.generator = at::detail::createCPUGenerator(detail::stream_seed(
-                    {static_cast<uint64_t>(c.trainer.seed), static_cast<uint64_t>(a.engine->global_step()),
-                     static_cast<uint64_t>(dp.rank()), static_cast<uint64_t>(micro++)}));
-                if (with_entropy) li.entropy = lp.entropy;
-                if (ac.use_kl_loss) li.ref_log_prob = detail::first_columns(mb.at("ref_log_prob"), r).to(dev);
-                auto out = algo::compute_actor_loss(li, lc);
-                out.loss.backward();
-                loss_sum += out.loss.item<double>();
-                for (const auto& [k, v] : out.metrics) {
-                    if (k != "actor/pg_loss" && k != "actor/entropy_loss" && k != "actor/kl_loss") metrics.add_metric(k, v);
-                }
-                // Global shares: summed over micro-batches, averaged over ranks and mini-batches.
-                for (const char* k : {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss"}) {
-                    auto it = out.metrics.find(k);
-                    if (it != out.metrics.end()) metrics.add_metric(std::string(k) + "#mb", it->second, Reduce::kSum);
-                }
-            }
-            auto st = a.engine->step(/*advance_schedule=*/false);
-            metrics.add_metric("actor/loss", loss_sum);
-            metrics.add_metric("actor/grad_norm", st.grad_norm);
-            metrics.add_metric("actor/lr", st.lr);
-            metrics.add_metric("actor/skipped_steps", st.skipped ? 1.0 : 0.0, Reduce::kSum);
+    detail::ppo_update_loop(*a.engine, dp, ctx.dp_size(), in, loop, metrics,
+                            [&](const Batch& mb, const algo::GlobalBatchInfo& info, int64_t micro) {
+        lc.policy.global_batch_info = info;
+        int64_t r = 0;
+        auto seq = detail::trimmed_sequences(mb, &r);
+        auto lp = engine::compute_log_probs(*a.policy->model, seq, args.temperature, with_entropy);
+        algo::ActorLossInputs li;
+        auto dev = lp.log_probs.device();
+        li.policy.log_prob = lp.log_probs;
+        li.policy.old_log_prob = detail::first_columns(mb.at("old_log_probs"), r).to(dev);
+        li.policy.advantages = detail::first_columns(mb.at("advantages"), r).to(dev);
+        li.policy.response_mask = detail::first_columns(mb.at("response_mask"), r).to(dev);
+        // Losses that draw (clip_cov) get a generator keyed by run seed, optimizer step (restored
+        // on resume), DP rank and micro-batch: the same draws after a resume, none from the global RNG.
+        li.policy.generator = at::detail::createCPUGenerator(detail::stream_seed(
+            {static_cast<uint64_t>(c.trainer.seed), static_cast<uint64_t>(a.engine->global_step()),
+             static_cast<uint64_t>(dp.rank()), static_cast<uint64_t>(micro)}));
+        if (with_entropy) li.entropy = lp.entropy;
+        if (ac.use_kl_loss) li.ref_log_prob = detail::first_columns(mb.at("ref_log_prob"), r).to(dev);
+        auto out = algo::compute_actor_loss(li, lc);
+        out.loss.backward();
+        for (const auto& [k, v] : out.metrics) {
+            if (k != "actor/pg_loss" && k != "actor/entropy_loss" && k != "actor/kl_loss") metrics.add_metric(k, v);
         }
-    }
-    a.engine->advance_schedule();  // once per training step, as verl's lr scheduler
+        // Global shares: summed over micro-batches, averaged over ranks and mini-batches.
+        for (const char* k : {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss"}) {
+            auto it = out.metrics.find(k);
+            if (it != out.metrics.end()) metrics.add_metric(std::string(k) + "#mb", it->second, Reduce::kSum);
+        }
+        return out.loss.item<double>();
+    });
     // Turn the per-micro-batch sums into one value per rank and mini-batch (then mean).
-    const double n_steps = static_cast<double>(M * ac.ppo_epochs);
+    const double n_steps = static_cast<double>(args.num_mini_batches * ac.ppo_epochs);
     for (const char* k : {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss"}) {
         auto it = metrics.metrics().find(std::string(k) + "#mb");
         if (it == metrics.metrics().end()) continue;

@@ -83,19 +83,14 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     return Batch(0);
 }
 
-Batch compute_values(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+Batch compute_values(RoleWorker& w, WorkerContext&, const Batch& in) {
     CriticWorker& cw = ready(w);
     torch::NoGradGuard no_grad;
-    const int64_t R = in.at("responses").size(1);
-    std::vector<torch::Tensor> parts;
-    for (const Batch& mb : in.split(std::max<int64_t>(1, cw.settings.forward_micro_batch_size_per_rank))) {
-        int64_t kept = 0;
-        auto seq = detail::trimmed_sequences(mb, &kept);
-        parts.push_back(detail::pad_response_columns(engine::compute_values(*cw.model, seq).to(torch::kCPU), R));
-    }
+    Batch out = detail::forward_micro_batches(in, cw.settings.forward_micro_batch_size_per_rank, {{"values"}},
+                                              [&](const engine::SequenceBatch& seq) {
+                                                  return std::vector<torch::Tensor>{engine::compute_values(*cw.model, seq)};
+                                              });
     cw.engine->release_parameters();  // ZeRO-3: the root unit gathered by the forwards
-    Batch out(in.size());
-    out.set("values", in.size() ? torch::cat(parts, 0) : torch::zeros({0, R}));
     return out;
 }
 
@@ -103,46 +98,32 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     CriticWorker& cw = ready(w);
     const CriticSettings& c = cw.settings;
     const auto args = protocol::decode_args<CriticUpdateArgs>(in, "critic.update");
-    const int64_t M = args.num_mini_batches;
-    const double global_rows = args.global_mini_batch_rows;
-    RLPT_CHECK(M >= 1 && in.size() % M == 0, "critic update: {} local rows do not form {} mini-batches", in.size(), M);
-    const int64_t rows = in.size() / M, R = in.at("responses").size(1);
-    const int64_t epochs = c.ppo_epochs;
-    const auto mode = c.loss_agg_mode;
+    detail::PpoLoop loop;
+    loop.role = "critic";
+    loop.num_mini_batches = args.num_mini_batches;
+    loop.epochs = c.ppo_epochs;
+    loop.global_mini_batch_rows = args.global_mini_batch_rows;
+    loop.loss_scale_factor = c.loss_scale_factor;
+    loop.micro_batch_size = c.ppo_micro_batch_size_per_rank;
+    loop.use_dynamic_bsz = c.use_dynamic_bsz;
+    loop.max_token_len = c.ppo_max_token_len_per_rank;
+    loop.loss_metric = "critic/vf_loss";
     Batch metrics(0);
-    for (int64_t e = 0; e < epochs; ++e) {
-        for (int64_t j = 0; j < M; ++j) {
-            Batch mini = in.slice(j * rows, (j + 1) * rows);
-            algo::GlobalBatchInfo info;
-            info.dp_size = ctx.dp_size();
-            info.batch_num_tokens = ctx.comms->dp.allreduce_sum(mini.at("response_mask").sum().item<double>());
-            info.global_batch_size = global_rows;
-            info.loss_scale_factor = c.loss_scale_factor.value_or(static_cast<double>(R));
-            cw.engine->zero_grad();
-            double loss_sum = 0;
-            for (const auto& idx : detail::micro_batches(mini, c.ppo_micro_batch_size_per_rank, c.use_dynamic_bsz,
-                                                         c.ppo_max_token_len_per_rank, ctx.comms->dp)) {
-                Batch mb = mini.index(idx);
-                int64_t r = 0;
-                auto seq = detail::trimmed_sequences(mb, &r);
-                auto vpred = engine::compute_values(*cw.model, seq);
-                auto dev = vpred.device();
-                auto out = algo::compute_value_loss(vpred, detail::first_columns(mb.at("returns"), r).to(dev),
-                                                    detail::first_columns(mb.at("values"), r).to(dev),
-                                                    detail::first_columns(mb.at("response_mask"), r).to(dev),
-                                                    c.cliprange_value, mode, info);
-                out.loss.backward();
-                loss_sum += out.loss.item<double>();
-                for (const auto& [k, v] : out.metrics)
-                    if (k != "critic/vf_loss") metrics.add_metric(k, v);
-            }
-            auto st = cw.engine->step(/*advance_schedule=*/false);
-            metrics.add_metric("critic/vf_loss", loss_sum);
-            metrics.add_metric("critic/grad_norm", st.grad_norm);
-            metrics.add_metric("critic/lr", st.lr);
-        }
-    }
-    cw.engine->advance_schedule();  // once per training step, as verl's lr scheduler
+    detail::ppo_update_loop(*cw.engine, ctx.comms->dp, ctx.dp_size(), in, loop, metrics,
+                            [&](const Batch& mb, const algo::GlobalBatchInfo& info, int64_t) {
+        int64_t r = 0;
+        auto seq = detail::trimmed_sequences(mb, &r);
+        auto vpred = engine::compute_values(*cw.model, seq);
+        auto dev = vpred.device();
+        auto out = algo::compute_value_loss(vpred, detail::first_columns(mb.at("returns"), r).to(dev),
+                                            detail::first_columns(mb.at("values"), r).to(dev),
+                                            detail::first_columns(mb.at("response_mask"), r).to(dev),
+                                            c.cliprange_value, c.loss_agg_mode, info);
+        out.loss.backward();
+        for (const auto& [k, v] : out.metrics)
+            if (k != "critic/vf_loss") metrics.add_metric(k, v);
+        return out.loss.item<double>();
+    });
     return metrics;
 }
 

@@ -32,17 +32,10 @@ Batch compute_log_prob(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     torch::NoGradGuard no_grad;
     const double temperature =
         protocol::decode_args<ReferenceLogProbArgs>(in, "reference.compute_log_prob").temperature;
-    const int64_t R = in.at("responses").size(1);
-    std::vector<torch::Tensor> parts;
-    for (const Batch& mb : in.split(std::max<int64_t>(1, ctx.config->ref.log_prob_micro_batch_size_per_rank))) {
-        int64_t kept = 0;
-        auto seq = detail::trimmed_sequences(mb, &kept);
-        auto out = engine::compute_log_probs(*r.model, seq, temperature, false);
-        parts.push_back(detail::pad_response_columns(out.log_probs.to(torch::kCPU), R));
-    }
-    Batch out(in.size());
-    out.set("ref_log_prob", in.size() ? torch::cat(parts, 0) : torch::zeros({0, R}));
-    return out;
+    return detail::forward_micro_batches(
+        in, ctx.config->ref.log_prob_micro_batch_size_per_rank, {{"ref_log_prob"}}, [&](const engine::SequenceBatch& seq) {
+            return std::vector<torch::Tensor>{engine::compute_log_probs(*r.model, seq, temperature, false).log_probs};
+        });
 }
 
 std::unique_ptr<RoleWorker> make_reference(WorkerContext&) { return std::make_unique<ReferenceWorker>(); }

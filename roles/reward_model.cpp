@@ -32,15 +32,10 @@ Batch compute_score(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     auto& r = static_cast<RewardModelWorker&>(w);
     RLPT_CHECK_KIND(InternalError, r.model != nullptr, "reward model used before kInit");
     torch::NoGradGuard no_grad;
-    std::vector<torch::Tensor> parts;
-    for (const Batch& mb : in.split(std::max<int64_t>(1, ctx.config->reward_model.micro_batch_size_per_rank))) {
-        int64_t kept = 0;
-        auto seq = detail::trimmed_sequences(mb, &kept);
-        parts.push_back(engine::compute_sequence_scores(*r.model, seq).to(torch::kCPU));
-    }
-    Batch out(in.size());
-    out.set("rm_scores", in.size() ? torch::cat(parts, 0) : torch::zeros({0}));
-    return out;
+    return detail::forward_micro_batches(in, ctx.config->reward_model.micro_batch_size_per_rank,
+                                         {{"rm_scores", /*per_token=*/false}}, [&](const engine::SequenceBatch& seq) {
+                                             return std::vector<torch::Tensor>{engine::compute_sequence_scores(*r.model, seq)};
+                                         });
 }
 
 std::unique_ptr<RoleWorker> make_reward_model(WorkerContext&) { return std::make_unique<RewardModelWorker>(); }

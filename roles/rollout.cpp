@@ -4,6 +4,8 @@
 #include "model_setup.h"
 #include "rlpt/core/log.h"
 #include "rlpt/rollout/generators.h"
+#include "rlpt/rollout/stop_strings.h"
+#include "rlpt/tokenizer/tokenizer.h"
 #include "role_common.h"
 
 namespace rlpt::roles {
@@ -16,6 +18,8 @@ class RolloutWorker : public RoleWorker {
   public:
     std::shared_ptr<detail::SharedPolicy> policy;  // the actor's (colocated) or our own copy
     const rollout::GeneratorEntry* generator = nullptr;  // rollout.generator
+    rollout::GeneratorArgs generator_args;  // rollout.beam_search, rollout.stages (appends encoded)
+    rollout::TokenTexts token_texts;  // from kInit: what stop strings are matched on
     bool own_copy = false;
     detail::PolicySync sync;
 };
@@ -29,6 +33,15 @@ RolloutWorker& ready(RoleWorker& w) {
 Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     auto& r = static_cast<RolloutWorker&>(w);
     r.generator = &rollout::find_generator(ctx.config->rollout.generator);
+    r.token_texts = in.strings("token_text");
+    r.generator_args = rollout::generator_args(ctx.config->rollout);
+    const auto appends = protocol::decode_args<RolloutInitArgs>(in, "rollout.init");
+    auto& stages = r.generator_args.stages;
+    RLPT_CHECK_KIND(InternalError, appends.append_lengths.size() == stages.size(),
+                    "rollout.init: {} stage appends for {} stages", appends.append_lengths.size(), stages.size());
+    for (size_t i = 0, at = 0; i < stages.size(); at += static_cast<size_t>(appends.append_lengths[i]), ++i)
+        stages[i].append_ids.assign(appends.append_ids.begin() + static_cast<int64_t>(at),
+                                    appends.append_ids.begin() + static_cast<int64_t>(at) + appends.append_lengths[i]);
     if (auto shared = ctx.shared->get<detail::SharedPolicy>(detail::kSharedPolicy)) {
         r.policy = shared;  // colocated with the actor: same tensors, no copy, no sync
         return Batch(0);
@@ -60,6 +73,13 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     sp.eos_id = args.eos_id;
     sp.pad_id = args.pad_id;
     sp.stop_token_ids = args.stop_ids;
+    const auto& rc = ctx.config->rollout;
+    sp.stop = rc.stop;
+    sp.include_stop_str_in_output = rc.include_stop_str_in_output;
+    const bool with_text = !sp.stop.empty() || !r.generator_args.stages.empty();
+    if (with_text) sp.token_texts = &r.token_texts;
+    RLPT_CHECK(args.n >= 1, "rollout.generate: n must be >= 1, got {}", args.n);
+    rollout::GeneratorArgs gen_args = r.generator_args;
     const uint64_t seed = static_cast<uint64_t>(args.seed);
     const int64_t step = args.stream;
 
@@ -69,7 +89,10 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     for (int64_t i = 0; i < B; ++i) {
         auto row = ids[i].masked_select(mask[i]);
         prompts[static_cast<size_t>(i)].assign(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
-        seeds[static_cast<size_t>(i)] = rollout::sample_seed(seed, step, index[static_cast<size_t>(i)]);
+        const int64_t sample = index[static_cast<size_t>(i)], rank = sample % args.n;
+        seeds[static_cast<size_t>(i)] = rollout::sample_seed(seed, step, sample);
+        gen_args.sample_rank.push_back(rank);
+        gen_args.group_seeds.push_back(rollout::sample_seed(seed, step, sample - rank));
     }
     Batch out(B);
     const int64_t R = sp.max_new_tokens;
@@ -80,12 +103,13 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
         for (const char* k : {"input_ids", "attention_mask", "position_ids"}) out.set(k, torch::zeros({0, P + R}, torch::kInt64));
         out.set_ints("finish_reason", {});
         out.set_ints("weight_version", {});
+        if (with_text) out.set_strings("response_text", {});
         return out;
     }
     rollout::BatchLimits limits;
     limits.max_num_seqs = ctx.config->rollout.max_num_seqs;
     limits.max_num_batched_tokens = ctx.config->rollout.max_num_batched_tokens;
-    auto g = r.generator->fn(*r.policy->model, prompts, seeds, sp, limits);
+    auto g = r.generator->fn(*r.policy->model, prompts, seeds, sp, gen_args, limits);
     // Pad to the call's fixed widths (P of the input, R = max_new_tokens) so shards concatenate.
     const int64_t gp = g.prompts.size(1), gr = g.responses.size(1);
     auto padl = [&](const torch::Tensor& t, int64_t value) { return torch::constant_pad_nd(t, {P - gp, 0}, value); };
@@ -105,6 +129,7 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     for (auto fr : g.finish_reasons) reasons.push_back(static_cast<int64_t>(fr));
     out.set_ints("finish_reason", reasons);
     out.set_ints("weight_version", versions);
+    if (with_text) out.set_strings("response_text", std::move(g.texts));
     return out;
 }
 
@@ -131,7 +156,10 @@ const protocol::RoleSpec& rollout_spec() {
         s.factory = make_rollout;
         s.methods = {
             detail::ping_spec(),
-            method(RolloutMethod::kInit, "init", init).takes(protocol::args_schema<protocol::InitArgs>()),
+            method(RolloutMethod::kInit, "init", init)
+                .takes(protocol::args_schema<protocol::InitArgs>())
+                .takes(protocol::args_schema<RolloutInitArgs>())
+                .takes({protocol::string_field("token_text")}),
             method(RolloutMethod::kGenerate, "generate", generate)
                 .split_over_dp()
                 .takes(tensors("prompt_ids", "prompt_mask"))
@@ -144,6 +172,24 @@ const protocol::RoleSpec& rollout_spec() {
         return s;
     }();
     return spec;
+}
+
+Batch rollout_init_batch(const protocol::InitArgs& args, const Config& c, const tokenizer::Tokenizer& tok) {
+    auto texts = rollout::token_texts(tok);
+    Batch b(static_cast<int64_t>(texts.size()));
+    b.set_strings("token_text", std::move(texts));
+    RolloutInitArgs appends;
+    int64_t total = 0;
+    for (const auto& s : c.rollout.stages) {
+        const auto ids = tok.encode(s.append, /*allow_special=*/true);
+        appends.append_ids.insert(appends.append_ids.end(), ids.begin(), ids.end());
+        appends.append_lengths.push_back(static_cast<int64_t>(ids.size()));
+        total += s.max_tokens + static_cast<int64_t>(ids.size());
+    }
+    RLPT_CHECK_KIND(ConfigError, total <= c.data.max_response_length,
+                    "rollout.stages: the stages' max_tokens plus their appended tokens add up to {}, over "
+                    "data.max_response_length={}", total, c.data.max_response_length);
+    return protocol::with_args(protocol::with_args(std::move(b), args), appends);
 }
 
 }  // namespace rlpt::roles

@@ -60,6 +60,60 @@ std::vector<std::vector<int64_t>> micro_batches(const Batch& mini, int64_t micro
     return algo::rearrange_micro_batches(lens, opts);
 }
 
+Batch forward_micro_batches(const Batch& in, int64_t micro_size, const std::vector<ForwardColumn>& columns,
+                            const MicroForward& forward) {
+    const int64_t R = in.at("responses").size(1);
+    std::vector<std::vector<torch::Tensor>> parts(columns.size());
+    for (const Batch& mb : in.split(std::max<int64_t>(1, micro_size))) {
+        auto outs = forward(trimmed_sequences(mb, nullptr));
+        RLPT_CHECK_KIND(InternalError, outs.size() == columns.size(), "a micro-batch forward returned {} of {} columns",
+                        outs.size(), columns.size());
+        for (size_t i = 0; i < columns.size(); ++i) {
+            auto t = outs[i].to(torch::kCPU);
+            parts[i].push_back(columns[i].per_token ? pad_response_columns(t, R) : t);
+        }
+    }
+    Batch out(in.size());
+    for (size_t i = 0; i < columns.size(); ++i) {
+        const auto empty = columns[i].per_token ? torch::zeros({0, R}) : torch::zeros({0});
+        out.set(columns[i].name, in.size() ? torch::cat(parts[i], 0) : empty);
+    }
+    return out;
+}
+
+void ppo_update_loop(engine::TrainEngine& engine, const comm::Communicator& dp, int64_t dp_size, const Batch& in,
+                     const PpoLoop& loop, Batch& metrics, const MicroStep& micro_step) {
+    const int64_t M = loop.num_mini_batches;
+    RLPT_CHECK(M >= 1 && in.size() % M == 0, "{} update: {} local rows do not form {} mini-batches", loop.role,
+               in.size(), M);
+    const int64_t R = in.at("responses").size(1);
+    const int64_t rows = in.size() / M;
+    for (int64_t epoch = 0; epoch < loop.epochs; ++epoch) {
+        for (int64_t j = 0; j < M; ++j) {
+            Batch mini = in.slice(j * rows, (j + 1) * rows);
+            algo::GlobalBatchInfo info;
+            info.dp_size = dp_size;
+            info.batch_num_tokens = dp.allreduce_sum(mini.at("response_mask").sum().item<double>());
+            info.global_batch_size = loop.global_mini_batch_rows;
+            info.loss_scale_factor = loop.loss_scale_factor.value_or(static_cast<double>(R));
+            engine.zero_grad();
+            double loss_sum = 0;
+            int64_t micro = 0;
+            for (const auto& idx :
+                 micro_batches(mini, loop.micro_batch_size, loop.use_dynamic_bsz, loop.max_token_len, dp)) {
+                loss_sum += micro_step(mini.index(idx), info, micro++);
+            }
+            auto st = engine.step(/*advance_schedule=*/false);
+            metrics.add_metric(loop.loss_metric, loss_sum);
+            metrics.add_metric(loop.role + "/grad_norm", st.grad_norm);
+            metrics.add_metric(loop.role + "/lr", st.lr);
+            if (loop.skipped_steps_metric)
+                metrics.add_metric(loop.role + "/skipped_steps", st.skipped ? 1.0 : 0.0, Reduce::kSum);
+        }
+    }
+    engine.advance_schedule();  // once per training step, as verl's lr scheduler
+}
+
 engine::OptimOptions optim_options(const OptimConfig& o, int64_t total_steps) {
     engine::OptimOptions e;
     e.lr = o.lr;

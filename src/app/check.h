@@ -2,6 +2,7 @@
 // `rlpt check CONFIG.yaml [key=value ...] [-n N]`: everything that can be checked before a
 // launch, without MPI, reported all at once (each problem names its key path), in seconds:
 //   * the config's ranges and cross-field rules (validate());
+//   * every key that names a table entry names one of the table's (table_name_problems);
 //   * every data file opens and every record has the keys the stage reads;
 //   * the tokenizer (model.path's, or the built-in model's character vocabulary) encodes
 //     the prompts (and SFT responses) of a sample of rows; the length filters leave data;
@@ -24,7 +25,14 @@ struct CheckReport {
     std::vector<std::string> notes;     // what was checked, for the report
 };
 
-// The data, tokenizer, reward and model checks, plus the placement for `world_size` ranks on
+// Keys that pick an entry of a table, checked against the table itself (no copy of its names):
+// placement.groups.*.roles (the role registry), algorithm.adv_estimator (the estimator table),
+// actor.policy_loss.loss_mode (the loss table), rollout.generator (the generator table),
+// reward.scorer / reward.scorers.* names (the scorer types). One "<origin>: <key>: '<value>' is
+// not one of: <names>" per problem; empty when all are known.
+std::vector<std::string> table_name_problems(const Config& c);
+
+// The names (table_name_problems), data, tokenizer, reward and model checks, plus the placement for `world_size` ranks on
 // one node when world_size > 0. Never throws for a bad config: every failure is a problem.
 CheckReport check_config(const Config& c, int world_size);
 

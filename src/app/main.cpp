@@ -44,8 +44,9 @@ Keys used most (defaults and meanings: rlpt --help-config, include/rlpt/config/c
     data.response_key (SFT target), data.data_source_key, data.default_data_source,
     data.train_batch_size, data.max_prompt_length, data.max_response_length
   reward.scorer (one for all), reward.scorers {data_source: scorer}: number, exact, gsm8k, math,
-    arithmetic, command (reward.command: a JSON-lines program, e.g. scripts/examples/reward_server.py
-    for a verl compute_score), user (reward.custom_library)
+    math_dapo, arithmetic, command (reward.command: a JSON-lines program, e.g.
+    scripts/examples/reward_server.py for a verl compute_score), user (reward.custom_library), or a
+    spec {type: format|sum|..., ...} (include/rlpt/reward/registry.h)
   algorithm.adv_estimator grpo|gae|rloo|..., rollout.n, rollout.temperature, actor.optim.lr,
     actor.ppo_mini_batch_size, actor.use_kl_loss, sft.total_steps, sft.batch_size, sft.optim.lr
   placement.groups [{roles: [actor, rollout, reference], ranks: auto}], placement.controller_hosts_roles

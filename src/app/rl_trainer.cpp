@@ -82,9 +82,10 @@ void RlTrainer::check_batch_sizes() const {
 
 void RlTrainer::init_roles() {
     // The lr schedules count training steps (verl steps its scheduler once per training step).
-    const Batch init = protocol::with_args(Batch(0), protocol::InitArgs{task_.tok->vocab_size(), total_steps_});
+    const protocol::InitArgs init_args{task_.tok->vocab_size(), total_steps_};
+    const Batch init = protocol::with_args(Batch(0), init_args);
     ctl_.call(ActorMethod::kInit, init);
-    ctl_.call(RolloutMethod::kInit, init);
+    ctl_.call(RolloutMethod::kInit, roles::rollout_init_batch(init_args, c_, *task_.tok));
     if (plan_.reference) ctl_.call(ReferenceMethod::kInit, init);
     if (plan_.critic) ctl_.call(CriticMethod::kInit, init);
     if (plan_.reward_model) ctl_.call(RewardModelMethod::kInit, init);
@@ -110,6 +111,7 @@ roles::GenerateArgs RlTrainer::sampling_args(bool validation) const {
     a.eos_id = task_.eos_id;
     a.pad_id = task_.pad_id;
     a.stop_ids = task_.stop_ids;
+    a.n = validation ? r.val.n : r.n;
     a.seed = c_.trainer.seed;
     // Validation draws from other streams than training steps.
     a.stream = validation ? streams::validation_stream(step_) : step_;
@@ -161,6 +163,7 @@ torch::Tensor RlTrainer::greedy_baselines(const Batch& batch) {
     prompts.set_ints("sample_index", std::move(index));
     roles::GenerateArgs args = sampling_args(false);
     args.greedy = true;
+    args.n = 1;  // one baseline per prompt
     auto scores = score_responses(task_, run_rollout(prompts, args)).score;
     std::vector<double> base;
     for (int64_t g : group) base.push_back(scores[static_cast<size_t>(g)]);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/ranges.h>
+
 #include "rlpt/algo/advantage.h"
 #include "rlpt/app/registry.h"
 
@@ -14,6 +16,11 @@ RunPlan plan_run(const Config& c) {
         reasons.push_back("trainer.mode=sft");
     } else {
         wanted.push_back("rollout");
+        const auto names = algo::advantage_estimator_names();
+        RLPT_CHECK_KIND(ConfigError,
+                        std::find(names.begin(), names.end(), c.algorithm.adv_estimator) != names.end(),
+                        "algorithm.adv_estimator: unknown estimator '{}' (valid: {})", c.algorithm.adv_estimator,
+                        fmt::join(names, ", "));
         const auto needs = algo::advantage_estimator_needs(c.algorithm.adv_estimator);
         p.greedy_baselines = needs.reward_baselines;
         p.sum_pi_squared = needs.sum_pi_squared;

@@ -131,9 +131,10 @@ int run_sft(protocol::Controller& ctl, const RunContext& run) {
     RLPT_CHECK_KIND(ConfigError, bs <= static_cast<int64_t>(examples.size()),
                     "sft.batch_size={} is larger than the training set ({} examples)", bs, examples.size());
 
-    const Batch init = protocol::with_args(Batch(0), protocol::InitArgs{t.tok->vocab_size(), steps});
-    ctl.call(roles::ActorMethod::kInit, init);
-    if (ctl.has_role("rollout")) ctl.call(roles::RolloutMethod::kInit, init);
+    const protocol::InitArgs init_args{t.tok->vocab_size(), steps};
+    ctl.call(roles::ActorMethod::kInit, protocol::with_args(Batch(0), init_args));
+    if (ctl.has_role("rollout"))
+        ctl.call(roles::RolloutMethod::kInit, roles::rollout_init_batch(init_args, c, *t.tok));
 
     data::EpochSampler sampler(static_cast<int64_t>(examples.size()), static_cast<uint64_t>(c.data.seed), true, true);
     const int64_t resumed_at = resume_sft(ctl, run, sampler);

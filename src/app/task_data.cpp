@@ -285,11 +285,13 @@ ScoredResponses score_responses(const TaskData& t, const Batch& b) {
     auto m = mask.accessor<int64_t, 2>();
     std::vector<nlohmann::json> extras;
     extras.reserve(static_cast<size_t>(B));
+    // The rollout's own text when it has one (stop strings: cut where the string was found).
+    const std::vector<std::string>* texts = b.has_strings("response_text") ? &b.strings("response_text") : nullptr;
     for (int64_t i = 0; i < B; ++i) {
         std::vector<int64_t> ids;
         for (int64_t j = 0; j < R; ++j)
             if (m[i][j]) ids.push_back(r[i][j]);
-        out.text.push_back(t.tok->decode(ids, /*skip_special_tokens=*/true));
+        out.text.push_back(texts ? (*texts)[static_cast<size_t>(i)] : t.tok->decode(ids, /*skip_special_tokens=*/true));
         extras.push_back(nlohmann::json::parse(extra[static_cast<size_t>(i)]));
     }
     // One call for the whole batch: a command scorer gets all its rows in one round trip.
@@ -310,11 +312,16 @@ ScoredResponses score_responses(const TaskData& t, const Batch& b) {
 torch::Tensor token_level_scores(const std::vector<double>& score, const torch::Tensor& response_mask) {
     const int64_t B = response_mask.size(0), R = response_mask.size(1);
     auto out = torch::zeros({B, R}, torch::kFloat32);
-    auto lens = response_mask.sum(1).to(torch::kInt64);
+    const auto mask = response_mask.to(torch::kInt64).contiguous();
     auto o = out.accessor<float, 2>();
-    auto l = lens.accessor<int64_t, 1>();
+    auto m = mask.accessor<int64_t, 2>();
     for (int64_t i = 0; i < B; ++i) {
-        if (l[i] > 0) o[i][l[i] - 1] = static_cast<float>(score[static_cast<size_t>(i)]);
+        // The last token the policy produced (appended tokens of a multi-stage rollout have mask 0).
+        for (int64_t j = R - 1; j >= 0; --j) {
+            if (m[i][j] == 0) continue;
+            o[i][j] = static_cast<float>(score[static_cast<size_t>(i)]);
+            break;
+        }
     }
     return out;
 }

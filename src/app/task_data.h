@@ -79,11 +79,14 @@ struct ScoredResponses {
     std::map<std::string, std::vector<double>> extra;
 };
 
-// Decodes each row's response tokens (response_mask, special tokens skipped) and scores it
-// with the registry (data_source, ground_truth, extra of the row).
+// Decodes each row's response tokens (response_mask, special tokens skipped), or takes the
+// rollout's string field response_text when the batch has it (stop strings: the text cut at the
+// stop string, rollout/stop_strings.h), and scores it with the registry (data_source,
+// ground_truth, extra of the row).
 ScoredResponses score_responses(const TaskData& t, const Batch& b);
 
-// [B, R] fp32 with score[i] at row i's last response token (zeros elsewhere).
+// [B, R] fp32 with score[i] at row i's last response token with response_mask 1 (zeros
+// elsewhere): the last token the policy produced, also when appended tokens (mask 0) follow.
 torch::Tensor token_level_scores(const std::vector<double>& score, const torch::Tensor& response_mask);
 
 // "reward.scorers: data_source 'x' (n rows) has no scorer; set one, e.g. ..." (load_task, rlpt check).

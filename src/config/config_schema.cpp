@@ -156,10 +156,23 @@ void visit_rollout(Visitor& v, RolloutConfig& c) {
     v.value("top_k", c.top_k);
     v.value("do_sample", c.do_sample);
     v.value("stop_token_ids", c.stop_token_ids);
+    v.value("stop", c.stop);
+    v.value("include_stop_str_in_output", c.include_stop_str_in_output);
     v.value("max_num_seqs", c.max_num_seqs);
     v.value("max_num_batched_tokens", c.max_num_batched_tokens);
     v.value("calculate_log_probs", c.calculate_log_probs);
     v.value("generator", c.generator);
+    v.section("beam_search", [&](Visitor& b) {
+        b.value("beam_width", c.beam_search.beam_width);
+        b.value("length_penalty", c.beam_search.length_penalty);
+    });
+    visit_list(v, "stages", c.stages, [](Visitor& s, RolloutStageConfig& st) {
+        s.value("generator", st.generator);
+        s.value("max_tokens", st.max_tokens);
+        s.value("stop", st.stop);
+        s.value("append", st.append);
+        s.value("share_across_samples", st.share_across_samples);
+    });
     v.section("val", [&](Visitor& s) { visit_sampling(s, c.val); });
     v.section("weight_sync", [&](Visitor& w) {
         w.value("backend", c.weight_sync.backend);

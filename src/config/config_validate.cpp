@@ -1,9 +1,14 @@
 // Range and cross-field checks. Every failure names the key and where it was set; all failures
 // are reported together (one line each), so one run of `rlpt check` shows every problem.
+// Keys that pick an entry of a table (algorithm.adv_estimator, actor.policy_loss.loss_mode,
+// placement.groups.*.roles, rollout.generator, reward.scorer/scorers) are checked against the
+// tables themselves by app::table_name_problems (src/app/check.cpp), which `rlpt check` and
+// the launch run next: the tables live above this torch-free library, and a copy of their
+// names here would drift.
 #include <algorithm>
+#include <cmath>
 #include <set>
 
-#include "rlpt/algo/names.h"
 #include "rlpt/config/config.h"
 #include "rlpt/core/error.h"
 
@@ -41,6 +46,51 @@ class Checker {
             list += (list.empty() ? "" : ", ") + std::string(ch);
         }
         require(false, key, "'{}' is not one of: {}", value, list);
+    }
+
+    void stop_strings(const std::vector<std::string>& stop, const std::string& key) const {
+        for (size_t i = 0; i < stop.size(); ++i)
+            require(!stop[i].empty(), key, "entry {} is empty (it would end every response at once)", i);
+    }
+
+    // rollout.generator with its typed arguments: rollout.beam_search and rollout.stages.
+    void rollout_program(const Config& c) const {
+        const auto& r = c.rollout;
+        positive(r.beam_search.beam_width, "rollout.beam_search.beam_width");
+        require(std::isfinite(r.beam_search.length_penalty), "rollout.beam_search.length_penalty",
+                "must be finite (got {})", r.beam_search.length_penalty);
+        bool beams = r.generator == "beam_search";
+        int64_t total = 0;
+        for (size_t i = 0; i < r.stages.size(); ++i) {
+            const auto& s = r.stages[i];
+            const std::string key = fmt::format("rollout.stages[{}]", i);
+            one_of(s.generator, key + ".generator", {"sampler", "beam_search"});
+            positive(s.max_tokens, key + ".max_tokens");
+            stop_strings(s.stop, key + ".stop");
+            require(s.stop.empty() || s.generator != "beam_search", key + ".stop",
+                    "stop strings are not supported on a beam_search stage (vLLM's beam search has none either)");
+            beams = beams || s.generator == "beam_search";
+            total += s.max_tokens;
+        }
+        if (r.generator == "multi_stage") {
+            require(!r.stages.empty(), "rollout.stages", "generator multi_stage needs at least one stage");
+            require(r.stop.empty(), "rollout.stop",
+                    "is not used by generator multi_stage: give each stage its stop strings (rollout.stages[i].stop)");
+            require(total <= c.data.max_response_length, "rollout.stages",
+                    "the stages' max_tokens add up to {}, over data.max_response_length={}", total,
+                    c.data.max_response_length);
+        } else {
+            require(r.stages.empty(), "rollout.stages", "is set but rollout.generator is '{}' (stages need multi_stage)",
+                    r.generator);
+        }
+        if (r.generator == "beam_search")
+            require(r.stop.empty(), "rollout.stop", "stop strings are not supported by beam_search (vLLM's has none)");
+        if (beams) {
+            for (const auto& [n, key] : {std::make_pair(r.n, "rollout.n"), std::make_pair(r.val.n, "rollout.val.n")})
+                require(n <= r.beam_search.beam_width, key,
+                        "{} samples per prompt with beam search of width rollout.beam_search.beam_width={}: a prompt's "
+                        "samples are its best beams, so n must be <= beam_width", n, r.beam_search.beam_width);
+        }
     }
 
     void positive(int64_t v, const std::string& key) const { require(v > 0, key, "must be > 0 (got {})", v); }
@@ -103,7 +153,6 @@ void validate(const Config& c) {
 
     // Placement: names and shapes here; whether it fits the world size is checked by
     // compute_placement() on every rank.
-    static const std::set<std::string> kRoles{"actor", "rollout", "reference", "critic", "reward_model"};
     std::set<std::string> seen;
     k.require(!c.placement.groups.empty(), "placement.groups", "must list at least one group of roles");
     for (size_t g = 0; g < c.placement.groups.size(); ++g) {
@@ -111,8 +160,6 @@ void validate(const Config& c) {
         std::string p = fmt::format("placement.groups.{}", g);
         k.require(!grp.roles.empty(), p + ".roles", "must name at least one role");
         for (const auto& r : grp.roles) {
-            k.require(kRoles.count(r) != 0, p + ".roles",
-                      "unknown role '{}' (roles: actor, rollout, reference, critic, reward_model)", r);
             k.require(seen.insert(r).second, p + ".roles", "role '{}' appears in more than one group", r);
         }
         bool auto_ranks = grp.ranks == "auto";
@@ -177,7 +224,6 @@ void validate(const Config& c) {
     if (a.clip_ratio_low) k.require(*a.clip_ratio_low >= 0, "actor.clip_ratio_low", "must be >= 0 (got {})", *a.clip_ratio_low);
     if (a.clip_ratio_high) k.require(*a.clip_ratio_high >= 0, "actor.clip_ratio_high", "must be >= 0 (got {})", *a.clip_ratio_high);
     k.require(a.clip_ratio_c > 1, "actor.clip_ratio_c", "dual-clip constant must be > 1 (got {})", a.clip_ratio_c);
-    k.one_of_range(a.policy_loss.loss_mode, "actor.policy_loss.loss_mode", algo::kPolicyLossNames);
     if (a.policy_loss.loss_mode == "dro") {
         k.require(a.policy_loss.dro_beta.has_value() && *a.policy_loss.dro_beta > 0, "actor.policy_loss.dro_beta",
                   "loss_mode dro needs dro_beta > 0 (the weight of its quadratic penalty; verl has no default){}",
@@ -206,6 +252,8 @@ void validate(const Config& c) {
                   "positions (got {})",
                   need, *r.max_num_batched_tokens);
     }
+    k.stop_strings(r.stop, "rollout.stop");
+    k.rollout_program(c);
     k.sampling(r.val.temperature, r.val.top_p, r.val.top_k, "rollout.val");
     k.positive(r.val.n, "rollout.val.n");
     k.one_of(r.weight_sync.backend, "rollout.weight_sync.backend", {"auto", "mpi", "nccl"});
@@ -223,7 +271,6 @@ void validate(const Config& c) {
     k.positive(c.reward_model.micro_batch_size_per_rank, "reward_model.micro_batch_size_per_rank");
 
     const auto& al = c.algorithm;
-    k.one_of_range(al.adv_estimator, "algorithm.adv_estimator", algo::kAdvantageEstimatorNames);
     k.require(al.gamma >= 0 && al.gamma <= 1, "algorithm.gamma", "must be in [0, 1] (got {})", al.gamma);
     k.require(al.lam >= 0 && al.lam <= 1, "algorithm.lam", "must be in [0, 1] (got {})", al.lam);
     k.one_of(al.kl_penalty, "algorithm.kl_penalty",
@@ -251,12 +298,6 @@ void validate(const Config& c) {
     }
 
     const auto& rw = c.reward;
-    static const std::initializer_list<const char*> kScorers{"number", "exact",  "gsm8k",   "math",
-                                                             "arithmetic", "command", "user"};
-    if (rw.scorer != "auto" && rw.scorer != "custom") k.one_of(rw.scorer, "reward.scorer", kScorers);
-    for (const auto& [ds, spec] : rw.scorers) {
-        if (spec.empty() || spec[0] != '{') k.one_of(spec, "reward.scorers." + ds, kScorers);  // specs: reward/registry.h
-    }
     k.require(rw.command_timeout_s > 0, "reward.command_timeout_s", "must be > 0 (got {})", rw.command_timeout_s);
     if (c.reward.overlong_buffer.enable) {
         k.require(c.reward.overlong_buffer.len > 0 && c.reward.overlong_buffer.len <= d.max_response_length,

@@ -153,86 +153,114 @@ void add_builtin_scorers(ScorerRegistry& registry) {
     registry.set_prefix("aime", dapo);
 }
 
+namespace {
+
+// One builder per spec "type": reads its keys from `r` (SpecReader::finish reports leftovers).
+using ScorerBuilder = std::shared_ptr<const Scorer> (*)(SpecReader& r);
+
+std::shared_ptr<const Scorer> build_gsm8k(SpecReader& r) {
+    const std::string method = r.string("method", std::string("strict"));
+    const double format_score = r.number("format_score", 0.0);
+    const double score = r.number("score", 1.0);
+    return with_where(r.where() + ".method", [&] {
+        return std::make_shared<Gsm8kScorer>(parse_gsm8k_method(method), format_score, score);
+    });
+}
+std::shared_ptr<const Scorer> build_math(SpecReader&) { return std::make_shared<MathScorer>(); }
+std::shared_ptr<const Scorer> build_math_dapo(SpecReader&) { return std::make_shared<MathDapoScorer>(); }
+std::shared_ptr<const Scorer> build_exact(SpecReader&) { return std::make_shared<ExactScorer>(); }
+std::shared_ptr<const Scorer> build_command(SpecReader& r) {
+    const std::string command = r.string("command", std::nullopt);
+    const double timeout_s = r.number("timeout_s", 60.0);
+    return with_where(r.where(), [&] { return std::make_shared<CommandScorer>(command, timeout_s); });
+}
+std::shared_ptr<const Scorer> build_number(SpecReader& r) {
+    NumberScorerOptions o;
+    const std::string extraction = r.string("extraction", std::string("last_number"));
+    o.extraction = with_where(r.where() + ".extraction", [&] { return parse_number_extraction(extraction); });
+    o.score = r.number("score", o.score);
+    o.format_score = r.number("format_score", o.format_score);
+    return std::make_shared<NumberScorer>(o);
+}
+std::shared_ptr<const Scorer> build_arithmetic(SpecReader& r) {
+    ArithmeticScorerOptions o;
+    const std::string format = r.string("answer_format", std::string("plain"));
+    RLPT_CHECK_KIND(ConfigError, format == "plain" || format == "reversed",
+                    "{}.answer_format: expected \"plain\" or \"reversed\", got \"{}\"", r.where(), format);
+    o.reversed = format == "reversed";
+    o.score = r.number("score", o.score);
+    o.format_score = r.number("format_score", o.format_score);
+    return std::make_shared<ArithmeticScorer>(o);
+}
+std::shared_ptr<const Scorer> build_format(SpecReader& r) {
+    FormatScorerOptions o;
+    o.pattern = r.string("pattern", std::nullopt);
+    const std::string match = r.string("match", std::string("search"));
+    o.match = with_where(r.where() + ".match", [&] { return parse_format_match(match); });
+    o.score = r.number("score", o.score);
+    o.mismatch_score = r.number("mismatch_score", o.mismatch_score);
+    return with_where(r.where(), [&] { return std::make_shared<FormatScorer>(o); });
+}
+std::shared_ptr<const Scorer> build_user(SpecReader& r) {
+    const std::string path = r.string("path", std::nullopt);
+    r.finish();  // before loading: a misspelt key is reported, not a missing library
+    try {
+        return UserScorer::load(path);
+    } catch (const Error& e) {
+        rethrow_with_context(r.where(), e);
+    }
+}
+std::shared_ptr<const Scorer> build_sum(SpecReader& r) {
+    const nlohmann::json* parts = r.find("parts");
+    RLPT_CHECK_KIND(ConfigError, parts != nullptr, "{}: missing required key 'parts'", r.where());
+    RLPT_CHECK_KIND(ConfigError, parts->is_array() && !parts->empty(),
+                    "{}.parts: expected a non-empty list of {{weight, scorer}}, got {}", r.where(), parts->dump());
+    std::vector<WeightedScorer> weighted;
+    for (std::size_t i = 0; i < parts->size(); ++i) {
+        const std::string part_where = fmt::format("{}.parts[{}]", r.where(), i);
+        SpecReader pr((*parts)[i], part_where);
+        WeightedScorer w;
+        w.weight = pr.number("weight", 1.0);
+        const nlohmann::json* sub = pr.find("scorer");
+        RLPT_CHECK_KIND(ConfigError, sub != nullptr, "{}: missing required key 'scorer'", part_where);
+        w.scorer = make_scorer(*sub, part_where + ".scorer");
+        pr.finish();
+        weighted.push_back(std::move(w));
+    }
+    return std::make_shared<WeightedSumScorer>(std::move(weighted));
+}
+
+// The scorer types a spec (and reward.scorer / reward.scorers) can name: a new scorer is its
+// file pair and one row here.
+struct ScorerType {
+    const char* name;
+    ScorerBuilder build;
+};
+constexpr ScorerType kScorerTypes[] = {
+    {"number", build_number}, {"exact", build_exact},     {"gsm8k", build_gsm8k},   {"math", build_math},
+    {"math_dapo", build_math_dapo}, {"arithmetic", build_arithmetic}, {"format", build_format},
+    {"command", build_command}, {"user", build_user},     {"sum", build_sum},
+};
+
+}  // namespace
+
+std::vector<std::string> scorer_type_names() {
+    std::vector<std::string> names;
+    for (const auto& t : kScorerTypes) names.emplace_back(t.name);
+    return names;
+}
+
 std::shared_ptr<const Scorer> make_scorer(const nlohmann::json& spec, const std::string& where) {
     SpecReader r(spec, where);
     const std::string type = r.string("type", std::nullopt);
-    std::shared_ptr<const Scorer> scorer;
-    if (type == "gsm8k") {
-        const std::string method = r.string("method", std::string("strict"));
-        const double format_score = r.number("format_score", 0.0);
-        const double score = r.number("score", 1.0);
-        scorer = with_where(where + ".method", [&] {
-            return std::make_shared<Gsm8kScorer>(parse_gsm8k_method(method), format_score, score);
-        });
-    } else if (type == "math") {
-        scorer = std::make_shared<MathScorer>();
-    } else if (type == "math_dapo") {
-        scorer = std::make_shared<MathDapoScorer>();
-    } else if (type == "exact") {
-        scorer = std::make_shared<ExactScorer>();
-    } else if (type == "command") {
-        const std::string command = r.string("command", std::nullopt);
-        const double timeout_s = r.number("timeout_s", 60.0);
-        scorer = with_where(where, [&] { return std::make_shared<CommandScorer>(command, timeout_s); });
-    } else if (type == "number") {
-        NumberScorerOptions o;
-        const std::string extraction = r.string("extraction", std::string("last_number"));
-        o.extraction = with_where(where + ".extraction", [&] { return parse_number_extraction(extraction); });
-        o.score = r.number("score", o.score);
-        o.format_score = r.number("format_score", o.format_score);
-        scorer = std::make_shared<NumberScorer>(o);
-    } else if (type == "arithmetic") {
-        ArithmeticScorerOptions o;
-        const std::string format = r.string("answer_format", std::string("plain"));
-        RLPT_CHECK_KIND(ConfigError, format == "plain" || format == "reversed",
-                        "{}.answer_format: expected \"plain\" or \"reversed\", got \"{}\"", where, format);
-        o.reversed = format == "reversed";
-        o.score = r.number("score", o.score);
-        o.format_score = r.number("format_score", o.format_score);
-        scorer = std::make_shared<ArithmeticScorer>(o);
-    } else if (type == "format") {
-        FormatScorerOptions o;
-        o.pattern = r.string("pattern", std::nullopt);
-        const std::string match = r.string("match", std::string("search"));
-        o.match = with_where(where + ".match", [&] { return parse_format_match(match); });
-        o.score = r.number("score", o.score);
-        o.mismatch_score = r.number("mismatch_score", o.mismatch_score);
-        scorer = with_where(where, [&] { return std::make_shared<FormatScorer>(o); });
-    } else if (type == "user") {
-        const std::string path = r.string("path", std::nullopt);
+    for (const auto& t : kScorerTypes) {
+        if (type != t.name) continue;
+        auto scorer = t.build(r);
         r.finish();
-        try {
-            return UserScorer::load(path);
-        } catch (const Error& e) {
-            rethrow_with_context(where, e);
-        }
-    } else if (type == "sum") {
-        const nlohmann::json* parts = r.find("parts");
-        RLPT_CHECK_KIND(ConfigError, parts != nullptr, "{}: missing required key 'parts'", where);
-        RLPT_CHECK_KIND(ConfigError, parts->is_array() && !parts->empty(),
-                        "{}.parts: expected a non-empty list of {{weight, scorer}}, got {}", where,
-                        parts->dump());
-        std::vector<WeightedScorer> weighted;
-        for (std::size_t i = 0; i < parts->size(); ++i) {
-            const std::string part_where = fmt::format("{}.parts[{}]", where, i);
-            SpecReader pr((*parts)[i], part_where);
-            WeightedScorer w;
-            w.weight = pr.number("weight", 1.0);
-            const nlohmann::json* sub = pr.find("scorer");
-            RLPT_CHECK_KIND(ConfigError, sub != nullptr, "{}: missing required key 'scorer'", part_where);
-            w.scorer = make_scorer(*sub, part_where + ".scorer");
-            pr.finish();
-            weighted.push_back(std::move(w));
-        }
-        scorer = std::make_shared<WeightedSumScorer>(std::move(weighted));
-    } else {
-        RLPT_THROW(ConfigError,
-                   "{}.type: unknown scorer type '{}' (known: number, exact, gsm8k, math, math_dapo, "
-                   "arithmetic, format, command, user, sum)",
-                   where, type);
+        return scorer;
     }
-    r.finish();
-    return scorer;
+    RLPT_THROW(ConfigError, "{}.type: unknown scorer type '{}' (known: {})", where, type,
+               fmt::join(scorer_type_names(), ", "));
 }
 
 ScorerRegistry make_scorer_registry(const nlohmann::json& config, const std::string& where) {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +15,7 @@
 
 #include "rlpt/core/error.h"
 #include "rlpt/model/transformer.h"
+#include "rlpt/rollout/beam_search.h"
 #include "rlpt/rollout/generator.h"
 #include "rlpt/rollout/sampler.h"
 #include "rlpt/tokenizer/chat_template.h"
@@ -46,6 +48,10 @@ struct Options {
     std::string dtype = "float32";
     std::string output = "text";
     bool ignore_eos = false;
+    std::vector<std::string> stop;
+    bool include_stop_str_in_output = false;
+    int64_t beam_width = 0;  // 0: sample
+    double length_penalty = 1.0;
     bool have_prompt = false;
     int64_t threads = 0;
 };
@@ -58,6 +64,8 @@ SamplingParams sampling_params(const Options& opt) {
     p.top_p = opt.top_p;
     p.top_k = opt.top_k;
     p.max_new_tokens = opt.max_new_tokens;
+    p.stop = opt.stop;
+    p.include_stop_str_in_output = opt.include_stop_str_in_output;
     return p;
 }
 
@@ -146,7 +154,8 @@ void set_special_ids(SamplingParams& params, const Options& opt, const model::Mo
 nlohmann::json sampling_json(const SamplingParams& p, uint64_t seed) {
     return {{"greedy", p.greedy},       {"temperature", p.temperature},       {"top_p", p.top_p},
             {"top_k", p.top_k},         {"max_new_tokens", p.max_new_tokens}, {"eos_id", p.eos_id},
-            {"stop_token_ids", p.stop_token_ids}, {"seed", seed}};
+            {"stop_token_ids", p.stop_token_ids}, {"stop", p.stop},
+            {"include_stop_str_in_output", p.include_stop_str_in_output}, {"seed", seed}};
 }
 
 int run(const Options& opt) {
@@ -200,12 +209,41 @@ int run(const Options& opt) {
 
     SamplingParams params = sampling_params(opt);
     set_special_ids(params, opt, model->args(), tok.get(), family);
+    TokenTexts texts;
+    if (!opt.stop.empty()) {
+        if (!tok) throw UsageError("--stop needs the folder's tokenizer (stop strings are matched on the text)");
+        texts = token_texts(*tok);
+        params.token_texts = &texts;
+    }
 
-    std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(opt.n), prompt_ids);
+    // Beam search: one row per beam (rank i = the i-th best), else one per sample.
+    const bool beams = opt.beam_width > 0;
+    const int64_t rows = beams ? opt.beam_width : opt.n;
+    const BeamSearchParams beam{opt.beam_width, opt.length_penalty};
+    std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(rows), prompt_ids);
     std::vector<uint64_t> seeds;
-    for (int64_t i = 0; i < opt.n; ++i) seeds.push_back(sample_seed(opt.seed, 0, i));
-    const GenerationOutput out = generate(*model, prompts, seeds, params, std::max<int64_t>(opt.n, 1));
+    std::vector<int64_t> ranks;
+    for (int64_t i = 0; i < rows; ++i) {
+        seeds.push_back(sample_seed(opt.seed, 0, i));
+        ranks.push_back(i);
+    }
+    const GenerationOutput out = beams ? beam_search(*model, prompts, params, beam, ranks, rows)
+                                       : generate(*model, prompts, seeds, params, std::max<int64_t>(rows, 1));
+    // A beam's cumulative log-prob (the sum of its tokens' log-probs) and its ranking score.
+    auto cumulative = [](const std::vector<float>& lps) {
+        double sum = 0;
+        for (float l : lps) sum += l;
+        return sum;
+    };
+    auto score_of = [&](int64_t i, const std::vector<float>& lps) {
+        return beam_score(cumulative(lps), static_cast<int64_t>(lps.size()),
+                          out.finish_reasons[static_cast<size_t>(i)] == FinishReason::kEos, opt.length_penalty);
+    };
 
+    // The text shown: cut at the stop string when --stop is given (out.texts), else decoded.
+    auto text_of = [&](int64_t i, const std::vector<int64_t>& ids) {
+        return out.texts.empty() ? tok->decode(ids) : out.texts[static_cast<size_t>(i)];
+    };
     auto response = [&](int64_t i) {
         const int64_t len = out.response_mask[i].sum().item<int64_t>();
         auto ids = out.responses[i].narrow(0, 0, len).contiguous();
@@ -217,12 +255,18 @@ int run(const Options& opt) {
         nlohmann::json j = {{"model", opt.model_dir}, {"dtype", opt.dtype}, {"prompt_ids", prompt_ids}};
         if (tok) j["prompt_text"] = tok->decode(prompt_ids);
         j["sampling"] = sampling_json(params, opt.seed);
+        if (beams) j["beam_search"] = {{"beam_width", opt.beam_width}, {"length_penalty", opt.length_penalty}};
         j["samples"] = nlohmann::json::array();
-        for (int64_t i = 0; i < opt.n; ++i) {
+        for (int64_t i = 0; i < rows; ++i) {
             auto [ids, lps] = response(i);
-            nlohmann::json s = {{"index", i}, {"seed", seeds[static_cast<size_t>(i)]}, {"token_ids", ids},
-                                {"log_probs", lps}};
-            if (tok) s["text"] = tok->decode(ids);
+            nlohmann::json s = {{"index", i}, {"token_ids", ids}, {"log_probs", lps}};
+            if (beams) {
+                s["cumulative_log_prob"] = cumulative(lps);
+                s["score"] = score_of(i, lps);
+            } else {
+                s["seed"] = seeds[static_cast<size_t>(i)];
+            }
+            if (tok) s["text"] = text_of(i, ids);
             s["finish_reason"] = finish_reason_name(out.finish_reasons[static_cast<size_t>(i)]);
             j["samples"].push_back(std::move(s));
         }
@@ -232,13 +276,17 @@ int run(const Options& opt) {
                                        model->args().architecture(), opt.dtype, vocab, prompt_ids.size(),
                                        nlohmann::json(prompt_ids).dump());
         if (tok) text += fmt::format("{}\n", tok->decode(prompt_ids));
-        for (int64_t i = 0; i < opt.n; ++i) {
+        for (int64_t i = 0; i < rows; ++i) {
             auto [ids, lps] = response(i);
-            double sum = 0;
-            for (float l : lps) sum += l;
-            text += fmt::format("--- sample {} (finish: {}, {} tokens, sum log-prob {:.4f})\n", i,
-                                finish_reason_name(out.finish_reasons[static_cast<size_t>(i)]), ids.size(), sum);
-            if (tok) text += fmt::format("{}\n", tok->decode(ids));
+            const char* reason = finish_reason_name(out.finish_reasons[static_cast<size_t>(i)]);
+            if (beams) {
+                text += fmt::format("--- beam {} (finish: {}, {} tokens, cumulative log-prob {:.4f}, score {:.4f})\n", i,
+                                    reason, ids.size(), cumulative(lps), score_of(i, lps));
+            } else {
+                text += fmt::format("--- sample {} (finish: {}, {} tokens, sum log-prob {:.4f})\n", i, reason, ids.size(),
+                                    cumulative(lps));
+            }
+            if (tok) text += fmt::format("{}\n", text_of(i, ids));
             text += fmt::format("ids: {}\nlog-probs: [{:.4f}]\n", nlohmann::json(ids).dump(), fmt::join(lps, ", "));
         }
         std::fputs(text.c_str(), stdout);
@@ -269,6 +317,15 @@ int generate_command(int argc, char** argv) {
         ->check(CLI::IsMember({"float32", "bfloat16"}));
     app.add_option("--output", opt.output, "text|json (default text)")->check(CLI::IsMember({"text", "json"}));
     app.add_flag("--ignore-eos", opt.ignore_eos, "do not stop at EOS or end-of-turn tokens");
+    app.add_option("--stop", opt.stop, "stop string (repeatable): the response ends where its text contains it");
+    auto* o_beam = app.add_option("--beam-width", opt.beam_width,
+                                  "beam search with this many beams (all shown, best first, with their cumulative "
+                                  "log-probs); sampling flags other than --temperature do not apply");
+    o_beam->excludes(f_greedy);
+    app.add_option("--length-penalty", opt.length_penalty,
+                   "beam ranking: cumulative log-prob / length^P (default 1)")->needs(o_beam);
+    app.add_flag("--include-stop-str-in-output", opt.include_stop_str_in_output,
+                 "the shown text keeps the stop string (the token ids always do)");
     app.add_option("--threads", opt.threads,
                    "torch threads (default: OMP_NUM_THREADS when set, else every core of the machine)");
     try {
@@ -283,15 +340,24 @@ int generate_command(int argc, char** argv) {
         opt.have_prompt = o_prompt->count() > 0;
         if (!opt.have_prompt && o_ids->count() == 0) throw UsageError("one of --prompt or --prompt-ids is required");
         if (opt.n < 1) throw UsageError(fmt::format("--n must be >= 1, got {}", opt.n));
+        if (o_beam->count() > 0) {
+            if (opt.beam_width < 1) throw UsageError(fmt::format("--beam-width must be >= 1, got {}", opt.beam_width));
+            if (opt.n != 1) throw UsageError("--n does not apply to --beam-width (every beam is shown)");
+            if (!opt.stop.empty()) throw UsageError("--stop does not apply to --beam-width (vLLM's beam search has no stop strings)");
+            if (!std::isfinite(opt.length_penalty))
+                throw UsageError(fmt::format("--length-penalty must be finite, got {}", opt.length_penalty));
+        }
         if (opt.threads < 0) throw UsageError(fmt::format("--threads must be >= 1, got {}", opt.threads));
         if (opt.threads > 0) {
             torch::set_num_threads(static_cast<int>(opt.threads));
         } else if (std::getenv("OMP_NUM_THREADS") == nullptr) {
             torch::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
         }
-        const SamplingParams check = sampling_params(opt);
+        SamplingParams check = sampling_params(opt);
+        check.stop.clear();  // the token texts come with the tokenizer, in run()
         try {
             validate_sampling_params(check, /*vocab_size=*/0);
+            validate_stop_strings(opt.stop, "--stop");
         } catch (const ValueError& e) {
             throw UsageError(e.message());
         }

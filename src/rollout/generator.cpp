@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "rlpt/core/error.h"
+#include "rlpt/rollout/response_rows.h"
 #include "rlpt/rollout/sampler.h"
 
 namespace rlpt::rollout {
@@ -21,6 +22,7 @@ struct RowResult {
     std::vector<int64_t> tokens;
     std::vector<float> log_probs;
     FinishReason finish = FinishReason::kLength;
+    StopStringMatcher text;  // inactive without params.token_texts
 };
 
 // Per-token stop lookup: 0 = continue, 1 = eos, 2 = stop id.
@@ -38,10 +40,14 @@ struct StopRules {
 };
 
 // THE per-row finish decision, called once after each token a sequence gets (its response so
-// far in row.tokens, the newest last): the reason it is finished, or nothing to go on.
-std::optional<FinishReason> finish_reason(const StopRules& rules, const RowResult& row) {
-    const uint8_t s = rules.table[static_cast<size_t>(row.tokens.back())];
+// far in row.tokens, the newest last; the token's text goes to the stop-string matcher here):
+// the reason it is finished, or nothing to go on. EOS / stop ids first, then stop strings.
+std::optional<FinishReason> finish_reason(const StopRules& rules, RowResult& row) {
+    const int64_t tok = row.tokens.back();
+    const bool stop_string = row.text.push(tok);
+    const uint8_t s = rules.table[static_cast<size_t>(tok)];
     if (s != 0) return s == 1 ? FinishReason::kEos : FinishReason::kStop;
+    if (stop_string) return FinishReason::kStop;
     if (static_cast<int64_t>(row.tokens.size()) == rules.max_new_tokens) return FinishReason::kLength;
     return std::nullopt;
 }
@@ -265,39 +271,15 @@ class Engine {
 };
 
 // Left-pads prompts to the call's longest, right-pads responses, builds the masks.
-GenerationOutput assemble(const Prompts& prompts, const std::vector<RowResult>& results, int64_t pad_id) {
-    const int64_t b = static_cast<int64_t>(prompts.size());
-    int64_t p_len = 0, r_len = 0;
-    for (const auto& p : prompts) p_len = std::max<int64_t>(p_len, static_cast<int64_t>(p.size()));
-    for (const auto& r : results) r_len = std::max<int64_t>(r_len, static_cast<int64_t>(r.tokens.size()));
-
-    GenerationOutput out;
-    out.prompts = torch::full({b, p_len}, pad_id, torch::kInt64);
-    out.responses = torch::full({b, r_len}, pad_id, torch::kInt64);
-    auto prompt_mask = torch::zeros({b, p_len}, torch::kInt64);
-    out.response_mask = torch::zeros({b, r_len}, torch::kInt64);
-    out.rollout_log_probs = torch::zeros({b, r_len}, torch::kFloat32);
-    auto* pp = out.prompts.data_ptr<int64_t>();
-    auto* pm = prompt_mask.data_ptr<int64_t>();
-    auto* rp = out.responses.data_ptr<int64_t>();
-    auto* rm = out.response_mask.data_ptr<int64_t>();
-    auto* lp = out.rollout_log_probs.data_ptr<float>();
-    out.finish_reasons.reserve(static_cast<size_t>(b));
-    for (int64_t i = 0; i < b; ++i) {
-        const auto& pr = prompts[static_cast<size_t>(i)];
-        const auto& res = results[static_cast<size_t>(i)];
-        const int64_t off = p_len - static_cast<int64_t>(pr.size());
-        std::copy(pr.begin(), pr.end(), pp + i * p_len + off);
-        std::fill(pm + i * p_len + off, pm + (i + 1) * p_len, int64_t{1});
-        std::copy(res.tokens.begin(), res.tokens.end(), rp + i * r_len);
-        std::fill(rm + i * r_len, rm + i * r_len + static_cast<int64_t>(res.tokens.size()), int64_t{1});
-        std::copy(res.log_probs.begin(), res.log_probs.end(), lp + i * r_len);
-        out.finish_reasons.push_back(res.finish);
+GenerationOutput assemble(const Prompts& prompts, std::vector<RowResult>& results, const SamplingParams& params) {
+    std::vector<ResponseRow> rows(results.size());
+    for (size_t i = 0; i < results.size(); ++i) {
+        rows[i].tokens = std::move(results[i].tokens);
+        rows[i].log_probs = std::move(results[i].log_probs);
+        rows[i].finish = results[i].finish;
+        if (results[i].text.active()) rows[i].text = results[i].text.visible_text();
     }
-    out.input_ids = torch::cat({out.prompts, out.responses}, 1);
-    out.attention_mask = torch::cat({prompt_mask, out.response_mask}, 1);
-    out.position_ids = (out.attention_mask.cumsum(1) - 1).clamp_min(0);
-    return out;
+    return assemble_rows(prompts, rows, params.pad_id, params.token_texts != nullptr);
 }
 
 }  // namespace
@@ -329,6 +311,9 @@ void validate_sampling_params(const SamplingParams& p, int64_t vocab_size) {
     RLPT_CHECK(p.top_p > 0 && p.top_p <= 1, "sampling: top_p must be in (0, 1], got {}", p.top_p);
     RLPT_CHECK(p.top_k >= -1, "sampling: top_k must be >= 1, or -1 (or 0) for off, got {}", p.top_k);
     RLPT_CHECK(p.max_new_tokens >= 1, "sampling: max_new_tokens must be >= 1, got {}", p.max_new_tokens);
+    validate_stop_strings(p.stop, "sampling: stop");
+    RLPT_CHECK(p.stop.empty() || p.token_texts != nullptr,
+               "sampling: stop strings need the tokenizer's token texts (SamplingParams::token_texts)");
     if (vocab_size <= 0) return;
     RLPT_CHECK(p.pad_id >= 0 && p.pad_id < vocab_size, "sampling: pad_id {} is outside the vocabulary [0, {})",
                p.pad_id, vocab_size);
@@ -346,16 +331,14 @@ GenerationOutput generate(model::CausalLM& model, const Prompts& prompts, const 
     RLPT_CHECK(seeds.size() == prompts.size(), "generate: {} seeds for {} prompts (one seed per prompt)", seeds.size(),
                prompts.size());
     validate_batch_limits(limits);
-    for (size_t i = 0; i < prompts.size(); ++i) {
-        RLPT_CHECK(!prompts[i].empty(), "generate: prompt {} is empty (at least one token is needed)", i);
-        for (size_t j = 0; j < prompts[i].size(); ++j)
-            RLPT_CHECK(prompts[i][j] >= 0 && prompts[i][j] < vocab,
-                       "generate: prompt {} token {} is {}, outside the vocabulary [0, {})", i, j, prompts[i][j], vocab);
-    }
+    check_prompts(prompts, vocab);
     torch::NoGradGuard no_grad;
     std::vector<RowResult> results(prompts.size());
+    if (params.token_texts != nullptr)
+        for (auto& r : results)
+            r.text = StopStringMatcher(&params.stop, params.token_texts, params.include_stop_str_in_output);
     if (!prompts.empty()) Engine(model, prompts, seeds, params, limits, results).run();
-    return assemble(prompts, results, params.pad_id);
+    return assemble(prompts, results, params);
 }
 
 }  // namespace rlpt::rollout

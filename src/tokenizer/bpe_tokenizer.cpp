@@ -111,6 +111,13 @@ std::string BpeTokenizer::decode(const int64_t* ids, size_t n, bool skip_special
     return impl.decoder == BpeState::Decoder::kByteLevel ? detail::utf8_lossy(out) : out;
 }
 
+std::string BpeTokenizer::token_bytes(int64_t id) const {
+    const BpeState& impl = *impl_;
+    RLPT_CHECK(id >= 0, "token_bytes: negative token id {}", id);
+    if (id >= static_cast<int64_t>(impl.tokens.size()) || !(impl.flags[id] & BpeState::kHasToken)) return {};
+    return impl.decoded[id];
+}
+
 int64_t BpeTokenizer::vocab_size() const { return static_cast<int64_t>(impl_->tokens.size()); }
 
 SpecialTokenIds BpeTokenizer::special_ids() const { return impl_->special; }

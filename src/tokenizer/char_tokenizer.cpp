@@ -74,6 +74,12 @@ std::string CharTokenizer::decode(const int64_t* ids, size_t n, bool skip_specia
     return out;
 }
 
+std::string CharTokenizer::token_bytes(int64_t id) const {
+    RLPT_CHECK(id >= 0, "token_bytes: negative token id {}", id);
+    if (id >= vocab_size()) return {};
+    return id < kFirstCharId ? std::string(kSpecials[id]) : chars_[id - kFirstCharId];
+}
+
 std::string CharTokenizer::id_to_token(int64_t id) const {
     RLPT_CHECK(id >= 0 && id < vocab_size(), "id_to_token: id {} is outside the char vocabulary (size {})", id,
                vocab_size());

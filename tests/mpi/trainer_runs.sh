@@ -28,6 +28,18 @@
 #                      shard to shard, comm/weight_reshard.h): actor tp 2 -> rollout tp 1 and
 #                      actor tp 1 -> rollout tp 2 and actor tp 2 -> two rollout tp 1 ranks follow
 #                      the colocated tp = 1 run
+#   stop-strings       tiny with rollout.stop naming every character of the task: every response
+#                      ends at its first visible token (mean length <= 1.5), with the text
+#                      cut before (and, include_stop_str_in_output, after) the string; rollout on
+#                      two separate ranks so the response_text field crosses the DP gather
+#   beam-search        tiny with rollout.generator beam_search (width 3, length penalty 0.5, each
+#                      prompt's 2 samples its 2 best beams) on 2 ranks, validation included; n over
+#                      the width is refused naming rollout.n; rlpt generate --beam-width shows every
+#                      beam, best first, with cumulative log-probs that sum its tokens' log-probs
+#   two-stage          configs/openonerec_two_stage.yaml (only its lengths scaled down) on the tiny
+#                      built-in model over a generated recommendation task whose characters include
+#                      "</think>" and the appended "\n<answer>": one GRPO step and a validation;
+#                      the trained response length never counts the appended characters
 #   ppo                configs/ppo.yaml shortened (critic + GAE) on top of the sft model
 #   own-task           a new user's path on prompt/response + prompt/answer JSONL files:
 #                      rlpt check (clean, and four problems in one run), init-model, SFT of the
@@ -155,12 +167,13 @@ PY
     small=(model.builtin.hidden_size=32 model.builtin.num_layers=1 model.builtin.num_heads=2
            model.builtin.num_kv_heads=1 model.builtin.intermediate_size=64 trainer.output_dir=runs)
     sft=(${small[@]} sft.total_steps=12 sft.eval_every=6 sft.batch_size=16 sft.output_model_dir=runs/own-sft/model)
-    # rlpt check: a clean config passes; a config with four different problems reports all four.
+    # rlpt check: a clean config passes; a config with five different problems reports all five.
     "$bin" check "$src/configs/own_task_sft.yaml" "${sft[@]}" -n 2 | tee check.log
     grep -q "no problems found" check.log
     start=$(date +%s)
     if "$bin" check "$src/configs/own_task_grpo.yaml" -n 3 actor.optim.lr=-1 data.val_files=data/own_task/nope.jsonl \
-         'reward.scorers={digitsum: number}' data.train_batch_size=24 actor.ppo_mini_batch_size=16 > bad.log 2>&1; then
+         'reward.scorers={digitsum: number}' data.train_batch_size=24 actor.ppo_mini_batch_size=16 \
+         algorithm.adv_estimator=grpoo > bad.log 2>&1; then
       cat bad.log; echo "rlpt check passed a broken config"; exit 1
     fi
     cat bad.log
@@ -168,7 +181,8 @@ PY
     grep -q "data.val_files: cannot open dataset file 'data/own_task/nope.jsonl'" bad.log
     grep -q "reward.scorers: data_source 'reverse' (.* rows) has no scorer" bad.log
     grep -q "data.train_batch_size=24 must be a multiple of actor.ppo_mini_batch_size=16" bad.log
-    grep -q "model.path: .*runs/own-sft/model" bad.log   # no SFT model yet: a fifth problem
+    grep -q "algorithm.adv_estimator: 'grpoo' is not one of: gae, grpo," bad.log  # from the estimator table
+    grep -q "model.path: .*runs/own-sft/model" bad.log   # no SFT model yet: a sixth problem
     [ $(( $(date +%s) - start )) -le 30 ] || { echo "rlpt check took over 30 s"; exit 1; }
     # The launch refuses the same config before starting anything, with every problem listed.
     if run 2 "$src/configs/own_task_grpo.yaml" 'reward.scorers={digitsum: number}' > launch.log 2>&1; then exit 1; fi
@@ -396,6 +410,77 @@ PY
     run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=a2r1x2 \
       'placement.groups=[{roles: [actor, reference], ranks: 2, model_parallel_size: 2}, {roles: [rollout], ranks: 2}]'
     compare runs/colocated/metrics.jsonl runs/a2r1x2/metrics.jsonl 1,2,3 2e-3 "${keys[@]}"
+    ;;
+  stop-strings)
+    every='rollout.stop=["0","1","2","3","4","5","6","7","8","9","+","-","*","="]'
+    common=(trainer.output_dir=runs trainer.total_training_steps=2 trainer.val_before_train=false "$every")
+    run 3 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=cut \
+      'placement.groups=[{roles: [actor, reference], ranks: 1}, {roles: [rollout], ranks: 2}]'
+    run 1 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=kept rollout.include_stop_str_in_output=true
+    "$py" - runs/cut/metrics.jsonl runs/kept/metrics.jsonl <<'PY'
+import json, sys
+for path in sys.argv[1:]:
+    for r in map(json.loads, open(path)):
+        # Only <pad>/<bos> (special: no text) let a response go on; a free run averages ~2.8 tokens.
+        assert r["response_length/mean"] <= 1.5, (path, r["step"], r["response_length/mean"])
+        if "/cut/" in path:  # the scorer saw empty texts: nothing can be right
+            assert r["critic/score/max"] <= 0, (path, r["step"], r["critic/score/max"])
+print("the responses stopped at their first visible token")
+PY
+    ;;
+  beam-search)
+    run 2 "$src/configs/tiny.yaml" trainer.output_dir=runs trainer.experiment_name=beam trainer.test_freq=1 \
+      rollout.generator=beam_search rollout.beam_search.beam_width=3 rollout.beam_search.length_penalty=0.5 \
+      rollout.val.n=2
+    grep -q '"actor/pg_loss"' runs/beam/metrics.jsonl
+    grep -q '"val-core/rlpt/arithmetic/acc/mean@2"' runs/beam/metrics.jsonl
+    if run 1 "$src/configs/tiny.yaml" trainer.output_dir=runs rollout.generator=beam_search \
+         rollout.beam_search.beam_width=1 > bad.log 2>&1; then exit 1; fi
+    grep -q "rollout.n: .*n must be <= beam_width" bad.log
+    "$bin" generate --model runs/beam/hf_model --prompt "12+3=" --beam-width 3 --max-new-tokens 4 --output json > b.json
+    "$py" - b.json <<'PY'
+import json, math, sys
+d = json.load(open(sys.argv[1]))
+beams = d["samples"]
+assert len(beams) == 3 and d["beam_search"]["beam_width"] == 3, d
+for b in beams:
+    assert math.isclose(b["cumulative_log_prob"], sum(b["log_probs"]), abs_tol=1e-5), b
+scores = [b["score"] for b in beams]
+assert scores == sorted(scores, reverse=True), scores
+print("beams", [(b["text"], round(b["cumulative_log_prob"], 4)) for b in beams])
+PY
+    "$bin" generate --model runs/beam/hf_model --prompt "12+3=" --beam-width 3 --max-new-tokens 4 | tee b.txt
+    test "$(grep -c '^--- beam .*cumulative log-prob' b.txt)" = 3
+    ;;
+  two-stage)
+    "$py" - <<'PY'
+import json, os, random
+os.makedirs("data/rec", exist_ok=True)
+r = random.Random(3)
+for name, n in (("train", 32), ("val", 8)):
+    with open(f"data/rec/{name}.jsonl", "w") as f:
+        for _ in range(n):  # the prompts carry every character of "</think>" and "\n<answer>"
+            hist = " ".join(str(r.randrange(50)) for _ in range(3))
+            f.write(json.dumps({"prompt": f"seen {hist}: think, answer </>\n", "answer": str(r.randrange(50))}) + "\n")
+PY
+    sed -e 's/max_tokens: 512/max_tokens: 8/' -e 's/max_tokens: 16/max_tokens: 3/' \
+        -e 's/max_response_length: 560 /max_response_length: 20 /' "$src/configs/openonerec_two_stage.yaml" > two_stage.yaml
+    grep -q "max_response_length: 20 " two_stage.yaml && grep -q "max_tokens: 8" two_stage.yaml
+    run 2 two_stage.yaml trainer.output_dir=runs trainer.total_training_steps=1 trainer.val_before_train=true \
+      model.path= model.dtype=float32 model.chat_template=none \
+      'model.builtin={hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1, intermediate_size: 64, max_position: 64}' \
+      data.train_files=data/rec/train.jsonl data.val_files=data/rec/val.jsonl data.max_prompt_length=40 \
+      data.train_batch_size=4 actor.ppo_mini_batch_size=4 actor.ppo_micro_batch_size_per_rank=8 | tee two.log
+    grep -q '"actor/pg_loss"' runs/openonerec-two-stage/metrics.jsonl
+    grep -q '"val-core/rec/acc/mean@4"' runs/openonerec-two-stage/metrics.jsonl
+    "$py" - runs/openonerec-two-stage/metrics.jsonl <<'PY'
+import json, sys
+# response_length counts response_mask: the stages' own tokens (8 + 3 at most), never the 9
+# appended characters of "\n<answer>" (data.max_response_length 20 leaves room for them).
+for r in map(json.loads, open(sys.argv[1])):
+    if "response_length/max" in r:
+        assert 1 <= r["response_length/min"] and r["response_length/max"] <= 11, r
+PY
     ;;
   *) echo "unknown check $check" >&2; exit 2;;
 esac

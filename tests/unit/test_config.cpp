@@ -65,8 +65,6 @@ TEST(Config, WrongTypesAreErrors) {
 TEST(Config, RangeErrorsNameKeyAndOrigin) {
     expect_config_error([] { config_from_yaml("actor:\n  optim:\n    lr: -1\n", "r.yaml"); },
                         {"r.yaml:3", "actor.optim.lr", "must be >= 0"});
-    expect_config_error([] { config_from_yaml("algorithm:\n  adv_estimator: grpoo\n", "r.yaml"); },
-                        {"algorithm.adv_estimator", "'grpoo' is not one of"});
     expect_config_error([] { config_from_yaml("rollout:\n  top_p: 0\n", "r.yaml"); }, {"rollout.top_p"});
     expect_config_error([] { config_from_yaml("rollout:\n  max_num_seqs: 0\n", "r.yaml"); },
                         {"r.yaml:2", "rollout.max_num_seqs", "must be > 0"});
@@ -176,8 +174,6 @@ TEST(Config, ScorerMapNamesAndSpecsRoundTrip) {
     EXPECT_EQ(rlpt::to_yaml(back), y);
     expect_config_error([] { config_from_yaml("reward:\n  scorers: [number]\n", "b.yaml"); },
                         {"b.yaml:2", "'reward.scorers' must be a mapping"});
-    expect_config_error([] { config_from_yaml("reward:\n  scorers: {a: nmber}\n", "b.yaml"); },
-                        {"reward.scorers.a: 'nmber' is not one of: number, exact"});
 }
 
 TEST(Config, ValidationReportsEveryProblemAtOnce) {

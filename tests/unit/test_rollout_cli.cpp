@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "rlpt/model/transformer.h"
+#include "rlpt/rollout/beam_search.h"
 #include "rlpt/rollout/generate_cli.h"
 #include "rlpt/rollout/generator.h"
 #include "rlpt/rollout/sampler.h"
@@ -189,6 +190,85 @@ TEST(RolloutCli, UsageErrorsExitWithTwo) {
         EXPECT_NE(r.err.find(c.message), std::string::npos) << "'" << c.message << "' not in: " << r.err;
         EXPECT_EQ(r.err.rfind("rlpt generate: ", 0), 0u) << r.err;
         EXPECT_TRUE(r.out.empty()) << r.out;
+    }
+}
+
+// --stop: the sample ends at the token completing the string; the text is cut before it (or
+// after it with --include-stop-str-in-output); token ids keep that token.
+TEST(RolloutCli, StopStringsCutTheTextNotTheTokens) {
+    TempDir dir("gen_cli_stop");
+    save_tiny(dir.str(), true);
+    const std::vector<std::string> base{"--model", dir.str(), "--prompt", "12+7=", "--greedy", "--ignore-eos",
+                                        "--max-new-tokens", "6", "--output", "json"};
+    auto free = run_cli(base);
+    ASSERT_EQ(free.code, 0) << free.err;
+    const auto f = nlohmann::json::parse(free.out)["samples"][0];
+    const std::string text = f["text"];
+    ASSERT_EQ(text.size(), 6u);
+    const std::string stop = text.substr(2, 1);
+    const size_t at = text.find(stop);
+    for (bool include : {false, true}) {
+        auto args = base;
+        args.insert(args.end(), {"--stop", stop});
+        if (include) args.push_back("--include-stop-str-in-output");
+        auto r = run_cli(args);
+        ASSERT_EQ(r.code, 0) << r.err;
+        const auto j = nlohmann::json::parse(r.out);
+        const auto s = j["samples"][0];
+        EXPECT_EQ(s["finish_reason"], "stop");
+        EXPECT_EQ(s["text"], text.substr(0, include ? at + 1 : at));
+        EXPECT_EQ(ids_of(s["token_ids"]), std::vector<int64_t>(f["token_ids"].begin(), f["token_ids"].begin() + static_cast<int64_t>(at) + 1));
+        EXPECT_EQ(j["sampling"]["stop"], nlohmann::json::array({stop}));
+    }
+}
+
+// --beam-width: every beam, best first by score, each with its cumulative log-prob.
+TEST(RolloutCli, BeamSearchShowsEveryBeam) {
+    TempDir dir("gen_cli_beam");
+    auto m = save_tiny(dir.str(), true);
+    auto r = run_cli({"--model", dir.str(), "--prompt", "12+7=", "--beam-width", "3", "--length-penalty", "0.5",
+                      "--max-new-tokens", "4", "--ignore-eos", "--output", "json"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    ASSERT_EQ(j["samples"].size(), 3u);
+    EXPECT_EQ(j["beam_search"]["beam_width"], 3);
+    tokenizer::CharTokenizer tok(kCharset);
+    SamplingParams p;
+    p.max_new_tokens = 4;
+    p.pad_id = tokenizer::CharTokenizer::kPadId;
+    const auto prompt = tok.encode("12+7=");
+    const auto ref = beam_search(*m, {prompt, prompt, prompt}, p, BeamSearchParams{3, 0.5}, {0, 1, 2});
+    for (int64_t k = 0; k < 3; ++k) {
+        const auto& b = j["samples"][static_cast<size_t>(k)];
+        EXPECT_EQ(ids_of(b["token_ids"]), std::vector<int64_t>(ref.responses[k].data_ptr<int64_t>(),
+                                                                ref.responses[k].data_ptr<int64_t>() + 4));
+        double sum = 0;
+        for (double l : b["log_probs"]) sum += l;
+        EXPECT_NEAR(b["cumulative_log_prob"].get<double>(), sum, 1e-9);
+        if (k > 0) EXPECT_LE(b["score"].get<double>(), j["samples"][static_cast<size_t>(k - 1)]["score"].get<double>());
+    }
+    auto t = run_cli({"--model", dir.str(), "--prompt", "12+7=", "--beam-width", "2", "--max-new-tokens", "3"});
+    ASSERT_EQ(t.code, 0) << t.err;
+    EXPECT_NE(t.out.find("--- beam 1 ("), std::string::npos) << t.out;
+    EXPECT_NE(t.out.find("cumulative log-prob"), std::string::npos) << t.out;
+}
+
+TEST(RolloutCli, StopAndBeamUsageErrors) {
+    TempDir dir("gen_cli_stop_err");
+    save_tiny(dir.str(), true);
+    TempDir bare("gen_cli_stop_bare");
+    save_tiny(bare.str(), false);
+    const std::string m = dir.str();
+    for (const auto& args : std::vector<std::vector<std::string>>{
+             {"--model", m, "--prompt", "1", "--stop", ""},
+             {"--model", m, "--prompt", "1", "--beam-width", "0"},
+             {"--model", m, "--prompt", "1", "--beam-width", "2", "--n", "2"},
+             {"--model", m, "--prompt", "1", "--beam-width", "2", "--stop", "1"},
+             {"--model", m, "--prompt", "1", "--length-penalty", "2"},
+             {"--model", bare.str(), "--prompt-ids", "3,4", "--stop", "1"}}) {
+        auto r = run_cli(args);
+        EXPECT_EQ(r.code, 2) << fmt::format("{}", fmt::join(args, " ")) << "\n" << r.err;
+        EXPECT_NE(r.err.find("rlpt generate: "), std::string::npos) << r.err;
     }
 }
 

@@ -117,8 +117,9 @@ PolicyLossOutput compute_policy_loss_geo_mean(const PolicyLossInputs& in, const 
 PolicyLossOutput compute_policy_loss_dppo_tv(const PolicyLossInputs& in, const PolicyLossConfig& cfg);
 PolicyLossOutput compute_policy_loss_dppo_kl(const PolicyLossInputs& in, const PolicyLossConfig& cfg);
 
-// Dispatch by actor.policy_loss.loss_mode, verl's names (policy_loss_names() lists them; the
-// same names are in rlpt/algo/names.h for config validation). verl's bypass_mode is refused as
+// Dispatch by actor.policy_loss.loss_mode, verl's names: the rows of kLosses in
+// src/algo/policy_loss.cpp (policy_loss_names() lists them; config validation asks it, see
+// app::table_name_problems). verl's bypass_mode is refused as
 // unsupported; other names as unknown (ValueError listing the valid names).
 PolicyLossOutput compute_policy_loss(const std::string& loss_mode, const PolicyLossInputs& in,
                                      const PolicyLossConfig& cfg);

@@ -149,6 +149,30 @@ struct WeightSyncConfig {
     double bucket_mb = 64.0;
 };
 
+// rollout.beam_search: the beam_search generator's arguments (vLLM's BeamSearchParams names;
+// rollout/beam_search.h has the exact algorithm). rollout.n (and rollout.val.n) must be <=
+// beam_width: a prompt's n samples are its n best beams.
+struct BeamSearchConfig {
+    int64_t beam_width = 4;       // >= 1
+    double length_penalty = 1.0;  // beams ranked by cumulative log-prob / length^length_penalty
+};
+
+// One entry of rollout.stages (generator multi_stage; rollout/multi_stage.h). The stage
+// generates at most max_tokens tokens (trained on), stopping early at one of its stop strings
+// (sampler stages) or at eos / a stop token id (which also ends the response); then `append`
+// (encoded with the run's tokenizer) is added as context the policy is not trained on
+// (response_mask 0), unless the response ended. The stages' max_tokens plus their appended
+// tokens must fit in data.max_response_length.
+struct RolloutStageConfig {
+    std::string generator = "sampler";  // sampler | beam_search (rollout.beam_search's arguments)
+    int64_t max_tokens = 1;             // >= 1
+    std::vector<std::string> stop;      // non-empty strings; sampler stages only
+    std::string append;                 // text appended after the stage ("" = none)
+    // The rows of one prompt run this stage once (the first sample's seed) and share its output
+    // while their prefixes are identical; a shared beam_search stage gives them its n best beams.
+    bool share_across_samples = false;
+};
+
 struct RolloutConfig {
     int64_t n = 1;
     double temperature = 1.0;
@@ -156,6 +180,13 @@ struct RolloutConfig {
     int64_t top_k = -1;
     bool do_sample = true;
     std::vector<int64_t> stop_token_ids;
+    // Stop strings (vLLM's `stop`): a response whose text contains one finishes there (finish
+    // reason stop). Its tokens up to and including the one completing the string are kept and
+    // trained on; the text the reward scorers see ends before the string, or after it with
+    // include_stop_str_in_output (vLLM's name). Matched across token boundaries on the text
+    // without special tokens; rollout/stop_strings.h has the exact rules. Non-empty strings.
+    std::vector<std::string> stop;
+    bool include_stop_str_in_output = false;
     // Continuous batching (rollout/generator.h), vLLM's names. Sequences decoded together per
     // rollout rank (KV-cache slots; was rollout.micro_batch_size):
     int64_t max_num_seqs = 256;
@@ -163,7 +194,9 @@ struct RolloutConfig {
     // longest prompt + max_new_tokens - 1); null: max_num_seqs slots. Must hold one sequence.
     std::optional<int64_t> max_num_batched_tokens;
     bool calculate_log_probs = true;  // false: the batch carries no rollout_log_probs (verl)
-    std::string generator = "sampler";  // a row of the generator table (rlpt/rollout/generators.h)
+    std::string generator = "sampler";  // sampler | beam_search | multi_stage (rlpt/rollout/generators.h)
+    BeamSearchConfig beam_search;       // generator beam_search, and beam_search stages
+    std::vector<RolloutStageConfig> stages;  // generator multi_stage: at least one stage
     SamplingConfig val{0.0, 1.0, -1, false, 1};
     WeightSyncConfig weight_sync;
 };

@@ -69,7 +69,10 @@ void add_builtin_scorers(ScorerRegistry& registry);
 //    "score": 1.0, "mismatch_score": 0.0}
 //   {"type": "user", "path": "/path/libscorer.so" (required)}
 //   {"type": "sum", "parts": [{"weight": 1.0, "scorer": {<spec>}}, ...] (required)}
+// The types are the rows of kScorerTypes in src/reward/registry.cpp (scorer_type_names()).
 std::shared_ptr<const Scorer> make_scorer(const nlohmann::json& spec, const std::string& where);
+// Every spec "type" make_scorer knows, in table order (reward.scorer / reward.scorers values).
+std::vector<std::string> scorer_type_names();
 
 // A registry from configuration:
 //   {"builtins": true, "scorers": {"<data_source>": {<spec>}, ...}, "default": {<spec>}}

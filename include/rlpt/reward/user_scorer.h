@@ -6,8 +6,9 @@
  * per sample to turn a decoded response into a reward. In a run it is set with the config
  * keys reward.custom_library=/abs/path/libmyscorer.so plus reward.scorer=custom (it then
  * scores every data_source) or reward.scorer=auto (it scores the data_sources that have no
- * built-in scorer). The config has no per-data_source scorer map; code that builds its own
- * registry can give a data_source the spec {"type": "user", "path": "..."} (see
+ * built-in scorer). One data_source alone takes it through the per-data_source map
+ * reward.scorers: {my/data: user} (the library of reward.custom_library) or
+ * reward.scorers: {my/data: {type: user, path: /abs/path/lib.so}} (its own library; see
  * rlpt/reward/registry.h, make_scorer / make_scorer_registry).
  * See scripts/examples/user_scorer.c for a complete example with build instructions.
  *

@@ -5,7 +5,8 @@
 //   rlpt generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3)
 //                 [--greedy | --temperature T --top-p P --top-k K] [--max-new-tokens N] [--n K]
 //                 [--seed S] [--chat-template none|qwen2|llama3] [--dtype float32|bfloat16]
-//                 [--output text|json] [--ignore-eos]
+//                 [--output text|json] [--ignore-eos] [--stop STR]... [--include-stop-str-in-output]
+//                 [--beam-width W [--length-penalty P]]
 //
 // Defaults: temperature 1, top-p 1, top-k -1 (off), max-new-tokens 64, n 1, seed 0, chat template
 // none, dtype float32, output text. --greedy may be combined with --temperature (it then only
@@ -17,12 +18,21 @@
 // Stopping: eos_id is the first of generation_config.json's eos_token_id (else config.json's,
 // else the tokenizer's eos); the other ids of that list, the tokenizer's eos and the chat
 // template's end-of-turn tokens are stop ids. --ignore-eos (an addition) disables all of them.
+// --stop STR (repeatable; needs the folder's tokenizer) ends a sample whose text contains STR
+// (finish reason "stop"): token_ids and log_probs keep every sampled token up to the one that
+// completed STR; the shown text ends before STR, or after it with --include-stop-str-in-output
+// (rollout/stop_strings.h).
 // Sample i uses seed sample_seed(S, 0, i).
+// --beam-width W runs beam search (rollout/beam_search.h) instead of sampling and shows all W
+// beams, best first, each with its cumulative log-prob and ranking score (cumulative /
+// length^P, --length-penalty P, default 1); not with --greedy, --n or --stop.
 // Output (stdout): text mode prints per sample the finish reason, text (when a tokenizer
 // exists), token ids and per-token log-probs; json mode prints one object:
 //   {"model", "dtype", "prompt_ids": [..], "prompt_text" (tokenizer only), "sampling": {..},
 //    "samples": [{"index", "seed", "token_ids": [..], "log_probs": [..], "text" (tokenizer only),
 //                 "finish_reason": "eos"|"stop"|"length"}]}
+//   with --beam-width also "beam_search": {"beam_width", "length_penalty"}, and each sample (a
+//   beam) has "cumulative_log_prob" and "score" instead of "seed".
 // Exit codes: 0 done (also --help), 2 bad flags, a missing model folder or config.json, no
 // tokenizer for --prompt, prompt ids outside the vocabulary; 1 any other failure (e.g. a
 // corrupt checkpoint). Messages go to stderr, prefixed "rlpt generate: ".

@@ -16,7 +16,8 @@
 //   last hidden state. Detection is by content within the call (no group ids needed); a
 //   prompt whose every live copy has finished before another sample of it is admitted is
 //   prefilled again.
-//   Stopping: on EOS, on any stop token id, or at max_new_tokens, decided for every row by one
+//   Stopping: on EOS, on any stop token id, on a stop string (stop_strings.h), or at
+//   max_new_tokens, decided for every row by one
 //   function (generator.cpp finish_reason).
 //   Sampling: temperature / top-k / top-p or greedy (sampler.h).
 #include <torch/torch.h>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "rlpt/model/transformer.h"
+#include "rlpt/rollout/stop_strings.h"
 
 namespace rlpt::rollout {
 
@@ -40,10 +42,17 @@ struct SamplingParams {
     int64_t eos_id = -1;       // -1: none
     std::vector<int64_t> stop_token_ids;
     int64_t pad_id = 0;        // fills prompts on the left and responses on the right; in [0, V)
+    // Text level (rollout/stop_strings.h). With token_texts set, every response's text is
+    // collected (GenerationOutput::texts) and a response that completes one of `stop` finishes
+    // (kStop; the token is kept). `stop` needs token_texts. Not owned: must outlive the call.
+    std::vector<std::string> stop;
+    bool include_stop_str_in_output = false;  // the text keeps the stop string (tokens always do)
+    const TokenTexts* token_texts = nullptr;
 };
 
 // ValueError naming the field for: temperature not finite or <= 0 (< 0 when greedy), top_p
-// outside (0, 1], top_k < -1, max_new_tokens < 1, and, when vocab_size > 0, pad_id / eos_id /
+// outside (0, 1], top_k < -1, max_new_tokens < 1, an empty stop string, stop strings without
+// token_texts, and, when vocab_size > 0, pad_id / eos_id /
 // stop ids outside [0, vocab_size) (eos_id may be -1). generate() calls it.
 void validate_sampling_params(const SamplingParams& params, int64_t vocab_size);
 
@@ -60,6 +69,9 @@ struct GenerationOutput {
     torch::Tensor response_mask;      // [B, R] int64: 1 on generated tokens (EOS/stop token included)
     torch::Tensor rollout_log_probs;  // [B, R] fp32: log p of each sampled token under softmax(logits / T)
     std::vector<FinishReason> finish_reasons;
+    // [B] with params.token_texts: each response's text, cut at its stop string (stop_strings.h
+    // "What is kept"); empty otherwise.
+    std::vector<std::string> texts;
 };
 
 // How the engine batches: config keys rollout.max_num_seqs and rollout.max_num_batched_tokens
@@ -88,7 +100,8 @@ void validate_batch_limits(const BatchLimits& limits);
 // Generates one response per prompt (callers repeat prompts for n samples). `seeds` has one
 // seed per prompt. At most limits.max_num_seqs rows are decoded together. Runs under
 // NoGradGuard. A row finishes when it emits eos_id (kEos) or a stop id (kStop; kEos wins when
-// eos_id is also listed), the token being kept, or after max_new_tokens tokens (kLength).
+// eos_id is also listed), the token being kept, when its text completes a stop string (kStop,
+// the token kept), or after max_new_tokens tokens (kLength).
 // The output keeps the caller's order and pads to the longest prompt of the call. Any number
 // of prompts >= 0 (none: every tensor is [0, 0]).
 // ValueError for: an empty prompt, a token id outside [0, V), seeds.size() != prompts.size(),

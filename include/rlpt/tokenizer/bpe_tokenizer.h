@@ -69,6 +69,7 @@ class BpeTokenizer final : public Tokenizer {
     std::vector<int64_t> encode(std::string_view text, bool allow_special = true) const override;
     using Tokenizer::decode;
     std::string decode(const int64_t* ids, size_t n, bool skip_special_tokens = false) const override;
+    std::string token_bytes(int64_t id) const override;
     int64_t vocab_size() const override;
     SpecialTokenIds special_ids() const override;
     std::string id_to_token(int64_t id) const override;

@@ -45,6 +45,7 @@ class CharTokenizer final : public Tokenizer {
     std::vector<int64_t> encode(std::string_view text, bool allow_special = true) const override;
     using Tokenizer::decode;
     std::string decode(const int64_t* ids, size_t n, bool skip_special_tokens = false) const override;
+    std::string token_bytes(int64_t id) const override;
     int64_t vocab_size() const override { return kFirstCharId + static_cast<int64_t>(chars_.size()); }
     SpecialTokenIds special_ids() const override { return {kBosId, kEosId, kPadId}; }
     std::string id_to_token(int64_t id) const override;

@@ -51,6 +51,13 @@ class Tokenizer {
         return decode(ids.data(), ids.size(), skip_special_tokens);
     }
 
+    // The bytes token `id` adds to decode()'s text before invalid UTF-8 is replaced (byte-level
+    // BPE: the token's raw bytes, possibly part of a character; special tokens: their literal
+    // text). "" for ids that name no token; ValueError for negative ids. Concatenating the
+    // pieces of a sequence gives decode()'s bytes (a tokenizer.json without a decoder, whose
+    // decode() joins tokens with spaces, is the exception: its pieces carry no spaces).
+    virtual std::string token_bytes(int64_t id) const = 0;
+
     // Largest id + 1, added tokens included (the embedding matrix must have at least this many rows).
     virtual int64_t vocab_size() const = 0;
     virtual SpecialTokenIds special_ids() const = 0;

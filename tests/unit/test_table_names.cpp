@@ -1,0 +1,91 @@
+// Keys that pick a table entry are checked against the tables themselves (app::table_name_problems):
+// every entry of every table is accepted, so a new estimator, loss, generator, scorer type or
+// role needs no second list anywhere, and an unknown name is refused naming the key, where it
+// was set and the table's names.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "check.h"
+#include "rlpt/algo/advantage.h"
+#include "rlpt/algo/policy_loss.h"
+#include "rlpt/app/registry.h"
+#include "rlpt/config/config.h"
+#include "rlpt/reward/registry.h"
+#include "rlpt/rollout/generators.h"
+
+namespace rlpt::app {
+namespace {
+
+std::string joined(const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += x + "\n";
+    return s;
+}
+
+TEST(TableNames, EveryEntryOfEveryTableIsAccepted) {
+    Config c = config_from_yaml("", "t");
+    EXPECT_TRUE(table_name_problems(c).empty()) << joined(table_name_problems(c));
+    for (const auto& name : algo::advantage_estimator_names()) {
+        Config e = c;
+        e.algorithm.adv_estimator = name;
+        EXPECT_TRUE(table_name_problems(e).empty()) << joined(table_name_problems(e));
+    }
+    for (const auto& name : algo::policy_loss_names()) {
+        Config e = c;
+        e.actor.policy_loss.loss_mode = name;
+        EXPECT_TRUE(table_name_problems(e).empty()) << joined(table_name_problems(e));
+    }
+    for (const auto& g : rollout::generator_table()) {
+        Config e = c;
+        e.rollout.generator = g.name;
+        EXPECT_TRUE(table_name_problems(e).empty()) << joined(table_name_problems(e));
+    }
+    for (const auto& type : reward::scorer_type_names()) {  // math_dapo too (the old copy refused it)
+        Config e = c;
+        e.reward.scorer = type;
+        e.reward.scorers["my/data"] = type;
+        EXPECT_TRUE(table_name_problems(e).empty()) << joined(table_name_problems(e));
+    }
+    Config all = c;
+    all.placement.groups.resize(1);
+    all.placement.groups[0].roles.clear();
+    for (const auto& spec : role_registry()) all.placement.groups[0].roles.push_back(spec.name);
+    EXPECT_TRUE(table_name_problems(all).empty()) << joined(table_name_problems(all));
+}
+
+TEST(TableNames, UnknownNamesAreRefusedNamingKeyOriginAndTheTable) {
+    Config c = config_from_yaml("algorithm:\n  adv_estimator: grpoo\n", "r.yaml",
+                                {"actor.policy_loss.loss_mode=vanila", "rollout.generator=beamz",
+                                 "placement.groups=[{roles: [actor, rollout, refrence], ranks: auto}]",
+                                 "reward.scorers={a: nmber}", "reward.scorer=exactly"});
+    const auto problems = table_name_problems(c);
+    ASSERT_EQ(problems.size(), 6u) << joined(problems);
+    // Each problem: "<origin>: <key>: '<value>' is not one of: <the table's names>".
+    auto expect_problem = [&](const std::string& what, const std::vector<std::string>& names) {
+        for (const auto& p : problems) {
+            if (p.find(what) == std::string::npos) continue;
+            for (const auto& n : names) EXPECT_NE(p.find(n), std::string::npos) << n << " not listed in: " << p;
+            return;
+        }
+        ADD_FAILURE() << "no problem with '" << what << "' in:\n" << joined(problems);
+    };
+    expect_problem("r.yaml:2: algorithm.adv_estimator: 'grpoo' is not one of: ", algo::advantage_estimator_names());
+    expect_problem("actor.policy_loss.loss_mode: 'vanila' is not one of: ", algo::policy_loss_names());
+    expect_problem("rollout.generator: 'beamz' is not one of: sampler", {});
+    std::vector<std::string> roles;
+    for (const auto& spec : role_registry()) roles.push_back(spec.name);
+    expect_problem("placement.groups.0.roles: 'refrence' is not one of: ", roles);
+    expect_problem("reward.scorers.a: 'nmber' is not one of: ", reward::scorer_type_names());
+    expect_problem("reward.scorer: 'exactly' is not one of: auto, custom, ", reward::scorer_type_names());
+    EXPECT_EQ(problems[1].rfind("r.yaml:2: algorithm.adv_estimator", 0), 0u) << problems[1];
+    EXPECT_EQ(problems[2].rfind("command line", 0), 0u) << problems[2];
+    // rlpt check and the launch report them with every other problem (check_config).
+    const CheckReport report = check_config(c, 0);
+    for (const auto& p : problems)
+        EXPECT_NE(std::find(report.problems.begin(), report.problems.end(), p), report.problems.end()) << p;
+}
+
+}  // namespace
+}  // namespace rlpt::app
