@@ -6,6 +6,7 @@
 #include "rlpt/rollout/generators.h"
 #include "rlpt/rollout/stop_strings.h"
 #include "rlpt/tokenizer/tokenizer.h"
+#include "rlpt/tokenizer/char_tokenizer.h"
 #include "role_common.h"
 
 namespace rlpt::roles {
@@ -20,6 +21,8 @@ class RolloutWorker : public RoleWorker {
     const rollout::GeneratorEntry* generator = nullptr;  // rollout.generator
     rollout::GeneratorArgs generator_args;  // rollout.beam_search, rollout.stages (appends encoded)
     rollout::TokenTexts token_texts;  // from kInit: what stop strings are matched on
+    std::unique_ptr<tokenizer::Tokenizer> tok;            // for generators that read and write text (tool_agent)
+    rollout::GeneratorContext gen;                         // the generator's context (its state lives here)
     bool own_copy = false;
     detail::PolicySync sync;
 };
@@ -42,6 +45,13 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     for (size_t i = 0, at = 0; i < stages.size(); at += static_cast<size_t>(appends.append_lengths[i]), ++i)
         stages[i].append_ids.assign(appends.append_ids.begin() + static_cast<int64_t>(at),
                                     appends.append_ids.begin() + static_cast<int64_t>(at) + appends.append_lengths[i]);
+    const auto args = protocol::decode_args<protocol::InitArgs>(in, "rollout.init");
+    r.gen.config = ctx.config;
+    if (ctx.config->rollout.generator == "tool_agent") {  // reads and writes text with the run's tokenizer
+        if (!args.tokenizer_charset.empty()) r.tok = std::make_unique<tokenizer::CharTokenizer>(args.tokenizer_charset);
+        else if (!ctx.config->model.path.empty()) r.tok = tokenizer::load_tokenizer(ctx.config->model.path);
+        r.gen.tokenizer = r.tok.get();
+    }
     if (auto shared = ctx.shared->get<detail::SharedPolicy>(detail::kSharedPolicy)) {
         r.policy = shared;  // colocated with the actor: same tensors, no copy, no sync
         return Batch(0);
@@ -49,7 +59,6 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     const Config& c = *ctx.config;
     r.policy = std::make_shared<detail::SharedPolicy>();
     const auto device = detail::device_for(c, ctx.topology->placement(), ctx.world_rank);
-    const auto args = protocol::decode_args<protocol::InitArgs>(in, "rollout.init");
     r.policy->model = detail::build_policy(c, device, args.vocab_size, detail::tensor_parallel(ctx, device));
     r.own_copy = true;
     return Batch(0);
@@ -106,10 +115,13 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
         if (with_text) out.set_strings("response_text", {});
         return out;
     }
-    rollout::BatchLimits limits;
-    limits.max_num_seqs = ctx.config->rollout.max_num_seqs;
-    limits.max_num_batched_tokens = ctx.config->rollout.max_num_batched_tokens;
-    auto g = r.generator->fn(*r.policy->model, prompts, seeds, sp, gen_args, limits);
+    r.gen.args = std::move(gen_args);
+    r.gen.sample_index = index;
+    for (auto [field, dest] : {std::pair{"data_source", &r.gen.data_source}, std::pair{"ground_truth", &r.gen.ground_truth},
+                               std::pair{"extra", &r.gen.extra}})
+        *dest = in.has_strings(field) ? in.strings(field) : std::vector<std::string>{};
+    auto g = r.generator->fn(*r.policy->model, prompts, seeds, sp, ctx.config->rollout.max_num_seqs, r.gen);
+    for (const auto& [name, values] : r.gen.sample_values) out.set(name, torch::tensor(values, torch::kFloat64));
     // Pad to the call's fixed widths (P of the input, R = max_new_tokens) so shards concatenate.
     const int64_t gp = g.prompts.size(1), gr = g.responses.size(1);
     auto padl = [&](const torch::Tensor& t, int64_t value) { return torch::constant_pad_nd(t, {P - gp, 0}, value); };
@@ -164,6 +176,9 @@ const protocol::RoleSpec& rollout_spec() {
                 .split_over_dp()
                 .takes(tensors("prompt_ids", "prompt_mask"))
                 .takes({protocol::int_field("sample_index")})
+                .takes({{"data_source", protocol::FieldKind::kString, true},
+                        {"ground_truth", protocol::FieldKind::kString, true},
+                        {"extra", protocol::FieldKind::kString, true}})
                 .takes(protocol::args_schema<GenerateArgs>())
                 .concat_outputs(tensors("responses", "response_mask", "input_ids", "attention_mask",
                                         "position_ids", "rollout_log_probs")),

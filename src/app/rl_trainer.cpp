@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 
+#include "rlpt/agent/agent_metrics.h"
 #include "rlpt/algo/advantage.h"
 #include "rlpt/algo/agg_loss.h"
 #include "rlpt/algo/dapo.h"
@@ -21,6 +22,7 @@
 #include "rlpt/roles/reference.h"
 #include "rlpt/roles/reward_model.h"
 #include "rlpt/roles/rollout.h"
+#include "rlpt/tokenizer/char_tokenizer.h"
 #include "check.h"
 
 namespace rlpt::app {
@@ -82,7 +84,9 @@ void RlTrainer::check_batch_sizes() const {
 
 void RlTrainer::init_roles() {
     // The lr schedules count training steps (verl steps its scheduler once per training step).
-    const protocol::InitArgs init_args{task_.tok->vocab_size(), total_steps_};
+    protocol::InitArgs init_args{task_.tok->vocab_size(), total_steps_, ""};
+    if (const auto* ct = dynamic_cast<const tokenizer::CharTokenizer*>(task_.tok.get()))
+        init_args.tokenizer_charset = ct->charset();
     const Batch init = protocol::with_args(Batch(0), init_args);
     ctl_.call(ActorMethod::kInit, init);
     ctl_.call(RolloutMethod::kInit, roles::rollout_init_batch(init_args, c_, *task_.tok));
@@ -133,7 +137,9 @@ Batch RlTrainer::generate(const std::vector<int64_t>& example_ids, int64_t n, in
 
 Batch RlTrainer::run_rollout(const Batch& prompts, const roles::GenerateArgs& args) {
     Batch out = ctl_.call(RolloutMethod::kGenerate,
-                          protocol::with_args(prompts.select({"prompt_ids", "prompt_mask"}, {"sample_index"}), args));
+                          protocol::with_args(prompts.select({"prompt_ids", "prompt_mask"},
+                                                             {"sample_index", "data_source", "ground_truth", "extra"}),
+                                              args));
     out.update(prompts.select({}, {"uid", "data_source", "ground_truth", "extra"}));
     out.set_meta("temperature", args.temperature);
     if (!c_.rollout.calculate_log_probs) out.erase("rollout_log_probs");  // verl: then none are kept
@@ -235,6 +241,11 @@ Batch RlTrainer::generate_train_batch(std::map<std::string, double>& m, std::map
         Stage s(timing, "reward");
         ScoredResponses sc = score_responses(task_, b);
         if (plan_.reward_components) set_reward_components(b, sc);
+        // An environment's rewards (rollout.multi_turn.env_command) are the score of its samples.
+        if (!c_.rollout.multi_turn.env_command.empty() && b.has("env_reward")) {
+            auto er = b.at("env_reward").contiguous();
+            sc.score.assign(er.data_ptr<double>(), er.data_ptr<double>() + er.numel());
+        }
         std::vector<double> score = sc.score;
         if (plan_.reward_model) {
             Batch rm = ctl_.call(RewardModelMethod::kComputeScore, seq_columns(b));
@@ -481,6 +492,7 @@ void RlTrainer::add_step_metrics(const Batch& batch, const Metrics& timing, doub
     dm.max_response_length = c_.data.max_response_length;
     for (const auto& [k, v] : algo::compute_data_metrics(dm)) m[k] = v;
     m["train/acc/mean"] = batch.at("acc").mean().item<double>();
+    agent::add_agent_metrics(batch, m);
     for (const auto& [k, v] : timing) m[k] = v;
     m["timing_s/step"] = step_time;
     const double tokens = batch.at("attention_mask").sum().item<double>();

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "rlpt/agent/tool_agent.h"
+#include "rlpt/agent/tool_call.h"
 #include "rlpt/core/error.h"
 #include "rlpt/core/log.h"
 #include "rlpt/data/arithmetic.h"
@@ -56,7 +58,7 @@ nlohmann::json scorer_spec(const Config& c, const std::string& value) {
 
 std::vector<int64_t> encode_prompt(const TaskData& t, const std::string& prompt) {
     if (t.chat == tokenizer::ChatFamily::kNone) return t.tok->encode(prompt, /*allow_special=*/false);
-    std::string text = tokenizer::apply_chat_template(t.chat, {{"user", prompt}}, /*add_generation_prompt=*/true);
+    std::string text = agent::render_prompt_with_tools(t.chat, {{"user", prompt}}, t.tools);
     return t.tok->encode(text, /*allow_special=*/true);
 }
 
@@ -195,6 +197,14 @@ TaskData load_task(const Config& c) {
     if (c.model.path.empty() && !c.data.train_files.empty()) {
         RLPT_LOG_INFO("built-in model on data.train_files: a character vocabulary of the {} characters the data uses",
                       t.tok->vocab_size() - tokenizer::CharTokenizer::kFirstCharId);
+    }
+    if (c.trainer.mode == "rl" && c.rollout.generator == "tool_agent") {
+        try {
+            t.tools = agent::list_tool_schemas(c.rollout.multi_turn);
+        } catch (const Error& e) {
+            rethrow_with_context("rollout.multi_turn.mcp_servers", e);
+        }
+        RLPT_LOG_INFO("tool_agent: {} tools for the prompts", t.tools.size());
     }
     prepare_prompts(t, c, t.train, t.train_ids, "train");
     prepare_prompts(t, c, t.val, t.val_ids, "validation");

@@ -26,6 +26,8 @@ struct TaskData {
     int64_t eos_id = -1;
     int64_t pad_id = 0;
     std::vector<int64_t> stop_ids;  // eos + the chat template's end-of-turn tokens + rollout.stop_token_ids
+    // rollout.generator tool_agent: the tools the prompts list (agent::list_tool_schemas).
+    std::vector<nlohmann::json> tools;
 };
 
 // Loads the train/validation data (JSONL files or the built-in task), the tokenizer

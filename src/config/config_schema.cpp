@@ -173,6 +173,22 @@ void visit_rollout(Visitor& v, RolloutConfig& c) {
         s.value("append", st.append);
         s.value("share_across_samples", st.share_across_samples);
     });
+    v.section("multi_turn", [&](Visitor& m) {
+        auto& t = c.multi_turn;
+        m.value("max_assistant_turns", t.max_assistant_turns);
+        m.value("max_user_turns", t.max_user_turns);
+        m.value("max_parallel_calls", t.max_parallel_calls);
+        m.value("max_tool_response_length", t.max_tool_response_length);
+        m.value("tool_response_truncate_side", t.tool_response_truncate_side);
+        m.value("format", t.format);
+        m.value("mcp_servers", t.mcp_servers);
+        m.value("builtin_tools", t.builtin_tools);
+        m.value("tool_timeout_s", t.tool_timeout_s);
+        m.value("server_start_timeout_s", t.server_start_timeout_s);
+        m.value("env_command", t.env_command);
+        m.value("env_workers", t.env_workers);
+        m.value("env_timeout_s", t.env_timeout_s);
+    });
     v.section("val", [&](Visitor& s) { visit_sampling(s, c.val); });
     v.section("weight_sync", [&](Visitor& w) {
         w.value("backend", c.weight_sync.backend);

@@ -260,6 +260,30 @@ void validate(const Config& c) {
     k.require(r.weight_sync.bucket_mb > 0, "rollout.weight_sync.bucket_mb", "must be > 0 (got {})",
               r.weight_sync.bucket_mb);
 
+    const auto& mt = r.multi_turn;
+    k.require(mt.max_assistant_turns >= 0, "rollout.multi_turn.max_assistant_turns", "must be >= 0 (0: no limit; got {})",
+              mt.max_assistant_turns);
+    k.require(mt.max_user_turns >= 0, "rollout.multi_turn.max_user_turns", "must be >= 0 (0: no limit; got {})",
+              mt.max_user_turns);
+    k.positive(mt.max_parallel_calls, "rollout.multi_turn.max_parallel_calls");
+    k.positive(mt.max_tool_response_length, "rollout.multi_turn.max_tool_response_length");
+    k.one_of(mt.tool_response_truncate_side, "rollout.multi_turn.tool_response_truncate_side", {"left", "middle", "right"});
+    k.one_of(mt.format, "rollout.multi_turn.format", {"hermes"});
+    for (const auto& t : mt.builtin_tools) k.one_of(t, "rollout.multi_turn.builtin_tools", {"calculator"});
+    for (const auto& s : mt.mcp_servers) k.require(!s.empty(), "rollout.multi_turn.mcp_servers", "an empty command");
+    k.require(mt.tool_timeout_s > 0, "rollout.multi_turn.tool_timeout_s", "must be > 0 (got {})", mt.tool_timeout_s);
+    k.require(mt.server_start_timeout_s > 0, "rollout.multi_turn.server_start_timeout_s", "must be > 0 (got {})",
+              mt.server_start_timeout_s);
+    k.positive(mt.env_workers, "rollout.multi_turn.env_workers");
+    k.require(mt.env_timeout_s > 0, "rollout.multi_turn.env_timeout_s", "must be > 0 (got {})", mt.env_timeout_s);
+    if (r.generator == "tool_agent") {
+        k.require(!mt.mcp_servers.empty() || !mt.builtin_tools.empty() || !mt.env_command.empty(), "rollout.generator",
+                  "tool_agent needs tools or an environment: set rollout.multi_turn.mcp_servers, .builtin_tools or "
+                  ".env_command");
+        k.require(c.model.chat_template != "llama3", "model.chat_template",
+                  "tool_agent supports the qwen2 and none templates (llama3's tool format is not implemented)");
+    }
+
     k.positive(c.ref.log_prob_micro_batch_size_per_rank, "ref.log_prob_micro_batch_size_per_rank");
     k.one_of(c.critic.enable, "critic.enable", {"auto", "true", "false"});
     k.optim(c.critic.optim, "critic.optim");

@@ -1,38 +1,51 @@
 // The rollout generator table (include/rlpt/rollout/generators.h): one row per generator.
 #include "rlpt/rollout/generators.h"
 
+#include "rlpt/agent/tool_agent.h"
 #include "rlpt/config/config.h"
 #include "rlpt/core/error.h"
 
 namespace rlpt::rollout {
 namespace {
 
-GenerationOutput sample(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                        const std::vector<uint64_t>& seeds, const SamplingParams& params, const GeneratorArgs&,
-                        const BatchLimits& limits) {
-    return generate(model, prompts, seeds, params, limits);
-}
-
 GenerationOutput search(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                        const std::vector<uint64_t>&, const SamplingParams& params, const GeneratorArgs& args,
-                        const BatchLimits& limits) {
-    return beam_search(model, prompts, params, args.beam_search, args.sample_rank, limits.max_num_seqs);
+                        const std::vector<uint64_t>&, const SamplingParams& params, int64_t max_num_seqs,
+                        GeneratorContext& context) {
+    const GeneratorArgs& args = context.args;
+    return beam_search(model, prompts, params, args.beam_search, args.sample_rank, max_num_seqs);
 }
 
 GenerationOutput stages(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                        const std::vector<uint64_t>& seeds, const SamplingParams& params, const GeneratorArgs& args,
-                        const BatchLimits& limits) {
+                        const std::vector<uint64_t>& seeds, const SamplingParams& params, int64_t max_num_seqs,
+                        GeneratorContext& context) {
+    const GeneratorArgs& args = context.args;
     return run_stages(model, prompts, seeds, params,
-                      MultiStageArgs{args.stages, args.beam_search, args.sample_rank, args.group_seeds}, limits);
+                      MultiStageArgs{args.stages, args.beam_search, args.sample_rank, args.group_seeds},
+                      batch_limits(max_num_seqs, context));
 }
 
 }  // namespace
 
+BatchLimits batch_limits(int64_t max_num_seqs, const GeneratorContext& context) {
+    BatchLimits limits(max_num_seqs);
+    if (context.config != nullptr) limits.max_num_batched_tokens = context.config->rollout.max_num_batched_tokens;
+    return limits;
+}
+
+GenerationOutput sample_responses(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                  const std::vector<uint64_t>& seeds, const SamplingParams& params,
+                                  int64_t max_num_seqs, GeneratorContext& context) {
+    return generate(model, prompts, seeds, params, batch_limits(max_num_seqs, context));
+}
+
 const std::vector<GeneratorEntry>& generator_table() {
     static const std::vector<GeneratorEntry> table{
-        {"sampler", sample, "batched sampling with a KV cache: temperature, top-k, top-p or greedy"},
+        {"sampler", sample_responses, "batched sampling with a KV cache: temperature, top-k, top-p or greedy"},
         {"beam_search", search, "beam search (rollout.beam_search): a prompt's n samples are its n best beams"},
         {"multi_stage", stages, "stages of sampling or beam search with appended text between them (rollout.stages)"},
+        {"tool_agent", agent::tool_agent_generate,
+         "multi-turn: generate, run tool calls (MCP servers, built-in tools) or an environment, append the "
+         "observation (masked out of the loss), repeat (rollout.multi_turn.*)"},
     };
     return table;
 }

@@ -41,6 +41,11 @@
 #                      "</think>" and the appended "\n<answer>": one GRPO step and a validation;
 #                      the trained response length never counts the appended characters
 #   ppo                configs/ppo.yaml shortened (critic + GAE) on top of the sft model
+#   agent              rollout.generator tool_agent: GRPO with an environment (scripts/examples/
+#                      retry_env.py; every token ends a turn, so each sample answers, is told it is
+#                      wrong, answers again: exact turn/observation/model-token metrics, the score is
+#                      the environment's reward), with the calculator and (when installed) an MCP
+#                      server, and a server that cannot start is a clear error
 #   own-task           a new user's path on prompt/response + prompt/answer JSONL files:
 #                      rlpt check (clean, and four problems in one run), init-model, SFT of the
 #                      built-in model on the data and of an init-model folder, GRPO with a
@@ -160,6 +165,51 @@ PY
       sft.output_model_dir=runs/sft/model
     test -f runs/sft/model/config.json && test -f runs/sft/model/tokenizer.json
     grep -q '"sft/loss"' runs/sft/metrics.jsonl
+    ;;
+  agent)
+    "$py" - <<'PY'
+import json, random
+r = random.Random(0)
+chars = set()
+with open("train.jsonl", "w") as f, open("val.jsonl", "w") as g:
+    for i in range(40):
+        a, b = r.randint(10, 49), r.randint(10, 49)  # two-digit answers: one token is never right
+        rec = {"prompt": f"{a}+{b}=", "answer": str(a + b), "data_source": "sum"}
+        (f if i < 32 else g).write(json.dumps(rec) + "\n")
+        chars |= set(rec["prompt"] + rec["answer"])
+    # The characters of the observations and of a tool call (filtered out: longer than the prompt limit).
+    long = 'wrong, try again <tool_call>{"name": "calculator", "arguments": {"expression": "1"}}</tool_call>'
+    f.write(json.dumps({"prompt": long, "answer": "0", "data_source": "sum"}) + "\n")
+    chars |= set(long)
+open("stop_ids", "w").write("[" + ",".join(str(3 + i) for i in range(len(chars))) + "]")
+PY
+    common=(trainer.output_dir=runs data.train_files=train.jsonl data.val_files=val.jsonl 'reward.scorers={sum: number}'
+            data.max_prompt_length=8 data.max_response_length=24 trainer.total_training_steps=2 rollout.generator=tool_agent
+            "rollout.stop_token_ids=$(cat stop_ids)")
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=env \
+      "rollout.multi_turn.env_command=python3 $src/scripts/examples/retry_env.py"
+    "$py" - runs/env/metrics.jsonl <<'PY'
+import json, sys
+for rec in map(json.loads, open(sys.argv[1])):
+    if "num_turns/mean" not in rec: continue
+    # answer (1 token) -> "wrong, try again" (16 tokens, masked) -> answer again -> done
+    assert rec["num_turns/min"] == 4 and rec["num_turns/max"] == 4, rec
+    # (a turn is one token, or two when the first is <bos>, which is not a stop id)
+    assert rec["agent/observation_tokens/mean"] == 16 and 2 <= rec["agent/model_tokens/mean"] < 2.5, rec
+    assert rec["critic/score/mean"] == rec["agent/env_reward/mean"], rec
+    assert "actor/pg_loss" in rec, rec
+    print("step", rec["step"], "ok")
+PY
+    mcp=()
+    bin_mcp="${RLPT_ASSET_DIR:-$HOME/.cache/rlpt/test-assets}/mcp/node_modules/.bin/mcp-server-everything"
+    [ -x "$bin_mcp" ] && command -v node >/dev/null && mcp=("rollout.multi_turn.mcp_servers=[$bin_mcp]")
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tools trainer.total_training_steps=1 \
+      'rollout.multi_turn.builtin_tools=[calculator]' "${mcp[@]}" | tee tools.log
+    grep -q "tool_agent: $([ ${#mcp[@]} -gt 0 ] && echo 14 || echo 1) tools for the prompts" tools.log
+    grep -q '"tool_call_counts/mean"' runs/tools/metrics.jsonl
+    if run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=bad 'rollout.multi_turn.mcp_servers=[exit 3]' \
+        > bad.log 2>&1; then exit 1; fi
+    grep -q "rollout.multi_turn.mcp_servers: MCP server 'exit 3'" bad.log
     ;;
   own-task)
     "$py" "$src/scripts/examples/make_own_task.py" data/own_task --train 240 --val 24

@@ -15,8 +15,8 @@ TEST(RolloutGenerators, DefaultIsTheSampler) {
     const Config c;
     const auto& g = rollout::find_generator(c.rollout.generator);
     EXPECT_STREQ(g.name, "sampler");
-    EXPECT_EQ(&g, &rollout::find_generator("sampler"));
-    for (const char* name : {"beam_search", "multi_stage"}) EXPECT_STREQ(rollout::find_generator(name).name, name);
+    EXPECT_EQ(g.fn, &rollout::sample_responses);
+    for (const char* name : {"beam_search", "multi_stage", "tool_agent"}) EXPECT_STREQ(rollout::find_generator(name).name, name);
 }
 
 TEST(RolloutGenerators, UnknownNameListsTheValidOnes) {

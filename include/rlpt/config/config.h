@@ -173,6 +173,31 @@ struct RolloutStageConfig {
     bool share_across_samples = false;
 };
 
+// rollout.generator: tool_agent (include/rlpt/agent/tool_agent.h): generate until a tool call or the
+// end of the turn, run the calls, append their results as the chat template's tool turn (masked out
+// of the loss), repeat. Names follow verl's rollout.multi_turn where verl has them. The response
+// budget of a sample (model and tool tokens together) is data.max_response_length.
+struct MultiTurnConfig {
+    int64_t max_assistant_turns = 0;         // 0: no limit (verl: null)
+    int64_t max_user_turns = 0;              // observation turns (tool results, environment); 0: no limit
+    int64_t max_parallel_calls = 1;          // calls run per assistant turn; further calls are dropped
+    int64_t max_tool_response_length = 256;  // characters of one tool result (verl: characters too)
+    std::string tool_response_truncate_side = "middle";  // left | middle | right
+    std::string format = "hermes";           // the tool-call parser: hermes (<tool_call>{json}</tool_call>)
+    // MCP servers over stdio, one shell command each (`npx -y @modelcontextprotocol/server-everything`);
+    // every rollout rank starts its own, and the controller lists their tools for the prompt.
+    std::vector<std::string> mcp_servers;
+    std::vector<std::string> builtin_tools;  // tools in rlpt itself: calculator
+    double tool_timeout_s = 30.0;            // per tool call; a late call is an error observation
+    double server_start_timeout_s = 60.0;    // an MCP server's start and handshake
+    // An environment program speaking JSON lines (include/rlpt/agent/environment.h; example
+    // scripts/examples/retry_env.py): each assistant turn is its action, its observation the next
+    // user turn, and its rewards (summed) the sample's score instead of the reward scorer's.
+    std::string env_command;
+    int64_t env_workers = 1;                 // environment processes per rollout rank
+    double env_timeout_s = 30.0;             // per reset/step
+};
+
 struct RolloutConfig {
     int64_t n = 1;
     double temperature = 1.0;
@@ -194,9 +219,10 @@ struct RolloutConfig {
     // longest prompt + max_new_tokens - 1); null: max_num_seqs slots. Must hold one sequence.
     std::optional<int64_t> max_num_batched_tokens;
     bool calculate_log_probs = true;  // false: the batch carries no rollout_log_probs (verl)
-    std::string generator = "sampler";  // sampler | beam_search | multi_stage (rlpt/rollout/generators.h)
+    std::string generator = "sampler";  // a row of the generator table (rlpt/rollout/generators.h)
     BeamSearchConfig beam_search;       // generator beam_search, and beam_search stages
     std::vector<RolloutStageConfig> stages;  // generator multi_stage: at least one stage
+    MultiTurnConfig multi_turn;         // generator tool_agent
     SamplingConfig val{0.0, 1.0, -1, false, 1};
     WeightSyncConfig weight_sync;
 };

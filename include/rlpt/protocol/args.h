@@ -135,10 +135,14 @@ struct DirArgs {
 struct InitArgs {
     int64_t vocab_size = 0;
     int64_t total_steps = 1;
+    // The run's CharTokenizer charset when it uses one (the built-in model), else empty: roles that
+    // need text (the rollout's agent loop) then load model.path's tokenizer.
+    std::string tokenizer_charset;
     template <typename V>
     void visit(V& v) {
         v("vocab_size", vocab_size);
         v("total_steps", total_steps);
+        v("tokenizer_charset", tokenizer_charset);
     }
 };
 

@@ -24,12 +24,16 @@ enum class RolloutMethod : uint16_t {
                       //   own (weights come by sync).
     kGenerate,        // dp_split / concat.
                       //   in:  prompt_ids [B, P] int64 left-padded, prompt_mask [B, P]; int field
-                      //        sample_index (global index: seeds the sample); GenerateArgs
+                      //        sample_index (global index: seeds the sample); optional string fields
+                      //        data_source, ground_truth, extra (for generators that use them: the
+                      //        agent's environments); GenerateArgs
                       //   out: prompts [B, P], responses/response_mask/rollout_log_probs [B, R=max_new_tokens],
                       //        input_ids/attention_mask/position_ids [B, P+R], int field
                       //        finish_reason (0 eos, 1 stop, 2 length), int field weight_version;
                       //        with rollout.stop set, string field response_text (each response's
                       //        text cut at its stop string: what the reward scorers read)
+                      //        plus a float64 [B] column per GeneratorContext::sample_values key the
+                      //        generator reports (tool_agent: num_turns, tool_call_counts, ...)
     kReceiveWeights,  // one_to_all / none: receive the actor's weights (with ActorMethod::kSendWeights)
     kCount
 };

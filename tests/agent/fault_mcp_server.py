@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""A misbehaving MCP stdio server for the MCP client's fault tests.
+
+Usage: fault_mcp_server.py MODE
+  It completes the handshake (initialize, tools/list: one tool "probe" taking {"x": number})
+  and then answers tools/call according to MODE:
+    ok       "probe <x>"
+    hang     never answers (the client's per-call timeout must fire)
+    crash    exits with status 3 before answering (once per process)
+    garbage  writes a line that is not JSON-RPC
+"""
+import json
+import sys
+
+mode = sys.argv[1]
+tool = {"name": "probe", "description": "test tool",
+        "inputSchema": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]}}
+
+
+def send(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, mid = msg.get("method"), msg.get("id")
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                                                       "serverInfo": {"name": "fault", "version": "0"}}})
+    elif method == "tools/list":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": [tool]}})
+    elif method == "tools/call":
+        if mode == "hang":
+            continue
+        if mode == "crash":
+            sys.exit(3)
+        if mode == "garbage":
+            sys.stdout.write("this is not json\n")
+            sys.stdout.flush()
+            continue
+        x = msg["params"]["arguments"].get("x")
+        send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": "probe %s" % x}]}})
