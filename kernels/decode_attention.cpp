@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_simd.h"
@@ -32,7 +33,8 @@ struct Task {
     const float* q;
     const T* k;
     const T* v;
-    const bool* masked;
+    const bool* masked;  // null: no key masked
+    RowMap rows;
     AttentionShape shape;
     float scale;
     float* out;
@@ -54,18 +56,21 @@ template <int L, typename T>
 RLPT_ALWAYS_INLINE void attend(const Task<T>& a, int64_t t0, int64_t t1, float* scores) {
     using F = typename Vec<L>::F;
     const AttentionShape& sh = a.shape;
-    const int64_t g_n = sh.g, s_n = sh.s, hd = sh.hd, hv = hd - hd % L;
+    const int64_t g_n = sh.g, hd = sh.hd, hv = hd - hd % L;
     for (int64_t t = t0; t < t1; ++t) {
         const int64_t b = t / sh.n_kv, n = t % sh.n_kv;
-        const T* k = a.k + b * sh.sb + n * sh.sh;
-        const T* v = a.v + b * sh.sb + n * sh.sh;
-        const bool* masked = a.masked + b * s_n;
+        const int64_t row = a.rows.slot ? a.rows.slot[b] : b;
+        const int64_t s_n = a.rows.len ? a.rows.len[b] : sh.s;  // keys this row attends to
+        const T* k = a.k + row * sh.sb + n * sh.sh;
+        const T* v = a.v + row * sh.sb + n * sh.sh;
+        const bool* masked = a.masked ? a.masked + b * sh.s : nullptr;
         const float* q = a.q + t * g_n * hd;
         float* out = a.out + t * g_n * hd;
         for (int64_t s = 0; s < s_n; ++s) {
+            const bool off = masked != nullptr && masked[s];
             for (int64_t g = 0; g < g_n; ++g)
                 scores[g * s_n + s] =
-                    masked[s] ? std::numeric_limits<float>::lowest() : dot<L>(q + g * hd, k + s * hd, hd) * a.scale;
+                    off ? std::numeric_limits<float>::lowest() : dot<L>(q + g * hd, k + s * hd, hd) * a.scale;
         }
         for (int64_t g = 0; g < g_n; ++g) {
             float* p = scores + g * s_n;
@@ -125,64 +130,113 @@ torch::Tensor cache_layout(const torch::Tensor& t) {
     return t.stride(3) == 1 && (t.size(2) <= 1 || t.stride(2) == t.size(3)) ? t : t.contiguous();
 }
 
-torch::Tensor attention_impl(const torch::Tensor& q, const torch::Tensor& k_in, const torch::Tensor& v_in,
-                             const torch::Tensor& key_masked, double scale, bool reference) {
-    RLPT_CHECK(q.defined() && k_in.defined() && v_in.defined() && key_masked.defined() && q.dim() == 4 &&
-                   k_in.dim() == 4 && k_in.sizes() == v_in.sizes() && q.size(0) == k_in.size(0) &&
-                   q.size(1) == k_in.size(1) && q.size(3) == k_in.size(3) && key_masked.dim() == 2 &&
-                   key_masked.size(0) == k_in.size(0) && key_masked.size(1) == k_in.size(2),
-               "decode_attention: expected q [B, n_kv, G, hd], k and v [B, n_kv, S, hd], key_masked [B, S]; got q "
-               "{} k {} v {} key_masked {}",
-               q.sizes(), k_in.sizes(), v_in.sizes(), key_masked.sizes());
+// q [B, n_kv, G, hd] -> out, running the kernel (or its reference) over k/v of `shape`.
+torch::Tensor launch(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                     const bool* masked, RowMap rows, AttentionShape shape, double scale, bool reference) {
+    const auto dt = q.scalar_type();
+    const auto qf = q.to(torch::kFloat32).contiguous();
+    auto out = torch::empty(q.sizes(), q.options().dtype(torch::kFloat32));
+    if (out.numel() == 0) return out.to(dt);
+    if (shape.s == 0) return out.zero_().to(dt);  // no keys: nothing to attend to
+    const float sc = static_cast<float>(scale);
+    auto go = [&](const auto* kp, const auto* vp) {
+        using T = std::remove_const_t<std::remove_pointer_t<decltype(kp)>>;
+        if (reference)
+            detail::decode_attention_ref(qf.data_ptr<float>(), kp, vp, masked, rows, shape, sc,
+                                         out.data_ptr<float>());
+        else
+            detail::run(detail::Task<T>{qf.data_ptr<float>(), kp, vp, masked, rows, shape, sc,
+                                        out.data_ptr<float>()});
+    };
+    if (dt == torch::kFloat32)
+        go(k.data_ptr<float>(), v.data_ptr<float>());
+    else
+        go(static_cast<const uint16_t*>(k.data_ptr()), static_cast<const uint16_t*>(v.data_ptr()));
+    return out.to(dt);
+}
+
+// The checks both entry points share: dtypes alike (float32 or bfloat16), CPU, k/v in a
+// layout the kernel reads (copied otherwise; same batch/head strides).
+std::pair<torch::Tensor, torch::Tensor> checked_kv(const torch::Tensor& q, const torch::Tensor& k_in,
+                                                   const torch::Tensor& v_in) {
     const auto dt = q.scalar_type();
     RLPT_CHECK((dt == torch::kFloat32 || dt == torch::kBFloat16) && k_in.scalar_type() == dt &&
-                   v_in.scalar_type() == dt && key_masked.scalar_type() == torch::kBool,
-               "decode_attention: q, k, v must all be float32 or all bfloat16 and key_masked bool, got {} {} {} {}",
-               c10::toString(dt), c10::toString(k_in.scalar_type()), c10::toString(v_in.scalar_type()),
-               c10::toString(key_masked.scalar_type()));
-    RLPT_CHECK(q.is_cpu() && k_in.is_cpu() && v_in.is_cpu() && key_masked.is_cpu(),
-               "decode_attention: CPU tensors only");
+                   v_in.scalar_type() == dt,
+               "decode_attention: q, k, v must all be float32 or all bfloat16, got {} {} {}",
+               c10::toString(dt), c10::toString(k_in.scalar_type()), c10::toString(v_in.scalar_type()));
+    RLPT_CHECK(q.is_cpu() && k_in.is_cpu() && v_in.is_cpu(), "decode_attention: CPU tensors only");
     auto k = cache_layout(k_in), v = cache_layout(v_in);
     if (k.stride(0) != v.stride(0) || k.stride(1) != v.stride(1)) {
         k = k.contiguous();
         v = v.contiguous();
     }
-    const auto qf = q.to(torch::kFloat32).contiguous();
+    return {k, v};
+}
+
+torch::Tensor attention_impl(const torch::Tensor& q, const torch::Tensor& k_in, const torch::Tensor& v_in,
+                             const torch::Tensor& key_masked, double scale, bool reference) {
+    RLPT_CHECK(
+        q.defined() && k_in.defined() && v_in.defined() && key_masked.defined() && q.dim() == 4 &&
+            k_in.dim() == 4 && k_in.sizes() == v_in.sizes() && q.size(0) == k_in.size(0) &&
+            q.size(1) == k_in.size(1) && q.size(3) == k_in.size(3) && key_masked.dim() == 2 &&
+            key_masked.size(0) == k_in.size(0) && key_masked.size(1) == k_in.size(2),
+        "decode_attention: expected q [B, n_kv, G, hd], k and v [B, n_kv, S, hd], key_masked [B, S]; got q "
+        "{} k {} v {} key_masked {}",
+        q.sizes(), k_in.sizes(), v_in.sizes(), key_masked.sizes());
+    RLPT_CHECK(key_masked.scalar_type() == torch::kBool && key_masked.is_cpu(),
+               "decode_attention: key_masked must be a CPU bool tensor, got {}",
+               c10::toString(key_masked.scalar_type()));
+    const auto [k, v] = checked_kv(q, k_in, v_in);
     const auto masked = key_masked.contiguous();
     AttentionShape shape{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), k.stride(0), k.stride(1)};
-    auto out = torch::empty(q.sizes(), q.options().dtype(torch::kFloat32));
-    if (out.numel() == 0) return out.to(dt);
-    if (shape.s == 0) return out.zero_().to(dt);  // no keys: nothing to attend to
-    const float sc = static_cast<float>(scale);
-    if (dt == torch::kFloat32) {
-        const float *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
-        if (reference) detail::decode_attention_ref(qf.data_ptr<float>(), kp, vp, masked.data_ptr<bool>(), shape, sc,
-                                                    out.data_ptr<float>());
-        else detail::run(detail::Task<float>{qf.data_ptr<float>(), kp, vp, masked.data_ptr<bool>(), shape, sc,
-                                             out.data_ptr<float>()});
-    } else {
-        const auto* kp = static_cast<const uint16_t*>(k.data_ptr());
-        const auto* vp = static_cast<const uint16_t*>(v.data_ptr());
-        if (reference) detail::decode_attention_ref(qf.data_ptr<float>(), kp, vp, masked.data_ptr<bool>(), shape, sc,
-                                                    out.data_ptr<float>());
-        else detail::run(detail::Task<uint16_t>{qf.data_ptr<float>(), kp, vp, masked.data_ptr<bool>(), shape, sc,
-                                                out.data_ptr<float>()});
+    return launch(q, k, v, masked.data_ptr<bool>(), RowMap{}, shape, scale, reference);
+}
+
+torch::Tensor slots_impl(const torch::Tensor& q, const torch::Tensor& k_in, const torch::Tensor& v_in,
+                         const torch::Tensor& slots, const torch::Tensor& lengths, double scale,
+                         bool reference) {
+    RLPT_CHECK(q.defined() && k_in.defined() && v_in.defined() && slots.defined() && lengths.defined() &&
+                   q.dim() == 4 && k_in.dim() == 4 && k_in.sizes() == v_in.sizes() &&
+                   q.size(1) == k_in.size(1) && q.size(3) == k_in.size(3) && slots.dim() == 1 &&
+                   lengths.dim() == 1 && slots.size(0) == q.size(0) && lengths.size(0) == q.size(0),
+               "decode_attention_slots: expected q [B, n_kv, G, hd], k and v [N, n_kv, T, hd], slots and "
+               "lengths [B]; "
+               "got q {} k {} v {} slots {} lengths {}",
+               q.sizes(), k_in.sizes(), v_in.sizes(), slots.sizes(), lengths.sizes());
+    RLPT_CHECK(slots.scalar_type() == torch::kInt64 && lengths.scalar_type() == torch::kInt64 &&
+                   slots.is_cpu() && lengths.is_cpu(),
+               "decode_attention_slots: slots and lengths must be CPU int64 tensors");
+    const auto sl = slots.contiguous(), ln = lengths.contiguous();
+    const int64_t b = q.size(0), n = k_in.size(0), t = k_in.size(2);
+    const int64_t *sp = sl.data_ptr<int64_t>(), *lp = ln.data_ptr<int64_t>();
+    int64_t longest = 0;
+    for (int64_t i = 0; i < b; ++i) {
+        RLPT_CHECK(sp[i] >= 0 && sp[i] < n && lp[i] >= 1 && lp[i] <= t,
+                   "decode_attention_slots: row {} reads slot {} (of {}) over {} keys (must be in [1, {}])",
+                   i, sp[i], n, lp[i], t);
+        longest = std::max(longest, lp[i]);
     }
-    return out.to(dt);
+    // Only the attended positions [0, longest) need the kernel's layout.
+    const auto [k, v] = checked_kv(q, k_in.narrow(2, 0, longest), v_in.narrow(2, 0, longest));
+    AttentionShape shape{b, q.size(1), q.size(2), longest, q.size(3), k.stride(0), k.stride(1)};
+    return launch(q, k, v, nullptr, RowMap{sp, lp}, shape, scale, reference);
 }
 
 }  // namespace
 }  // namespace detail
 
-bool decode_attention_applies(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+bool decode_attention_slots_applies(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
     if (!q.defined() || !k.defined() || !v.defined() || q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return false;
     if (!q.is_cpu() || !k.is_cpu() || !v.is_cpu()) return false;
     const auto dt = q.scalar_type();
     if ((dt != torch::kFloat32 && dt != torch::kBFloat16) || k.scalar_type() != dt || v.scalar_type() != dt)
         return false;
-    if (k.sizes() != v.sizes() || q.size(0) != k.size(0) || q.size(1) != k.size(1) || q.size(3) != k.size(3))
-        return false;
+    if (k.sizes() != v.sizes() || q.size(1) != k.size(1) || q.size(3) != k.size(3)) return false;
     return !torch::GradMode::is_enabled() || !(q.requires_grad() || k.requires_grad() || v.requires_grad());
+}
+
+bool decode_attention_applies(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    return decode_attention_slots_applies(q, k, v) && q.size(0) == k.size(0);
 }
 
 torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -193,6 +247,17 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, c
 torch::Tensor decode_attention_reference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                          const torch::Tensor& key_masked, double scale) {
     return detail::attention_impl(q, k, v, key_masked, scale, /*reference=*/true);
+}
+
+torch::Tensor decode_attention_slots(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                     const torch::Tensor& slots, const torch::Tensor& lengths, double scale) {
+    return detail::slots_impl(q, k, v, slots, lengths, scale, /*reference=*/false);
+}
+
+torch::Tensor decode_attention_slots_reference(const torch::Tensor& q, const torch::Tensor& k,
+                                               const torch::Tensor& v, const torch::Tensor& slots,
+                                               const torch::Tensor& lengths, double scale) {
+    return detail::slots_impl(q, k, v, slots, lengths, scale, /*reference=*/true);
 }
 
 }  // namespace rlpt::kernels

@@ -204,7 +204,7 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     for (auto [field, dest] : {std::pair{"data_source", &r.gen.data_source}, std::pair{"ground_truth", &r.gen.ground_truth},
                                std::pair{"extra", &r.gen.extra}})
         *dest = in.has_strings(field) ? in.strings(field) : std::vector<std::string>{};
-    auto g = r.generator->fn(generation_model(r, *ctx.config), prompts, seeds, sp, ctx.config->rollout.micro_batch_size, r.gen);
+    auto g = r.generator->fn(generation_model(r, *ctx.config), prompts, seeds, sp, ctx.config->rollout.max_num_seqs, r.gen);
     for (const auto& [name, values] : r.gen.sample_values) out.set(name, torch::tensor(values, torch::kFloat64));
     // Pad to the call's fixed widths (P of the input, R = max_new_tokens) so shards concatenate.
     const int64_t gp = g.prompts.size(1), gr = g.responses.size(1);

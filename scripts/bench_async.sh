@@ -10,7 +10,7 @@
 #
 # Usage: scripts/bench_async.sh [path/to/rlpt]   (default build/src/rlpt, built if missing)
 # Environment: STEPS per run (8), REPEATS sync/async pairs (2), RANKS (4), RESPONSE_LENGTH (16)
-#   BATCH prompts per step (32; x 8 samples) and DECODE_BATCH (rollout.micro_batch_size, 4: sequences
+#   BATCH prompts per step (32; x 8 samples) and DECODE_BATCH (rollout.max_num_seqs, 4: sequences
 #   decoded together per rollout rank; small values make generation dominate, as memory-bound
 #   decoding does on GPUs) set the balance of generation and training.
 # Overlap needs idle cores: with every rank CPU-bound (one thread each), the async run keeps
@@ -31,7 +31,7 @@ trap 'rm -rf "$work"' EXIT
 common=(trainer.output_dir="$work" trainer.total_training_steps="$steps" trainer.test_freq=-1 trainer.save_freq=-1
         trainer.val_before_train=false trainer.export_hf=false trainer.threads_per_rank=1 trainer.logger=[jsonl]
         model.path= data.max_response_length="$rlen" data.train_batch_size="$batch" actor.ppo_mini_batch_size="$batch"
-        rollout.micro_batch_size="$decode"
+        rollout.max_num_seqs="$decode"
         "placement.groups=[{roles: [actor, reference], ranks: $half}, {roles: [rollout], ranks: $((np - half))}]")
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 t0=$(date +%s)

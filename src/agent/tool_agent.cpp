@@ -305,7 +305,7 @@ rollout::GenerationOutput tool_agent_generate(model::CausalLM& model, const std:
                                               int64_t micro_batch_size, rollout::GeneratorContext& ctx) {
     return run_agent_loop(
         [&](const std::vector<std::vector<int64_t>>& p, const std::vector<uint64_t>& s, const rollout::SamplingParams& sp) {
-            return rollout::generate(model, p, s, sp, micro_batch_size);
+            return rollout::generate(model, p, s, sp, rollout::batch_limits(micro_batch_size, ctx));
         },
         prompts, seeds, params, ctx);
 }

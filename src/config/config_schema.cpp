@@ -159,7 +159,8 @@ void visit_rollout(Visitor& v, RolloutConfig& c) {
     v.value("stop_token_ids", c.stop_token_ids);
     v.value("stop", c.stop);
     v.value("include_stop_str_in_output", c.include_stop_str_in_output);
-    v.value("micro_batch_size", c.micro_batch_size);
+    v.value("max_num_seqs", c.max_num_seqs);
+    v.value("max_num_batched_tokens", c.max_num_batched_tokens);
     v.value("calculate_log_probs", c.calculate_log_probs);
     v.value("dtype", c.dtype);
     v.value("generator", c.generator);

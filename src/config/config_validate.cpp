@@ -257,7 +257,14 @@ void validate(const Config& c) {
     k.sampling(r.temperature, r.top_p, r.top_k, "rollout");
     k.require(!r.do_sample || r.temperature > 0, "rollout.temperature",
               "must be > 0 when do_sample is true (got {}); use do_sample=false for greedy", r.temperature);
-    k.positive(r.micro_batch_size, "rollout.micro_batch_size");
+    k.positive(r.max_num_seqs, "rollout.max_num_seqs");
+    if (r.max_num_batched_tokens) {
+        const int64_t need = c.data.max_prompt_length + c.data.max_response_length - 1;
+        k.require(*r.max_num_batched_tokens >= need, "rollout.max_num_batched_tokens",
+                  "must hold one sequence: >= data.max_prompt_length + data.max_response_length - 1 = {} KV "
+                  "positions (got {})",
+                  need, *r.max_num_batched_tokens);
+    }
     k.stop_strings(r.stop, "rollout.stop");
     k.rollout_program(c);
     k.require(r.tensor_model_parallel_size >= 0, "rollout.tensor_model_parallel_size",

@@ -2,13 +2,17 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 #include "rlpt/core/error.h"
 
 namespace rlpt::model {
 
-KVCache::KVCache(int64_t n_layers, int64_t batch_size, int64_t n_kv_heads, int64_t head_dim, int64_t max_length,
-                 torch::TensorOptions options)
-    : batch_(batch_size), max_length_(max_length) {
+KVCache::KVCache(int64_t n_layers, int64_t batch_size, int64_t n_kv_heads, int64_t head_dim,
+                 int64_t max_length, torch::TensorOptions options)
+    : batch_(batch_size),
+      max_length_(max_length),
+      slot_len_(static_cast<size_t>(std::max<int64_t>(batch_size, 0)), 0) {
     RLPT_CHECK(n_layers > 0 && batch_size > 0 && n_kv_heads > 0 && head_dim > 0 && max_length > 0,
                "KVCache: sizes must be positive (layers {}, batch {}, kv heads {}, head_dim {}, max_length {})",
                n_layers, batch_size, n_kv_heads, head_dim, max_length);
@@ -18,7 +22,14 @@ KVCache::KVCache(int64_t n_layers, int64_t batch_size, int64_t n_kv_heads, int64
     }
 }
 
+void KVCache::reset() {
+    length_ = 0;
+    std::fill(slot_len_.begin(), slot_len_.end(), int64_t{0});
+    bound_ = bound_len_ = bound_dev_ = torch::Tensor();
+}
+
 void KVCache::keep_rows(const torch::Tensor& rows) {
+    RLPT_CHECK(!slotted_, "KVCache::keep_rows: the cache holds slots (free them with set_slot_length)");
     RLPT_CHECK(rows.defined() && rows.dim() == 1 && rows.scalar_type() == torch::kInt64,
                "KVCache::keep_rows: rows must be a 1-D int64 tensor");
     const int64_t n = rows.size(0);
@@ -40,9 +51,11 @@ void KVCache::keep_rows(const torch::Tensor& rows) {
         }
     }
     batch_ = n;
+    slot_len_.assign(static_cast<size_t>(n), 0);
 }
 
 void KVCache::fork_rows(const torch::Tensor& rows) {
+    RLPT_CHECK(!slotted_, "KVCache::fork_rows: the cache holds slots (share a prefix with copy_slot)");
     RLPT_CHECK(rows.defined() && rows.dim() == 1 && rows.scalar_type() == torch::kInt64,
                "KVCache::fork_rows: rows must be a 1-D int64 tensor");
     const int64_t n = rows.size(0);
@@ -61,6 +74,7 @@ void KVCache::fork_rows(const torch::Tensor& rows) {
         }
     }
     batch_ = n;
+    slot_len_.assign(static_cast<size_t>(n), 0);
 }
 
 void KVCache::repeat_rows(int64_t n) {
@@ -73,11 +87,32 @@ std::pair<torch::Tensor, torch::Tensor> KVCache::store(int64_t layer, const torc
     RLPT_CHECK(layer >= 0 && layer < n_layers(), "KVCache::store: layer {} out of range [0, {})", layer, n_layers());
     auto& kb = k_[static_cast<size_t>(layer)];
     auto& vb = v_[static_cast<size_t>(layer)];
-    RLPT_CHECK(k.dim() == 4 && k.sizes() == v.sizes() && k.size(0) == batch_ && k.size(1) == kb.size(1) &&
+    const int64_t rows = slots_bound() ? bound_.size(0) : batch_;
+    RLPT_CHECK(k.dim() == 4 && k.sizes() == v.sizes() && k.size(0) == rows && k.size(1) == kb.size(1) &&
                    k.size(3) == kb.size(3),
-               "KVCache::store: expected k/v [{}, {}, T, {}], got k {} v {}", batch_, kb.size(1), kb.size(3),
+               "KVCache::store: expected k/v [{}, {}, T, {}], got k {} v {}", rows, kb.size(1), kb.size(3),
                k.sizes(), v.sizes());
     const int64_t t_new = k.size(2);
+    if (slots_bound()) {
+        if (t_new > 1) {  // prefill of empty slots
+            const auto* s = bound_.data_ptr<int64_t>();
+            for (int64_t i = 0; i < rows; ++i)
+                RLPT_CHECK(slot_len_[static_cast<size_t>(s[i])] == 0,
+                           "KVCache::store: a prefill ({} positions) into slot {} that already holds {}",
+                           t_new, s[i], slot_len_[static_cast<size_t>(s[i])]);
+            RLPT_CHECK(t_new <= max_length_, "KVCache overflow: a prefill of {} positions > max_length {}",
+                       t_new, max_length_);
+            kb.narrow(2, 0, t_new).index_copy_(0, bound_dev_, k);
+            vb.narrow(2, 0, t_new).index_copy_(0, bound_dev_, v);
+            return {k, v};
+        }
+        // One new position per row at its slot's length: kb[slot[b], :, len[b], :] = k[b, :, 0, :].
+        const auto pos = (bound_len_ - 1).to(kb.device());  // each row's slot length
+        kb.index_put_({bound_dev_, torch::indexing::Slice(), pos}, k.select(2, 0));
+        vb.index_put_({bound_dev_, torch::indexing::Slice(), pos}, v.select(2, 0));
+        return {kb, vb};
+    }
+    RLPT_CHECK(!slotted_, "KVCache::store: the cache holds slots; bind_slots before each forward");
     RLPT_CHECK(length_ + t_new <= max_length_, "KVCache overflow: {} cached + {} new positions > max_length {}",
                length_, t_new, max_length_);
     kb.narrow(2, length_, t_new).copy_(k);
@@ -86,9 +121,61 @@ std::pair<torch::Tensor, torch::Tensor> KVCache::store(int64_t layer, const torc
 }
 
 void KVCache::advance(int64_t n_new) {
+    if (slots_bound()) {
+        RLPT_CHECK(n_new >= 0, "KVCache::advance: {} new positions", n_new);
+        const auto* s = bound_.data_ptr<int64_t>();
+        for (int64_t i = 0; i < bound_.size(0); ++i) slot_len_[static_cast<size_t>(s[i])] += n_new;
+        bound_ = bound_len_ = bound_dev_ = torch::Tensor();
+        return;
+    }
     RLPT_CHECK(n_new >= 0 && length_ + n_new <= max_length_, "KVCache::advance: {} + {} exceeds max_length {}", length_,
                n_new, max_length_);
     length_ += n_new;
+}
+
+void KVCache::bind_slots(const std::vector<int64_t>& slots) {
+    RLPT_CHECK(length_ == 0, "KVCache::bind_slots: the cache holds {} shared-length positions", length_);
+    RLPT_CHECK(!slots.empty(), "KVCache::bind_slots: no slots");
+    std::vector<int64_t> lens;
+    std::vector<bool> seen(static_cast<size_t>(batch_), false);
+    lens.reserve(slots.size());
+    for (int64_t s : slots) {
+        RLPT_CHECK(s >= 0 && s < batch_ && !seen[static_cast<size_t>(s)],
+                   "KVCache::bind_slots: slot {} is out of range [0, {}) or repeated", s, batch_);
+        seen[static_cast<size_t>(s)] = true;
+        const int64_t len = slot_len_[static_cast<size_t>(s)];
+        RLPT_CHECK(len < max_length_, "KVCache overflow: slot {} holds {} positions, max_length {}", s, len,
+                   max_length_);
+        lens.push_back(len + 1);
+    }
+    slotted_ = true;
+    bound_ = torch::tensor(slots, torch::kInt64);
+    bound_len_ = torch::tensor(lens, torch::kInt64);
+    bound_dev_ = bound_.to(k_[0].device());
+}
+
+int64_t KVCache::slot_length(int64_t slot) const {
+    RLPT_CHECK(slot >= 0 && slot < batch_, "KVCache: slot {} out of range [0, {})", slot, batch_);
+    return slot_len_[static_cast<size_t>(slot)];
+}
+
+void KVCache::set_slot_length(int64_t slot, int64_t length) {
+    RLPT_CHECK(length >= 0 && length <= slot_length(slot),
+               "KVCache::set_slot_length: slot {} holds {} positions, cannot set {}", slot, slot_length(slot),
+               length);
+    slotted_ = true;
+    slot_len_[static_cast<size_t>(slot)] = length;
+}
+
+void KVCache::copy_slot(int64_t dst, int64_t src, int64_t length) {
+    RLPT_CHECK(length >= 0 && length <= slot_length(src) && dst != src && dst >= 0 && dst < batch_,
+               "KVCache::copy_slot: {} positions of slot {} (holding {}) into slot {} of [0, {})", length,
+               src, slot_length(src), dst, batch_);
+    RLPT_CHECK(!slots_bound(), "KVCache::copy_slot: slots are bound to a forward");
+    for (size_t l = 0; l < k_.size(); ++l)
+        for (auto* buf : {&k_[l], &v_[l]})
+            buf->select(0, dst).narrow(1, 0, length).copy_(buf->select(0, src).narrow(1, 0, length));
+    slot_len_[static_cast<size_t>(dst)] = length;
 }
 
 }  // namespace rlpt::model

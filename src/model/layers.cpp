@@ -105,19 +105,34 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const Rotary& rope, con
     auto k = apply_rotary(k_proj_->forward_kv(xin, tp_, layout_).view({b, t, n_kv_heads_, head_dim_}), rope)
                  .transpose(1, 2);
     auto v = v_proj_->forward_kv(xin, tp_, layout_).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);
+    const bool slot_decode = cache != nullptr && cache->slots_bound() && t == 1;
     if (cache != nullptr) std::tie(k, v) = cache->store(layer, k, v);
-    const int64_t s = k.size(2);
 
     // Grouped-query attention: query heads h = kv*group + j share KV head kv. Folding the group
     // into the query length lets one batched matmul serve all heads of a group without
     // materialising repeated K/V.
     auto qg = q.reshape({b, n_kv_heads_, group * t, head_dim_});
-    if (t == 1 && cache != nullptr && decode_attention_ && kernels::decode_attention_applies(qg, k, v)) {
-        auto out = kernels::decode_attention(qg, k, v, masked_out.reshape({b, s}), 1.0 / std::sqrt(static_cast<double>(head_dim_)));
+    const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+    if (slot_decode) {
+        // k, v: the whole cache, rows = slots. The kernel reads each row's slot in place.
+        if (decode_attention_ && kernels::decode_attention_slots_applies(qg, k, v)) {
+            auto out = kernels::decode_attention_slots(qg, k, v, cache->bound_slots(), cache->bound_lengths(),
+                                                       scale);
+            return o_proj_->forward_row_parallel(out.reshape({b, 1, n_heads_ * head_dim_}), tp_);
+        }
+        // Elsewhere: gather the bound slots' positions (masked_out covers [0, longest)).
+        const int64_t longest = masked_out.size(-1);
+        k = k.index_select(0, cache->bound_slots_on_device()).narrow(2, 0, longest);
+        v = v.index_select(0, cache->bound_slots_on_device()).narrow(2, 0, longest);
+    }
+    const int64_t s = k.size(2);
+    if (!slot_decode && t == 1 && cache != nullptr && decode_attention_ &&
+        kernels::decode_attention_applies(qg, k, v)) {
+        auto out = kernels::decode_attention(qg, k, v, masked_out.reshape({b, s}), scale);
         return o_proj_->forward_row_parallel(out.reshape({b, 1, n_heads_ * head_dim_}), tp_);
     }
     auto scores = torch::matmul(qg, k.transpose(2, 3)).to(torch::kFloat32);
-    scores.mul_(1.0 / std::sqrt(static_cast<double>(head_dim_)));
+    scores.mul_(scale);
     scores = scores.view({b, n_kv_heads_, group, t, s});
     scores.masked_fill_(masked_out, std::numeric_limits<float>::lowest());
     auto probs = torch::softmax(scores, -1).to(x.scalar_type()).view({b, n_kv_heads_, group * t, s});

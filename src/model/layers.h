@@ -67,7 +67,9 @@ class Attention : public torch::nn::Module {
     // x [B, T, H]; masked_out [B, 1, 1, T, S] bool (true = may not attend);
     // returns [B, T, H].
     // A decode step (T = 1, cache, no autograd graph, CPU) attends through
-    // kernels::decode_attention, reading the cache in place.
+    // kernels::decode_attention, reading the cache in place; with the cache's slots bound
+    // (KVCache::bind_slots), through kernels::decode_attention_slots (each row its slot's
+    // length; elsewhere the slots are gathered and masked_out is [B, 1, 1, 1, longest]).
     torch::Tensor forward(const torch::Tensor& x, const Rotary& rope, const torch::Tensor& masked_out,
                           KVCache* cache, int64_t layer);
     // Off: always the LibTorch expression (the decode benchmark's baseline). Default on.

@@ -74,22 +74,30 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
                "forward: input_ids must be [B, T] int64, got {} {}", input_ids.sizes(),
                input_ids.defined() ? c10::toString(input_ids.scalar_type()) : "undefined");
     const int64_t b = input_ids.size(0), t = input_ids.size(1);
-    const int64_t past = cache ? cache->length() : 0;
+    // Slots bound (KVCache, continuous batching): a decode step needs no mask, a prefill of
+    // empty slots is a plain forward whose K/V land in the slots.
+    const bool slots = cache != nullptr && cache->slots_bound();
+    const bool slot_decode = slots && t == 1;
+    const int64_t past = cache && !slots ? cache->length() : 0;
     RLPT_CHECK(b > 0 && t > 0, "forward: empty input_ids {}", input_ids.sizes());
     RLPT_CHECK(position_ids.defined() && position_ids.sizes() == input_ids.sizes() &&
                    position_ids.scalar_type() == torch::kInt64,
                "forward: position_ids must be int64 shaped like input_ids {}, got {}", input_ids.sizes(),
                position_ids.sizes());
-    RLPT_CHECK(attention_mask.defined() && attention_mask.dim() == 2 && attention_mask.size(0) == b &&
-                   attention_mask.size(1) == past + t,
-               "forward: attention_mask must be [{}, {}] (cached {} + new {}), got {}", b, past + t, past, t,
-               attention_mask.sizes());
+    if (!slot_decode)
+        RLPT_CHECK(attention_mask.defined() && attention_mask.dim() == 2 && attention_mask.size(0) == b &&
+                       attention_mask.size(1) == past + t,
+                   "forward: attention_mask must be [{}, {}] (cached {} + new {}), got {}", b, past + t, past,
+                   t, attention_mask.sizes());
     if (cache)
-        RLPT_CHECK(cache->batch_size() == b && cache->n_layers() == args_.num_hidden_layers,
-                   "forward: cache holds {} rows / {} layers, input has {} rows / model {} layers",
-                   cache->batch_size(), cache->n_layers(), b, args_.num_hidden_layers);
+        RLPT_CHECK((slots ? cache->bound_slots().size(0) : cache->batch_size()) == b &&
+                       cache->n_layers() == args_.num_hidden_layers,
+                   "forward: cache {} {} rows / {} layers, input has {} rows / model {} layers",
+                   slots ? "binds" : "holds", slots ? cache->bound_slots().size(0) : cache->batch_size(),
+                   cache->n_layers(), b, args_.num_hidden_layers);
     const auto device = embed_weight_.device();
-    RLPT_CHECK(input_ids.device() == device && attention_mask.device() == device && position_ids.device() == device,
+    RLPT_CHECK(input_ids.device() == device && (slot_decode || attention_mask.device() == device) &&
+                   position_ids.device() == device,
                "forward: inputs must be on the model's device {}", device.str());
     {
         auto lo_hi = torch::aminmax(input_ids);
@@ -100,10 +108,19 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
     }
 
     // masked_out[b, 0, 0, i, j]: query i (absolute position past+i) may not see key j.
-    auto key_pad = (attention_mask == 0).view({b, 1, 1, 1, past + t});
-    auto q_pos = torch::arange(past, past + t, torch::TensorOptions().dtype(torch::kInt64).device(device));
-    auto k_pos = torch::arange(past + t, torch::TensorOptions().dtype(torch::kInt64).device(device));
-    auto masked_out = key_pad.logical_or(k_pos.unsqueeze(0) > q_pos.unsqueeze(1));
+    torch::Tensor masked_out;
+    const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(device);
+    if (slot_decode) {
+        // Row b sees its slot's positions [0, bound_lengths[b]) out of the longest row's.
+        const auto& lens = cache->bound_lengths();
+        auto k_pos = torch::arange(lens.max().item<int64_t>(), i64);
+        masked_out = (k_pos.unsqueeze(0) >= lens.to(device).unsqueeze(1)).view({b, 1, 1, 1, k_pos.size(0)});
+    } else {
+        auto key_pad = (attention_mask == 0).view({b, 1, 1, 1, past + t});
+        auto q_pos = torch::arange(past, past + t, i64);
+        auto k_pos = torch::arange(past + t, i64);
+        masked_out = key_pad.logical_or(k_pos.unsqueeze(0) > q_pos.unsqueeze(1));
+    }
 
     if (hooks_) hooks_->before_forward(LayerHooks::kRootUnit);
     const auto dtype = embed_weight_.scalar_type();

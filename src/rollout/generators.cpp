@@ -9,26 +9,33 @@ namespace rlpt::rollout {
 namespace {
 
 GenerationOutput search(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                        const std::vector<uint64_t>&, const SamplingParams& params, int64_t micro_batch_size,
+                        const std::vector<uint64_t>&, const SamplingParams& params, int64_t max_num_seqs,
                         GeneratorContext& context) {
     const GeneratorArgs& args = context.args;
-    return beam_search(model, prompts, params, args.beam_search, args.sample_rank, micro_batch_size);
+    return beam_search(model, prompts, params, args.beam_search, args.sample_rank, max_num_seqs);
 }
 
 GenerationOutput stages(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                        const std::vector<uint64_t>& seeds, const SamplingParams& params, int64_t micro_batch_size,
+                        const std::vector<uint64_t>& seeds, const SamplingParams& params, int64_t max_num_seqs,
                         GeneratorContext& context) {
     const GeneratorArgs& args = context.args;
     return run_stages(model, prompts, seeds, params,
-                      MultiStageArgs{args.stages, args.beam_search, args.sample_rank, args.group_seeds}, micro_batch_size);
+                      MultiStageArgs{args.stages, args.beam_search, args.sample_rank, args.group_seeds},
+                      batch_limits(max_num_seqs, context));
 }
 
 }  // namespace
 
+BatchLimits batch_limits(int64_t max_num_seqs, const GeneratorContext& context) {
+    BatchLimits limits(max_num_seqs);
+    if (context.config != nullptr) limits.max_num_batched_tokens = context.config->rollout.max_num_batched_tokens;
+    return limits;
+}
+
 GenerationOutput sample_responses(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                   const std::vector<uint64_t>& seeds, const SamplingParams& params,
-                                  int64_t micro_batch_size, GeneratorContext&) {
-    return generate(model, prompts, seeds, params, micro_batch_size);
+                                  int64_t max_num_seqs, GeneratorContext& context) {
+    return generate(model, prompts, seeds, params, batch_limits(max_num_seqs, context));
 }
 
 const std::vector<GeneratorEntry>& generator_table() {

@@ -40,7 +40,7 @@ void take_response(const GenerationOutput& out, int64_t j, std::vector<int64_t>&
 std::vector<int64_t> run_stage(model::CausalLM& model, const Prompts& prompts, const std::vector<uint64_t>& seeds,
                                const SamplingParams& base, const MultiStageArgs& args, size_t s,
                                const std::vector<size_t>& active, const std::vector<RowState>& state,
-                               int64_t micro_batch_size, GenerationOutput& out) {
+                               const BatchLimits& limits, GenerationOutput& out) {
     const StageSpec& st = args.stages[s];
     SamplingParams sp = base;
     sp.max_new_tokens = st.max_tokens;
@@ -68,8 +68,8 @@ std::vector<int64_t> run_stage(model::CausalLM& model, const Prompts& prompts, c
         stage_prompts.push_back(std::move(prefix));
     }
     out = st.generator == "beam_search"
-              ? beam_search(model, stage_prompts, sp, args.beam_search, ranks, micro_batch_size)
-              : generate(model, stage_prompts, stage_seeds, sp, micro_batch_size);
+              ? beam_search(model, stage_prompts, sp, args.beam_search, ranks, limits.max_num_seqs)
+              : generate(model, stage_prompts, stage_seeds, sp, limits);
     return out_row;
 }
 
@@ -89,7 +89,7 @@ void validate_stages(const std::vector<StageSpec>& stages) {
 }
 
 GenerationOutput run_stages(model::CausalLM& model, const Prompts& prompts, const std::vector<uint64_t>& seeds,
-                            const SamplingParams& params, const MultiStageArgs& args, int64_t micro_batch_size) {
+                            const SamplingParams& params, const MultiStageArgs& args, const BatchLimits& limits) {
     validate_stages(args.stages);
     RLPT_CHECK(params.token_texts != nullptr, "multi_stage: needs the tokenizer's token texts (SamplingParams::token_texts)");
     RLPT_CHECK(seeds.size() == prompts.size(), "multi_stage: {} seeds for {} prompts", seeds.size(), prompts.size());
@@ -113,7 +113,7 @@ GenerationOutput run_stages(model::CausalLM& model, const Prompts& prompts, cons
             if (!state[i].ended) active.push_back(i);
         if (active.empty()) break;
         GenerationOutput out;
-        const auto out_row = run_stage(model, prompts, seeds, params, args, s, active, state, micro_batch_size, out);
+        const auto out_row = run_stage(model, prompts, seeds, params, args, s, active, state, limits, out);
         for (size_t a = 0; a < active.size(); ++a) {
             RowState& rs = state[active[a]];
             const int64_t j = out_row[a];

@@ -13,6 +13,8 @@ namespace {
 
 using rlpt::kernels::decode_attention;
 using rlpt::kernels::decode_attention_reference;
+using rlpt::kernels::decode_attention_slots;
+using rlpt::kernels::decode_attention_slots_reference;
 
 // The model's pre-kernel expression: fp32 scores, lowest() on masked keys, softmax, matmul.
 torch::Tensor torch_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -76,6 +78,45 @@ TEST(DecodeAttention, Errors) {
     EXPECT_THROW(decode_attention(q, k, k, torch::zeros({1, 4}, torch::kBool), 1.0), rlpt::ValueError);
     EXPECT_THROW(decode_attention(q, k, k, mask.to(torch::kInt64), 1.0), rlpt::ValueError);
     EXPECT_THROW(decode_attention(q.to(torch::kDouble), k, k, mask, 1.0), rlpt::ValueError);
+}
+
+TEST(DecodeAttention, SlotsReadTheirOwnSlotAndLength) {
+    // Rows of q read cache rows slots[b] over lengths[b] keys: the same as decode_attention on
+    // the gathered slots with the keys past each length masked.
+    torch::manual_seed(13);
+    for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+        for (int64_t hd : {7, 32}) {
+            SCOPED_TRACE(testing::Message() << c10::toString(dtype) << " hd " << hd);
+            const int64_t n = 5, t = 12, nkv = 2, g = 3;
+            auto kbuf = torch::randn({n, nkv, t, hd}).to(dtype),
+                 vbuf = torch::randn({n, nkv, t, hd}).to(dtype);
+            auto q = torch::randn({4, nkv, g, hd}).to(dtype);
+            auto slots = torch::tensor({3, 0, 4, 1}, torch::kInt64);
+            auto lengths = torch::tensor({1, 12, 7, 3}, torch::kInt64);
+            const double scale = 0.3;
+            auto got = decode_attention_slots(q, kbuf, vbuf, slots, lengths, scale);
+            auto want = decode_attention_slots_reference(q, kbuf, vbuf, slots, lengths, scale);
+            EXPECT_LT(max_diff(got, want), dtype == torch::kFloat32 ? 2e-5 : 2e-2);
+            auto k = kbuf.index_select(0, slots), v = vbuf.index_select(0, slots);
+            auto masked = torch::arange(t).unsqueeze(0) >= lengths.unsqueeze(1);
+            EXPECT_LT(max_diff(got, decode_attention_reference(q, k, v, masked, scale)),
+                      dtype == torch::kFloat32 ? 2e-5 : 2e-2);
+            // Garbage past a slot's length is never read.
+            auto poisoned = kbuf.clone();
+            poisoned[3].narrow(1, 1, t - 1).fill_(std::numeric_limits<float>::quiet_NaN());
+            EXPECT_TRUE(torch::equal(decode_attention_slots(q, poisoned, vbuf, slots, lengths, scale), got));
+        }
+    }
+    auto q = torch::randn({1, 1, 1, 8}), k = torch::randn({2, 1, 4, 8});
+    EXPECT_THROW(decode_attention_slots(q, k, k, torch::tensor({2}, torch::kInt64),
+                                        torch::tensor({1}, torch::kInt64), 1.0),
+                 rlpt::ValueError);
+    EXPECT_THROW(decode_attention_slots(q, k, k, torch::tensor({0}, torch::kInt64),
+                                        torch::tensor({5}, torch::kInt64), 1.0),
+                 rlpt::ValueError);
+    EXPECT_THROW(decode_attention_slots(q, k, k, torch::tensor({0}, torch::kInt64),
+                                        torch::tensor({0}, torch::kInt64), 1.0),
+                 rlpt::ValueError);
 }
 
 }  // namespace

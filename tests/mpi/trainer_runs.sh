@@ -7,6 +7,10 @@
 #                      the actor's weights, refreshed after every update) and on its own rank
 #                      (copy of the synced weights) give the same samples step by step
 #   dp-invariance      tiny on 1 vs 2 ranks (1 vs 2 actor DP ranks): same metrics, first steps
+#   continuous         tiny with 3-5 KV slots (rollout.max_num_seqs, rollout.max_num_batched_tokens:
+#                      sequences refilled into freed slots, prompts shared by their samples)
+#                      follows the default run (every sequence in one batch); a budget below one
+#                      sequence is a config error naming the key
 #   resume             4 steps straight == 2 steps + resume + 2 steps (metrics and weights
 #                      bit-identical), with the checkpoint at an epoch boundary
 #   sft                configs/sft.yaml shortened: trains and writes a HF model folder
@@ -142,6 +146,19 @@ PY
     run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=two
     compare runs/one/metrics.jsonl runs/two/metrics.jsonl 1,2,3 2e-3 \
       critic/score/mean response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/ppo_kl
+    ;;
+  continuous)
+    common=(trainer.output_dir=runs trainer.total_training_steps=3 trainer.val_before_train=false)
+    run 1 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=wide
+    # Prompts of at most 8 tokens + 4 new - 1 = 11 positions per slot: 33 tokens hold 3 slots.
+    run 1 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=slots \
+      rollout.max_num_seqs=5 rollout.max_num_batched_tokens=33
+    compare runs/wide/metrics.jsonl runs/slots/metrics.jsonl 1,2,3 2e-3 \
+      critic/score/mean response_length/mean actor/pg_loss actor/entropy
+    if run 1 "$src/configs/tiny.yaml" "${common[@]}" rollout.max_num_batched_tokens=10 > budget.log 2>&1; then
+      echo "a KV budget below one sequence was accepted"; exit 1
+    fi
+    grep -q "rollout.max_num_batched_tokens.*must hold one sequence" budget.log
     ;;
   resume)
     # 24 prompts, 12 per step: an epoch is 2 steps, so the checkpoint at step 2 sits exactly on

@@ -66,6 +66,15 @@ TEST(Config, RangeErrorsNameKeyAndOrigin) {
     expect_config_error([] { config_from_yaml("actor:\n  optim:\n    lr: -1\n", "r.yaml"); },
                         {"r.yaml:3", "actor.optim.lr", "must be >= 0"});
     expect_config_error([] { config_from_yaml("rollout:\n  top_p: 0\n", "r.yaml"); }, {"rollout.top_p"});
+    expect_config_error([] { config_from_yaml("rollout:\n  max_num_seqs: 0\n", "r.yaml"); },
+                        {"r.yaml:2", "rollout.max_num_seqs", "must be > 0"});
+    // The KV budget must hold one sequence: 512 + 512 - 1 positions with the default lengths.
+    expect_config_error([] { config_from_yaml("rollout:\n  max_num_batched_tokens: 1000\n", "r.yaml"); },
+                        {"r.yaml:2", "rollout.max_num_batched_tokens", "1023", "got 1000"});
+    EXPECT_EQ(config_from_yaml("rollout:\n  max_num_batched_tokens: 1023\n", "r.yaml")
+                  .rollout.max_num_batched_tokens,
+              1023);
+    EXPECT_FALSE(config_from_yaml("", "r.yaml").rollout.max_num_batched_tokens.has_value());
     expect_config_error([] { config_from_yaml("critic:\n  optim:\n    zero_stage: 4\n", "r.yaml"); },
                         {"r.yaml:3", "critic.optim.zero_stage", "must be 0, 1, 2 or 3 (got 4)"});
     EXPECT_EQ(config_from_yaml("actor:\n  optim:\n    zero_stage: 3\n", "r.yaml").actor.optim.zero_stage, 3);

@@ -212,7 +212,12 @@ struct RolloutConfig {
     // without special tokens; rollout/stop_strings.h has the exact rules. Non-empty strings.
     std::vector<std::string> stop;
     bool include_stop_str_in_output = false;
-    int64_t micro_batch_size = 256;  // sequences generated together per rank
+    // Continuous batching (rollout/generator.h), vLLM's names. Sequences decoded together per
+    // rollout rank (KV-cache slots; was rollout.micro_batch_size):
+    int64_t max_num_seqs = 256;
+    // KV-cache budget per rollout rank in token positions over all slots (each slot holds the
+    // longest prompt + max_new_tokens - 1); null: max_num_seqs slots. Must hold one sequence.
+    std::optional<int64_t> max_num_batched_tokens;
     bool calculate_log_probs = true;  // false: the batch carries no rollout_log_probs (verl)
     // Weights generation runs with (verl/vLLM's rollout.dtype): auto = model.dtype (the policy's
     // own tensors); float32 | bfloat16 = a copy in that dtype, refreshed when the weights change.

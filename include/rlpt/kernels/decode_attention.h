@@ -12,6 +12,12 @@
 // dtype. q, k, v all float32 or all bfloat16; CPU. Parallel over B * n_kv (at::parallel_for).
 // A row with every key masked gets the uniform average of v (as softmax over equal scores).
 // Not differentiable; re-entrant.
+//
+// decode_attention_slots: the same over a cache whose rows are sequence slots of their own
+// lengths (KVCache slots, continuous batching): query row b attends to keys [0, lengths[b]) of
+// cache row slots[b], reading nothing past them. q [B, n_kv, G, hd]; k and v [N, n_kv, T, hd]
+// (the whole cache buffer of one layer); slots [B] int64 in [0, N) and lengths [B] int64 in
+// [1, T], CPU. No key mask: a slot holds only real positions.
 
 #include <torch/torch.h>
 
@@ -28,5 +34,14 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, c
 // Plain reference (kernels/decode_attention_ref.cpp): double-precision loops, no threads.
 torch::Tensor decode_attention_reference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                          const torch::Tensor& key_masked, double scale);
+
+// decode_attention_applies without the batch match (k and v have N >= B slot rows).
+bool decode_attention_slots_applies(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+// ValueError on bad shapes, dtypes, devices, or a slot / length out of range (naming the row).
+torch::Tensor decode_attention_slots(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                     const torch::Tensor& slots, const torch::Tensor& lengths, double scale);
+torch::Tensor decode_attention_slots_reference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                               const torch::Tensor& slots, const torch::Tensor& lengths,
+                                               double scale);
 
 }  // namespace rlpt::kernels

@@ -2,17 +2,30 @@
 // Preallocated key/value cache for batched autoregressive generation.
 //
 // Per layer: K and V of shape [B, n_kv_heads, T_max, head_dim] in the model's dtype/device.
-// All rows share one cached length T_cached (prompts are left-padded to a common length, so
-// every row advances one position per decode step); padding is expressed through the
-// attention mask, not through per-row lengths.
+// Two ways to use it (one per cache, they do not mix):
 //
-// Usage (under torch::NoGradGuard; the cache is not meant to carry autograd history):
+// Shared length: all rows share one cached length T_cached (prompts are left-padded to a
+// common length, so every row advances one position per decode step); padding is expressed
+// through the attention mask, not through per-row lengths.
 //   KVCache cache = model.make_cache(B, T_prompt + max_new_tokens);
 //   model.forward_logits(prompt_ids [B,T], prompt_mask [B,T], prompt_pos [B,T], &cache);  // prefill
 //   loop: model.forward_logits(ids [B,1], mask [B, cache.length()+1], pos [B,1], &cache);
 //         cache.keep_rows(unfinished_rows);  // drop finished sequences; slice ids/mask/pos alike
 //   n samples of one prefilled prompt: prefill B prompts, then cache.repeat_rows(n) (rows
 //   repeat_interleave'd, as the ids/mask/pos of the decode steps must be).
+//
+// Slots (continuous batching, rollout/generator.cpp): every row is a slot holding one sequence
+// from position 0, with its own length (slot_length); no padding is ever cached. Before each
+// forward, bind_slots(s) makes the forward's B rows the slots s (distinct, any order):
+//   prefill (T > 1, every bound slot empty): K/V of the T positions go to [0, T) of each slot;
+//     the attention is the plain causal one over these T positions (right-pad shorter prompts
+//     and mask them, then set_slot_length(s, real length) to drop the padding);
+//   decode (T = 1): row b writes its position at slot_length(s[b]) and attends to the slot's
+//     positions [0, slot_length + 1) (attention_mask may be undefined; positions are the
+//     caller's, normally slot_length(s[b])).
+// The forward's advance() grows each bound slot by T and unbinds. copy_slot shares a prefilled
+// prompt with other slots (n samples of one prompt); set_slot_length(s, 0) frees a slot. The
+// buffers are allocated once, at construction: slots never reallocate or compact.
 //
 // Not thread-safe; one cache per generation batch.
 
@@ -51,15 +64,36 @@ class KVCache {
     // Each row repeated n times consecutively (row i -> rows i*n .. i*n+n-1): n samples of
     // each prompt after one prefill. n >= 1.
     void repeat_rows(int64_t n);
-    // Forgets all cached positions (length() = 0), keeping the buffers.
-    void reset() { length_ = 0; }
+    // Forgets all cached positions (length() = 0, every slot empty), keeping the buffers.
+    void reset();
+
+    // ---- slots (see the header comment) ----
+    // The next forward's rows are these slots: distinct, in [0, batch_size()), at least one.
+    // ValueError otherwise, or when the cache already holds shared-length positions.
+    void bind_slots(const std::vector<int64_t>& slots);
+    bool slots_bound() const { return bound_.defined(); }
+    const torch::Tensor& bound_slots() const { return bound_; }  // [B] int64 CPU
+    // [B] int64 CPU: the keys each bound row attends to in a decode step (slot length + 1).
+    const torch::Tensor& bound_lengths() const { return bound_len_; }
+    const torch::Tensor& bound_slots_on_device() const { return bound_dev_; }  // bound_slots() on the cache's device
+    int64_t slot_length(int64_t slot) const;
+    // Shortens a slot to `length` <= slot_length(slot) positions (0 frees it).
+    void set_slot_length(int64_t slot, int64_t length);
+    // Copies positions [0, length) of slot `src` into slot `dst` (every layer), whose length
+    // becomes `length`; length <= slot_length(src), dst != src.
+    void copy_slot(int64_t dst, int64_t src, int64_t length);
 
     // ---- used by the model's attention layers ----
     // Writes k, v ([B, n_kv, T_new, head_dim]) at positions [length(), length()+T_new) of
     // `layer` and returns views of the cached K, V over [0, length()+T_new). ValueError when
     // the cache would overflow or shapes don't match.
+    // Slots bound: writes at each bound slot's own length (see the header comment) and
+    // returns, for a decode step, the layer's whole K and V buffers [batch_size(), n_kv, T_max,
+    // head_dim] (rows = slots; read through bound_slots() / bound_lengths()), for a prefill
+    // k and v themselves.
     std::pair<torch::Tensor, torch::Tensor> store(int64_t layer, const torch::Tensor& k, const torch::Tensor& v);
-    // Commits T_new positions after every layer has stored them.
+    // Commits T_new positions after every layer has stored them (slots bound: each bound slot
+    // grows by T_new, and the slots are unbound).
     void advance(int64_t n_new);
 
   private:
@@ -67,6 +101,9 @@ class KVCache {
     int64_t batch_;
     int64_t max_length_;
     int64_t length_ = 0;
+    std::vector<int64_t> slot_len_;               // per row, slot use only
+    bool slotted_ = false;                        // bind_slots was called: no shared-length use
+    torch::Tensor bound_, bound_len_, bound_dev_;  // the bound slots (undefined: none)
 };
 
 }  // namespace rlpt::model

@@ -23,6 +23,9 @@
 //   input_ids      [B, T] int64, each in [0, vocab_size)
 //   attention_mask [B, S] any integer/bool dtype, 1 = real token, 0 = padding. S = T without a
 //                  cache; with a cache S = cache->length() + T (mask over all cached positions).
+//                  With the cache's slots bound (KVCache::bind_slots): S = T for a prefill of
+//                  empty slots; ignored (may be undefined) for a decode step (T = 1), where
+//                  each row sees its own slot's positions.
 //   position_ids   [B, T] int64. For left-padded rows use clamp(cumsum(mask, 1) - 1, min=0);
 //                  decode steps continue from the row's last position.
 // Query positions that are padding (or see no real key) get a uniform attention over their

@@ -1,18 +1,29 @@
 #pragma once
-// Rollout engine (DESIGN §4): batched autoregressive generation with a KV cache.
+// Rollout engine (DESIGN §4): autoregressive generation with continuous batching over a KV
+// cache of sequence slots, prompts shared by their samples.
 //
-//   prefill of the left-padded prompts -> decode steps; temperature / top-k / top-p sampling
-//   or greedy; stop on EOS, on any stop token id, or at max_new_tokens; finished rows leave
-//   the decode batch (the KV cache is compacted) so they stop costing compute.
-//
-// Reproducibility: every sequence draws its random numbers from its own counter-based stream
-// seeded by `seeds[i]` (the caller derives it from the run seed, the step and the sample's
-// global index), never from a shared generator, so a sample does not depend on which other
-// prompts share its batch or on how many rollout ranks there are (up to floating-point ties
-// of the logits themselves).
+//   Slots: the KV cache (model::KVCache, slot use) holds S sequences, each in its own region of
+//   (longest prompt + max_new_tokens - 1) positions, S = min(max_num_seqs, number of prompts,
+//   max_num_batched_tokens / that region), allocated once per call. Prompts wait in a queue
+//   (longest first, identical prompts together); whenever slots are free, the next prompts are
+//   prefilled straight into them (one right-padded forward) and join the decode batch, so it
+//   stays full until the queue is empty. A finished sequence just frees its slot: no cache
+//   compaction, no reallocation. Each decode step attends every row to its own slot's length
+//   (kernels::decode_attention_slots on the CPU).
+//   Shared prompts: prompts of a call that are token-for-token identical (the n samples of a
+//   GRPO/RLOO group arrive as repeated prompts) are prefilled once; the other samples copy the
+//   prompt's K/V from a live slot holding it (KVCache::copy_slot) and start from the same
+//   last hidden state. Detection is by content within the call (no group ids needed); a
+//   prompt whose every live copy has finished before another sample of it is admitted is
+//   prefilled again.
+//   Stopping: on EOS, on any stop token id, on a stop string (stop_strings.h), or at
+//   max_new_tokens, decided for every row by one
+//   function (generator.cpp finish_reason).
+//   Sampling: temperature / top-k / top-p or greedy (sampler.h).
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,20 +74,42 @@ struct GenerationOutput {
     std::vector<std::string> texts;
 };
 
+// How the engine batches: config keys rollout.max_num_seqs and rollout.max_num_batched_tokens
+// (vLLM's names; here the token budget bounds the KV cache, see the header comment).
+struct BatchLimits {
+    int64_t max_num_seqs = 256;  // sequences decoded together (slots), >= 1
+    // KV positions over all slots, >= 1; must hold one sequence (longest prompt +
+    // max_new_tokens - 1). Unset: max_num_seqs slots.
+    std::optional<int64_t> max_num_batched_tokens;
+    // Engine switches for tests and scripts/bench_rollout.sh (defaults: the engine above).
+    // continuous = false: static batches ("waves"): the next prompts are admitted only when
+    // every slot is free, i.e. micro-batches of max_num_seqs prompts decoded until their last
+    // row finishes (rlpt's generation before continuous batching). share_prefixes = false:
+    // every sample prefills its prompt.
+    bool continuous = true;
+    bool share_prefixes = true;
+
+    BatchLimits() = default;
+    // Implicit on purpose: generate(model, prompts, seeds, params, 8) means 8 slots.
+    BatchLimits(int64_t max_num_seqs_) : max_num_seqs(max_num_seqs_) {}  // NOLINT(google-explicit-constructor)
+};
+
+// ValueError naming the config key for max_num_seqs < 1 or max_num_batched_tokens < 1.
+void validate_batch_limits(const BatchLimits& limits);
+
 // Generates one response per prompt (callers repeat prompts for n samples). `seeds` has one
-// seed per prompt. Rows are processed `micro_batch_size` at a time. Runs under NoGradGuard.
-// A row finishes when it emits eos_id (kEos) or a stop id (kStop; kEos wins when eos_id is
-// also listed), the token being kept, when its text completes a stop string (kStop, the token
-// kept), or after max_new_tokens tokens (kLength).
-// Details: prompts are sorted by length (stable) before being cut into micro-batches, so each
-// micro-batch pads to its own longest prompt; the output keeps the caller's order and pads to
-// the longest prompt of the whole call. Finished rows leave the decode batch at once
-// (KVCache::keep_rows). Any number of prompts >= 0 (none: every tensor is [0, 0]).
+// seed per prompt. At most limits.max_num_seqs rows are decoded together. Runs under
+// NoGradGuard. A row finishes when it emits eos_id (kEos) or a stop id (kStop; kEos wins when
+// eos_id is also listed), the token being kept, when its text completes a stop string (kStop,
+// the token kept), or after max_new_tokens tokens (kLength).
+// The output keeps the caller's order and pads to the longest prompt of the call. Any number
+// of prompts >= 0 (none: every tensor is [0, 0]).
 // ValueError for: an empty prompt, a token id outside [0, V), seeds.size() != prompts.size(),
-// micro_batch_size < 1, invalid params (validate_sampling_params).
+// invalid limits (validate_batch_limits) or a token budget below one sequence (naming
+// rollout.max_num_batched_tokens and the lengths), invalid params (validate_sampling_params).
 GenerationOutput generate(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                           const std::vector<uint64_t>& seeds, const SamplingParams& params,
-                          int64_t micro_batch_size = 256);
+                          const BatchLimits& limits = BatchLimits());
 
 // Per-sequence seed: a hash of (run seed, step, global sample index), with M = splitmix64_mix
 // and G = 0x9E3779B97F4A7C15:

@@ -7,8 +7,8 @@
 //   multi_stage  rollout::run_stages (multi_stage.h): rollout.stages
 //   tool_agent   agent::tool_agent_generate (rlpt/agent/tool_agent.h): rollout.multi_turn
 //
-// A generator takes the prompts, one seed per prompt, the sampling parameters, the micro-batch
-// size and its GeneratorContext (its typed arguments, GeneratorArgs, resolved from the config by
+// A generator takes the prompts, one seed per prompt, the sampling parameters, the number of
+// sequences decoded together (rollout.max_num_seqs) and its GeneratorContext (its typed arguments, GeneratorArgs, resolved from the config by
 // the rollout role at init plus per-row fields of the call; the run's config and tokenizer; the
 // sample fields; state it keeps across calls), and returns a GenerationOutput with
 // rollout::generate's shapes and finish reasons; the rollout role pads it to the call's widths.
@@ -56,12 +56,16 @@ struct GeneratorContext {
 
 using GeneratorFn = GenerationOutput (*)(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                          const std::vector<uint64_t>& seeds, const SamplingParams& params,
-                                         int64_t micro_batch_size, GeneratorContext& context);
+                                         int64_t max_num_seqs, GeneratorContext& context);
 
-// The "sampler" row: rollout::generate (the context is not used).
+// The "sampler" row: rollout::generate with batch_limits(max_num_seqs, context).
 GenerationOutput sample_responses(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                   const std::vector<uint64_t>& seeds, const SamplingParams& params,
-                                  int64_t micro_batch_size, GeneratorContext& context);
+                                  int64_t max_num_seqs, GeneratorContext& context);
+
+// The engine limits a generator passes to rollout::generate: max_num_seqs, and the KV token
+// budget rollout.max_num_batched_tokens from context.config (none without a config).
+BatchLimits batch_limits(int64_t max_num_seqs, const GeneratorContext& context);
 
 struct GeneratorEntry {
     const char* name;

@@ -58,6 +58,6 @@ void validate_stages(const std::vector<StageSpec>& stages);
 // reuse draws. Output as generate()'s, with response_mask 0 on appended tokens and texts set.
 GenerationOutput run_stages(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                             const std::vector<uint64_t>& seeds, const SamplingParams& params,
-                            const MultiStageArgs& args, int64_t micro_batch_size);
+                            const MultiStageArgs& args, const BatchLimits& limits);
 
 }  // namespace rlpt::rollout
