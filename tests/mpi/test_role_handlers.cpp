@@ -135,6 +135,13 @@ TEST(RoleHandlers, EveryMethodOfEveryRoleRunsOnASmallBatch) {
     for (const auto& role : all_roles) {
         if (role == "reward_model") {
             call(role, "init", Batch(0));
+        } else if (role == "rollout") {  // roles::rollout_init_batch's layout: a text per token id, no stages
+            Batch b(kVocab);
+            std::vector<std::string> texts;
+            for (int64_t t = 0; t < kVocab; ++t) texts.push_back("t" + std::to_string(t));
+            b.set_strings("token_text", std::move(texts));
+            call(role, "init", protocol::with_args(protocol::with_args(std::move(b), protocol::InitArgs{kVocab, 2}),
+                                                   roles::RolloutInitArgs{}));
         } else {
             call(role, "init", protocol::with_args(Batch(0), protocol::InitArgs{kVocab, 2}));
         }
