@@ -123,11 +123,14 @@ TEST(EngineStateErrors, LayoutMismatchesNameTheTensor) {
     TrainEngine e3(small, none, options(0), 0);
     expect_io_error([&] { e3.load_state(r, "actor/"); }, {"actor/params/model.layers.1."});
 
-    // ZeRO-1 pads its range to a multiple of kShardAlign: the optimizer range differs.
+    // A ZeRO-0 file (full optimizer state) loads under ZeRO-1 too (elastic resume): its padded
+    // range is cut from the full vectors, and the parameters come back exactly.
     ASSERT_NE(e.num_parameters() % 64, 0);
-    auto m4 = model::make_random_causal_lm(args, 1);
+    auto m4 = model::make_random_causal_lm(args, 2);
     TrainEngine e4(m4, none, options(1), 0);
-    expect_io_error([&] { e4.load_state(r, "actor/"); }, {"actor/optimizer/float32/exp_avg", "ZeRO-0", "ZeRO-1"});
+    e4.load_state(r, "actor/");
+    for (size_t i = 0; i < m->parameters().size(); ++i)
+        EXPECT_TRUE(torch::equal(m->parameters()[i], m4->parameters()[i])) << i;
 
     // Another dtype: the parameters' dtype is checked.
     auto m5 = model::make_random_causal_lm(args, 1, torch::kBFloat16);
