@@ -111,16 +111,7 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     lc.kl_loss_type = ac.kl_loss_type;
     const bool with_entropy = ac.entropy_coeff != 0;
 
-    detail::PpoLoop loop;
-    loop.role = "actor";
-    loop.num_mini_batches = args.num_mini_batches;
-    loop.epochs = ac.ppo_epochs;
-    loop.global_mini_batch_rows = args.global_mini_batch_rows;
-    loop.loss_scale_factor = ac.loss_scale_factor;
-    loop.micro_batch_size = ac.ppo_micro_batch_size_per_rank;
-    loop.use_dynamic_bsz = ac.use_dynamic_bsz;
-    loop.max_token_len = ac.ppo_max_token_len_per_rank;
-    loop.loss_metric = "actor/loss";
+    detail::PpoLoop loop = detail::make_ppo_loop("actor", args, ac, "actor/loss");
     loop.skipped_steps_metric = true;
     Batch metrics(0);
     detail::ppo_update_loop(*a.engine, dp, ctx.dp_size(), in, loop, metrics,

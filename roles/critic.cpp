@@ -95,16 +95,7 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     CriticWorker& cw = ready(w);
     const CriticSettings& c = cw.settings;
     const auto args = protocol::decode_args<CriticUpdateArgs>(in, "critic.update");
-    detail::PpoLoop loop;
-    loop.role = "critic";
-    loop.num_mini_batches = args.num_mini_batches;
-    loop.epochs = c.ppo_epochs;
-    loop.global_mini_batch_rows = args.global_mini_batch_rows;
-    loop.loss_scale_factor = c.loss_scale_factor;
-    loop.micro_batch_size = c.ppo_micro_batch_size_per_rank;
-    loop.use_dynamic_bsz = c.use_dynamic_bsz;
-    loop.max_token_len = c.ppo_max_token_len_per_rank;
-    loop.loss_metric = "critic/vf_loss";
+    const detail::PpoLoop loop = detail::make_ppo_loop("critic", args, c, "critic/vf_loss");
     Batch metrics(0);
     detail::ppo_update_loop(*cw.engine, ctx.comms->dp, ctx.dp_size(), in, loop, metrics,
                             [&](const Batch& mb, const algo::GlobalBatchInfo& info, int64_t) {
