@@ -5,7 +5,9 @@
 // Functions are always-inline so they compile for the ISA of the target-attributed caller.
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "rlpt/kernels/small_matmul.h"
 
@@ -78,15 +80,28 @@ RLPT_ALWAYS_INLINE float hsum(const typename Vec<L>::F& v) {
     }
 }
 
-// The widest variant this CPU runs (kAvx512 needs F, BW, VL and DQ; kAvx2 needs FMA too).
+// The widest variant this CPU runs (kAvx512 needs F, BW, VL and DQ; kAvx2 needs FMA too),
+// capped by RLPT_CPU_ISA=portable|avx2|avx512 when set (a test knob: it runs the narrower
+// paths on a wide CPU, as CI machines without AVX-512 do).
 inline SmallMatmulIsa best_isa() {
+    static const SmallMatmulIsa isa = [] {
+        SmallMatmulIsa best = SmallMatmulIsa::kPortable;
 #if RLPT_CPU_X86
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-        return SmallMatmulIsa::kAvx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SmallMatmulIsa::kAvx2;
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+            best = SmallMatmulIsa::kAvx512;
+        else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+            best = SmallMatmulIsa::kAvx2;
 #endif
-    return SmallMatmulIsa::kPortable;
+        const char* cap = std::getenv("RLPT_CPU_ISA");
+        if (cap == nullptr || *cap == '\0') return best;
+        const std::string c(cap);
+        const SmallMatmulIsa want = c == "portable" ? SmallMatmulIsa::kPortable
+                                    : c == "avx2"   ? SmallMatmulIsa::kAvx2
+                                                    : SmallMatmulIsa::kAvx512;
+        return static_cast<int>(want) > static_cast<int>(best) ? want : best;  // enum: wider first
+    }();
+    return isa;
 }
 
 }  // namespace rlpt::kernels::detail

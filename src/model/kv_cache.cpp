@@ -16,9 +16,13 @@ KVCache::KVCache(int64_t n_layers, int64_t batch_size, int64_t n_kv_heads, int64
     RLPT_CHECK(n_layers > 0 && batch_size > 0 && n_kv_heads > 0 && head_dim > 0 && max_length > 0,
                "KVCache: sizes must be positive (layers {}, batch {}, kv heads {}, head_dim {}, max_length {})",
                n_layers, batch_size, n_kv_heads, head_dim, max_length);
+    // Zeroed, not empty: memory past a row's length gets read. oneDNN's bfloat16 matmul on CPUs
+    // without AVX512_BF16 (avx512_core_vnni and older) reads one V row past the end of an
+    // odd-length view and multiplies it by zero; uninitialised NaN bits there made the logits
+    // NaN on CI's CPU (2026-11-24; tests/CMakeLists.txt runs the rollout tests at that ISA).
     for (int64_t i = 0; i < n_layers; ++i) {
-        k_.push_back(torch::empty({batch_size, n_kv_heads, max_length, head_dim}, options));
-        v_.push_back(torch::empty({batch_size, n_kv_heads, max_length, head_dim}, options));
+        k_.push_back(torch::zeros({batch_size, n_kv_heads, max_length, head_dim}, options));
+        v_.push_back(torch::zeros({batch_size, n_kv_heads, max_length, head_dim}, options));
     }
 }
 
@@ -70,6 +74,7 @@ void KVCache::fork_rows(const torch::Tensor& rows) {
         for (auto* buf : {&k_[l], &v_[l]}) {
             auto fresh = torch::empty({n, buf->size(1), max_length_, buf->size(3)}, buf->options());
             if (length_ > 0 && n > 0) fresh.narrow(2, 0, length_).copy_(buf->narrow(2, 0, length_).index_select(0, idx));
+            fresh.narrow(2, length_, max_length_ - length_).zero_();  // as in the constructor
             *buf = fresh;
         }
     }
