@@ -85,6 +85,28 @@ TEST(EngineAdamW, SumOfSquaresIsExactAndThreadIndependent) {
     EXPECT_THROW(sum_of_squares(torch::zeros({3}, torch::kFloat64)), ValueError);
 }
 
+TEST(EngineAdamW, FusedUpdateIsThreadIndependent) {
+    // adamw.cpp is compiled with OpenMP (rlpt_parallel_for_sources), so 2 threads really split
+    // the elements; each element's update is independent, so the bits must not change.
+    torch::manual_seed(3);
+    const auto p0 = torch::randn({1 << 20}), g = torch::randn({1 << 20});
+    const auto m0 = torch::randn({1 << 20}) * 0.1, v0 = torch::rand({1 << 20}) * 0.01;
+    AdamWStep s;
+    s.lr = 1e-3;
+    s.weight_decay = 0.01;
+    s.step = 7;
+    const int saved = torch::get_num_threads();
+    std::vector<torch::Tensor> out;
+    for (int threads : {1, 2}) {
+        torch::set_num_threads(threads);
+        auto p = p0.clone(), m = m0.clone(), v = v0.clone();
+        adamw_update_(p, g, m, v, s);
+        out.push_back(torch::cat({p, m, v}));
+    }
+    torch::set_num_threads(saved);
+    EXPECT_TRUE(torch::equal(out[0], out[1]));
+}
+
 TEST(EngineAdamW, KernelRejectsBadBuffers) {
     auto p = torch::zeros({4}), g = torch::zeros({4}), m = torch::zeros({4});
     AdamWStep s;
