@@ -74,16 +74,7 @@ int main(int argc, char** argv) {
         for (int64_t id = first_filler; id < vocab; ++id) macros.push_back(fmt::format("w{} ", id));
         agent::testing::MacroTokenizer tok(charset, macros);
 
-        auto a = model::tiny_model_args(model::ModelFamily::kLlama, vocab);
-        a.hidden_size = hidden;
-        a.num_hidden_layers = layers;
-        a.num_attention_heads = 4;
-        a.num_key_value_heads = 2;
-        a.head_dim = hidden / 4;
-        a.intermediate_size = hidden * 11 / 4;
-        a.max_position_embeddings = 128 + max_new + 8;
-        a.initializer_range = 0.02;
-        a.validate();
+        const auto a = bench::small_llama(vocab, hidden, layers, 128 + max_new + 8);
         auto m = model::make_random_causal_lm(a, 5);
         int64_t params = 0;
         for (const auto& p : m->parameters()) params += p.numel();
@@ -105,7 +96,8 @@ int main(int argc, char** argv) {
         sp.temperature = 1.0;
         sp.max_new_tokens = max_new;
         sp.eos_id = tokenizer::CharTokenizer::kEosId;
-        sp.stop_token_ids = std::vector<int64_t>(tok.macro_ids().begin(), tok.macro_ids().begin() + calls);
+        const auto macro_ids = tok.macro_ids();
+        sp.stop_token_ids.assign(macro_ids.begin(), macro_ids.begin() + calls);
 
         bool all_same = true;
         for (const int64_t lat : {int64_t{0}, latency_ms}) {
