@@ -283,16 +283,20 @@ class Conversations {
         const double wait = ready_.empty() ? timeout_s : 0.0;
         if (st_.env && st_.env->in_flight() > 0) {
             for (auto& [ticket, r] : st_.env->poll(wait)) {
-                const size_t i = env_of_.at(ticket);
-                env_of_.erase(ticket);
+                auto it = env_of_.find(ticket);
+                if (it == env_of_.end()) continue;  // left over by an earlier call that threw
+                const size_t i = it->second;
+                env_of_.erase(it);
                 s_[i].env_reply = std::move(r);
                 s_[i].outstanding = 0;
                 ready_.push_back(i);
             }
         } else if (st_.mcp && st_.mcp->in_flight() > 0) {
             for (auto& [ticket, r] : st_.mcp->poll(wait)) {
-                const auto [i, k] = mcp_of_.at(ticket);
-                mcp_of_.erase(ticket);
+                auto it = mcp_of_.find(ticket);
+                if (it == mcp_of_.end()) continue;  // left over by an earlier call that threw
+                const auto [i, k] = it->second;
+                mcp_of_.erase(it);
                 record(i, k, r);
             }
         }
