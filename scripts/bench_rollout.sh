@@ -12,16 +12,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 source "$here/scripts/bench_common.sh"
-if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then bench_binary bench_rollout.sh rlpt_bench_rollout "$1"; shift
-else bench_binary bench_rollout.sh rlpt_bench_rollout; fi
-threads=1
-args=("$@")
-for ((i = 0; i + 1 < ${#args[@]}; i++)); do [ "${args[$i]}" = "--threads" ] && threads="${args[$((i + 1))]}"; done
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
-load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-OMP_NUM_THREADS="$threads" "$bin" "$@" | tee /dev/stderr | grep '^{' >"$out"
-load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+bench_json bench_rollout.sh rlpt_bench_rollout "$@"
 python3 - "$out" "$load_before" "$load_after" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]

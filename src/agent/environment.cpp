@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <deque>
+#include <map>
 
 #include "rlpt/agent/line_process.h"
 #include "rlpt/core/error.h"
@@ -38,6 +39,8 @@ EnvironmentPool::EnvironmentPool(std::string command, int64_t workers, double ti
     RLPT_CHECK_KIND(ConfigError, workers >= 1, "rollout.multi_turn.env_workers: must be >= 1 (got {})", workers);
     RLPT_CHECK_KIND(ConfigError, timeout_s > 0, "rollout.multi_turn.env_timeout_s: must be > 0 (got {})", timeout_s);
     workers_.resize(static_cast<size_t>(workers));
+    waiting_.resize(static_cast<size_t>(workers));
+    front_since_.assign(static_cast<size_t>(workers), 0.0);
 }
 
 EnvironmentPool::~EnvironmentPool() = default;
@@ -54,64 +57,102 @@ LineProcess* EnvironmentPool::worker(size_t w) {
     return p.get();
 }
 
-std::vector<EnvReply> EnvironmentPool::exchange(const std::vector<int64_t>& episodes,
-                                                const std::vector<nlohmann::json>& requests, bool is_reset) {
-    std::vector<EnvReply> out(episodes.size());
-    const size_t W = workers_.size();
-    std::vector<std::deque<size_t>> waiting(W);  // request indices in the order sent
-    auto fail = [&](size_t w, const std::string& why) {
-        for (size_t i : waiting[w]) {
-            out[i].error = fmt::format("environment '{}' {} (sample {})", command_, why, episodes[i]);
-            out[i].done = true;
-        }
-        waiting[w].clear();
-        if (workers_[w]) workers_[w]->stop(0.0);  // restarted before its next request
-    };
-    for (size_t i = 0; i < episodes.size(); ++i) {
-        const size_t w = static_cast<size_t>(episodes[i]) % W;
-        try {
-            worker(w)->send_line(dump(requests[i]), timeout_s_);
-            waiting[w].push_back(i);
-        } catch (const Error& e) {
-            waiting[w].push_back(i);
-            fail(w, e.message());
-        }
+void EnvironmentPool::fail(size_t w, const std::string& why) {
+    for (const auto& q : waiting_[w]) {
+        EnvReply r;
+        r.error = fmt::format("environment '{}' {} (sample {})", command_, why, q.episode);
+        r.done = true;
+        done_.emplace_back(q.ticket, std::move(r));
     }
-    const double deadline = monotonic_s() + timeout_s_;
-    for (;;) {
+    waiting_[w].clear();
+    if (workers_[w]) workers_[w]->stop(0.0);  // restarted before its next request
+}
+
+int64_t EnvironmentPool::submit(int64_t episode, const nlohmann::json& request, bool is_reset) {
+    const int64_t ticket = next_ticket_++;
+    const size_t w = static_cast<size_t>(episode) % workers_.size();
+    const bool first = waiting_[w].empty();
+    try {
+        worker(w)->send_line(dump(request), timeout_s_);
+        waiting_[w].push_back(Waiting{ticket, episode, is_reset});
+        if (first) front_since_[w] = monotonic_s();
+    } catch (const Error& e) {
+        waiting_[w].push_back(Waiting{ticket, episode, is_reset});
+        fail(w, e.message());
+    }
+    return ticket;
+}
+
+int64_t EnvironmentPool::submit_step(int64_t episode, const std::string& action) {
+    return submit(episode, {{"op", "step"}, {"episode", episode}, {"action", action}}, false);
+}
+
+std::vector<std::pair<int64_t, EnvReply>> EnvironmentPool::poll(double timeout_s) {
+    const double until = monotonic_s() + std::max(0.0, timeout_s);
+    const size_t W = workers_.size();
+    for (bool first = true; done_.empty(); first = false) {
+        const double now = monotonic_s();
+        if (!first && now >= until) break;
         std::vector<pollfd> fds;
         std::vector<size_t> ws;
-        for (size_t w = 0; w < W; ++w)
-            if (!waiting[w].empty()) {
-                fds.push_back(pollfd{workers_[w]->read_fd(), POLLIN, 0});
-                ws.push_back(w);
+        double next_deadline = until;
+        for (size_t w = 0; w < W; ++w) {
+            if (waiting_[w].empty()) continue;
+            // A worker answers in order: its oldest request has timeout_s from when it became the oldest.
+            if (now >= front_since_[w] + timeout_s_) {
+                fail(w, fmt::format("did not answer within {} s (rollout.multi_turn.env_timeout_s)", timeout_s_));
+                continue;
             }
-        if (fds.empty()) break;
-        const double left = deadline - monotonic_s();
-        if (left <= 0) {
-            for (size_t w : ws) fail(w, fmt::format("did not answer within {} s (rollout.multi_turn.env_timeout_s)", timeout_s_));
-            break;
+            next_deadline = std::min(next_deadline, front_since_[w] + timeout_s_);
+            fds.push_back(pollfd{workers_[w]->read_fd(), POLLIN, 0});
+            ws.push_back(w);
         }
-        ::poll(fds.data(), fds.size(), static_cast<int>(std::min(left, 1.0) * 1000) + 1);
+        if (fds.empty()) break;
+        const double wait = std::max(0.0, next_deadline - monotonic_s());
+        ::poll(fds.data(), fds.size(), wait > 0 ? static_cast<int>(std::min(wait, 1.0) * 1000) + 1 : 0);
         for (size_t k = 0; k < fds.size(); ++k) {
             if (!fds[k].revents) continue;
             const size_t w = ws[k];
             LineProcess& p = *workers_[w];
             const bool alive = p.pump();
-            while (!waiting[w].empty()) {
+            while (!waiting_[w].empty()) {
                 auto line = p.pop_line();
                 if (!line) break;
-                const size_t i = waiting[w].front();
-                waiting[w].pop_front();
-                if (auto why = parse_reply(*line, is_reset, out[i]); !why.empty()) {
-                    waiting[w].push_front(i);
+                const Waiting q = waiting_[w].front();
+                EnvReply r;
+                if (auto why = parse_reply(*line, q.is_reset, r); !why.empty()) {
                     fail(w, why);
                     break;
                 }
+                waiting_[w].pop_front();
+                front_since_[w] = monotonic_s();
+                done_.emplace_back(q.ticket, std::move(r));
             }
-            if (!alive && !waiting[w].empty()) fail(w, p.exit_description());
+            if (!alive && !waiting_[w].empty()) fail(w, p.exit_description());
         }
     }
+    std::vector<std::pair<int64_t, EnvReply>> out;
+    out.swap(done_);
+    return out;
+}
+
+size_t EnvironmentPool::in_flight() const {
+    size_t n = done_.size();
+    for (const auto& q : waiting_) n += q.size();
+    return n;
+}
+
+std::vector<EnvReply> EnvironmentPool::exchange(const std::vector<int64_t>& episodes,
+                                                const std::vector<nlohmann::json>& requests, bool is_reset) {
+    RLPT_CHECK_KIND(InternalError, in_flight() == 0, "EnvironmentPool: a batch exchange with asynchronous steps in flight");
+    std::map<int64_t, size_t> index;  // ticket -> request
+    for (size_t i = 0; i < episodes.size(); ++i) index[submit(episodes[i], requests[i], is_reset)] = i;
+    std::vector<EnvReply> out(episodes.size());
+    for (size_t left = episodes.size(); left > 0;)
+        for (auto& [ticket, r] : poll(3600.0)) {
+            out[index.at(ticket)] = std::move(r);
+            --left;
+        }
     return out;
 }
 

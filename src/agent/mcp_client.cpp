@@ -158,75 +158,74 @@ const McpTool* McpClient::find_tool(const std::string& name) const {
     return nullptr;
 }
 
-std::vector<ToolResult> McpClient::call_many(const std::vector<ToolCallRequest>& calls) {
-    std::vector<ToolResult> results(calls.size());
-    struct Pending {
-        size_t call;
-        size_t server;
-        double t0;
-        double deadline;
-    };
-    std::map<int64_t, Pending> pending;
-    std::set<size_t> restart_tried;
-    auto fail_server = [&](size_t server, const std::string& kind, const std::string& why) {
-        servers_[server]->broken = true;
-        if (servers_[server]->proc) servers_[server]->proc->stop(0.0);
-        const double now = monotonic_s();
-        for (auto it = pending.begin(); it != pending.end();) {
-            if (it->second.server != server) {
-                ++it;
-                continue;
-            }
-            results[it->second.call] = error_result(calls[it->second.call].name, kind, why, now - it->second.t0);
-            it = pending.erase(it);
-        }
-    };
-    for (size_t c = 0; c < calls.size(); ++c) {
-        const McpTool* tool = find_tool(calls[c].name);
-        if (!tool) {
-            std::string names;
-            for (const auto& t : tools_) names += (names.empty() ? "" : ", ") + t.name;
-            results[c] = ToolResult{fmt::format("Unknown function '{}'. Available tools: [{}]", calls[c].name, names),
-                                    true, "unknown_tool", 0.0};
+void McpClient::fail_server(size_t server, const std::string& kind, const std::string& why) {
+    servers_[server]->broken = true;
+    if (servers_[server]->proc) servers_[server]->proc->stop(0.0);
+    const double now = monotonic_s();
+    for (auto it = pending_.begin(); it != pending_.end();) {
+        if (it->second.server != server) {
+            ++it;
             continue;
         }
-        Server& s = *servers_[tool->server];
-        const double t0 = monotonic_s();
-        if (s.broken || !s.proc || !s.proc->running()) {
-            std::string why;
-            if (restart_tried.insert(tool->server).second) {
-                try {
-                    if (s.proc) s.proc->stop(0.0);
-                    start_server(s);
-                    ++restarts_;
-                    RLPT_LOG_WARN("MCP server '{}' restarted", s.command);
-                } catch (const Error& e) {
-                    why = e.message();
-                    s.broken = true;
-                }
-            } else if (s.broken) {
-                why = fmt::format("MCP server '{}' could not be restarted", s.command);
-            }
-            if (!why.empty()) {
-                results[c] = error_result(calls[c].name, "crash", why, monotonic_s() - t0);
-                continue;
-            }
-        }
-        const int64_t id = next_id_++;
-        try {
-            s.proc->send_line(dump(request_json(id, "tools/call", {{"name", calls[c].name}, {"arguments", calls[c].arguments}})),
-                              call_timeout_s_);
-        } catch (const Error& e) {
-            results[c] = error_result(calls[c].name, "crash", e.message(), monotonic_s() - t0);
-            fail_server(tool->server, "crash", e.message());
-            continue;
-        }
-        pending[id] = Pending{c, tool->server, t0, t0 + call_timeout_s_};
+        done_.emplace_back(it->second.ticket, error_result(it->second.name, kind, why, now - it->second.t0));
+        it = pending_.erase(it);
     }
-    while (!pending.empty()) {
-        double now = monotonic_s(), first_deadline = now + 3600;
+}
+
+int64_t McpClient::submit(const ToolCallRequest& call) {
+    const int64_t ticket = next_ticket_++;
+    const McpTool* tool = find_tool(call.name);
+    if (!tool) {
+        std::string names;
+        for (const auto& t : tools_) names += (names.empty() ? "" : ", ") + t.name;
+        done_.emplace_back(ticket, ToolResult{fmt::format("Unknown function '{}'. Available tools: [{}]", call.name, names),
+                                              true, "unknown_tool", 0.0});
+        return ticket;
+    }
+    Server& s = *servers_[tool->server];
+    const double t0 = monotonic_s();
+    if (s.broken || !s.proc || !s.proc->running()) {
+        std::string why;
+        if (restart_failed_.count(tool->server) == 0) {
+            try {
+                if (s.proc) s.proc->stop(0.0);
+                start_server(s);
+                ++restarts_;
+                RLPT_LOG_WARN("MCP server '{}' restarted", s.command);
+            } catch (const Error& e) {
+                why = e.message();
+                s.broken = true;
+                restart_failed_.insert(tool->server);
+            }
+        } else {
+            why = fmt::format("MCP server '{}' could not be restarted", s.command);
+        }
+        if (!why.empty()) {
+            done_.emplace_back(ticket, error_result(call.name, "crash", why, monotonic_s() - t0));
+            return ticket;
+        }
+    }
+    const int64_t id = next_id_++;
+    try {
+        s.proc->send_line(dump(request_json(id, "tools/call", {{"name", call.name}, {"arguments", call.arguments}})),
+                          call_timeout_s_);
+    } catch (const Error& e) {
+        done_.emplace_back(ticket, error_result(call.name, "crash", e.message(), monotonic_s() - t0));
+        fail_server(tool->server, "crash", e.message());
+        return ticket;
+    }
+    pending_[id] = Pending{ticket, call.name, tool->server, t0, t0 + call_timeout_s_};
+    return ticket;
+}
+
+std::vector<std::pair<int64_t, ToolResult>> McpClient::poll(double timeout_s) {
+    const double until = monotonic_s() + std::max(0.0, timeout_s);
+    for (bool first = true; done_.empty() && !pending_.empty(); first = false) {
+        double now = monotonic_s();
+        if (!first && now >= until) break;
+        double first_deadline = now + 3600;
         std::set<size_t> timed_out;
-        for (const auto& [id, p] : pending) {
+        for (const auto& [id, p] : pending_) {
             if (p.deadline <= now) timed_out.insert(p.server);
             first_deadline = std::min(first_deadline, p.deadline);
         }
@@ -234,71 +233,87 @@ std::vector<ToolResult> McpClient::call_many(const std::vector<ToolCallRequest>&
             fail_server(sv, "timeout",
                         fmt::format("no reply within {} s (MCP server '{}' was killed; it restarts before its next call)",
                                     call_timeout_s_, servers_[sv]->command));
-        if (pending.empty()) break;
+        if (pending_.empty()) break;
         std::vector<pollfd> fds;
         std::vector<size_t> fd_server;
         for (size_t sv = 0; sv < servers_.size(); ++sv) {
-            const bool busy = std::any_of(pending.begin(), pending.end(), [&](const auto& kv) { return kv.second.server == sv; });
+            const bool busy =
+                std::any_of(pending_.begin(), pending_.end(), [&](const auto& kv) { return kv.second.server == sv; });
             if (busy && servers_[sv]->proc && servers_[sv]->proc->read_fd() >= 0) {
                 fds.push_back(pollfd{servers_[sv]->proc->read_fd(), POLLIN, 0});
                 fd_server.push_back(sv);
             }
         }
-        const double wait = std::max(0.0, first_deadline - monotonic_s());
-        ::poll(fds.data(), fds.size(), static_cast<int>(std::min(wait, 1.0) * 1000) + 1);
-        for (size_t k = 0; k < fds.size(); ++k) {
-            if (!fds[k].revents) continue;
-            const size_t sv = fd_server[k];
-            LineProcess& proc = *servers_[sv]->proc;
-            const bool alive = proc.pump();
-            bool garbage = false;
-            while (auto line = proc.pop_line()) {
-                nlohmann::json j = nlohmann::json::parse(*line, nullptr, false);
-                if (!j.is_object() || (!j.contains("method") && !j.contains("id"))) {
-                    fail_server(sv, "garbage",
-                                fmt::format("MCP server '{}' wrote a line that is not JSON-RPC ({}); it was killed and "
-                                            "restarts before its next call", servers_[sv]->command, line->substr(0, 120)));
-                    garbage = true;
-                    break;
-                }
-                if (is_request_from_server(j)) {
-                    try {
-                        proc.send_line(dump(method_not_found(j)), 1.0);
-                    } catch (const Error&) {
-                    }
-                    continue;
-                }
-                if (!j.contains("id") || !j["id"].is_number_integer()) continue;  // a notification
-                auto it = pending.find(j["id"].get<int64_t>());
-                if (it == pending.end()) continue;  // a reply to a call already given up
-                const Pending p = it->second;
-                pending.erase(it);
-                const std::string& name = calls[p.call].name;
-                const double latency = monotonic_s() - p.t0;
-                if (j.contains("error")) {
-                    const auto& e = j["error"];
-                    const std::string msg = e.is_object() && e.contains("message") && e["message"].is_string()
-                                                ? e["message"].get<std::string>() : dump(e);
-                    results[p.call] = error_result(name, "tool", msg, latency);
-                } else if (!j.contains("result") || !j["result"].is_object() || !j["result"].contains("content") ||
-                           !j["result"]["content"].is_array()) {
-                    results[p.call] = error_result(name, "garbage", "the reply is not a CallToolResult: " + line->substr(0, 120),
-                                                   latency);
-                } else {
-                    const auto& r = j["result"];
-                    ToolResult tr;
-                    tr.text = tool_result_text(r);
-                    tr.is_error = r.contains("isError") && r["isError"].is_boolean() && r["isError"].get<bool>();
-                    tr.error_kind = tr.is_error ? "tool" : "";
-                    tr.latency_s = latency;
-                    results[p.call] = std::move(tr);
-                }
+        const double wait = std::max(0.0, std::min(first_deadline, until) - monotonic_s());
+        ::poll(fds.data(), fds.size(), wait > 0 ? static_cast<int>(std::min(wait, 1.0) * 1000) + 1 : 0);
+        for (size_t k = 0; k < fds.size(); ++k)
+            if (fds[k].revents) read_server(fd_server[k]);
+    }
+    std::vector<std::pair<int64_t, ToolResult>> out;
+    out.swap(done_);
+    return out;
+}
+
+// Everything server `sv` wrote: replies complete their calls.
+void McpClient::read_server(size_t sv) {
+    LineProcess& proc = *servers_[sv]->proc;
+    const bool alive = proc.pump();
+    while (auto line = proc.pop_line()) {
+        nlohmann::json j = nlohmann::json::parse(*line, nullptr, false);
+        if (!j.is_object() || (!j.contains("method") && !j.contains("id"))) {
+            fail_server(sv, "garbage",
+                        fmt::format("MCP server '{}' wrote a line that is not JSON-RPC ({}); it was killed and "
+                                    "restarts before its next call", servers_[sv]->command, line->substr(0, 120)));
+            return;
+        }
+        if (is_request_from_server(j)) {
+            try {
+                proc.send_line(dump(method_not_found(j)), 1.0);
+            } catch (const Error&) {
             }
-            if (!garbage && !alive)
-                fail_server(sv, "crash", fmt::format("MCP server '{}' {} (it restarts before its next call)",
-                                                     servers_[sv]->command, proc.exit_description()));
+            continue;
+        }
+        if (!j.contains("id") || !j["id"].is_number_integer()) continue;  // a notification
+        auto it = pending_.find(j["id"].get<int64_t>());
+        if (it == pending_.end()) continue;  // a reply to a call already given up
+        const Pending p = it->second;
+        pending_.erase(it);
+        const double latency = monotonic_s() - p.t0;
+        if (j.contains("error")) {
+            const auto& e = j["error"];
+            const std::string msg = e.is_object() && e.contains("message") && e["message"].is_string()
+                                        ? e["message"].get<std::string>() : dump(e);
+            done_.emplace_back(p.ticket, error_result(p.name, "tool", msg, latency));
+        } else if (!j.contains("result") || !j["result"].is_object() || !j["result"].contains("content") ||
+                   !j["result"]["content"].is_array()) {
+            done_.emplace_back(p.ticket, error_result(p.name, "garbage",
+                                                      "the reply is not a CallToolResult: " + line->substr(0, 120), latency));
+        } else {
+            const auto& r = j["result"];
+            ToolResult tr;
+            tr.text = tool_result_text(r);
+            tr.is_error = r.contains("isError") && r["isError"].is_boolean() && r["isError"].get<bool>();
+            tr.error_kind = tr.is_error ? "tool" : "";
+            tr.latency_s = latency;
+            done_.emplace_back(p.ticket, std::move(tr));
         }
     }
+    if (!alive)
+        fail_server(sv, "crash", fmt::format("MCP server '{}' {} (it restarts before its next call)",
+                                             servers_[sv]->command, proc.exit_description()));
+}
+
+std::vector<ToolResult> McpClient::call_many(const std::vector<ToolCallRequest>& calls) {
+    RLPT_CHECK_KIND(InternalError, pending_.empty() && done_.empty(), "McpClient::call_many with asynchronous calls in flight");
+    restart_failed_.clear();
+    std::map<int64_t, size_t> index;  // ticket -> call
+    for (size_t c = 0; c < calls.size(); ++c) index[submit(calls[c])] = c;
+    std::vector<ToolResult> results(calls.size());
+    for (size_t left = calls.size(); left > 0;)
+        for (auto& [ticket, r] : poll(3600.0)) {
+            results[index.at(ticket)] = std::move(r);
+            --left;
+        }
     return results;
 }
 

@@ -29,7 +29,7 @@ KVCache::KVCache(int64_t n_layers, int64_t batch_size, int64_t n_kv_heads, int64
 void KVCache::reset() {
     length_ = 0;
     std::fill(slot_len_.begin(), slot_len_.end(), int64_t{0});
-    bound_ = bound_len_ = bound_dev_ = torch::Tensor();
+    bound_ = bound_len_ = bound_dev_ = ext_prefix_ = ext_new_ = torch::Tensor();
 }
 
 void KVCache::keep_rows(const torch::Tensor& rows) {
@@ -98,6 +98,21 @@ std::pair<torch::Tensor, torch::Tensor> KVCache::store(int64_t layer, const torc
                "KVCache::store: expected k/v [{}, {}, T, {}], got k {} v {}", rows, kb.size(1), kb.size(3),
                k.sizes(), v.sizes());
     const int64_t t_new = k.size(2);
+    if (slots_bound() && extending()) {
+        // Each row's first n[b] positions after its slot's; returns the bound slots' K/V over
+        // [0, longest prefix + n) (the forward's mask hides the rest).
+        const auto* s = bound_.data_ptr<int64_t>();
+        const auto* pre = ext_prefix_.data_ptr<int64_t>();
+        const auto* n = ext_new_.data_ptr<int64_t>();
+        int64_t longest = 0;
+        for (int64_t i = 0; i < rows; ++i) {
+            RLPT_CHECK(n[i] <= t_new, "KVCache::store: row {} extends by {} positions, the input has {}", i, n[i], t_new);
+            kb.select(0, s[i]).narrow(1, pre[i], n[i]).copy_(k.select(0, i).narrow(1, 0, n[i]));
+            vb.select(0, s[i]).narrow(1, pre[i], n[i]).copy_(v.select(0, i).narrow(1, 0, n[i]));
+            longest = std::max(longest, pre[i] + n[i]);
+        }
+        return {kb.index_select(0, bound_dev_).narrow(2, 0, longest), vb.index_select(0, bound_dev_).narrow(2, 0, longest)};
+    }
     if (slots_bound()) {
         if (t_new > 1) {  // prefill of empty slots
             const auto* s = bound_.data_ptr<int64_t>();
@@ -129,8 +144,9 @@ void KVCache::advance(int64_t n_new) {
     if (slots_bound()) {
         RLPT_CHECK(n_new >= 0, "KVCache::advance: {} new positions", n_new);
         const auto* s = bound_.data_ptr<int64_t>();
-        for (int64_t i = 0; i < bound_.size(0); ++i) slot_len_[static_cast<size_t>(s[i])] += n_new;
-        bound_ = bound_len_ = bound_dev_ = torch::Tensor();
+        const int64_t* n = extending() ? ext_new_.data_ptr<int64_t>() : nullptr;
+        for (int64_t i = 0; i < bound_.size(0); ++i) slot_len_[static_cast<size_t>(s[i])] += n ? n[i] : n_new;
+        bound_ = bound_len_ = bound_dev_ = ext_prefix_ = ext_new_ = torch::Tensor();
         return;
     }
     RLPT_CHECK(n_new >= 0 && length_ + n_new <= max_length_, "KVCache::advance: {} + {} exceeds max_length {}", length_,
@@ -141,6 +157,7 @@ void KVCache::advance(int64_t n_new) {
 void KVCache::bind_slots(const std::vector<int64_t>& slots) {
     RLPT_CHECK(length_ == 0, "KVCache::bind_slots: the cache holds {} shared-length positions", length_);
     RLPT_CHECK(!slots.empty(), "KVCache::bind_slots: no slots");
+    ext_prefix_ = ext_new_ = torch::Tensor();
     std::vector<int64_t> lens;
     std::vector<bool> seen(static_cast<size_t>(batch_), false);
     lens.reserve(slots.size());
@@ -157,6 +174,24 @@ void KVCache::bind_slots(const std::vector<int64_t>& slots) {
     bound_ = torch::tensor(slots, torch::kInt64);
     bound_len_ = torch::tensor(lens, torch::kInt64);
     bound_dev_ = bound_.to(k_[0].device());
+}
+
+void KVCache::bind_slots(const std::vector<int64_t>& slots, const std::vector<int64_t>& new_lengths) {
+    RLPT_CHECK(slots.size() == new_lengths.size(), "KVCache::bind_slots: {} slots, {} new lengths", slots.size(),
+               new_lengths.size());
+    std::vector<int64_t> prefix;
+    for (size_t i = 0; i < slots.size(); ++i) {
+        RLPT_CHECK(slots[i] >= 0 && slots[i] < batch_, "KVCache::bind_slots: slot {} is out of range [0, {})",
+                   slots[i], batch_);
+        const int64_t len = slot_len_[static_cast<size_t>(slots[i])];
+        RLPT_CHECK(new_lengths[i] >= 1 && len + new_lengths[i] <= max_length_,
+                   "KVCache overflow: slot {} holds {} positions, extending by {} exceeds max_length {}", slots[i],
+                   len, new_lengths[i], max_length_);
+        prefix.push_back(len);
+    }
+    bind_slots(slots);
+    ext_prefix_ = torch::tensor(prefix, torch::kInt64);
+    ext_new_ = torch::tensor(new_lengths, torch::kInt64);
 }
 
 int64_t KVCache::slot_length(int64_t slot) const {

@@ -105,7 +105,7 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const Rotary& rope, con
     auto k = apply_rotary(k_proj_->forward_kv(xin, tp_, layout_).view({b, t, n_kv_heads_, head_dim_}), rope)
                  .transpose(1, 2);
     auto v = v_proj_->forward_kv(xin, tp_, layout_).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);
-    const bool slot_decode = cache != nullptr && cache->slots_bound() && t == 1;
+    const bool slot_decode = cache != nullptr && cache->slots_bound() && t == 1 && !cache->extending();
     if (cache != nullptr) std::tie(k, v) = cache->store(layer, k, v);
 
     // Grouped-query attention: query heads h = kv*group + j share KV head kv. Folding the group

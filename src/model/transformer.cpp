@@ -77,7 +77,7 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
     // Slots bound (KVCache, continuous batching): a decode step needs no mask, a prefill of
     // empty slots is a plain forward whose K/V land in the slots.
     const bool slots = cache != nullptr && cache->slots_bound();
-    const bool slot_decode = slots && t == 1;
+    const bool slot_decode = slots && t == 1 && !cache->extending();
     const int64_t past = cache && !slots ? cache->length() : 0;
     RLPT_CHECK(b > 0 && t > 0, "forward: empty input_ids {}", input_ids.sizes());
     RLPT_CHECK(position_ids.defined() && position_ids.sizes() == input_ids.sizes() &&
@@ -115,6 +115,14 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
         const auto& lens = cache->bound_lengths();
         auto k_pos = torch::arange(lens.max().item<int64_t>(), i64);
         masked_out = (k_pos.unsqueeze(0) >= lens.to(device).unsqueeze(1)).view({b, 1, 1, 1, k_pos.size(0)});
+    } else if (slots && cache->extending()) {
+        // Row b's query i sits at position prefix[b] + i and sees keys [0, prefix[b] + i] that
+        // are real (< prefix[b] + new[b]), out of the longest row's prefix + new.
+        auto pre = cache->extend_prefix_lengths().to(device).view({b, 1, 1});
+        auto end = pre + cache->extend_new_lengths().to(device).view({b, 1, 1});
+        auto k_pos = torch::arange(end.max().item<int64_t>(), i64).view({1, 1, -1});
+        auto q_pos = pre + torch::arange(t, i64).view({1, t, 1});
+        masked_out = (k_pos > q_pos).logical_or(k_pos >= end).view({b, 1, 1, t, k_pos.size(2)});
     } else {
         auto key_pad = (attention_mask == 0).view({b, 1, 1, 1, past + t});
         auto q_pos = torch::arange(past, past + t, i64);

@@ -26,6 +26,22 @@ inline model::ModelArgs llama_100m() {
     return a;
 }
 
+// A small Llama-style model for rollout workloads (bench_rollout, bench_agent): 4 heads (2 KV
+// heads), SwiGLU 11/4 x hidden, HF's init scale 0.02 (near-uniform next-token distributions).
+inline model::ModelArgs small_llama(int64_t vocab, int64_t hidden, int64_t layers, int64_t max_positions) {
+    auto a = model::tiny_model_args(model::ModelFamily::kLlama, vocab);
+    a.hidden_size = hidden;
+    a.num_hidden_layers = layers;
+    a.num_attention_heads = 4;
+    a.num_key_value_heads = 2;
+    a.head_dim = hidden / 4;
+    a.intermediate_size = hidden * 11 / 4;
+    a.max_position_embeddings = max_positions;
+    a.initializer_range = 0.02;
+    a.validate();
+    return a;
+}
+
 // Reads "--name value" pairs of integer options into the listed fields (argv[1..]); ValueError
 // naming `program` and the option for an unknown name.
 inline void parse_int_options(int argc, char** argv, const char* program,

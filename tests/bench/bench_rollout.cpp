@@ -68,16 +68,7 @@ int main(int argc, char** argv) {
                                   {"--hidden", &hidden}, {"--layers", &layers}, {"--vocab", &vocab},
                                   {"--threads", &threads}, {"--rounds", &rounds}});
         torch::set_num_threads(static_cast<int>(threads));
-        auto a = model::tiny_model_args(model::ModelFamily::kLlama, vocab);
-        a.hidden_size = hidden;
-        a.num_hidden_layers = layers;
-        a.num_attention_heads = 4;
-        a.num_key_value_heads = 2;
-        a.head_dim = hidden / 4;
-        a.intermediate_size = hidden * 11 / 4;
-        a.max_position_embeddings = prompt_len + max_new + 8;
-        a.initializer_range = 0.02;
-        a.validate();
+        const auto a = bench::small_llama(vocab, hidden, layers, prompt_len + max_new + 8);
         auto m = model::make_random_causal_lm(a, 5);
         int64_t params = 0;
         for (const auto& p : m->parameters()) params += p.numel();

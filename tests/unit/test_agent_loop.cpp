@@ -9,7 +9,9 @@
 #include <filesystem>
 #include <map>
 
+#include "unit/agent_macro_tokenizer.h"
 #include "unit/agent_test_util.h"
+#include "rlpt/agent/line_process.h"
 #include "rlpt/agent/tool_agent.h"
 #include "rlpt/algo/agg_loss.h"
 #include "rlpt/algo/policy_loss.h"
@@ -19,6 +21,7 @@
 #include "rlpt/engine/policy_ops.h"
 #include "rlpt/model/model_config.h"
 #include "rlpt/model/transformer.h"
+#include "rlpt/rollout/generator.h"
 #include "rlpt/tokenizer/char_tokenizer.h"
 
 namespace rlpt::agent {
@@ -273,6 +276,186 @@ TEST(AgentLoop, ObservationTokensChangeNoLossGradientEntropyOrKl) {
                   torch::where(obs, adv * 5 + 1, adv), all);
     EXPECT_NE(c1.loss, c2.loss);
     EXPECT_NE(c1.entropy, c2.entropy);
+}
+
+// ---- the continuous schedule (tool_agent_generate) on a real model ----
+// A random-weight model over characters plus macro tokens that are whole tool calls (agent/
+// agent_macro_tokenizer.h), the macros being stop ids: turns end on a call (or on EOS without one),
+// so conversations run several turns whose observations are real tool results.
+struct RealModel {
+    testing::MacroTokenizer tok;
+    std::shared_ptr<model::CausalLM> model;
+    Config config;
+    rollout::GeneratorContext ctx;
+    explicit RealModel(std::vector<std::string> macros, uint64_t seed = 5)
+        : tok(kCharset, std::move(macros)) {
+        auto a = model::tiny_model_args(model::ModelFamily::kQwen2, tok.vocab_size());
+        a.initializer_range = 0.25;  // peaked next-token distributions: clear margins between tokens
+        model = model::make_random_causal_lm(a, seed, torch::kFloat32);
+        config.rollout.multi_turn.builtin_tools = {"calculator"};
+        ctx.config = &config;
+        ctx.tokenizer = &tok;
+    }
+    rollout::SamplingParams params(int64_t R) const {
+        rollout::SamplingParams p;
+        p.max_new_tokens = R;
+        p.temperature = 1.3;
+        p.eos_id = tokenizer::CharTokenizer::kEosId;
+        p.stop_token_ids = tok.macro_ids();
+        return p;
+    }
+    // The turn-by-turn loop with the engine as its turn generator (rlpt's loop before #13).
+    GenerationOutput turn_by_turn(const std::vector<std::vector<int64_t>>& prompts, const std::vector<uint64_t>& seeds,
+                                  const rollout::SamplingParams& p) {
+        return run_agent_loop(
+            [&](const std::vector<std::vector<int64_t>>& pr, const std::vector<uint64_t>& sd, const rollout::SamplingParams& sp) {
+                return rollout::generate(*model, pr, sd, sp, rollout::BatchLimits(64));
+            },
+            prompts, seeds, p, ctx);
+    }
+    GenerationOutput continuous(const std::vector<std::vector<int64_t>>& prompts, const std::vector<uint64_t>& seeds,
+                                const rollout::SamplingParams& p, int64_t max_num_seqs) {
+        return tool_agent_generate(*model, prompts, seeds, p, max_num_seqs, ctx);
+    }
+};
+
+std::string calc_call(const std::string& expr) {
+    return "<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"" + expr + "\"}}</tool_call>";
+}
+
+void expect_same_trajectories(const GenerationOutput& a, const GenerationOutput& b) {
+    ASSERT_EQ(a.responses.sizes(), b.responses.sizes());
+    EXPECT_TRUE(torch::equal(a.prompts, b.prompts));
+    EXPECT_TRUE(torch::equal(a.responses, b.responses));
+    EXPECT_TRUE(torch::equal(a.response_mask, b.response_mask));
+    EXPECT_TRUE(torch::equal(a.attention_mask, b.attention_mask));
+    EXPECT_TRUE(torch::allclose(a.rollout_log_probs, b.rollout_log_probs, 0, 2e-5))
+        << (a.rollout_log_probs - b.rollout_log_probs).abs().max().item<double>();
+    EXPECT_EQ(a.finish_reasons, b.finish_reasons);
+}
+
+std::vector<std::vector<int64_t>> agent_prompts(const tokenizer::Tokenizer& tok, int64_t n) {
+    std::vector<std::vector<int64_t>> out;
+    for (const char* p : {"what is 6*7", "add 12 and 30", "(3+4)*2", "go", "compute 1/0 please", "x"})
+        for (int64_t k = 0; k < n; ++k) out.push_back(tok.encode(p, false));
+    return out;
+}
+
+std::vector<uint64_t> agent_seeds(size_t n) {
+    std::vector<uint64_t> s;
+    for (size_t i = 0; i < n; ++i) s.push_back(rollout::sample_seed(7, 3, static_cast<int64_t>(i)));
+    return s;
+}
+
+TEST(AgentLoop, ContinuousMatchesTurnByTurnAtAnyMaxNumSeqs) {
+    RealModel m({calc_call("6*7"), calc_call("1/0"), calc_call("(3+4)*2"), "<tool_call>{\"name\": \"nope\", \"arguments\": {}}</tool_call>",
+                 calc_call("12+30"), "no call here"});
+    m.config.rollout.multi_turn.max_assistant_turns = 6;
+    const auto prompts = agent_prompts(m.tok, 3);
+    const auto seeds = agent_seeds(prompts.size());
+    auto p = m.params(160);
+    const auto ref = m.turn_by_turn(prompts, seeds, p);
+    const auto ref_values = m.ctx.sample_values;
+    // The workload is multi-turn: observations appended, several turns, calls and errors.
+    double max_turns = 0, obs = 0, calls = 0, errors = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        max_turns = std::max(max_turns, ref_values.at("num_turns")[i]);
+        obs += ref_values.at("observation_tokens")[i];
+        calls += ref_values.at("tool_call_counts")[i];
+        errors += ref_values.at("tool_errors")[i];
+    }
+    EXPECT_GE(max_turns, 5.0);
+    EXPECT_GT(obs, 0.0);
+    EXPECT_GT(calls, errors);
+    EXPECT_GT(errors, 0.0);
+    // Observation tokens: mask 0 and log-prob 0; model tokens have their log-probs.
+    EXPECT_TRUE(torch::all(ref.rollout_log_probs.masked_select(ref.response_mask == 0) == 0).item<bool>());
+    for (int64_t slots : {1, 2, 3, 7, 64}) {
+        SCOPED_TRACE(::testing::Message() << "max_num_seqs " << slots);
+        auto g = m.continuous(prompts, seeds, p, slots);
+        expect_same_trajectories(ref, g);
+        for (const char* key : {"num_turns", "tool_call_counts", "tool_errors", "observation_tokens", "model_tokens"})
+            EXPECT_EQ(m.ctx.sample_values.at(key), ref_values.at(key)) << key;
+    }
+    // Greedy too, and a token budget that leaves 2 slots.
+    auto gp = p;
+    gp.greedy = true;
+    const auto gref = m.turn_by_turn(prompts, seeds, gp);
+    rollout::BatchLimits l(8);
+    l.max_num_batched_tokens = 2 * (18 + 160 - 1) + 5;  // the longest prompt has 18 tokens
+    expect_same_trajectories(gref, continuous_agent_loop(*m.model, prompts, seeds, gp, l, m.ctx));
+    l.max_num_batched_tokens = 100;
+    try {
+        continuous_agent_loop(*m.model, prompts, seeds, gp, l, m.ctx);
+        ADD_FAILURE() << "no error";
+    } catch (const ValueError& e) {
+        EXPECT_NE(std::string(e.what()).find("rollout.max_num_batched_tokens = 100"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("177"), std::string::npos) << e.what();
+    }
+}
+
+TEST(AgentLoop, ContinuousEnvironmentAndMcpMatchTurnByTurn) {
+    {  // An environment (retry_env.py): every turn's text is its action.
+        RealModel m({"7", "5"});
+        m.config.rollout.multi_turn.builtin_tools.clear();
+        m.config.rollout.multi_turn.env_command = fmt::format("python3 {}/scripts/examples/retry_env.py", RLPT_SOURCE_DIR);
+        m.config.rollout.multi_turn.env_workers = 2;
+        const auto prompts = agent_prompts(m.tok, 2);
+        const auto seeds = agent_seeds(prompts.size());
+        m.ctx.ground_truth.assign(prompts.size(), "7");
+        for (size_t i = 0; i < prompts.size(); ++i) m.ctx.sample_index.push_back(static_cast<int64_t>(100 + i));
+        const auto ref = m.turn_by_turn(prompts, seeds, m.params(120));
+        const auto ref_values = m.ctx.sample_values;
+        EXPECT_GT(*std::max_element(ref_values.at("num_turns").begin(), ref_values.at("num_turns").end()), 2.0);
+        for (int64_t slots : {1, 4, 64}) {
+            expect_same_trajectories(ref, m.continuous(prompts, seeds, m.params(120), slots));
+            EXPECT_EQ(m.ctx.sample_values.at("env_reward"), ref_values.at("env_reward"));
+        }
+    }
+    {  // MCP calls (tests/agent/fault_mcp_server.py, answering after 50 ms, concurrently).
+        RealModel m({"<tool_call>{\"name\": \"probe\", \"arguments\": {\"x\": 5}}</tool_call>",
+                     "<tool_call>{\"name\": \"probe\", \"arguments\": {\"y\": 5}}</tool_call>", "done"});
+        m.config.rollout.multi_turn.builtin_tools.clear();
+        m.config.rollout.multi_turn.mcp_servers = {fmt::format("python3 {}/tests/agent/fault_mcp_server.py slow:0.05", RLPT_SOURCE_DIR)};
+        m.config.rollout.multi_turn.max_assistant_turns = 5;
+        const auto prompts = agent_prompts(m.tok, 2);
+        const auto seeds = agent_seeds(prompts.size());
+        const auto ref = m.turn_by_turn(prompts, seeds, m.params(140));
+        const auto ref_values = m.ctx.sample_values;
+        double calls = 0;
+        for (double c : ref_values.at("tool_call_counts")) calls += c;
+        EXPECT_GT(calls, 4.0);
+        for (int64_t slots : {1, 3, 64}) {
+            expect_same_trajectories(ref, m.continuous(prompts, seeds, m.params(140), slots));
+            EXPECT_EQ(m.ctx.sample_values.at("tool_errors"), ref_values.at("tool_errors"));
+        }
+    }
+}
+
+// Tool waits overlap with decoding and with each other: one sample per slot would wait for its
+// call in turn in the turn-by-turn loop (a barrier per turn), while the continuous loop keeps
+// several calls in flight. Every call takes 0.4 s; timing bounds are generous (loaded machines).
+TEST(AgentLoop, ToolCallsOfDifferentSamplesOverlap) {
+    std::vector<std::string> probes;
+    for (int k = 0; k < 12; ++k) probes.push_back(fmt::format("<tool_call>{{\"name\": \"probe\", \"arguments\": {{\"x\": {}}}}}</tool_call>", k));
+    RealModel m(probes);
+    m.config.rollout.multi_turn.builtin_tools.clear();
+    m.config.rollout.multi_turn.mcp_servers = {fmt::format("python3 {}/tests/agent/fault_mcp_server.py slow:0.4", RLPT_SOURCE_DIR)};
+    m.config.rollout.multi_turn.max_assistant_turns = 3;
+    const auto prompts = agent_prompts(m.tok, 2);
+    const auto seeds = agent_seeds(prompts.size());
+    const double t0 = monotonic_s();
+    auto g = m.continuous(prompts, seeds, m.params(200), 64);
+    const double wall = monotonic_s() - t0;
+    double calls = 0, latency = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        calls += m.ctx.sample_values.at("tool_call_counts")[i];
+        latency += m.ctx.sample_values.at("tool_latency_s")[i];
+    }
+    ASSERT_GE(calls, 8.0);
+    EXPECT_GE(latency, 0.4 * calls * 0.9);
+    // Serial calls would take >= 0.4 s each; in flight together, the whole call takes well under half that.
+    EXPECT_LT(wall, 0.5 * latency) << calls << " calls, " << latency << " s of tool latency";
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // scripts/fetch_test_assets.sh into $RLPT_ASSET_DIR/mcp), and against tests/agent/fault_mcp_server.py
 // for the hang / crash / garbage cases.
 #include <gtest/gtest.h>
+
+#include <map>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -98,6 +100,33 @@ TEST(AgentMcp, ConcurrentCallsAreInFlightTogetherAndMatchedById) {
     EXPECT_LT(wall, 6.5);
     // The quick calls were not held up behind the long ones.
     for (int i = 0; i < 8; ++i) EXPECT_LT(r[static_cast<size_t>(4 + i)].latency_s, 1.9);
+}
+
+// submit/poll (the continuous agent loop's use): poll(0) never waits, calls are in flight together
+// and come back by ticket; a timeout is a completion like any other.
+TEST(AgentMcp, SubmitAndPollDoNotBlock) {
+    McpClient c({fault_server("slow:0.6")}, 10.0, 20.0);
+    c.start();
+    const double t0 = monotonic_s();
+    std::map<int64_t, int> x_of;
+    for (int x = 1; x <= 3; ++x) x_of[c.submit({"probe", {{"x", x}}})] = x;
+    EXPECT_TRUE(c.poll(0.0).empty());
+    EXPECT_LT(monotonic_s() - t0, 0.5);
+    EXPECT_EQ(c.in_flight(), 3u);
+    std::map<int, std::string> got;
+    while (got.size() < 3)
+        for (auto& [ticket, r] : c.poll(5.0)) got[x_of.at(ticket)] = r.text;
+    EXPECT_EQ(got, (std::map<int, std::string>{{1, "probe 1"}, {2, "probe 2"}, {3, "probe 3"}}));
+    EXPECT_LT(monotonic_s() - t0, 0.6 * 3 * 0.8);  // together, not one after the other (generous)
+    EXPECT_EQ(c.in_flight(), 0u);
+    EXPECT_EQ(c.poll(0.0).size(), 0u);
+    McpClient h({fault_server("hang")}, 0.5, 20.0);
+    h.start();
+    const int64_t t = h.submit({"probe", {{"x", 1}}});
+    std::vector<std::pair<int64_t, ToolResult>> back;
+    while (back.empty()) back = h.poll(5.0);
+    EXPECT_EQ(back[0].first, t);
+    EXPECT_EQ(back[0].second.error_kind, "timeout");
 }
 
 TEST(AgentMcp, HangingServerTimesOutAndIsRestarted) {

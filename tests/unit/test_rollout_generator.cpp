@@ -539,5 +539,70 @@ TEST(RolloutGenerator, TokenBudgetBoundsTheSlots) {
                              {"rollout.max_num_seqs", "0"});
 }
 
+// KVCache extend (the agent loop's prefix reuse): tokens appended after what slots already hold
+// (prefilled and decoded positions), several slots at once with different prefix and chunk lengths
+// (right-padded), give the logits of the full forward over the whole sequence; and a decode step
+// after the extend sees every position.
+TEST(RolloutGenerator, SlotExtendMatchesTheFullForward) {
+    for (auto family : {model::ModelFamily::kQwen2, model::ModelFamily::kLlama}) {
+        auto m = tiny_model(family);
+        torch::NoGradGuard ng;
+        const std::vector<std::vector<int64_t>> seqs{{3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, {15, 16, 17, 18, 19, 20, 21}};
+        auto full = [&](const std::vector<int64_t>& q) {
+            const auto n = static_cast<int64_t>(q.size());
+            return m->forward_logits(torch::tensor(q).view({1, n}), torch::ones({1, n}, torch::kInt64),
+                                     torch::arange(n).view({1, n}))[0];
+        };
+        auto cache = m->make_cache(3, 16);
+        auto step = [&](const std::vector<int64_t>& slots, const std::vector<std::vector<int64_t>>& chunks, bool extend) {
+            int64_t T = 0;
+            std::vector<int64_t> lens;
+            for (const auto& c : chunks) {
+                T = std::max<int64_t>(T, static_cast<int64_t>(c.size()));
+                lens.push_back(static_cast<int64_t>(c.size()));
+            }
+            const auto b = static_cast<int64_t>(slots.size());
+            auto ids = torch::zeros({b, T}, torch::kInt64), mask = torch::zeros({b, T}, torch::kInt64), pos = torch::zeros({b, T}, torch::kInt64);
+            for (int64_t i = 0; i < b; ++i) {
+                const int64_t start = cache.slot_length(slots[static_cast<size_t>(i)]);
+                for (int64_t t = 0; t < T; ++t) {
+                    pos[i][t] = start + t;
+                    if (t < lens[static_cast<size_t>(i)]) {
+                        ids[i][t] = chunks[static_cast<size_t>(i)][static_cast<size_t>(t)];
+                        mask[i][t] = 1;
+                    }
+                }
+            }
+            if (extend) cache.bind_slots(slots, lens);
+            else cache.bind_slots(slots);
+            return m->forward_logits(ids, mask, pos, &cache);
+        };
+        // Slot 1: a 5-token prefill, then 2 decode steps; slot 2: a 3-token prefill.
+        step({1}, {{3, 4, 5, 6, 7}}, false);
+        step({2}, {{15, 16, 17}}, false);
+        step({1}, {{8}}, false);
+        step({1}, {{9}}, false);
+        ASSERT_EQ(cache.slot_length(1), 7);
+        ASSERT_EQ(cache.slot_length(2), 3);
+        // Extend slot 1 by 4 tokens and slot 2 by 2 in one forward.
+        auto ext = step({2, 1}, {{18, 19}, {10, 11, 12, 13}}, true);
+        EXPECT_EQ(cache.slot_length(1), 11);
+        EXPECT_EQ(cache.slot_length(2), 5);
+        const auto f0 = full(seqs[0]), f1 = full(seqs[1]);
+        EXPECT_TRUE(torch::allclose(ext[1].narrow(0, 0, 4), f0.narrow(0, 7, 4), 0, 2e-5));
+        EXPECT_TRUE(torch::allclose(ext[0].narrow(0, 0, 2), f1.narrow(0, 3, 2), 0, 2e-5));
+        // A one-token extend, then decode steps of both slots: every position is in the cache.
+        auto one = step({1}, {{14}}, true);
+        EXPECT_TRUE(torch::allclose(one[0][0], f0[11], 0, 2e-5));
+        auto dec = step({1, 2}, {{14}, {20}}, false);
+        const auto g0 = full({3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 14});
+        EXPECT_TRUE(torch::allclose(dec[0][0], g0[12], 0, 2e-5));
+        EXPECT_TRUE(torch::allclose(dec[1][0], f1[5], 0, 2e-5));
+        // An extend past the slot's room is refused before any write.
+        EXPECT_THROW(cache.bind_slots({1}, {4}), ValueError);
+        EXPECT_THROW(cache.bind_slots({1}, {0}), ValueError);
+    }
+}
+
 }  // namespace
 }  // namespace rlpt::rollout

@@ -2,6 +2,9 @@
 // MCP (Model Context Protocol) client over stdio: the tools of the agent loop come from real MCP
 // servers (DESIGN §4c). Torch-free, MPI-free, no threads: many calls are in flight at once over
 // one or several servers and a single poll loop matches the replies to them by JSON-RPC id.
+// Two ways to call: call_many (a batch, waited for), or submit/poll (calls enter and leave one by
+// one while the caller does other work: the agent loop decodes other samples meanwhile). Not
+// thread-safe: one owner thread.
 //
 // Wire (MCP 2025-11-25, basic/transports + lifecycle + server/tools): one JSON-RPC 2.0 object per
 // line. start(): spawn each server (agent/line_process.h), `initialize` (protocolVersion
@@ -9,7 +12,7 @@
 // (following nextCursor). Notifications from a server are ignored; requests from a server are
 // answered with -32601 (we declare no client capabilities).
 //
-// Failure policy of call_many (a broken tool is an observation, never a stopped run):
+// Failure policy of call_many and submit/poll (a broken tool is an observation, never a stopped run):
 //   a call with no reply within timeout_s      -> error result (kind "timeout"); the server is
 //                                                  killed and restarted before its next call
 //   the server exits / closes its stdout       -> every call in flight on it: error (kind
@@ -17,10 +20,14 @@
 //   a line that is not JSON-RPC (garbage)      -> every call in flight on it: error (kind
 //                                                  "garbage"); killed and restarted
 //   a JSON-RPC error reply, or isError:true    -> error result (kind "tool") with the server's text
-//   a restart that fails                       -> error result (kind "crash") naming why
+//   a restart that fails                       -> error result (kind "crash") naming why; the
+//                                                  server's later calls fail at once until the
+//                                                  next call_many or clear_restart_failures()
 // Only start() throws: IoError naming the command when a server cannot be started, does not
 // complete the handshake within init_timeout_s, or two servers list the same tool name.
+#include <map>
 #include <memory>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -65,7 +72,18 @@ class McpClient {
     // Runs the calls concurrently (all written before any reply is awaited) and returns one
     // result per call, in order. Never throws for a tool's failure (see above). An unknown name
     // gives kind "unknown_tool" without contacting a server.
+    // Needs no asynchronous call in flight (InternalError).
     std::vector<ToolResult> call_many(const std::vector<ToolCallRequest>& calls);
+
+    // Asynchronous calls. submit writes the call and returns its ticket; a call that cannot reach
+    // a server (unknown tool, failed restart, write error) is complete at once. A restart (the
+    // handshake, up to init_timeout_s) runs inside submit. poll reads what the servers wrote and
+    // returns the calls completed since the last poll (timeouts included), waiting up to
+    // timeout_s for the first one when none is (0: never waits).
+    int64_t submit(const ToolCallRequest& call);
+    std::vector<std::pair<int64_t, ToolResult>> poll(double timeout_s);
+    size_t in_flight() const { return pending_.size() + done_.size(); }
+    void clear_restart_failures() { restart_failed_.clear(); }
 
     int64_t restarts() const { return restarts_; }
     // Kills every server (also done by the destructor).
@@ -73,14 +91,27 @@ class McpClient {
 
   private:
     struct Server;
+    struct Pending {  // a call written to a server
+        int64_t ticket;
+        std::string name;
+        size_t server;
+        double t0;
+        double deadline;
+    };
     void start_server(Server& s);
+    void fail_server(size_t server, const std::string& kind, const std::string& why);
+    void read_server(size_t server);
     nlohmann::json request(Server& s, const std::string& method, const nlohmann::json& params);
     std::vector<std::unique_ptr<Server>> servers_;
     std::vector<McpTool> tools_;
     double call_timeout_s_;
     double init_timeout_s_;
     int64_t next_id_ = 1;
+    int64_t next_ticket_ = 1;
     int64_t restarts_ = 0;
+    std::map<int64_t, Pending> pending_;                   // JSON-RPC id -> call on a server
+    std::vector<std::pair<int64_t, ToolResult>> done_;    // complete, not yet polled
+    std::set<size_t> restart_failed_;                      // servers whose restart failed
 };
 
 // The text of a CallToolResult (`content` blocks) as the model sees it: text blocks joined with

@@ -23,7 +23,11 @@
 //   decode (T = 1): row b writes its position at slot_length(s[b]) and attends to the slot's
 //     positions [0, slot_length + 1) (attention_mask may be undefined; positions are the
 //     caller's, normally slot_length(s[b])).
-// The forward's advance() grows each bound slot by T and unbinds. copy_slot shares a prefilled
+//   extend (bind_slots(s, n): bound slots may hold positions): row b appends its first n[b]
+//     positions (T = max n, shorter rows right-padded) at slot_length(s[b]); query i of row b
+//     attends to the slot's positions [0, slot_length + i] (a multi-turn conversation's new
+//     turn prefilled after what the slot holds: prefix reuse, agent/tool_agent.h).
+// The forward's advance() grows each bound slot by T (extend: by n[b]) and unbinds. copy_slot shares a prefilled
 // prompt with other slots (n samples of one prompt); set_slot_length(s, 0) frees a slot. The
 // buffers are allocated once, at construction: slots never reallocate or compact.
 //
@@ -71,6 +75,14 @@ class KVCache {
     // The next forward's rows are these slots: distinct, in [0, batch_size()), at least one.
     // ValueError otherwise, or when the cache already holds shared-length positions.
     void bind_slots(const std::vector<int64_t>& slots);
+    // Extend binding (see the header comment): new_lengths[b] >= 1 positions go after what
+    // slot slots[b] holds; ValueError when a slot would exceed max_length().
+    void bind_slots(const std::vector<int64_t>& slots, const std::vector<int64_t>& new_lengths);
+    // The bound slots' lengths before the forward [B] and new positions [B] (int64 CPU), defined
+    // for an extend binding only.
+    const torch::Tensor& extend_prefix_lengths() const { return ext_prefix_; }
+    const torch::Tensor& extend_new_lengths() const { return ext_new_; }
+    bool extending() const { return ext_new_.defined(); }
     bool slots_bound() const { return bound_.defined(); }
     const torch::Tensor& bound_slots() const { return bound_; }  // [B] int64 CPU
     // [B] int64 CPU: the keys each bound row attends to in a decode step (slot length + 1).
@@ -104,6 +116,7 @@ class KVCache {
     std::vector<int64_t> slot_len_;               // per row, slot use only
     bool slotted_ = false;                        // bind_slots was called: no shared-length use
     torch::Tensor bound_, bound_len_, bound_dev_;  // the bound slots (undefined: none)
+    torch::Tensor ext_prefix_, ext_new_;           // extend binding (undefined: none)
 };
 
 }  // namespace rlpt::model
