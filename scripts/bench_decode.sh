@@ -166,15 +166,15 @@ print(f"125M Llama against its peers on the same checkpoint, {len(rounds)} round
       "llama.cpp S_TG of llama-batched-bench; per-round ratios from the same round's runs")
 print()
 print("| threads | batch | rlpt fp32 tok/s | PyTorch eager tok/s | rlpt / eager | llama.cpp f32 tok/s | rlpt / llama.cpp "
-      "| rlpt / llama.cpp per round | rlpt / best fp32 peer | rlpt / bandwidth-or-matmul ceiling |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+      "| rlpt / llama.cpp per round | rlpt / best fp32 peer | rlpt / bandwidth-or-matmul ceiling | llama.cpp / same ceiling |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 keys = sorted({(r["threads"], r["batch"]) for r in rows if r["kind"] == "decode" and r["model"].startswith("125M")})
 ceil = {}
 for r in rows:
     if r["kind"] == "decode" and r["model"] == "125M Llama fp32":
         k = (r["threads"], r["batch"])
         if r["tokens_per_s"] >= ceil.get(k, (0, 0))[0]:
-            ceil[k] = (r["tokens_per_s"], r["achieved"], r["binding"])
+            ceil[k] = (r["tokens_per_s"], r["achieved"], r["binding"], r["ceiling_tokens_per_s"])
 for key in keys:
     rl, rl_r = best("decode", key, "fp32")
     if rl is None:
@@ -186,14 +186,15 @@ for key in keys:
     peer = max(v for v in (e, ll, 1e-30) if v)
     print(f"| {key[0]} | {key[1]} | {rl:.1f} | {fmt(e, '{:.1f}')} | {fmt(e and rl / e, '{:.2f}')} | "
           f"{fmt(ll, '{:.1f}') if ll or not reason else na} | {fmt(ll and rl / ll, '{:.2f}')} | {pr} | "
-          f"{fmt(peer > 1e-29 and rl / peer, '{:.2f}')} | {100 * ceil[key][1]:.0f}% ({ceil[key][2]}) |")
+          f"{fmt(peer > 1e-29 and rl / peer, '{:.2f}')} | {100 * ceil[key][1]:.0f}% ({ceil[key][2]}) | "
+          f"{fmt(ll and 100 * ll / ceil[key][3], '{:.0f}%')} |")
+bf16_keys = [k for k in keys if best("decode", k, "bf16")[0] is not None]
 print()
-print("| threads | batch | rlpt bf16 tok/s | llama.cpp f16 tok/s | rlpt bf16 / llama.cpp f16 | rlpt / llama.cpp per round |")
-print("|---|---|---|---|---|---|")
-for key in keys:
+if bf16_keys:
+    print("| threads | batch | rlpt bf16 tok/s | llama.cpp f16 tok/s | rlpt bf16 / llama.cpp f16 | rlpt / llama.cpp per round |")
+    print("|---|---|---|---|---|---|")
+for key in bf16_keys:
     rl, rl_r = best("decode", key, "bf16")
-    if rl is None:
-        continue
     ll, ll_r = best("llama_cpp", key, "f16")
     per_round = [rl_r[k] / ll_r[k] for k in sorted(rl_r) if k in ll_r]
     pr = f"{min(per_round):.2f}-{max(per_round):.2f}" if per_round else "–"
