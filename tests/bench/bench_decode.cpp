@@ -19,7 +19,11 @@
 // directory (written there first, from the random weights, when DIR has no config.json) so that
 // scripts/bench_decode.sh runs PyTorch eager on the very same checkpoint.
 // Output: one JSON line per measurement (scripts/bench_decode.sh turns them into a table).
-// Usage: rlpt_bench_decode [--threads N] [--quick] [--batches 1,16,64] [--hf-dir DIR]   (default 1 thread)
+// Usage: rlpt_bench_decode [--threads N] [--quick] [--batches 1,16,64] [--hf-dir DIR [--write-hf-only]]
+//                          [--models tiny,fp32,bf16] [--no-blas]
+//        (default 1 thread and all three models; --no-blas: only the decode kernels, no BLAS-path
+//        rows (blas_tokens_per_s 0), which halves the run; --write-hf-only: write DIR's checkpoint when missing, then exit without measuring,
+//        so that scripts/bench_decode.sh can convert it for llama.cpp before the first round)
 #include <dlfcn.h>
 #include <torch/torch.h>
 
@@ -144,6 +148,9 @@ int main(int argc, char** argv) {
     bool quick = false;
     std::vector<int64_t> batches{1, 16, 64};
     std::string hf_dir;
+    bool write_hf_only = false;
+    bool with_blas = true;
+    std::string models = "tiny,fp32,bf16";
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
             threads = std::max(1, std::atoi(argv[++i]));
@@ -151,14 +158,30 @@ int main(int argc, char** argv) {
             quick = true;
         } else if (!std::strcmp(argv[i], "--hf-dir") && i + 1 < argc) {
             hf_dir = argv[++i];
+        } else if (!std::strcmp(argv[i], "--write-hf-only")) {
+            write_hf_only = true;
+        } else if (!std::strcmp(argv[i], "--no-blas")) {
+            with_blas = false;
+        } else if (!std::strcmp(argv[i], "--models") && i + 1 < argc) {
+            models = argv[++i];
         } else if (!std::strcmp(argv[i], "--batches") && i + 1 < argc) {
             batches.clear();
             std::stringstream list(argv[++i]);
             for (std::string item; std::getline(list, item, ',');) batches.push_back(std::max(1, std::atoi(item.c_str())));
         } else {
-            std::fprintf(stderr, "usage: %s [--threads N] [--quick] [--batches 1,16,64] [--hf-dir DIR]\n", argv[0]);
+            std::fprintf(stderr, "usage: %s [--threads N] [--quick] [--batches 1,16,64] [--hf-dir DIR [--write-hf-only]] "
+                         "[--models tiny,fp32,bf16] [--no-blas]\n",
+                         argv[0]);
             return 2;
         }
+    }
+    if (write_hf_only) {
+        if (hf_dir.empty()) {
+            std::fprintf(stderr, "%s: --write-hf-only needs --hf-dir DIR\n", argv[0]);
+            return 2;
+        }
+        make_model(llama125m_spec(torch::kFloat32), hf_dir);
+        return 0;
     }
     torch::set_num_threads(threads);
     torch::manual_seed(0);
@@ -189,7 +212,11 @@ int main(int argc, char** argv) {
 
     // ---- decode ----
     const int64_t prompt_len = 16;
+    models = "," + models + ",";
+    const std::vector<int> paths = with_blas ? std::vector<int>{1, 0} : std::vector<int>{1};  // kernels on / off
     for (const ModelSpec& spec : {tiny_spec(), llama125m_spec(torch::kFloat32), llama125m_spec(torch::kBFloat16)}) {
+        const char* key = spec.args.vocab_size != 32000 ? "tiny" : spec.dtype == torch::kFloat32 ? "fp32" : "bf16";
+        if (models.find("," + std::string(key) + ",") == std::string::npos) continue;
         auto m = make_model(spec, hf_dir);
         const double err = check_against_full_forward(*m);
         const double tolerance = spec.dtype == torch::kFloat32 ? 1e-3 : 0.2;
@@ -210,20 +237,20 @@ int main(int argc, char** argv) {
             const int reps = b * a.hidden_size >= 32 * 768 ? 2 : 3;
             // Best time of each of (kernels, BLAS) x (N tokens, 1 token), the four interleaved.
             double t_full[2] = {1e30, 1e30}, t_pre[2] = {1e30, 1e30};
-            for (int on : {1, 0}) {  // warm-up
+            for (int on : paths) {  // warm-up
                 m->use_decode_kernels(on == 1);
                 rlpt::rollout::generate(*m, prompts, seeds, p1, b);
             }
             for (int r = 0; r < reps; ++r) {
-                for (int on : {1, 0}) {
+                for (int on : paths) {
                     m->use_decode_kernels(on == 1);
                     t_full[on] = std::min(t_full[on], best_seconds(1, [&] { rlpt::rollout::generate(*m, prompts, seeds, p, b); }));
                     t_pre[on] = std::min(t_pre[on], best_seconds(1, [&] { rlpt::rollout::generate(*m, prompts, seeds, p1, b); }));
                 }
             }
             m->use_decode_kernels(true);
-            double tok_s[2];
-            for (int on : {0, 1}) tok_s[on] = static_cast<double>(b) * static_cast<double>(n_new - 1) / (t_full[on] - t_pre[on]);
+            double tok_s[2] = {0, 0};
+            for (int on : paths) tok_s[on] = static_cast<double>(b) * static_cast<double>(n_new - 1) / (t_full[on] - t_pre[on]);
             const double step_s = static_cast<double>(b) / tok_s[1];
             // The LM head and the sampler alone for b rows.
             double head_s, sample_s;
@@ -249,7 +276,7 @@ int main(int argc, char** argv) {
                         "\"bw_bound_ms\":%.3f,\"flop_bound_ms\":%.3f,\"binding\":\"%s\",\"ceiling_tokens_per_s\":%.1f,"
                         "\"achieved\":%.3f,\"head_ms\":%.3f,\"sample_ms\":%.3f,\"prefill_ms\":%.2f,\"check_max_abs\":%.2e}\n",
                         spec.name, threads, static_cast<long long>(b), static_cast<long long>(n_new), step_s * 1e3,
-                        tok_s[1], tok_s[0], tok_s[1] / tok_s[0], t_bw * 1e3, t_fl * 1e3,
+                        tok_s[1], tok_s[0], with_blas ? tok_s[1] / tok_s[0] : 0.0, t_bw * 1e3, t_fl * 1e3,
                         t_bw >= t_fl ? "bandwidth" : "matmul", b / bound, bound / step_s, head_s * 1e3,
                         sample_s * 1e3, t_pre[1] * 1e3, err);
             std::fflush(stdout);
