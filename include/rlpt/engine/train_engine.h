@@ -251,6 +251,8 @@ class TrainEngine {
     // file contents; save_state is then collective on `dp`), and load it by taking their
     // slices: a ZeRO-0, -2 or -3 checkpoint resumes under any of ZeRO-0/1/2/3 at any DP size (a
     // ZeRO-1 engine takes its ranges of such a file; a ZeRO-1 file needs the same ZeRO-1 layout).
+    // Hybrid shard: ZeRO-2/3 gather the state inside the shard group (the same full contents);
+    // a ZeRO-1 file holds the ranges of the rank's position in its group (same DP and group size).
     void save_state(ckpt::H5Writer& w, const std::string& prefix) const;
     void load_state(ckpt::H5Reader& r, const std::string& prefix);
     // This rank's whole checkpoint file: creates `path` (an H5Writer: written as path.tmp,
