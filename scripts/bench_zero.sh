@@ -118,8 +118,8 @@ print("""
   of the engine's buffers at any allocation in the timed steps.
 - Peak RSS: VmHWM, maximum over ranks; "steps" is reset after the set-up (model construction and
   the first, checked steps), "run" is the whole process (its set-up builds the full model on
-  every rank before the engine shards it). RSS includes LibTorch/MPI (about 0.2 GB) and the
-  activations of the batch above.
+  every rank before the engine shards it). RSS includes LibTorch and MPI (about 0.2 GB) and the
+  activations and logits of the batch above.
 - fits 80 GB/GPU: P_max = 64e9 / (between-steps bytes per parameter): the training state scales
   with P at the measured bytes per parameter, 16 GB is kept for activations (with activation
   checkpointing), the gathered layer + gradient and workspace; fp32 weights and AdamW.""")
