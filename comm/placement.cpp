@@ -316,4 +316,53 @@ std::vector<int> weight_reshard_ranks(const Placement& p) {
     return ranks;
 }
 
+int zero_shard_group_size(const Placement& p, const std::string& role, int64_t fsdp_size, const std::string& key) {
+    const RoleLayout* l = p.find(role);
+    if (l == nullptr || fsdp_size == -1) return 0;
+    const int dp = l->dp_size();
+    if (fsdp_size >= 1) {
+        if (dp % fsdp_size != 0)
+            throw ConfigError(fmt::format("{}: {} does not divide the {} DP ranks of the {} (hybrid shard groups must "
+                                          "be equal: use a divisor of {}, or -1 for one group)",
+                                          key, fsdp_size, dp, role, dp));
+        return fsdp_size == dp ? 0 : static_cast<int>(fsdp_size);
+    }
+    // 0: one group per node. A DP rank's node is its block's (blocks never span nodes).
+    std::vector<int> node_of_dp;
+    for (int d = 0; d < dp; ++d) node_of_dp.push_back(p.node_of_rank.at(static_cast<size_t>(l->world_ranks[d * l->mp_size])));
+    std::vector<int> runs;  // lengths of runs of equal nodes, in DP order
+    std::set<int> seen;
+    for (int d = 0; d < dp; ++d) {
+        if (d > 0 && node_of_dp[d] == node_of_dp[d - 1]) {
+            ++runs.back();
+            continue;
+        }
+        if (!seen.insert(node_of_dp[d]).second)
+            throw ConfigError(fmt::format("{}: 0 (one shard group per node) needs each node's DP ranks of the {} to "
+                                          "be consecutive; node {} holds DP ranks that are not",
+                                          key, role, node_of_dp[d]));
+        runs.push_back(1);
+    }
+    for (int r : runs)
+        if (r != runs.front())
+            throw ConfigError(fmt::format("{}: 0 (one shard group per node) needs as many DP ranks of the {} on every "
+                                          "node, got {} (per node, in DP order); set a group size instead",
+                                          key, role, runs));
+    return runs.front() == dp ? 0 : runs.front();
+}
+
+int64_t reference_zero_stage(const Config& c) {
+    if (c.ref.zero_stage >= 0) return c.ref.zero_stage;
+    return c.actor.optim.zero_stage == 3 ? 3 : 0;
+}
+
+void check_zero_shard_groups(const Config& c, const Placement& p) {
+    const bool sft = c.trainer.mode == "sft";
+    const OptimConfig& actor = sft ? c.sft.optim : c.actor.optim;
+    zero_shard_group_size(p, "actor", actor.fsdp_size, sft ? "sft.optim.fsdp_size" : "actor.optim.fsdp_size");
+    zero_shard_group_size(p, "critic", c.critic.optim.fsdp_size, "critic.optim.fsdp_size");
+    if (reference_zero_stage(c) == 3)
+        zero_shard_group_size(p, "reference", c.actor.optim.fsdp_size, "actor.optim.fsdp_size (for the reference)");
+}
+
 }  // namespace rlpt::comm

@@ -45,8 +45,11 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     a.policy->model = detail::build_policy(c, device, args.vocab_size, detail::tensor_parallel(ctx, device));
     const bool sft = c.trainer.mode == "sft";
     const OptimConfig& optim = sft ? c.sft.optim : c.actor.optim;
+    auto opts = detail::optim_options(optim, args.total_steps);
+    opts.shard_group_size = comm::zero_shard_group_size(ctx.topology->placement(), "actor", optim.fsdp_size,
+                                                        sft ? "sft.optim.fsdp_size" : "actor.optim.fsdp_size");
     a.engine = std::make_unique<engine::TrainEngine>(
-        a.policy->model, ctx.comms->dp, detail::optim_options(optim, args.total_steps),
+        a.policy->model, ctx.comms->dp, opts,
         streams::actor_engine_seed(c.trainer.seed),
         detail::engine_tp_info(ctx, *a.policy->model, a.policy->model->tp_layout()));
     a.policy->walk = [engine = a.engine.get()](const model::ParameterVisitor& visit) {
@@ -56,9 +59,13 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     int64_t params = 0;
     for (const auto& p : a.policy->model->parameters()) params += p.numel();
     if (ctx.comms->role_rank == 0) {
-        RLPT_LOG_INFO("actor: {} parameters on this rank ({}), {} on {}, dp={} tp={}", params,
+        RLPT_LOG_INFO("actor: {} parameters on this rank ({}), {} on {}, dp={} tp={}{}", params,
                       c.model.path.empty() ? "built-in" : c.model.path, c.model.dtype, device.str(), ctx.dp_size(),
-                      a.policy->model->tp_layout().tp);
+                      a.policy->model->tp_layout().tp,
+                      a.engine->shard_group_size() < ctx.dp_size()
+                          ? fmt::format(", ZeRO-{} hybrid shard: shard group {} of {} DP ranks", opts.zero_stage,
+                                        a.engine->shard_group_size(), ctx.dp_size())
+                          : "");
     }
     return Batch(0);
 }

@@ -73,8 +73,11 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
         auto policy = detail::build_policy(c, device, args.vocab_size, tp);
         cw.model = model::value_model_from_policy(*policy, dtype, device, model::ValueHeadInit::kZero);
     }
+    auto opts = detail::optim_options(c.critic.optim, args.total_steps);
+    opts.shard_group_size = comm::zero_shard_group_size(ctx.topology->placement(), "critic", c.critic.optim.fsdp_size,
+                                                        "critic.optim.fsdp_size");
     cw.engine = std::make_unique<engine::TrainEngine>(
-        cw.model, ctx.comms->dp, detail::optim_options(c.critic.optim, args.total_steps),
+        cw.model, ctx.comms->dp, opts,
         streams::critic_engine_seed(c.trainer.seed),
         detail::engine_tp_info(ctx, *cw.model, cw.model->backbone().tp_layout()));
     return Batch(0);

@@ -1,7 +1,11 @@
-// The reference policy: the initial weights, frozen.
+// The reference policy: the initial weights, frozen. With ref.zero_stage 3 (by default when the
+// actor runs ZeRO-3) its parameters are sharded over the reference's DP ranks by a frozen
+// TrainEngine (no gradients, no optimizer state) and each decoder layer is gathered for its
+// forward, as the actor's ZeRO-3 does.
 #include "rlpt/roles/reference.h"
 
 #include "model_setup.h"
+#include "rlpt/core/log.h"
 #include "role_common.h"
 #include "train_common.h"
 
@@ -14,6 +18,7 @@ using protocol::WorkerContext;
 class ReferenceWorker : public RoleWorker {
   public:
     std::shared_ptr<model::CausalLM> model;
+    std::unique_ptr<engine::TrainEngine> shards;  // ref.zero_stage 3: owns the parameter slices
 };
 
 Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
@@ -23,6 +28,17 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     const auto args = protocol::decode_args<protocol::InitArgs>(in, "reference.init");
     r.model = detail::build_policy(c, device, args.vocab_size, detail::tensor_parallel(ctx, device));
     for (auto& p : r.model->parameters()) p.set_requires_grad(false);
+    if (comm::reference_zero_stage(c) == 3) {
+        engine::OptimOptions o;
+        o.zero_stage = 3;
+        o.frozen = true;
+        o.shard_group_size = comm::zero_shard_group_size(ctx.topology->placement(), "reference",
+                                                         c.actor.optim.fsdp_size, "actor.optim.fsdp_size");
+        r.shards = std::make_unique<engine::TrainEngine>(r.model, ctx.comms->dp, o, 0);
+        if (ctx.comms->role_rank == 0)
+            RLPT_LOG_INFO("reference: parameters sharded over {} rank(s) (ZeRO-3, frozen): {} bytes on this rank",
+                          r.shards->shard_group_size(), r.shards->memory_bytes().total());
+    }
     return Batch(0);
 }
 
@@ -32,10 +48,12 @@ Batch compute_log_prob(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     torch::NoGradGuard no_grad;
     const double temperature =
         protocol::decode_args<ReferenceLogProbArgs>(in, "reference.compute_log_prob").temperature;
-    return detail::forward_micro_batches(
+    Batch out = detail::forward_micro_batches(
         in, ctx.config->ref.log_prob_micro_batch_size_per_rank, {{"ref_log_prob"}}, [&](const engine::SequenceBatch& seq) {
             return std::vector<torch::Tensor>{engine::compute_log_probs(*r.model, seq, temperature, false).log_probs};
         });
+    if (r.shards) r.shards->release_parameters();  // the root unit gathered by the forwards
+    return out;
 }
 
 std::unique_ptr<RoleWorker> make_reference(WorkerContext&) { return std::make_unique<ReferenceWorker>(); }

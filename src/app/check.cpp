@@ -276,6 +276,7 @@ CheckReport check_config(const Config& c, int world_size) {
             const RunPlan plan = plan_run(c);
             auto p = comm::compute_placement(c.placement, world_size, std::vector<int>(static_cast<size_t>(world_size), 0),
                                              plan.roles, plan.why, static_cast<int>(c.rollout.tensor_model_parallel_size));
+            comm::check_zero_shard_groups(c, p);
             actor_dp = p.at("actor").dp_size();
             if (p.find("critic")) critic_dp = p.at("critic").dp_size();
             r.notes.push_back(p.describe());

@@ -132,6 +132,7 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
         auto labels = comm::detect_node_labels(world, env.simulate_nodes);
         placement = comm::compute_placement(config.placement, world.size(), labels, plan.roles, plan.why,
                                            static_cast<int>(config.rollout.tensor_model_parallel_size));
+        comm::check_zero_shard_groups(config, placement);
         fault = protocol::FaultPlan::parse(env.fault);
         protocol::validate_registry(role_registry());
         if (world.rank() == 0) {

@@ -18,6 +18,7 @@ void visit_optim(Visitor& v, OptimConfig& c) {
     v.value("num_cycles", c.num_cycles);
     v.value("clip_grad", c.clip_grad);
     v.value("zero_stage", c.zero_stage);
+    v.value("fsdp_size", c.fsdp_size);
     v.value("grad_bucket_mb", c.grad_bucket_mb);
 }
 
@@ -276,6 +277,7 @@ void visit_config(Visitor& v, Config& c) {
     v.section("rollout", [&](Visitor& s) { visit_rollout(s, c.rollout); });
     v.section("ref", [&](Visitor& s) {
         s.value("log_prob_micro_batch_size_per_rank", c.ref.log_prob_micro_batch_size_per_rank);
+        s.value("zero_stage", c.ref.zero_stage);
     });
     v.section("critic", [&](Visitor& s) { visit_critic(s, c.critic); });
     v.section("reward_model", [&](Visitor& s) {

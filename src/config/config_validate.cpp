@@ -112,6 +112,10 @@ class Checker {
                 o.min_lr_ratio);
         require(o.num_cycles > 0, p + ".num_cycles", "must be > 0 (got {})", o.num_cycles);
         require(o.zero_stage >= 0 && o.zero_stage <= 3, p + ".zero_stage", "must be 0, 1, 2 or 3 (got {})", o.zero_stage);
+        require(o.fsdp_size >= -1, p + ".fsdp_size",
+                "must be -1 (all DP ranks), 0 (the DP ranks on a node) or a group size >= 1 (got {})", o.fsdp_size);
+        require(o.fsdp_size == -1 || o.zero_stage >= 1, p + ".fsdp_size",
+                "shards ZeRO state, but {}.zero_stage is 0 (set zero_stage 1-3, or fsdp_size -1)", p);
         require(o.grad_bucket_mb > 0, p + ".grad_bucket_mb", "must be > 0 (got {})", o.grad_bucket_mb);
     }
 
@@ -301,6 +305,9 @@ void validate(const Config& c) {
     }
 
     k.positive(c.ref.log_prob_micro_batch_size_per_rank, "ref.log_prob_micro_batch_size_per_rank");
+    k.require(c.ref.zero_stage == -1 || c.ref.zero_stage == 0 || c.ref.zero_stage == 3, "ref.zero_stage",
+              "must be -1 (follow actor.optim.zero_stage), 0 (a full copy per rank) or 3 (sharded), got {}",
+              c.ref.zero_stage);
     k.one_of(c.critic.enable, "critic.enable", {"auto", "true", "false"});
     k.optim(c.critic.optim, "critic.optim");
     k.require(c.critic.cliprange_value > 0, "critic.cliprange_value", "must be > 0 (got {})", c.critic.cliprange_value);

@@ -79,7 +79,19 @@ struct EngineState {
     int tp_size = 1;
     OptimOptions opts;
     torch::Device device = torch::kCPU;
-    std::unique_ptr<Transport> transport;
+    std::unique_ptr<Transport> transport;  // over dp: gradient all-reduce (ZeRO-0/1), broadcast
+    // The ZeRO shard group (OptimOptions::shard_group_size): shards are padded / shard_size
+    // elements and this rank owns shard number shard_rank. Without hybrid shard it is the DP
+    // group (shard_comm == dp, shard_tx == transport).
+    int shard_rank = 0;
+    int shard_size = 1;
+    const comm::Communicator* shard_comm = nullptr;  // null: a one-rank shard group
+    Transport* shard_tx = nullptr;                   // all-gathers and reduce-scatters
+    // Hybrid shard only: the owned group communicators and transports. replica_tx all-reduces
+    // a ZeRO-2/3 gradient slice over the ranks at the same position in every shard group.
+    comm::Communicator own_shard_comm, replica_comm;
+    std::unique_ptr<Transport> own_shard_tx, replica_tx;
+    int64_t peak_bytes = 0;  // TrainEngine::peak_memory_bytes()
     std::vector<ParamSlot> slots;
     std::vector<Group> groups;
     std::string layout;  // parameter table + options: identical on every DP rank
@@ -94,6 +106,9 @@ struct EngineState {
 
     bool shards_grads() const { return opts.zero_stage >= 2; }
     bool shards_params() const { return opts.zero_stage >= 3; }
+    bool frozen() const { return opts.frozen; }
+    // memory_bytes().total() now; raises peak_bytes.
+    int64_t note_memory();
 
     // Every rank passes its local outcome; returns normally only when all ranks succeeded.
     // Otherwise a rank whose `local_error` is set rethrows it and the others throw `Kind`

@@ -81,7 +81,7 @@ std::map<torch::ScalarType, std::vector<torch::Tensor>> gather_optimizer_state(d
         for (size_t k = 0; k < out[g.dtype].size(); ++k) {
             auto full = torch::zeros({g.padded}, f32);
             full.narrow(0, g.own_begin, g.shard).copy_(parts[k]);
-            st.transport->allgather_shards(full, g.shard);
+            st.shard_tx->allgather_shards(full, g.shard);
             for (size_t i = 0; i < st.slots.size(); ++i) {
                 const auto& s = st.slots[i];
                 if (s.group == gi) out[g.dtype][k].narrow(0, c.offset[i], s.numel).copy_(full.narrow(0, s.offset, s.numel));
@@ -130,6 +130,7 @@ int64_t read_scalar(const ckpt::H5Reader& r, const std::string& name) {
 
 void TrainEngine::save_state(ckpt::H5Writer& w, const std::string& prefix_in) const {
     auto& st = *impl_;
+    RLPT_CHECK(!st.frozen(), "TrainEngine: save_state() on a frozen engine (it holds no training state)");
     const std::string prefix = normalized_prefix(prefix_in);
     torch::NoGradGuard no_grad;
     // The collectives (ZeRO-3 gathers, ZeRO-2/3 optimizer state) run on every rank whatever
@@ -208,6 +209,7 @@ ckpt::FileDigest TrainEngine::save_state_file(const std::string& path, const std
 
 void TrainEngine::load_state(ckpt::H5Reader& r, const std::string& prefix_in) {
     auto& st = *impl_;
+    RLPT_CHECK(!st.frozen(), "TrainEngine: load_state() on a frozen engine (it holds no training state)");
     const std::string prefix = normalized_prefix(prefix_in);
     struct Loaded {
         std::vector<torch::Tensor> params;

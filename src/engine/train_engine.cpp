@@ -34,20 +34,31 @@ namespace {
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 std::string options_line(const OptimOptions& o) {
+    // The hybrid-shard and frozen fields only when set: earlier checkpoints keep their layout.
     return fmt::format("options lr={} betas=({},{}) eps={} wd={} warmup={} scheduler={} min_lr_ratio={} "
-                       "num_cycles={} total_steps={} clip={} zero={} bucket={}",
+                       "num_cycles={} total_steps={} clip={} zero={} bucket={}{}{}",
                        o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.warmup_steps, o.scheduler, o.min_lr_ratio,
-                       o.num_cycles, o.total_steps, o.clip_grad, o.zero_stage, o.grad_bucket_bytes);
+                       o.num_cycles, o.total_steps, o.clip_grad, o.zero_stage, o.grad_bucket_bytes,
+                       o.shard_group_size > 0 ? fmt::format(" shard_group={}", o.shard_group_size) : "",
+                       o.frozen ? " frozen" : "");
+}
+
+// A transport over `c` for tensors on `device` (self when `c` is null or has one rank).
+std::unique_ptr<detail::Transport> make_transport(const comm::Communicator* c, const torch::Device& device) {
+    if (c == nullptr || c->size() == 1) return detail::make_self_transport();
+    if (device.is_cpu()) return detail::make_mpi_transport(*c);
+    RLPT_CHECK(device.is_cuda(), "TrainEngine: parameters on {} are not supported (cpu, cuda)", device.str());
+    return detail::make_nccl_transport(*c, device.index());
 }
 
 // Trainable parameters in named_parameters() order, each tensor once (tied weights are
 // registered under one name only, but a module may register a tensor twice).
-std::vector<ParamSlot> collect_parameters(torch::nn::Module& module) {
+std::vector<ParamSlot> collect_parameters(torch::nn::Module& module, bool frozen) {
     std::vector<ParamSlot> slots;
     std::unordered_set<const c10::TensorImpl*> seen;
     for (const auto& item : module.named_parameters(/*recurse=*/true)) {
         const torch::Tensor& p = item.value();
-        if (!p.defined() || !p.requires_grad()) continue;
+        if (!p.defined() || (!frozen && !p.requires_grad())) continue;
         if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
         ParamSlot s;
         s.name = item.key();
@@ -164,7 +175,15 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
     std::exception_ptr err;
     try {
         validate_optim_options(st.opts);
-        st.slots = collect_parameters(*st.module);
+        const int64_t sg = st.opts.shard_group_size;
+        RLPT_CHECK(sg == 0 || st.dp_size % sg == 0,
+                   "TrainEngine: shard_group_size {} does not divide the {} DP ranks (hybrid shard groups must "
+                   "be equal)",
+                   sg, st.dp_size);
+        RLPT_CHECK(!st.opts.frozen || st.opts.zero_stage == 0 || st.opts.zero_stage == 3,
+                   "TrainEngine: a frozen engine shards parameters (zero_stage 3) or nothing (0), got zero_stage {}",
+                   st.opts.zero_stage);
+        st.slots = collect_parameters(*st.module, st.opts.frozen);
         for (auto& sl : st.slots) sl.counted = st.tp == nullptr || tp.not_counted.count(sl.name) == 0;
         st.device = st.slots.front().param.device();
         st.layout = describe_layout(st.slots, st.opts);
@@ -175,11 +194,25 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
     }
     agree_on_layout(st.dp, st.layout, err);
 
+    // The ZeRO shard group: all DP ranks, or (hybrid shard) groups of shard_group_size
+    // consecutive DP ranks plus the replica groups across them. Collective on dp.
+    st.shard_size = st.dp_size;
+    st.shard_rank = st.dp_rank;
+    st.shard_comm = st.dp;
+    const int sg = static_cast<int>(st.opts.shard_group_size);
+    if (st.dp != nullptr && sg > 0 && sg < st.dp_size) {
+        st.own_shard_comm = st.dp->split(st.dp_rank / sg, st.dp_rank);
+        st.replica_comm = st.dp->split(st.dp_rank % sg, st.dp_rank);
+        st.shard_size = sg;
+        st.shard_rank = st.dp_rank % sg;
+        st.shard_comm = sg > 1 ? &st.own_shard_comm : nullptr;
+    }
+
     // 2. Flat buffers: parameters and gradients become views into them.
     err = nullptr;
     try {
         torch::NoGradGuard no_grad;
-        const int64_t shard_multiple = st.opts.zero_stage >= 1 ? st.dp_size * detail::kShardAlign : 1;
+        const int64_t shard_multiple = st.opts.zero_stage >= 1 ? st.shard_size * detail::kShardAlign : 1;
         const auto units = parameter_units(st);
         for (auto& s : st.slots) {
             const auto dt = s.param.scalar_type();
@@ -200,11 +233,12 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
             std::max<int64_t>(1, std::min(st.opts.grad_bucket_bytes, comm::kMaxMessageBytes) / 4);
         for (auto& g : st.groups) {
             g.padded = round_up(g.numel, shard_multiple);
-            g.shard = st.opts.zero_stage >= 1 ? g.padded / st.dp_size : g.padded;
+            g.shard = st.opts.zero_stage >= 1 ? g.padded / st.shard_size : g.padded;
             auto topts = torch::TensorOptions().dtype(g.dtype).device(st.device);
             // zeros, not empty: the pages are touched here, once, not in the first step.
             g.flat_param = torch::zeros({g.padded}, topts);
-            g.flat_grad = torch::zeros({g.padded}, topts.dtype(torch::kFloat32));
+            if (!st.frozen()) g.flat_grad = torch::zeros({g.padded}, topts.dtype(torch::kFloat32));
+            g.grad_allocated = !st.frozen();
             for (int64_t b = 0; b < g.numel; b += bucket_elems) g.buckets.emplace_back(b, std::min(g.numel, b + bucket_elems));
         }
         for (auto& s : st.slots) {
@@ -212,6 +246,7 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
             auto view = g.flat_param.narrow(0, s.offset, s.numel).view(s.shape);
             view.copy_(s.param);
             s.param.set_data(view);
+            if (st.frozen()) continue;
             s.grad_view = g.flat_grad.narrow(0, s.offset, s.numel).view(s.shape);
             auto& grad = s.param.mutable_grad();
             if (grad.defined()) s.grad_view.copy_(grad);
@@ -220,14 +255,12 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
         RLPT_CHECK(!st.shards_params() || st.backbone != nullptr,
                    "TrainEngine: zero_stage 3 shards parameters layer by layer and needs a transformer model "
                    "(CausalLM, ValueModel); this module has no model::Backbone");
-        if (st.dp == nullptr) {
-            st.transport = detail::make_self_transport();
-        } else if (st.device.is_cpu()) {
-            st.transport = detail::make_mpi_transport(*st.dp);
-        } else {
-            RLPT_CHECK(st.device.is_cuda(), "TrainEngine: parameters on {} are not supported (cpu, cuda)",
-                       st.device.str());
-            st.transport = detail::make_nccl_transport(*st.dp, st.device.index());
+        st.transport = make_transport(st.dp, st.device);
+        st.shard_tx = st.transport.get();
+        if (st.shard_size < st.dp_size) {
+            st.own_shard_tx = make_transport(st.shard_comm, st.device);
+            st.shard_tx = st.own_shard_tx.get();
+            st.replica_tx = make_transport(&st.replica_comm, st.device);
         }
     } catch (...) {
         err = std::current_exception();
@@ -239,18 +272,19 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
     torch::NoGradGuard no_grad;
     for (auto& g : st.groups) {
         if (st.opts.zero_stage >= 1) {
-            g.own_begin = st.dp_rank * g.shard;
+            g.own_begin = st.shard_rank * g.shard;
             g.own_end = g.own_begin + g.shard;
         } else {
             g.own_begin = 0;
             g.own_end = g.numel;
         }
-        const int64_t own = g.own_end - g.own_begin;
+        const int64_t own = st.frozen() ? 0 : g.own_end - g.own_begin;  // frozen: no optimizer state
         auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(st.device);
         g.exp_avg = torch::zeros({own}, f32);
         g.exp_avg_sq = torch::zeros({own}, f32);
-        if (!g.fp32()) g.master = g.flat_param.narrow(0, g.own_begin, own).to(torch::kFloat32).contiguous();
-        if (st.shards_grads()) g.grad_shard = torch::zeros({g.shard}, f32);
+        if (!g.fp32() && !st.frozen())
+            g.master = g.flat_param.narrow(0, g.own_begin, own).to(torch::kFloat32).contiguous();
+        if (st.shards_grads() && !st.frozen()) g.grad_shard = torch::zeros({g.shard}, f32);
         if (st.shards_params()) {
             // The module keeps its tensors (views into flat_param) but not their data.
             g.param_shard = g.flat_param.narrow(0, g.own_begin, g.shard).clone();
@@ -263,10 +297,11 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
         // Full gradients exist only while a unit's backward runs (the root: from a forward with
         // gradients to the step).
         for (auto& g : st.groups) {
-            detail::free_storage(g.flat_grad);
+            if (g.flat_grad.defined()) detail::free_storage(g.flat_grad);
             g.grad_allocated = false;
         }
     }
+    st.note_memory();
     RLPT_LOG_DEBUG("TrainEngine: {} parameters in {} group(s), transport {}, ZeRO-{}, {} optimizer bytes",
                    num_parameters(), st.groups.size(), st.transport->name(), st.opts.zero_stage,
                    optimizer_state_bytes());
@@ -280,6 +315,7 @@ TrainEngine::~TrainEngine() {
 
 void TrainEngine::zero_grad() {
     auto& st = *impl_;
+    RLPT_CHECK(!st.frozen(), "TrainEngine: zero_grad() on a frozen engine (it only runs forwards)");
     torch::NoGradGuard no_grad;
     for (auto& s : st.slots) {
         auto& grad = s.param.mutable_grad();
@@ -302,6 +338,7 @@ StepResult TrainEngine::step(bool advance_schedule) {
     };
     const auto t_begin = Clock::now();
     auto& st = *impl_;
+    RLPT_CHECK(!st.frozen(), "TrainEngine: step() on a frozen engine (it only runs forwards)");
     torch::NoGradGuard no_grad;
     std::exception_ptr err;
     try {
@@ -350,7 +387,8 @@ StepResult TrainEngine::step(bool advance_schedule) {
             if (lo < hi) sum_sq -= sum_of_squares(grad_of(s, lo, hi - lo));
         }
     }
-    if (st.shards_grads() && st.dp != nullptr) sum_sq = st.dp->allreduce_sum(sum_sq);
+    // The slices of one shard group cover every element once (the groups hold replicas).
+    if (st.shards_grads() && st.shard_comm != nullptr) sum_sq = st.shard_comm->allreduce_sum(sum_sq);
     if (st.tp != nullptr) sum_sq = st.tp->allreduce_sum(std::max(0.0, sum_sq));
     r.grad_norm = std::sqrt(sum_sq);
     r.lr = scheduled_lr(st.opts, st.schedule_step);
@@ -394,7 +432,7 @@ StepResult TrainEngine::step(bool advance_schedule) {
                 auto dst = st.shards_params() ? g.param_shard.narrow(0, 0, own) : g.flat_param.narrow(0, g.own_begin, own);
                 dst.copy_(g.master.narrow(0, 0, own));
             }
-            if (st.opts.zero_stage == 1 || st.opts.zero_stage == 2) st.transport->allgather_shards(g.flat_param, g.shard);
+            if (st.opts.zero_stage == 1 || st.opts.zero_stage == 2) st.shard_tx->allgather_shards(g.flat_param, g.shard);
         }
         detail::invalidate_gathered(st);
         r.allgather_s = st.opts.zero_stage >= 1 ? seconds_since(t0) : 0.0;
@@ -407,6 +445,7 @@ StepResult TrainEngine::step(bool advance_schedule) {
     ++st.global_step;
     if (advance_schedule) ++st.schedule_step;
     r.optimizer_s = seconds_since(t_reduced) - r.allgather_s;
+    st.note_memory();
     return r;
 }
 
@@ -443,6 +482,30 @@ TrainEngine::MemoryBytes TrainEngine::memory_bytes() const {
     m.optimizer = optimizer_state_bytes();
     return m;
 }
+
+int64_t TrainEngine::peak_memory_bytes() const { return impl_->peak_bytes; }
+void TrainEngine::reset_peak_memory() {
+    impl_->peak_bytes = 0;
+    impl_->note_memory();
+}
+int TrainEngine::shard_group_size() const { return impl_->shard_size; }
+int TrainEngine::shard_group_rank() const { return impl_->shard_rank; }
+
+namespace detail {
+int64_t EngineState::note_memory() {
+    const auto bytes = [](const torch::Tensor& t) {
+        return t.defined() ? static_cast<int64_t>(t.storage().nbytes()) : int64_t{0};
+    };
+    int64_t total = 0;
+    for (const auto& g : groups) {
+        total += bytes(g.flat_param) + bytes(g.param_shard) + bytes(g.flat_grad) + bytes(g.grad_shard);
+        total += (g.exp_avg.numel() + g.exp_avg_sq.numel()) * 4;
+        if (g.master.defined()) total += g.master.numel() * 4;
+    }
+    peak_bytes = std::max(peak_bytes, total);
+    return total;
+}
+}  // namespace detail
 
 std::shared_ptr<void> TrainEngine::hold_full_parameters() { return detail::hold_full(*impl_); }
 

@@ -19,17 +19,18 @@ void start_gather_unit(EngineState& st, int64_t unit) {
         Group& g = st.groups[gi];
         if (g.params_full || g.gather_in_flight) continue;
         alloc_storage(g.flat_param);
-        g.flat_param.narrow(0, st.dp_rank * g.shard, g.shard).copy_(g.param_shard);
-        st.transport->start_allgather_shards(g.flat_param, g.shard);
+        g.flat_param.narrow(0, st.shard_rank * g.shard, g.shard).copy_(g.param_shard);
+        st.shard_tx->start_allgather_shards(g.flat_param, g.shard);
         g.gather_in_flight = true;
     }
+    st.note_memory();
 }
 
 void finish_gathers(EngineState& st) {
     bool any = false;
     for (const auto& g : st.groups) any = any || g.gather_in_flight;
     if (!any) return;
-    st.transport->finish_allgathers("parameter all-gather (ZeRO-3)");
+    st.shard_tx->finish_allgathers("parameter all-gather (ZeRO-3)");
     for (auto& g : st.groups) {
         if (!g.gather_in_flight) continue;
         g.gather_in_flight = false;
@@ -87,13 +88,20 @@ void reduce_group_grads(EngineState& st, size_t gi) {
     torch::NoGradGuard no_grad;
     for (auto& s : st.slots)
         if (s.group == gi) attach_grad(s, g);
-    if (st.dp_size == 1) {
-        g.grad_shard.add_(g.flat_grad);
-    } else {
-        auto part = torch::empty_like(g.grad_shard);
-        st.transport->reduce_scatter_sum(g.flat_grad, part);
-        g.grad_shard.add_(part);
+    // The sum over the shard group of this rank's slice (a one-rank group: the whole buffer) ...
+    torch::Tensor part = g.flat_grad;
+    if (st.shard_size > 1) {
+        part = torch::empty_like(g.grad_shard);
+        st.shard_tx->reduce_scatter_sum(g.flat_grad, part);
     }
+    // ... then (hybrid shard) over the ranks holding the same slice in the other groups.
+    if (st.replica_tx != nullptr) {
+        const int64_t chunk = comm::kMaxMessageBytes / 4;
+        for (int64_t b = 0; b < part.numel(); b += chunk)
+            st.replica_tx->start_allreduce_sum(part.narrow(0, b, std::min(chunk, part.numel() - b)));
+        st.replica_tx->finish_allreduces("gradient slice all-reduce across shard groups (hybrid shard)");
+    }
+    g.grad_shard.add_(part);
     if (st.hooks != nullptr) {
         free_storage(g.flat_grad);
         g.grad_allocated = false;
@@ -103,6 +111,7 @@ void reduce_group_grads(EngineState& st, size_t gi) {
 }
 
 void prepare_unit_grads(EngineState& st, int64_t unit) {
+    if (st.frozen()) return;  // forwards only: no gradient buffers
     for (size_t gi : unit_groups(st, unit)) {
         Group& g = st.groups[gi];
         if (g.grad_allocated) continue;
@@ -110,6 +119,7 @@ void prepare_unit_grads(EngineState& st, int64_t unit) {
         g.flat_grad.zero_();
         g.grad_allocated = true;
     }
+    st.note_memory();
 }
 
 // The hooks a Backbone calls. They hold the engine's state by pointer; the engine clears it

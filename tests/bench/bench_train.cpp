@@ -19,11 +19,23 @@
 //         tied embeddings (the head matmul is the embedding's only FLOPs, so 6·N·tokens counts
 //         every parameter's matmul once), RMSNorm, RoPE.
 //
+// Memory (scripts/bench_zero.sh): the line also reports, maximum over ranks, the engine's tensor
+// bytes held between steps (TrainEngine::memory_bytes) and at their peak during the timed steps
+// (peak_memory_bytes: + a gathered layer and its gradient, the root unit), and the peak RSS
+// (VmHWM) over the whole run and over the timed steps alone (VmHWM reset through
+// /proc/self/clear_refs after the set-up; glibc is told to give freed blocks of 1 MiB and more
+// back at once, so the figure follows the tensors). --shard-group N: hybrid shard groups of N
+// DP ranks. --reference 1: also a frozen copy of the model (the reference policy), sharded
+// ZeRO-3-style when --zero is 3 (a full copy otherwise), running one no-grad forward on the
+// batch before each step; its bytes are reported apart.
+//
 // Usage: mpirun -np <ranks> rlpt_bench_train --model tiny|100m [--batch B] [--seq T] [--iters N]
 //                                            [--threads N] [--zero 0|1|2|3] [--prefetch 0|1]
+//                                            [--shard-group N] [--reference 0|1]
 //        mpirun -np 1 rlpt_bench_train --ceiling N [--threads N]
 #include <ATen/CPUGeneratorImpl.h>
 #include <dlfcn.h>
+#include <malloc.h>
 #include <sys/resource.h>
 #include <torch/torch.h>
 
@@ -32,6 +44,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -62,6 +75,8 @@ struct Args {
     int64_t threads = 1;
     int64_t zero = 0;
     int64_t prefetch = 1;  // ZeRO-3: start the next layer's all-gather early
+    int64_t shard_group = 0;  // hybrid shard group size (0: all ranks)
+    int64_t reference = 0;    // 1: also a frozen reference model
 };
 
 int64_t parse_int(const std::string& key, const std::string& v, int64_t min) {
@@ -99,10 +114,14 @@ Args parse(int argc, char** argv) {
             a.zero = parse_int(k, v, 0);
         else if (k == "--prefetch")
             a.prefetch = parse_int(k, v, 0);
+        else if (k == "--shard-group")
+            a.shard_group = parse_int(k, v, 0);
+        else if (k == "--reference")
+            a.reference = parse_int(k, v, 0);
         else
             RLPT_THROW(ValueError,
                        "bench_train: unknown option {} (--model, --ceiling, --batch, --seq, --iters, "
-                       "--threads, --zero, --prefetch)",
+                       "--threads, --zero, --prefetch, --shard-group, --reference)",
                        k);
     }
     RLPT_CHECK((a.ceiling > 0) != !a.model.empty(), "bench_train: give exactly one of --model and --ceiling");
@@ -151,6 +170,25 @@ double peak_rss_mib() {
     return static_cast<double>(ru.ru_maxrss) / 1024.0;
 }
 
+// VmHWM of this process in MiB (0 when /proc is not there).
+double vm_hwm_mib() {
+    std::ifstream f("/proc/self/status");
+    std::string line;
+    while (std::getline(f, line))
+        if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // kB
+    return 0;
+}
+
+// Resets VmHWM to the current RSS (Linux: "5" into /proc/self/clear_refs) after giving free
+// heap pages back. False when the kernel refuses.
+bool reset_hwm() {
+    malloc_trim(0);
+    std::ofstream f("/proc/self/clear_refs");
+    f << "5";
+    f.flush();
+    return static_cast<bool>(f);
+}
+
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
@@ -184,7 +222,19 @@ void run_training(const Args& args, const rlpt::comm::Communicator& world) {
     o.lr = tiny ? 3e-3 : 1e-4;
     o.zero_stage = args.zero;
     o.zero3_prefetch = args.prefetch != 0;
+    o.shard_group_size = args.shard_group;
     engine::TrainEngine eng(model, world, o, 0);
+    std::shared_ptr<model::CausalLM> ref_model;
+    std::unique_ptr<engine::TrainEngine> ref;
+    if (args.reference != 0) {
+        ref_model = model::make_random_causal_lm(margs, 1);
+        for (auto& p : ref_model->parameters()) p.set_requires_grad(false);
+        engine::OptimOptions ro;
+        ro.zero_stage = args.zero == 3 ? 3 : 0;
+        ro.frozen = true;
+        ro.shard_group_size = args.shard_group;
+        ref = std::make_unique<engine::TrainEngine>(ref_model, world, ro, 0);
+    }
 
     // Each rank trains on its own rows of a fixed batch (SFT loss on every position but 0).
     auto gen = at::make_generator<at::CPUGeneratorImpl>(100 + world.rank());
@@ -200,6 +250,11 @@ void run_training(const Args& args, const rlpt::comm::Communicator& world) {
     double loss_local = 0;
     auto train_step = [&]() -> std::pair<StepTimes, engine::StepResult> {
         StepTimes t;
+        if (ref) {  // the reference's forward (GRPO's KL term), not timed
+            torch::NoGradGuard no_grad;
+            (void)engine::sft_token_nll_sum(*ref_model, ids, mask, pos, loss_mask);
+            ref->release_parameters();
+        }
         const auto t0 = Clock::now();
         eng.zero_grad();
         auto nll = engine::sft_token_nll_sum(*model, ids, mask, pos, loss_mask);
@@ -230,6 +285,10 @@ void run_training(const Args& args, const rlpt::comm::Communicator& world) {
     RLPT_CHECK(ok && checked_loss < first_loss, "bench_train: correctness check failed: loss {} -> {}",
                first_loss, checked_loss);
 
+    const double rss_setup = world.allreduce_max(vm_hwm_mib());
+    const bool hwm_reset = reset_hwm();
+    eng.reset_peak_memory();
+    if (ref) ref->reset_peak_memory();
     std::vector<double> total, fwd_bwd, allreduce, optimizer, allgather;
     for (int64_t i = 0; i < args.iters; ++i) {
         world.barrier();
@@ -252,6 +311,10 @@ void run_training(const Args& args, const rlpt::comm::Communicator& world) {
     const double mem_params = world.allreduce_max(static_cast<double>(mem.params));
     const double mem_grads = world.allreduce_max(static_cast<double>(mem.grads));
     const double mem_optimizer = world.allreduce_max(static_cast<double>(mem.optimizer));
+    const double peak_bytes = world.allreduce_max(static_cast<double>(eng.peak_memory_bytes()));
+    const double rss_steps = world.allreduce_max(hwm_reset ? vm_hwm_mib() : -1.0);
+    const double ref_bytes = ref ? world.allreduce_max(static_cast<double>(ref->memory_bytes().total())) : 0.0;
+    const double ref_peak = ref ? world.allreduce_max(static_cast<double>(ref->peak_memory_bytes())) : 0.0;
     if (world.rank() != 0) return;
     std::printf(
         "{\"bench\":\"train\",\"git_sha\":\"%s\",\"model\":\"%s\",\"params\":%.0f,\"ranks\":%d,"
@@ -260,18 +323,24 @@ void run_training(const Args& args, const rlpt::comm::Communicator& world) {
         "\"allgather_s\":%.5f,\"tokens_per_s\":%.2f,\"gflops_6n\":%.3f,\"peak_rss_mib\":%.1f,"
         "\"optimizer_state_mib_per_rank\":%.2f,\"blas\":\"%s\",\"openblas_coretype\":\"%s\","
         "\"loss_first\":%.4f,\"loss_checked\":%.4f,\"prefetch\":%lld,\"state_bytes_params\":%.0f,"
-        "\"state_bytes_grads\":%.0f,\"state_bytes_optimizer\":%.0f}\n",
+        "\"state_bytes_grads\":%.0f,\"state_bytes_optimizer\":%.0f,\"peak_bytes\":%.0f,\"peak_rss_setup_mib\":%.1f,"
+        "\"peak_rss_steps_mib\":%.1f,\"shard_group\":%d,\"reference\":%lld,\"ref_bytes\":%.0f,"
+        "\"ref_peak_bytes\":%.0f}\n",
         RLPT_GIT_SHA, args.model.c_str(), params, world.size(), static_cast<long long>(args.threads),
         static_cast<long long>(args.zero), static_cast<long long>(batch), static_cast<long long>(seq),
         static_cast<long long>(tokens_per_step), static_cast<long long>(args.iters), step_s, median(fwd_bwd),
         median(allreduce), median(optimizer), median(allgather), tok_s, 6.0 * params * tok_s / 1e9, rss,
         state_mib, blas_core(), coretype_env(), first_loss, checked_loss, static_cast<long long>(args.prefetch),
-        mem_params, mem_grads, mem_optimizer);
+        mem_params, mem_grads, mem_optimizer, peak_bytes, rss_setup, rss_steps, eng.shard_group_size(),
+        static_cast<long long>(args.reference), ref_bytes, ref_peak);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+    // Freed blocks of 1 MiB and more go back to the kernel at once (RSS follows the tensors).
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 20);
     rlpt::comm::MpiRuntime mpi(&argc, &argv);
     try {
         const Args args = parse(argc, argv);

@@ -121,14 +121,17 @@ struct Run {
 // `world` null: the single-process reference on the whole batch. Otherwise this rank's share of
 // the rows. Micro-batches of 2 rows in both cases (the shares of 12 rows over 1-3 ranks are
 // whole micro-batches), so the runs differ only in how the gradients are summed.
-Run run(const comm::Communicator* world, torch::Dtype dtype, int64_t zero_stage, int steps = kSteps) {
+Run run(const comm::Communicator* world, torch::Dtype dtype, int64_t zero_stage, int steps = kSteps,
+        int64_t shard_group = 0) {
     Run out;
     const int rank = world ? world->rank() : 0;
     const int64_t d = world ? world->size() : 1, share = kGlobalRows / d;
     out.model = model::make_random_causal_lm(args(), rank == 0 ? 21 : 77, dtype);  // rank 0's wins
     comm::Communicator none;
     std::shared_ptr<void> hold;  // declared first: outlives the engine, the model stays full
-    TrainEngine eng(out.model, world ? *world : none, options(zero_stage), 0);
+    auto opts = options(zero_stage);
+    opts.shard_group_size = shard_group;
+    TrainEngine eng(out.model, world ? *world : none, opts, 0);
     for (int k = 0; k < steps; ++k) {
         const auto r = train_step(eng, *out.model, global_batch(k), rank * share, share, 2, d, world);
         out.norms.push_back(r.grad_norm);
@@ -388,6 +391,95 @@ TEST_F(EngineDp, Zero3HoldAndForEachGiveTheFullParameters) {
         EXPECT_TRUE(torch::equal(p, root)) << name;
     });
     EXPECT_EQ(names.size(), full.size());
+}
+
+// Hybrid shard: ZeRO state sharded inside groups of S DP ranks, replicated across the groups
+// (4 ranks: groups of 2; 2-3 ranks: groups of 1, everything replicated through the ZeRO code
+// paths). The same update as ZeRO-0 within fp32 tolerance (ZeRO-1: bit-identical, the same
+// all-reduced gradient), every rank the same parameters, and the bytes of a group of S.
+TEST_F(EngineDp, HybridShardSameUpdateAsZero0) {
+    const int64_t d = world_.size();
+    if (d < 2) GTEST_SKIP() << "needs two ranks";
+    const int64_t S = d % 2 == 0 && d > 2 ? 2 : 1;
+    auto z0 = run(&world_, torch::kFloat32, 0);
+    const int64_t n = z0.state_bytes / 8;
+    const int64_t slack = 16 * 64 * S * (args().num_hidden_layers + 1);
+    for (int64_t z : {1, 2, 3}) {
+        auto got = run(&world_, torch::kFloat32, z, kSteps, S);
+        const std::string what = fmt::format("ZeRO-{} in shard groups of {}", z, S);
+        if (z == 1) {
+            EXPECT_TRUE(bitwise_equal(*got.model, *z0.model)) << what;
+            EXPECT_EQ(got.norms, z0.norms) << what;
+        }
+        for (int k = 0; k < kSteps; ++k) EXPECT_NEAR(got.norms[k], z0.norms[k], 1e-5 * z0.norms[k]) << what << " " << k;
+        expect_close(*got.model, *z0.model, 1e-5, 1e-6, what + " vs ZeRO-0");
+        for (const auto& p : got.model->parameters()) {
+            auto mine = p.detach().contiguous().clone();
+            auto root = mine.clone();
+            world_.bcast(root.data_ptr(), root.numel() * 4, 0);
+            ASSERT_TRUE(torch::equal(mine, root)) << what;
+        }
+        const int64_t ideal = z == 1 ? 8 * n + 8 * n / S : z == 2 ? 4 * n + 12 * n / S : 16 * n / S;
+        EXPECT_GE(got.mem.total(), ideal) << what;
+        EXPECT_LE(got.mem.total(), ideal + slack) << what;
+    }
+}
+
+TEST_F(EngineDp, HybridShardGroupThatDoesNotDivideIsRefusedOnEveryRank) {
+    auto m = model::make_random_causal_lm(args(), 1);
+    auto o = options(3);
+    o.shard_group_size = world_.size() + 1;
+    comm::Communicator none;
+    try {
+        TrainEngine eng(m, world_.size() > 1 ? world_ : none, o, 0);
+        ADD_FAILURE() << "no error on rank " << world_.rank();
+    } catch (const ValueError& e) {
+        EXPECT_NE(std::string(e.what()).find(fmt::format("shard_group_size {} does not divide the {} DP ranks",
+                                                         world_.size() + 1, world_.size())),
+                  std::string::npos)
+            << e.what();
+    }
+    world_.barrier();
+}
+
+// A frozen ZeRO-3 engine (the sharded reference policy): each rank keeps 4/dp bytes per
+// parameter and nothing else, and the forward (layers gathered one at a time) gives exactly the
+// log-probs of the unsharded copy. With 4 ranks also in shard groups of 2.
+TEST_F(EngineDp, FrozenZero3ForwardEqualsTheFullCopy) {
+    const int64_t d = world_.size();
+    const auto g = global_batch(0);
+    auto full = model::make_random_causal_lm(args(), 21);
+    for (auto& p : full->parameters()) p.set_requires_grad(false);
+    torch::NoGradGuard no_grad;
+    const auto want = compute_log_probs(*full, g.seq, 1.0, false).log_probs;
+    for (int64_t S : {int64_t{0}, d % 2 == 0 && d > 2 ? int64_t{2} : int64_t{0}}) {
+        auto m = model::make_random_causal_lm(args(), world_.rank() == 0 ? 21 : 77);  // rank 0's wins
+        for (auto& p : m->parameters()) p.set_requires_grad(false);
+        OptimOptions o;
+        o.zero_stage = 3;
+        o.frozen = true;
+        o.shard_group_size = S;
+        comm::Communicator none;
+        TrainEngine eng(m, d > 1 ? world_ : none, o, 0);
+        const int64_t groups = S > 0 ? S : d, n = eng.num_parameters();
+        const int64_t slack = 4 * 64 * groups * (args().num_hidden_layers + 1);
+        const auto mem = eng.memory_bytes();
+        EXPECT_EQ(mem.grads, 0);
+        EXPECT_EQ(mem.optimizer, 0);
+        EXPECT_GE(mem.params, 4 * n / groups);
+        EXPECT_LE(mem.params, 4 * n / groups + slack);
+        const auto got = compute_log_probs(*m, g.seq, 1.0, false).log_probs;
+        EXPECT_TRUE(torch::equal(got, want)) << "shard group " << S << ": max diff "
+                                             << (got - want).abs().max().item<double>();
+        // The peak: the slices + the gathered units (the root, a layer and the prefetched next).
+        EXPECT_GT(eng.peak_memory_bytes(), mem.params);
+        EXPECT_LE(eng.peak_memory_bytes(), mem.params + 4 * n + slack);
+        eng.release_parameters();
+        EXPECT_EQ(eng.memory_bytes().params, mem.params);
+        EXPECT_THROW(eng.step(), ValueError);
+        EXPECT_THROW(eng.zero_grad(), ValueError);
+    }
+    world_.barrier();
 }
 
 // ---- mismatches: a clean error on every rank, never a hang ------------------------------------

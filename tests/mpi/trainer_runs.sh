@@ -28,6 +28,11 @@
 #                      close (elastic); the export generates
 #                      as the ZeRO-0 one; PPO with the actor at ZeRO-2 and the critic at ZeRO-3
 #                      follows ZeRO-0, SFT at ZeRO-3 too
+#   zero-hybrid        hybrid shard (actor.optim.fsdp_size): ZeRO-2 and ZeRO-3 in shard groups of 2
+#                      of 4 DP ranks (and one group per simulated node) follow ZeRO-0; a group size
+#                      that does not divide the DP size is refused naming the key
+#   ref-sharded        the reference on 2 ranks of its own sharded (ref.zero_stage=3) vs a full
+#                      copy: identical metrics with the KL loss
 #   reshard            rollout on its own ranks with another tp than the actor's (weights move
 #                      shard to shard, comm/weight_reshard.h): actor tp 2 -> rollout tp 1 and
 #                      actor tp 1 -> rollout tp 2 and actor tp 2 -> two rollout tp 1 ranks follow
@@ -434,6 +439,39 @@ PY
       sft.optim.zero_stage=3
     compare runs/sft0/metrics.jsonl runs/sft3/metrics.jsonl 1,3,6 2e-3 sft/loss sft/grad_norm
     test -f runs/sft3/model/model.safetensors
+    ;;
+  zero-hybrid)
+    # Hybrid shard (actor.optim.fsdp_size): 4 actor DP ranks, ZeRO-2 and ZeRO-3 state sharded in
+    # groups of 2 and replicated across them, follow ZeRO-0; one group per (simulated) node too;
+    # a group size that does not divide the DP size is refused naming the key.
+    common=(trainer.output_dir=runs trainer.total_training_steps=2 trainer.val_before_train=false
+            actor.entropy_coeff=0.05 actor.optim.lr=0.01 actor.use_kl_loss=true model.builtin.num_layers=2)
+    keys=(critic/score/mean response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/ppo_kl actor/kl_loss)
+    run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z0
+    run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=h2 actor.optim.zero_stage=2 actor.optim.fsdp_size=2
+    compare runs/z0/metrics.jsonl runs/h2/metrics.jsonl 1,2 2e-3 "${keys[@]}"
+    RLPT_SIMULATE_NODES=2 run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=h3 \
+      actor.optim.zero_stage=3 actor.optim.fsdp_size=0 | tee h3.log
+    grep -q "shard group 2 of 4 DP ranks" h3.log
+    compare runs/z0/metrics.jsonl runs/h3/metrics.jsonl 1,2 2e-3 "${keys[@]}"
+    if run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=bad actor.optim.zero_stage=3 \
+      actor.optim.fsdp_size=3 > bad.log 2>&1; then exit 1; fi
+    grep -q "actor.optim.fsdp_size: 3 does not divide the 4 DP ranks of the actor" bad.log
+    ;;
+  ref-sharded)
+    # The reference on 2 ranks of its own, sharded (ref.zero_stage=3: per-layer gathers, no
+    # optimizer state) vs a full copy per rank: identical log-probs, so identical metrics
+    # (GRPO with the KL loss), and the sharded one logs its bytes per rank.
+    common=(trainer.output_dir=runs trainer.total_training_steps=2 trainer.val_before_train=false
+            actor.entropy_coeff=0.05 actor.optim.lr=0.01 actor.use_kl_loss=true
+            'placement.groups=[{roles: [actor, rollout], ranks: 1}, {roles: [reference], ranks: 2}]')
+    keys=(response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/kl_loss)
+    run 3 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=full ref.zero_stage=0 | tee full.log
+    run 3 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=sharded ref.zero_stage=3 | tee sharded.log
+    grep -q "reference: parameters sharded over 2 rank(s)" sharded.log
+    if grep -q "reference: parameters sharded" full.log; then exit 1; fi
+    compare runs/full/metrics.jsonl runs/sharded/metrics.jsonl 1,2 0 "${keys[@]}"
+    "$py" -c 'import json,sys; k=[json.loads(l)["actor/kl_loss"] for l in open("runs/sharded/metrics.jsonl")]; assert k[-1] != 0, k'
     ;;
   tp-layouts)
     common=(trainer.output_dir=runs trainer.total_training_steps=2 trainer.val_before_train=false

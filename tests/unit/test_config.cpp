@@ -78,6 +78,15 @@ TEST(Config, RangeErrorsNameKeyAndOrigin) {
     expect_config_error([] { config_from_yaml("critic:\n  optim:\n    zero_stage: 4\n", "r.yaml"); },
                         {"r.yaml:3", "critic.optim.zero_stage", "must be 0, 1, 2 or 3 (got 4)"});
     EXPECT_EQ(config_from_yaml("actor:\n  optim:\n    zero_stage: 3\n", "r.yaml").actor.optim.zero_stage, 3);
+    // Hybrid shard and the sharded reference.
+    expect_config_error([] { config_from_yaml("actor:\n  optim:\n    zero_stage: 3\n    fsdp_size: -2\n", "r.yaml"); },
+                        {"actor.optim.fsdp_size", "must be -1 (all DP ranks), 0 (the DP ranks on a node)", "got -2"});
+    expect_config_error([] { config_from_yaml("critic:\n  optim:\n    fsdp_size: 2\n", "r.yaml"); },
+                        {"critic.optim.fsdp_size", "critic.optim.zero_stage is 0"});
+    EXPECT_EQ(config_from_yaml("actor:\n  optim:\n    zero_stage: 2\n    fsdp_size: 0\n", "r.yaml").actor.optim.fsdp_size, 0);
+    expect_config_error([] { config_from_yaml("ref:\n  zero_stage: 2\n", "r.yaml"); },
+                        {"ref.zero_stage", "must be -1 (follow actor.optim.zero_stage), 0 (a full copy per rank) or 3"});
+    EXPECT_EQ(config_from_yaml("ref:\n  zero_stage: 3\n", "r.yaml").ref.zero_stage, 3);
     expect_config_error(
         [] { config_from_yaml("placement:\n  groups:\n    - roles: [actor, actor]\n", "r.yaml"); },
         {"placement.groups.0.roles", "more than one group"});

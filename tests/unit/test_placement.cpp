@@ -132,6 +132,39 @@ TEST(Placement, MultiNodeLayouts2x8And4x8) {
     EXPECT_EQ(u.at("rollout").world_ranks, R({5, 6, 7}));
 }
 
+// Hybrid shard groups (actor.optim.fsdp_size): -1 all DP ranks, N a divisor, 0 one group per node.
+TEST(Placement, ZeroShardGroups) {
+    using rlpt::comm::zero_shard_group_size;
+    // 8 ranks, the controller hosts roles, two nodes of 4: the actor has 8 DP ranks (tp 1) or 4 (tp 2).
+    Placement p = compute_placement(groups({{{"actor", "rollout", "reference"}, "auto", 1}}, true), 8, nodes_of(2, 4), {});
+    EXPECT_EQ(zero_shard_group_size(p, "actor", -1, "k"), 0);
+    EXPECT_EQ(zero_shard_group_size(p, "actor", 2, "k"), 2);
+    EXPECT_EQ(zero_shard_group_size(p, "actor", 8, "k"), 0);  // one group of all: plain ZeRO
+    EXPECT_EQ(zero_shard_group_size(p, "actor", 0, "k"), 4);  // per node
+    EXPECT_EQ(zero_shard_group_size(p, "critic", 3, "k"), 0);  // not placed: nothing to check
+    expect_error([&] { zero_shard_group_size(p, "actor", 3, "actor.optim.fsdp_size"); },
+                 "actor.optim.fsdp_size: 3 does not divide the 8 DP ranks of the actor");
+    Placement tp = compute_placement(groups({{{"actor"}, "auto", 2}}, true), 8, nodes_of(2, 4), {});
+    EXPECT_EQ(zero_shard_group_size(tp, "actor", 0, "k"), 2);  // 2 blocks of 2 per node
+    EXPECT_EQ(zero_shard_group_size(compute_placement(groups({{{"actor"}, "auto", 1}}, true), 4, one_node(4), {}),
+                                    "actor", 0, "k"),
+              0);  // one node: plain ZeRO
+    // Uneven nodes (3 + 5 ranks) cannot form equal per-node groups.
+    Placement u = compute_placement(groups({{{"actor"}, "auto", 1}}, true), 8, R({0, 0, 0, 1, 1, 1, 1, 1}), {});
+    expect_error([&] { zero_shard_group_size(u, "actor", 0, "actor.optim.fsdp_size"); },
+                 "as many DP ranks of the actor on every node, got [3, 5]");
+    // The config-level check names the key.
+    rlpt::Config c;
+    c.actor.optim.zero_stage = 3;
+    c.actor.optim.fsdp_size = 3;
+    expect_error([&] { rlpt::comm::check_zero_shard_groups(c, p); }, "actor.optim.fsdp_size: 3 does not divide");
+    c.actor.optim.fsdp_size = 4;
+    EXPECT_NO_THROW(rlpt::comm::check_zero_shard_groups(c, p));
+    EXPECT_EQ(rlpt::comm::reference_zero_stage(c), 3);
+    c.ref.zero_stage = 0;
+    EXPECT_EQ(rlpt::comm::reference_zero_stage(c), 0);
+}
+
 TEST(Placement, SimulatedNodesSpec) {
     EXPECT_EQ(rlpt::simulated_node_label("8", 9, 16), 1);
     EXPECT_EQ(rlpt::simulated_node_label("0,0,1", 2, 3), 1);

@@ -83,4 +83,17 @@ std::vector<int> weight_sync_ranks(const Placement& p, int mp_rank = 0);
 // 0..tp-1, the senders) followed by the rollout ranks in role order. Empty otherwise.
 std::vector<int> weight_reshard_ranks(const Placement& p);
 
+// Hybrid shard: the ZeRO shard group size of `role` (TrainEngine's OptimOptions::shard_group_size,
+// 0 = one group of all DP ranks) for an fsdp_size setting (OptimConfig::fsdp_size; `key` names it
+// in errors). -1: 0. N >= 1: N, which must divide the role's DP size (N = DP size gives 0). 0: the
+// DP ranks sharing a node, which must be consecutive and as many on every node. ConfigError
+// naming `key`, the role and the numbers otherwise.
+int zero_shard_group_size(const Placement& p, const std::string& role, int64_t fsdp_size, const std::string& key);
+// ref.zero_stage resolved: -1 follows the actor (3 when actor.optim.zero_stage is 3, else 0).
+int64_t reference_zero_stage(const Config& c);
+// zero_shard_group_size for every placed role that shards ZeRO state under `c` (the actor with
+// actor.optim or, in SFT mode, sft.optim; the critic; a sharded reference with actor.optim's
+// fsdp_size): throws the first ConfigError. Called where the placement is computed, on every rank.
+void check_zero_shard_groups(const Config& c, const Placement& p);
+
 }  // namespace rlpt::comm

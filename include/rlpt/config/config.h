@@ -39,6 +39,11 @@ struct OptimConfig {
     // (reduce-scattered); 3: + parameters (gathered per decoder layer, FSDP-style). See
     // engine/train_engine.h for the bytes per parameter each keeps.
     int64_t zero_stage = 0;
+    // Hybrid shard (verl's fsdp_config.fsdp_size; FSDP HYBRID_SHARD): the ZeRO state is sharded
+    // inside groups of DP ranks and replicated across them. -1: one group of all DP ranks (plain
+    // ZeRO); 0: the DP ranks on one node (placement's node map); N >= 1: N consecutive DP ranks
+    // (N must divide the role's DP size). Needs zero_stage >= 1 unless -1.
+    int64_t fsdp_size = -1;
     double grad_bucket_mb = 25.0;  // gradient all-reduce bucket size
 };
 
@@ -238,6 +243,10 @@ struct RolloutConfig {
 
 struct ReferenceConfig {
     int64_t log_prob_micro_batch_size_per_rank = 32;
+    // -1: 3 when actor.optim.zero_stage is 3, else 0. 0: a full copy per rank. 3: the parameters
+    // sharded over the reference's DP ranks (in actor.optim.fsdp_size groups), each decoder layer
+    // gathered for its forward (the actor's ZeRO-3 machinery with no optimizer state).
+    int64_t zero_stage = -1;
 };
 
 struct CriticConfig {

@@ -109,6 +109,22 @@ struct OptimOptions {
     int64_t total_steps = 1;      // for the cosine schedule
     double clip_grad = 1.0;       // <= 0: no clipping
     int64_t zero_stage = 0;       // 0 | 1 | 2 | 3 (see above)
+    // Hybrid shard (FSDP HYBRID_SHARD; DeepSpeed hpZ/MiCS): the ZeRO-1/2/3 state is sharded inside
+    // groups of this many consecutive DP ranks (DP rank r is in group r / S at position r % S)
+    // and replicated across the groups. 0: one group of all DP ranks (plain ZeRO). It must divide
+    // the DP size (ValueError on every rank otherwise). Gradients under ZeRO-0/1 are all-reduced
+    // over all DP ranks as before; under ZeRO-2/3 they are reduce-scattered inside the group,
+    // then each slice is all-reduced across the groups (over the ranks at the same position).
+    // Parameter and optimizer-state all-gathers stay inside the group: per fp32 parameter
+    // ZeRO-3 keeps 16/S bytes instead of 16/dp, and its gathers never leave the group (a node).
+    int64_t shard_group_size = 0;
+    // A model that only runs forwards (the sharded reference policy): every parameter is taken
+    // (requires_grad or not), no gradient buffers, no optimizer state. With zero_stage 3 each
+    // rank keeps only its parameter slices (4/S bytes per fp32 parameter) and every decoder layer
+    // is gathered for its forward (the root unit until release_parameters()); zero_stage 0 keeps
+    // the parameters whole. zero_stage must be 0 or 3; zero_grad(), step(), save_state() and
+    // load_state() throw a ValueError.
+    bool frozen = false;
     bool zero3_prefetch = true;   // ZeRO-3: start the next layer's all-gather before it is needed
     int64_t grad_bucket_bytes = 25 << 20;
 };
@@ -195,6 +211,16 @@ class TrainEngine {
         int64_t total() const { return params + grads + optimizer; }
     };
     MemoryBytes memory_bytes() const;
+    // The highest memory_bytes().total() since construction or reset_peak_memory(), updated at
+    // every allocation of an engine buffer (a gathered unit, a unit's full gradient) and at the
+    // end of step(): e.g. under ZeRO-3 the slices + one gathered layer and its gradient + the
+    // root unit. Temporaries of one slice (the reduce-scatter's receive buffer) are not counted.
+    int64_t peak_memory_bytes() const;
+    void reset_peak_memory();
+    // Ranks in this rank's ZeRO shard group (OptimOptions::shard_group_size; the DP size when
+    // 0 or without ZeRO) and this rank's position in it.
+    int shard_group_size() const;
+    int shard_group_rank() const;
 
     // ZeRO-3: every parameter of the module holds its full, current values until the returned
     // handle is dropped (a step() inside the window gathers the updated values again).
@@ -225,6 +251,8 @@ class TrainEngine {
     // file contents; save_state is then collective on `dp`), and load it by taking their
     // slices: a ZeRO-0, -2 or -3 checkpoint resumes under any of ZeRO-0/1/2/3 at any DP size (a
     // ZeRO-1 engine takes its ranges of such a file; a ZeRO-1 file needs the same ZeRO-1 layout).
+    // Hybrid shard: ZeRO-2/3 gather the state inside the shard group (the same full contents);
+    // a ZeRO-1 file holds the ranges of the rank's position in its group (same DP and group size).
     void save_state(ckpt::H5Writer& w, const std::string& prefix) const;
     void load_state(ckpt::H5Reader& r, const std::string& prefix);
     // This rank's whole checkpoint file: creates `path` (an H5Writer: written as path.tmp,
