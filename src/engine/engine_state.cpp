@@ -9,7 +9,9 @@
 //   shards/<g>/exp_avg, exp_avg_sq, master (bf16 groups)   [held] float32
 //   engine/global_step, schedule_step, applied_updates, rng_state
 // Group g's held range in the file of DP rank k: ZeRO-0 [0, numel); ZeRO-1/2/3
-// [k·shard, (k+1)·shard) clipped to [0, numel).
+// [k·shard, (k+1)·shard) clipped to [0, numel), for k < shard_group_size (the layout line; the DP
+// size today, the shard group's size under a hybrid shard-in-node layout, whose first group's
+// files then hold every shard once).
 #include <map>
 #include <functional>
 #include <optional>
@@ -70,6 +72,10 @@ std::string layout_text(const detail::EngineState& st) {
     std::string out = fmt::format("{} {}\nzero_stage {}\ndp_size {}\ndp_rank {}\n", kLayoutMagic, kStateFormat,
                                   st.opts.zero_stage, st.dp_size, st.dp_rank);
     if (st.tp != nullptr) out += fmt::format("tensor_parallel {} rank {}\n", st.tp_size, st.tp_rank);
+    // Shard k of every group is in the file of DP rank k (k < shard_group_size). Hybrid shard
+    // (shards inside groups of S consecutive DP ranks, replicated across groups) records S here:
+    // the first group's files then hold every shard once.
+    out += fmt::format("shard_group_size {}\n", st.opts.zero_stage >= 1 ? st.dp_size : 1);
     for (size_t gi = 0; gi < st.groups.size(); ++gi) {
         const auto& g = st.groups[gi];
         out += fmt::format("group {} {} numel {} padded {} shard {}\n", gi, dtype_word(g.dtype), g.numel, g.padded,
@@ -84,6 +90,7 @@ std::string layout_text(const detail::EngineState& st) {
 // A parsed format-2 layout.
 struct ParsedLayout {
     SavedLayout head;
+    int shard_group_size = 1;
     struct G {
         torch::ScalarType dtype = torch::kFloat32;
         int64_t numel = 0, padded = 0, shard = 0;
@@ -117,6 +124,8 @@ ParsedLayout parse_layout(const std::string& text, const std::string& where) {
             ls >> p.head.dp_size;
         } else if (key == "dp_rank") {
             ls >> p.head.dp_rank;
+        } else if (key == "shard_group_size") {
+            ls >> p.shard_group_size;
         } else if (key == "tensor_parallel") {
             ls >> p.head.tp_size >> w1 >> p.head.tp_rank;
         } else if (key == "group" && p.head.format == kStateFormat) {
@@ -258,6 +267,8 @@ torch::Tensor ShardedState::read(Kind kind, const std::string& name, int64_t beg
         return out;
     }
     for (int64_t k = lo / g.shard; hi > lo && k * g.shard < hi; ++k) {
+        RLPT_CHECK_KIND(IoError, k < p.shard_group_size, "checkpoint {}: {} lies past shard {} of {}", where(),
+                        why(), k, p.shard_group_size);
         const int64_t a = std::max(lo, k * g.shard), b = std::min(hi, (k + 1) * g.shard);
         const ckpt::H5Reader& f = impl_->file(static_cast<size_t>(k), why());
         out.narrow(0, a - lo, b - a).copy_(f.read_tensor_range(dataset, a - k * g.shard, b - a));

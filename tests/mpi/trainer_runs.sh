@@ -52,8 +52,8 @@
 #                      different size for a rollout on ranks of its own is refused naming the key
 #   elastic            sharded checkpoints (every actor rank writes its own shards): a 4-rank ZeRO-3
 #                      checkpoint resumes at 4 ranks ZeRO-3 (bit-identical step and export), at 2 ranks
-#                      ZeRO-1 and at 2 ranks tp 2 (close to the run that never stopped); a 2-rank
-#                      ZeRO-2 one at 3 ranks ZeRO-3
+#                      ZeRO-1 and at 2 ranks tp 2 (close to the run that never stopped)
+#   elastic-grow       a 2-rank ZeRO-2 checkpoint resumes at 3 ranks ZeRO-3 (close)
 #   shard-damage       a checkpoint with a missing or truncated shard file: resume=auto moves it aside
 #                      naming the file and continues bit-identically from the previous one; resuming
 #                      it by path is an error naming the file
@@ -634,7 +634,12 @@ PY
       | tee tp2.log
     grep -q "actor: resharded checkpoint .*step_1 into tensor parallelism 2" tp2.log
     compare runs/z3x4/metrics.jsonl runs/tp2/metrics.jsonl 2 2e-3 "${keys[@]}"
-    # 2 -> 3 ranks: a ZeRO-2 checkpoint of 2 ranks under ZeRO-3 on 3.
+    ;;
+  elastic-grow)
+    common=(trainer.output_dir=runs trainer.total_training_steps=2 trainer.save_freq=1 trainer.val_before_train=false
+            actor.entropy_coeff=0.05 actor.optim.lr=0.01 actor.use_kl_loss=true model.builtin.num_layers=2)
+    keys=(actor/entropy actor/grad_norm actor/kl_loss actor/pg_loss)
+    # 2 -> 3 ranks: a ZeRO-2 checkpoint of 2 ranks under ZeRO-3 on 3 (uneven shard boundaries).
     run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z2x2 actor.optim.zero_stage=2
     run 3 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z3x3 actor.optim.zero_stage=3 \
       trainer.resume="$PWD/runs/z2x2/checkpoints/step_1"
