@@ -1,11 +1,6 @@
 // The actor: the policy model, its training engine, and what moves its weights around.
 #include "rlpt/roles/actor.h"
 
-#include <unistd.h>
-
-#include <filesystem>
-
-
 #include "model_setup.h"
 #include "rlpt/algo/agg_loss.h"
 #include "rlpt/algo/value_loss.h"
@@ -212,45 +207,37 @@ Batch save(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 Batch load(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
     const std::string dir = protocol::decode_args<protocol::DirArgs>(in, "actor.load").dir;
-    const auto version = [&](ckpt::H5Reader& reader) {
-        a.policy->version = static_cast<uint64_t>(reader.int_attr("actor/weight_version"));
-    };
-    // Written at another tensor-parallel size: this rank's state resharded into a file of its own.
-    const std::string converted =
-        (std::filesystem::temp_directory_path() / fmt::format("rlpt-reshard-{}-actor{}.h5", ::getpid(), ctx.comms->role_rank)).string();
-    bool resharded = false;
-    std::exception_ptr err;
-    try {
-        resharded = detail::convert_tp_checkpoint(dir, "actor", *a.policy->model, ctx.comms->mp_rank, converted);
-    } catch (...) {
-        err = std::current_exception();
-    }
-    // Every actor rank converts or none (the same files); agree before the engine's collectives.
-    if (ctx.comms->role.allreduce_min_i64(err ? 0 : 1) == 0) {
-        if (err) std::rethrow_exception(err);
-        throw IoError(fmt::format("resharding checkpoint {} to this tensor-parallel size failed on another actor rank", dir));
-    }
-    if (!resharded) {
-        detail::load_engine_checkpoint(*a.engine, dir, "actor", ctx.comms->role_rank, ctx.comms->mp_rank, version);
-        return Batch(0);
-    }
-    struct Remove {
-        std::string path;
-        ~Remove() { std::filesystem::remove(path); }
-    } remove{converted};
-    ckpt::H5Reader reader(converted);
-    a.engine->load_state(reader, "actor/");
-    version(reader);
-    if (ctx.comms->role_rank == 0) RLPT_LOG_INFO("actor: resharded checkpoint {} into tensor parallelism {}", dir, a.policy->model->tp_layout().tp);
+    detail::load_engine_checkpoint(
+        *a.engine, dir, "actor", ctx.comms->role_rank, ctx.comms->role,
+        [&](const ckpt::H5Reader& reader) {
+            a.policy->version = static_cast<uint64_t>(reader.int_attr("actor/weight_version"));
+        },
+        a.policy->model.get());
     return Batch(0);
 }
 
 Batch export_hf(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
-    // The first model-parallel block writes (its rank 0 after gathering each tensor); under
-    // ZeRO-3 every DP rank first takes part in gathering the parameters.
-    const auto full = a.engine->hold_full_parameters();
-    if (ctx.comms->dp_rank == 0) model::save_pretrained(*a.policy->model, protocol::decode_args<protocol::DirArgs>(in, "actor.export").dir);
+    // Streamed: one full tensor at a time. Under ZeRO-3 each tensor's slices go to DP rank 0
+    // only (TrainEngine::gather_parameter); with tp > 1 the first DP block then gathers it over
+    // the block and its rank 0 writes it. No rank holds more than one full tensor beyond its shards.
+    const std::string dir = protocol::decode_args<protocol::DirArgs>(in, "actor.export").dir;
+    engine::TrainEngine& eng = *a.engine;
+    std::exception_ptr err;
+    if (ctx.comms->dp_rank == 0) {
+        try {
+            model::save_pretrained(*a.policy->model, dir, model::kDefaultMaxShardBytes,
+                                   [&](size_t i) { return eng.gather_parameter(i, 0); });
+        } catch (...) {
+            err = std::current_exception();
+        }
+    } else {
+        for (size_t i = 0; i < eng.num_parameter_tensors(); ++i) eng.gather_parameter(i, 0);
+    }
+    if (ctx.comms->role.allreduce_min_i64(err ? 0 : 1) == 0) {
+        if (err) std::rethrow_exception(err);
+        throw IoError(fmt::format("exporting the actor to {} failed on another actor rank", dir));
+    }
     return Batch(0);
 }
 

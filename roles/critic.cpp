@@ -125,7 +125,7 @@ Batch save(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 
 Batch load(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     detail::load_engine_checkpoint(*ready(w).engine, protocol::decode_args<protocol::DirArgs>(in, "critic.load").dir,
-                                   "critic", ctx.comms->role_rank, ctx.comms->mp_rank);
+                                   "critic", ctx.comms->role_rank, ctx.comms->role);
     return Batch(0);
 }
 

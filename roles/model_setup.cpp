@@ -114,90 +114,68 @@ torch::Tensor slice_for(const std::string& name, const torch::Tensor& full, cons
     return out;
 }
 
-std::string layout_value(const std::string& text, const std::string& key) {
-    std::istringstream in(text);
-    for (std::string line; std::getline(in, line);) {
-        if (line.rfind(key + " ", 0) == 0) return line.substr(key.size() + 1);
+class ResliceState final : public engine::SavedState {
+  public:
+    ResliceState(std::vector<std::unique_ptr<engine::ShardedState>> old, size_t own, const model::CausalLM& m)
+        : old_(std::move(old)), own_(own), m_(m) {}
+    std::string where() const override {
+        return fmt::format("{} (tensor parallelism {})", old_.front()->where(), old_.size());
     }
-    return {};
-}
+    std::string written_by() override { return old_[own_]->written_by(); }
+    std::string tensor_parallel() override {
+        const auto& l = m_.tp_layout();
+        return l.tp > 1 ? fmt::format("{} rank {}", l.tp, l.rank) : "";
+    }
+    const std::map<std::string, Tensor>& tensors() override {
+        if (tensors_.empty()) {
+            const auto mine = m_.named_parameters(/*recurse=*/true);
+            for (const auto& [name, t] : old_.front()->tensors()) {
+                Tensor out = t;
+                if (const auto* p = mine.find(name)) out.shape = p->sizes().vec();
+                tensors_[name] = out;
+            }
+        }
+        return tensors_;
+    }
+    torch::Tensor read(Kind kind, const std::string& name, int64_t begin, int64_t end) override {
+        if (cached_kind_ != kind || cached_name_ != name) {
+            cached_ = torch::Tensor();
+            std::vector<torch::Tensor> locals;
+            for (auto& o : old_) {
+                const auto& meta = o->tensors().at(name);
+                int64_t n = 1;
+                for (int64_t d : meta.shape) n *= d;
+                locals.push_back(o->read(kind, name, 0, n).view(meta.shape));
+            }
+            const auto params = m_.named_parameters(/*recurse=*/true);
+            const auto* like = params.find(name);
+            RLPT_CHECK_KIND(IoError, like != nullptr, "checkpoint {}: tensor '{}' matches no parameter of the model",
+                            where(), name);
+            const auto dtype = kind == Kind::kParam ? like->scalar_type() : torch::kFloat32;
+            cached_ = slice_for(name, assemble_full(name, locals, m_.args()), *like, m_.tp_layout(), dtype).flatten();
+            cached_kind_ = kind;
+            cached_name_ = name;
+        }
+        return cached_.narrow(0, begin, end - begin);
+    }
+    const ckpt::H5Reader& own() override { return old_[own_]->own(); }
+    std::string prefix() const override { return old_[own_]->prefix(); }
+
+  private:
+    std::vector<std::unique_ptr<engine::ShardedState>> old_;
+    size_t own_;
+    const model::CausalLM& m_;
+    std::map<std::string, Tensor> tensors_;
+    Kind cached_kind_ = Kind::kParam;
+    std::string cached_name_;
+    torch::Tensor cached_;
+};
 
 }  // namespace
 
-bool convert_tp_checkpoint(const std::string& dir, const std::string& role, const model::CausalLM& m, int mp_rank,
-                           const std::string& out_path) {
-    namespace fs = std::filesystem;
-    const std::string prefix = role + "/";
-    const auto file = [&](int k) { return (fs::path(dir) / fmt::format("{}_rank{}.h5", role, k)).string(); };
-    ckpt::H5Reader first(file(0));
-    const std::string saved = first.read_blob(prefix + "engine/layout");
-    const std::string tp_line = layout_value(saved, "tensor_parallel");
-    const int tp_old = tp_line.empty() ? 1 : std::stoi(tp_line);
-    const model::TpLayout& layout = m.tp_layout();
-    if (tp_old == layout.tp) return false;
-    const std::string zero = layout_value(saved, "zero_stage");
-    RLPT_CHECK_KIND(IoError, zero != "1",
-                    "checkpoint {} was written at tensor parallelism {} under ZeRO-1 (one DP rank's optimizer ranges "
-                    "per file): it resumes only at tp {}; ZeRO-0/2/3 checkpoints reshard to another tp",
-                    dir, tp_old, tp_old);
-    std::vector<ckpt::H5Reader> old;
-    for (int k = 0; k < tp_old; ++k) old.emplace_back(file(k));
-    const model::ModelArgs& args = m.args();
-    const auto dtype_name = [](torch::ScalarType dt) { return dt == torch::kFloat32 ? "float32" : "bfloat16"; };
-    std::map<torch::ScalarType, std::vector<torch::Tensor>> opt_old[3];  // per kind: per old rank
-    std::map<torch::ScalarType, std::vector<int64_t>> offset;            // per old rank
-    std::map<torch::ScalarType, std::vector<torch::Tensor>> opt_new[3];
-    const char* kinds[3] = {"exp_avg", "exp_avg_sq", "master"};
-    ckpt::H5Writer w(out_path);
-    std::vector<torch::ScalarType> order;
-    torch::NoGradGuard no_grad;
-    for (const auto& item : m.named_parameters(/*recurse=*/true)) {
-        const std::string& name = item.key();
-        const auto dt = item.value().scalar_type();
-        if (offset.count(dt) == 0) {
-            order.push_back(dt);
-            offset[dt].assign(static_cast<size_t>(tp_old), 0);
-            for (int k = 0; k < 3; ++k) {
-                if (k == 2 && dt == torch::kFloat32) continue;
-                for (auto& r : old) opt_old[k][dt].push_back(r.read_tensor(prefix + "optimizer/" + dtype_name(dt) + "/" + kinds[k]));
-            }
-        }
-        std::vector<torch::Tensor> locals;
-        for (auto& r : old) locals.push_back(r.read_tensor(prefix + "params/" + name));
-        w.write_tensor(prefix + "params/" + name,
-                       slice_for(name, assemble_full(name, locals, args), item.value(), layout, dt));
-        for (int k = 0; k < 3; ++k) {
-            if (k == 2 && dt == torch::kFloat32) continue;
-            std::vector<torch::Tensor> segs;
-            for (int j = 0; j < tp_old; ++j) {
-                const auto& l = locals[static_cast<size_t>(j)];
-                segs.push_back(opt_old[k][dt][static_cast<size_t>(j)].narrow(0, offset[dt][static_cast<size_t>(j)], l.numel()).view(l.sizes()));
-            }
-            opt_new[k][dt].push_back(
-                slice_for(name, assemble_full(name, segs, args), item.value(), layout, torch::kFloat32).flatten());
-        }
-        for (int j = 0; j < tp_old; ++j) offset[dt][static_cast<size_t>(j)] += locals[static_cast<size_t>(j)].numel();
-    }
-    std::string text = fmt::format("rlpt-train-engine-state 1\nzero_stage {}\ndp_size {}\ndp_rank {}\n", zero,
-                                   layout_value(saved, "dp_size"), layout_value(saved, "dp_rank"));
-    for (auto dt : order) {
-        const auto exp_avg = torch::cat(opt_new[0][dt]);
-        const int64_t n = exp_avg.numel();
-        text += fmt::format("group {} numel {} padded {} own 0 {}\n", dtype_name(dt), n, n, n);
-        const std::string base = prefix + "optimizer/" + dtype_name(dt) + "/";
-        w.write_tensor(base + "exp_avg", exp_avg);
-        w.write_tensor(base + "exp_avg_sq", torch::cat(opt_new[1][dt]));
-        if (dt != torch::kFloat32) w.write_tensor(base + "master", torch::cat(opt_new[2][dt]));
-    }
-    if (layout.tp > 1) text += fmt::format("tensor_parallel {} rank {}\n", layout.tp, layout.rank);
-    w.write_blob(prefix + "engine/layout", text);
-    const ckpt::H5Reader& mine = old[static_cast<size_t>(mp_rank % tp_old)];
-    for (const char* t : {"global_step", "schedule_step", "applied_updates", "rng_state"})
-        w.write_tensor(prefix + "engine/" + t, mine.read_tensor(prefix + "engine/" + t));
-    if (mine.has_attr(prefix + "weight_version"))
-        w.set_int_attr(prefix + "weight_version", mine.int_attr(prefix + "weight_version"));
-    w.commit();
-    return true;
+std::unique_ptr<engine::SavedState> resliced_checkpoint(std::vector<std::unique_ptr<engine::ShardedState>> old_tp_ranks,
+                                                        size_t own_tp, const model::CausalLM& m) {
+    return std::make_unique<ResliceState>(std::move(old_tp_ranks), own_tp, m);
 }
 
 }  // namespace rlpt::roles::detail

@@ -59,15 +59,13 @@ struct PolicySync {
 void sync_policy_weights(PolicySync& sync, const protocol::WorkerContext& ctx, model::CausalLM& m,
                          uint64_t& version);
 
-// Resume at another tensor-parallel size: when the checkpoint files `<dir>/<role>_rank<k>.h5`
-// were written at another tp than `m`'s (and not under ZeRO-1), writes this rank's state in
-// `m`'s layout to `out_path` (an engine checkpoint file: parameters and the full optimizer
-// state sliced from the full tensors assembled from DP block 0's files, one tensor at a time;
-// step counters, RNG and `<role>/weight_version` from the file of the same mp rank) and returns
-// true; false when the tp is the same (load the files as they are). Local (no collective).
-// IoError for a ZeRO-1 checkpoint (its files hold one DP rank's ranges).
-bool convert_tp_checkpoint(const std::string& dir, const std::string& role, const model::CausalLM& m, int mp_rank,
-                           const std::string& out_path);
+// Resume at another tensor-parallel size: the checkpoint's files of each old tp rank
+// (`old_tp_ranks[t]`), presented in `m`'s layout. Each tensor (and each optimizer kind of it) is
+// assembled full from the old block's slices, one tensor at a time (cached until the next one),
+// and this rank's slice is cut from it. Step counters, RNG and attributes come from
+// old_tp_ranks[own_tp]. Local (no collective).
+std::unique_ptr<engine::SavedState> resliced_checkpoint(std::vector<std::unique_ptr<engine::ShardedState>> old_tp_ranks,
+                                                        size_t own_tp, const model::CausalLM& m);
 
 // The shared key under which a colocated actor publishes its model (and the weight version).
 constexpr const char* kSharedPolicy = "policy";

@@ -5,8 +5,10 @@
 
 #include "rlpt/ckpt/checkpoint_dir.h"
 #include "rlpt/ckpt/h5_store.h"
+#include "rlpt/core/log.h"
 
 #include "rlpt/algo/seqlen_balancing.h"
+#include "model_setup.h"
 
 namespace rlpt::roles::detail {
 
@@ -161,18 +163,46 @@ Batch save_engine_checkpoint(const engine::TrainEngine& engine, const std::strin
 }
 
 void load_engine_checkpoint(engine::TrainEngine& engine, const std::string& dir, const std::string& role, int role_rank,
-                            int mp_rank, const std::function<void(ckpt::H5Reader&)>& extra) {
+                            const comm::Communicator& role_comm,
+                            const std::function<void(const ckpt::H5Reader&)>& extra, const model::CausalLM* policy) {
     const auto file = [&](int k) { return (std::filesystem::path(dir) / fmt::format("{}_rank{}.h5", role, k)).string(); };
-    std::string path = file(role_rank);
-    if (!std::filesystem::exists(path)) path = file(mp_rank);
-    if (!std::filesystem::exists(path)) {
-        throw IoError(fmt::format("checkpoint file {} is missing (was the checkpoint written with another number of "
-                                  "{} ranks?)",
-                                  path, role));
+    const std::string prefix = role + "/";
+    std::unique_ptr<engine::SavedState> saved;
+    bool resliced = false;
+    std::exception_ptr err;
+    try {
+        RLPT_CHECK_KIND(IoError, std::filesystem::exists(file(0)), "checkpoint file {} is missing", file(0));
+        const engine::SavedLayout lay = engine::saved_layout(ckpt::H5Reader(file(0)), prefix);
+        const int tp_now = engine.tp_size(), block = role_rank / tp_now;
+        const auto files_of = [&](int t) {
+            std::vector<std::string> paths;
+            for (int d = 0; d < lay.dp_size; ++d) paths.push_back(file(d * lay.tp_size + t));
+            return std::make_unique<engine::ShardedState>(std::move(paths), block < lay.dp_size ? block : 0, prefix);
+        };
+        if (lay.tp_size == tp_now) {
+            saved = files_of(engine.tp_rank());
+        } else {
+            RLPT_CHECK_KIND(IoError, policy != nullptr,
+                            "checkpoint {} was written at tensor parallelism {} and this {} runs {}: the {} resumes only "
+                            "at the tensor parallelism it was written with",
+                            dir, lay.tp_size, role, tp_now, role);
+            std::vector<std::unique_ptr<engine::ShardedState>> old;
+            for (int t = 0; t < lay.tp_size; ++t) old.push_back(files_of(t));
+            saved = resliced_checkpoint(std::move(old), static_cast<size_t>(engine.tp_rank() % lay.tp_size), *policy);
+            resliced = true;
+        }
+    } catch (...) {
+        err = std::current_exception();
     }
-    ckpt::H5Reader reader(path);
-    engine.load_state(reader, role + "/");
-    if (extra) extra(reader);
+    // Every rank of the role opens the checkpoint or none does (then nobody enters the engine's collectives).
+    if (role_comm.allreduce_min_i64(err ? 0 : 1) == 0) {
+        if (err) std::rethrow_exception(err);
+        throw IoError(fmt::format("opening checkpoint {} failed on another {} rank", dir, role));
+    }
+    engine.load_state(*saved);
+    if (extra) extra(saved->own());
+    if (role_rank == 0 && resliced)
+        RLPT_LOG_INFO("{}: resharded checkpoint {} into tensor parallelism {}", role, dir, engine.tp_size());
 }
 
 }  // namespace rlpt::roles::detail

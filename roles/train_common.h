@@ -15,6 +15,10 @@
 #include "rlpt/engine/policy_ops.h"
 #include "rlpt/engine/train_engine.h"
 
+namespace rlpt::model {
+class CausalLM;
+}
+
 namespace rlpt::roles::detail {
 
 // The sequences of rows [b, e) of a batch, with all-padding columns trimmed: left prompt
@@ -97,15 +101,21 @@ engine::OptimOptions optim_options(const OptimConfig& o, int64_t total_steps);
 uint64_t stream_seed(std::initializer_list<uint64_t> keys);
 
 // A training role's checkpoint (the actor's and the critic's save/load methods): this rank's file
-// `<dir>/<role>_rank<role_rank>.h5` holding the engine's state under "<role>/" plus whatever
-// `extra` writes. Save returns the manifest row (one-row batch: dir, file, bytes, crc32);
-// collective on the engine's DP communicator. Load reads this rank's file, or when the checkpoint
-// was written with fewer ranks (another DP size: elastic resume) the file of the same mp rank in
-// DP block 0 (`<role>_rank<mp_rank>.h5`); the engine takes its slices of it or refuses a layout
-// it cannot reshard (IoError). A missing file is an IoError naming it. `extra` gets the open file.
+// `<dir>/<role>_rank<role_rank>.h5` holding the engine's state under "<role>/" (its shards,
+// TrainEngine::save_state) plus whatever `extra` writes. Save returns the manifest row (one-row
+// batch: dir, file, bytes, crc32); collective on the engine's DP communicator.
+// Load: the checkpoint's layout (DP size D, tensor parallelism T) from `<role>_rank0.h5`; this
+// rank reads the files of its tp rank (`<role>_rank<d·T + mp_rank>.h5`, d < D), taking its step
+// counters and attributes from the file of its own DP block (block 0's when the checkpoint had
+// fewer blocks). At another T, `policy` (the actor's model; null for other roles: IoError)
+// reslices every old tp rank's files into this rank's layout (resliced_checkpoint). Collective
+// on `role_comm` (the failures of opening the checkpoint are agreed) and on the engine's DP
+// communicator. A missing file is an IoError naming it. `extra` gets this rank's file.
 Batch save_engine_checkpoint(const engine::TrainEngine& engine, const std::string& dir, const std::string& role,
                              int role_rank, const std::function<void(ckpt::H5Writer&)>& extra = {});
 void load_engine_checkpoint(engine::TrainEngine& engine, const std::string& dir, const std::string& role, int role_rank,
-                            int mp_rank, const std::function<void(ckpt::H5Reader&)>& extra = {});
+                            const comm::Communicator& role_comm,
+                            const std::function<void(const ckpt::H5Reader&)>& extra = {},
+                            const model::CausalLM* policy = nullptr);
 
 }  // namespace rlpt::roles::detail

@@ -57,8 +57,8 @@ bool RlTrainer::try_resume() {
         auto it = man.roles.find(role);
         const comm::RoleLayout* now = run_.topology->placement().find(role);
         if (it != man.roles.end() && now && it->second.size() != now->world_ranks.size()) {
-            RLPT_LOG_INFO("resuming {} written with {} {} rank(s) on {}: each rank takes its slices of the saved state "
-                          "(ZeRO-0/2/3 files load at any DP size and stage; ZeRO-1 files need the same DP size)",
+            RLPT_LOG_INFO("resuming {} written with {} {} rank(s) on {}: each rank reads its ranges of the saved shards "
+                          "(any DP size, ZeRO stage and, for the actor, tensor parallelism)",
                           info->dir, it->second.size(), role, now->world_ranks.size());
         }
     }

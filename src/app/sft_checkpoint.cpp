@@ -47,8 +47,8 @@ int64_t resume_sft(protocol::Controller& ctl, const RunContext& run, data::Epoch
     auto it = man.roles.find("actor");
     const int n_actor = static_cast<int>(ctl.layout("actor").world_ranks.size());
     if (it != man.roles.end() && static_cast<int>(it->second.size()) != n_actor) {
-        RLPT_LOG_INFO("resuming {} written with {} actor rank(s) on {}: each rank takes its slices of the saved state "
-                      "(ZeRO-0/2/3 files load at any DP size and stage; ZeRO-1 files need the same DP size)",
+        RLPT_LOG_INFO("resuming {} written with {} actor rank(s) on {}: each rank reads its ranges of the saved shards "
+                      "(any DP size, ZeRO stage and tensor parallelism)",
                       dir, it->second.size(), n_actor);
     }
     if (man.config_hash != config_hash_hex(c)) {

@@ -18,8 +18,8 @@ void save_sft_checkpoint(protocol::Controller& ctl, const RunContext& run, int64
 // trainer.resume: "disable" -> 0; "auto" -> the newest complete checkpoint under the run
 // directory, or 0 when there is none; a directory -> that checkpoint. Loads the actor (and
 // the sampler position) and returns the step it was written at. ConfigError for a checkpoint
-// of another mode; IoError for a damaged one or a layout the engine cannot reshard (another
-// number of actor ranks is fine for ZeRO-0/2/3 files: train_common's load_engine_checkpoint).
+// of another mode; IoError for a damaged one (another number of actor ranks, ZeRO stage or
+// tensor parallelism reshards on load: train_common's load_engine_checkpoint).
 int64_t resume_sft(protocol::Controller& ctl, const RunContext& run, data::EpochSampler& sampler);
 
 }  // namespace rlpt::app

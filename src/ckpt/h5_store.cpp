@@ -418,6 +418,27 @@ torch::Tensor H5Reader::read_tensor(const std::string& name) const {
     }
 }
 
+torch::Tensor H5Reader::read_tensor_range(const std::string& name, int64_t begin, int64_t count) const {
+    detail::h5_silence_error_printing();
+    const auto& impl = Impl::live(impl_);
+    const H5Id dset = impl.open_entry(name, kKindTensor);
+    const TensorMeta m = impl.meta(dset.get(), name);
+    const StoredType st = stored_type(m.dtype);
+    RLPT_CHECK_KIND(IoError, m.sizes.size() == 1 && !st.complex, "{}: tensor '{}' is not a 1-D real tensor", impl.path,
+                    name);
+    RLPT_CHECK_KIND(IoError, begin >= 0 && count >= 0 && begin + count <= m.sizes[0],
+                    "{}: elements [{}, {}) of tensor '{}' are outside its {} elements", impl.path, begin, begin + count,
+                    name, m.sizes[0]);
+    torch::Tensor t = torch::empty({count}, torch::TensorOptions().dtype(m.dtype));
+    if (count == 0) return t;
+    H5Id file_space = RLPT_H5_OWN(H5Dget_space(dset.get()), H5Sclose);
+    const hsize_t start = hsize_t(begin), n = hsize_t(count);
+    RLPT_H5_CHECK(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &start, nullptr, &n, nullptr));
+    H5Id mem_space = RLPT_H5_OWN(H5Screate_simple(1, &n, nullptr), H5Sclose);
+    RLPT_H5_CHECK(H5Dread(dset.get(), st.h5, mem_space.get(), file_space.get(), H5P_DEFAULT, t.data_ptr()));
+    return t;
+}
+
 std::string H5Reader::read_blob(const std::string& name) const {
     detail::h5_silence_error_printing();
     const H5Id dset = Impl::live(impl_).open_entry(name, kKindBlob);

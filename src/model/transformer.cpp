@@ -286,7 +286,8 @@ namespace {
 // named_parameters() order; rank 0 declares their full shapes (meta tensors) and writes each as
 // it is gathered. If rank 0 fails half-way it still takes part in the remaining gathers, then
 // the block agrees on the outcome, so no rank is left waiting.
-void save_split(const CausalLM& model, const std::string& dir, uint64_t max_shard_bytes, const ModelArgs& args) {
+void save_split(const CausalLM& model, const std::string& dir, uint64_t max_shard_bytes, const ModelArgs& args,
+                const LocalParameter& local) {
     const TensorParallel& tp = *model.tp();
     const auto params = detail::parameter_list(model);
     NamedTensors declared;
@@ -300,7 +301,7 @@ void save_split(const CausalLM& model, const std::string& dir, uint64_t max_shar
     auto gather = [&](size_t i) {
         RLPT_CHECK(i == next, "saving a split model: tensor {} requested, {} expected", i, next);
         ++next;
-        return gather_full_parameter(params[i].first, params[i].second, args, tp);
+        return gather_full_parameter(params[i].first, local ? local(i) : params[i].second, args, tp);
     };
     std::string error;
     if (tp.rank() == 0) {
@@ -320,16 +321,35 @@ void save_split(const CausalLM& model, const std::string& dir, uint64_t max_shar
 
 }  // namespace
 
-void save_pretrained(const CausalLM& model, const std::string& dir, uint64_t max_shard_bytes) {
+void save_pretrained(const CausalLM& model, const std::string& dir, uint64_t max_shard_bytes,
+                     const LocalParameter& local) {
     try {
         ModelArgs args = model.args();
         args.torch_dtype = dtype_name(model.dtype());
         if (model.tp() == nullptr) {
-            save_safetensors_sharded(dir, detail::parameter_list(model), max_shard_bytes);
-            save_model_args(args, dir);
+            const auto params = detail::parameter_list(model);
+            size_t next = 0;
+            TensorFetch fetch;
+            if (local) {
+                fetch = [&](size_t i) {
+                    RLPT_CHECK(i == next, "saving a model: tensor {} requested, {} expected", i, next);
+                    ++next;
+                    return local(i);
+                };
+            }
+            try {
+                save_safetensors_sharded(dir, params, max_shard_bytes, "model", fetch);
+                save_model_args(args, dir);
+            } catch (...) {
+                // The caller's collectives inside `local` complete before the error leaves.
+                if (local) {
+                    while (next < params.size()) local(next++);
+                }
+                throw;
+            }
             return;
         }
-        save_split(model, dir, max_shard_bytes, args);
+        save_split(model, dir, max_shard_bytes, args, local);
     } catch (const Error& e) {
         rethrow_with_context(fmt::format("saving '{}'", dir), e);
     }

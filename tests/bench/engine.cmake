@@ -26,3 +26,12 @@ rlpt_warnings(rlpt_bench_reshard)
 add_test(NAME bench_reshard COMMAND ${PROJECT_SOURCE_DIR}/scripts/bench_reshard.sh $<TARGET_FILE:rlpt_bench_reshard>
          CONFIGURATIONS bench)
 set_tests_properties(bench_reshard PROPERTIES LABELS bench TIMEOUT 3600 RUN_SERIAL TRUE ENVIRONMENT "${RLPT_TEST_ENV}")
+
+# Peak memory of the HF export of a ZeRO-3 actor, gathered vs streamed (scripts/bench_export.sh).
+add_executable(rlpt_bench_export ${CMAKE_CURRENT_LIST_DIR}/bench_export.cpp)
+target_link_libraries(rlpt_bench_export PRIVATE rlpt_core)
+rlpt_torch_target(rlpt_bench_export)
+rlpt_warnings(rlpt_bench_export)
+add_test(NAME bench_export COMMAND ${PROJECT_SOURCE_DIR}/scripts/bench_export.sh $<TARGET_FILE:rlpt_bench_export>
+         CONFIGURATIONS bench)
+set_tests_properties(bench_export PROPERTIES LABELS bench TIMEOUT 3600 RUN_SERIAL TRUE ENVIRONMENT "${RLPT_TEST_ENV}")

@@ -55,6 +55,13 @@
 #                      colocated run; SFT's greedy evaluation through a tp 2 rollout too; a ZeRO-3
 #                      checkpoint saved at tp 2 x dp 1 resumes at tp 1 x dp 2 (resharded on load); a
 #                      different size for a rollout on ranks of its own is refused naming the key
+#   elastic            sharded checkpoints (every actor rank writes its own shards): a 4-rank ZeRO-3
+#                      checkpoint resumes at 4 ranks ZeRO-3 (bit-identical step and export), at 2 ranks
+#                      ZeRO-1 and at 2 ranks tp 2 (close to the run that never stopped)
+#   elastic-grow       a 2-rank ZeRO-2 checkpoint resumes at 3 ranks ZeRO-3 (close)
+#   shard-damage       a checkpoint with a missing or truncated shard file: resume=auto moves it aside
+#                      naming the file and continues bit-identically from the previous one; resuming
+#                      it by path is an error naming the file
 #   ppo                configs/ppo.yaml shortened (critic + GAE) on top of the sft model
 #   agent              rollout.generator tool_agent: GRPO with an environment (scripts/examples/
 #                      retry_env.py; every token ends a turn, so each sample answers, is told it is
@@ -636,6 +643,66 @@ PY
       echo "a rollout group with another tensor_model_parallel_size was accepted" >&2; exit 1
     fi
     grep -q "rollout.tensor_model_parallel_size: 2 differs from the model_parallel_size 1" bad.log
+    ;;
+  elastic)
+    common=(trainer.output_dir=runs trainer.total_training_steps=2 trainer.save_freq=1 trainer.val_before_train=false
+            actor.entropy_coeff=0.05 actor.optim.lr=0.01 actor.use_kl_loss=true model.builtin.num_layers=2)
+    keys=(actor/entropy actor/grad_norm actor/kl_loss actor/pg_loss)
+    tp2=('placement.groups=[{roles: [actor, rollout, reference], ranks: 2, model_parallel_size: 2}]')
+    run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z3x4 actor.optim.zero_stage=3
+    ck="$PWD/runs/z3x4/checkpoints/step_1"
+    "$py" - "$ck" <<'PY'
+import os, sys
+sizes = [os.path.getsize(os.path.join(sys.argv[1], f"actor_rank{k}.h5")) for k in range(4)]
+assert max(sizes) < 1.3 * min(sizes), f"shard files of uneven size: {sizes}"
+print("actor shard files (bytes):", sizes)
+PY
+    # The same layout: each rank reads its own file; step 2 and the export are bit-identical.
+    run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=same actor.optim.zero_stage=3 \
+      trainer.resume="$ck" | tee same.log
+    grep -q "resumed from .*step_1" same.log
+    compare runs/z3x4/metrics.jsonl runs/same/metrics.jsonl 2 0 "${keys[@]}"
+    cmp runs/z3x4/hf_model/model.safetensors runs/same/hf_model/model.safetensors
+    # 4 ranks ZeRO-3 -> 2 ranks ZeRO-1, and -> 2 ranks at tp 2 (the shards of every old rank resliced).
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z1x2 actor.optim.zero_stage=1 \
+      trainer.resume="$ck" | tee z1.log
+    grep -q "written with 4 actor rank(s) on 2" z1.log
+    compare runs/z3x4/metrics.jsonl runs/z1x2/metrics.jsonl 2 2e-3 "${keys[@]}"
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tp2 trainer.resume="$ck" "${tp2[@]}" \
+      | tee tp2.log
+    grep -q "actor: resharded checkpoint .*step_1 into tensor parallelism 2" tp2.log
+    compare runs/z3x4/metrics.jsonl runs/tp2/metrics.jsonl 2 2e-3 "${keys[@]}"
+    ;;
+  elastic-grow)
+    common=(trainer.output_dir=runs trainer.total_training_steps=2 trainer.save_freq=1 trainer.val_before_train=false
+            actor.entropy_coeff=0.05 actor.optim.lr=0.01 actor.use_kl_loss=true model.builtin.num_layers=2)
+    keys=(actor/entropy actor/grad_norm actor/kl_loss actor/pg_loss)
+    # 2 -> 3 ranks: a ZeRO-2 checkpoint of 2 ranks under ZeRO-3 on 3 (uneven shard boundaries).
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z2x2 actor.optim.zero_stage=2
+    run 3 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z3x3 actor.optim.zero_stage=3 \
+      trainer.resume="$PWD/runs/z2x2/checkpoints/step_1"
+    compare runs/z2x2/metrics.jsonl runs/z3x3/metrics.jsonl 2 2e-3 "${keys[@]}"
+    ;;
+  shard-damage)
+    common=(trainer.output_dir=runs trainer.save_freq=1 trainer.val_before_train=false actor.entropy_coeff=0.05
+            actor.optim.lr=0.01 model.builtin.num_layers=2 actor.optim.zero_stage=3)
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=straight trainer.total_training_steps=3
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=broken trainer.total_training_steps=2
+    rm runs/broken/checkpoints/step_2/actor_rank1.h5
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=broken trainer.total_training_steps=3 \
+      trainer.resume=auto 2>&1 | tee broken.log
+    grep -q "actor_rank1.h5 is missing" broken.log
+    grep -q "resumed from .*step_1" broken.log
+    ls -d runs/broken/checkpoints/step_2.damaged-*
+    compare runs/straight/metrics.jsonl runs/broken/metrics.jsonl 2,3 0 actor/entropy actor/grad_norm actor/pg_loss
+    # By path: a truncated shard is an error naming the file, before any training.
+    cp -r runs/straight/checkpoints/step_1 cut
+    truncate -s 1000 cut/actor_rank0.h5
+    if run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=cut trainer.total_training_steps=3 \
+      trainer.resume="$PWD/cut" > cut.log 2>&1; then
+      echo "a checkpoint with a truncated shard was resumed" >&2; exit 1
+    fi
+    grep -q "actor_rank0.h5" cut.log
     ;;
   *) echo "unknown check $check" >&2; exit 2;;
 esac

@@ -366,3 +366,24 @@ TEST(CkptH5, ForeignAndDamagedFilesAreClearIoErrors) {
 }
 
 }  // namespace
+
+// Range reads of 1-D tensors (sharded checkpoints read only the elements they need).
+TEST(H5Store, ReadTensorRange) {
+    TempDir dir;
+    const std::string path = dir.file("range.h5");
+    const auto f = torch::arange(10, torch::kFloat32);
+    const auto b = torch::arange(6, torch::kFloat32).to(torch::kBFloat16);
+    {
+        H5Writer w(path);
+        w.write_tensor("a/f", f);
+        w.write_tensor("a/b", b);
+        w.write_tensor("a/m", torch::zeros({2, 3}));
+        w.commit();
+    }
+    H5Reader r(path);
+    EXPECT_TRUE(torch::equal(r.read_tensor_range("a/f", 3, 4), f.narrow(0, 3, 4)));
+    EXPECT_TRUE(torch::equal(r.read_tensor_range("a/b", 5, 1), b.narrow(0, 5, 1)));
+    EXPECT_EQ(r.read_tensor_range("a/f", 10, 0).numel(), 0);
+    expect_error<rlpt::IoError>([&] { r.read_tensor_range("a/f", 8, 3); }, {"[8, 11)", "a/f", "10 elements"});
+    expect_error<rlpt::IoError>([&] { r.read_tensor_range("a/m", 0, 1); }, {"a/m", "not a 1-D"});
+}

@@ -61,10 +61,13 @@ TEST_P(EngineState, SaveLoadContinuesBitIdentically) {
     TrainEngine e2(resumed, none, options(zero), 7);
     {
         ckpt::H5Reader r(dir.file("state.h5"));
-        EXPECT_TRUE(r.contains("actor/params/model.embed_tokens.weight"));
-        EXPECT_TRUE(r.contains("actor/optimizer/" + std::string(dtype == torch::kFloat32 ? "float32" : "bfloat16") +
-                               "/exp_avg"));
-        EXPECT_EQ(r.contains("actor/optimizer/bfloat16/master"), dtype == torch::kBFloat16);
+        EXPECT_TRUE(r.contains("actor/shards/0/param"));
+        EXPECT_TRUE(r.contains("actor/shards/0/exp_avg"));
+        EXPECT_EQ(r.contains("actor/shards/0/master"), dtype == torch::kBFloat16);
+        const auto layout = saved_layout(r, "actor/");
+        EXPECT_EQ(layout.format, 2);
+        EXPECT_EQ(layout.zero_stage, zero);
+        EXPECT_EQ(layout.dp_size, 1);
         e2.load_state(r, "actor/");
     }
     EXPECT_EQ(e2.global_step(), n / 2);
@@ -107,21 +110,20 @@ TEST(EngineStateErrors, LayoutMismatchesNameTheTensor) {
     auto wide = model::make_random_causal_lm(wide_args, 1);
     TrainEngine ew(wide, none, options(0), 0);
     auto before = wide->parameters()[0].detach().clone();
-    expect_io_error([&] { ew.load_state(r, "actor/"); }, {"actor/params/model.embed_tokens.weight", "[20, 32]",
-                                                          "[20, 48]"});
+    expect_io_error([&] { ew.load_state(r, "actor/"); }, {"model.embed_tokens.weight", "[20, 32]", "[20, 48]"});
     EXPECT_TRUE(torch::equal(before, wide->parameters()[0]));  // nothing changed
 
     // Another prefix: missing tensors.
     auto m2 = model::make_random_causal_lm(args, 1);
     TrainEngine e2(m2, none, options(0), 0);
-    expect_io_error([&] { e2.load_state(r, "critic/"); }, {"critic/params/model.embed_tokens.weight"});
+    expect_io_error([&] { e2.load_state(r, "critic/"); }, {"critic/engine/layout"});
 
     // A model with fewer parameters: the checkpoint's extra tensor is named.
     auto small_args = args;
     small_args.num_hidden_layers = 1;
     auto small = model::make_random_causal_lm(small_args, 1);
     TrainEngine e3(small, none, options(0), 0);
-    expect_io_error([&] { e3.load_state(r, "actor/"); }, {"actor/params/model.layers.1."});
+    expect_io_error([&] { e3.load_state(r, "actor/"); }, {"model.layers.1.", "matches no trainable parameter"});
 
     // A ZeRO-0 file (full optimizer state) loads under ZeRO-1 too (elastic resume): its padded
     // range is cut from the full vectors, and the parameters come back exactly.
@@ -135,7 +137,7 @@ TEST(EngineStateErrors, LayoutMismatchesNameTheTensor) {
     // Another dtype: the parameters' dtype is checked.
     auto m5 = model::make_random_causal_lm(args, 1, torch::kBFloat16);
     TrainEngine e5(m5, none, options(0), 0);
-    expect_io_error([&] { e5.load_state(r, "actor/"); }, {"actor/params/", "Float", "BFloat16"});
+    expect_io_error([&] { e5.load_state(r, "actor/"); }, {"model.", "Float", "BFloat16"});
 }
 
 }  // namespace

@@ -103,6 +103,11 @@ class H5Reader {
     TensorMeta tensor_meta(const std::string& name) const;
     // A new contiguous CPU tensor with the stored dtype and shape, checksum verified.
     torch::Tensor read_tensor(const std::string& name) const;
+    // Elements [begin, begin + count) of a 1-D tensor (a hyperslab read: only those bytes are
+    // read). The dataset checksum covers the whole tensor and is not checked here: sharded
+    // checkpoints are verified whole against their manifest CRC-32 before they are read
+    // (ckpt::newest_valid_checkpoint). IoError when the tensor is not 1-D or the range is outside it.
+    torch::Tensor read_tensor_range(const std::string& name, int64_t begin, int64_t count) const;
     std::string read_blob(const std::string& name) const;
 
     bool has_attr(const std::string& name) const;

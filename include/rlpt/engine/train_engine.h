@@ -82,9 +82,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "rlpt/comm/mpi.h"
 
@@ -95,6 +97,8 @@ struct FileDigest;
 }  // namespace rlpt::ckpt
 
 namespace rlpt::engine {
+
+class SavedState;
 
 struct OptimOptions {
     double lr = 1e-6;
@@ -240,28 +244,103 @@ class TrainEngine {
     // The engine's RNG (CPU generator seeded with `seed`; saved and restored with the state).
     torch::Generator generator() const;
 
-    // Checkpointing under `prefix` (e.g. "actor/"): parameters (from DP rank 0's view, every rank
-    // writes its own file), this rank's optimizer state (its slice under ZeRO-1), step, RNG
-    // state. load_state() restores all of it bit-identically; a layout mismatch (other
-    // parameter names/shapes, other DP size under ZeRO-1) is an IoError naming the tensor. The
-    // layout records the tensor-parallel size and rank; loading a checkpoint written at another
-    // tp is refused with an IoError saying so (the actor role first reshards such a checkpoint into
-    // a file of the new layout: roles/model_setup.h convert_tp_checkpoint).
-    // ZeRO-2/3 save the full (gathered) optimizer state in ZeRO-0's layout (every rank the same
-    // file contents; save_state is then collective on `dp`), and load it by taking their
-    // slices: a ZeRO-0, -2 or -3 checkpoint resumes under any of ZeRO-0/1/2/3 at any DP size (a
-    // ZeRO-1 engine takes its ranges of such a file; a ZeRO-1 file needs the same ZeRO-1 layout).
-    // Hybrid shard: ZeRO-2/3 gather the state inside the shard group (the same full contents);
-    // a ZeRO-1 file holds the ranges of the rank's position in its group (same DP and group size).
+    // Checkpointing under `prefix` (e.g. "actor/"), sharded (engine state format 2): every rank
+    // writes only what it holds, into its own file: under ZeRO-1/2/3 its slice [own_begin,
+    // own_end) of every flat group (parameters and optimizer state; the ZeRO-1/2 parameters are
+    // replicated, so the slices of all DP ranks together hold them once), under ZeRO-0 everything;
+    // plus its step counters and RNG. The layout blob `<prefix>engine/layout` records what the file
+    // holds: zero stage, DP size and rank, tensor-parallel size and rank, per flat group its
+    // dtype, numel, padding and shard size (file k of the DP group holds [k·shard, (k+1)·shard)
+    // of each group, clipped to numel; ZeRO-0: all of it), per tensor its group, offset and shape.
+    // No gathers: save_state is collective on `dp` only for the error agreement.
+    // load_state takes this rank's ranges from a SavedState: at the same layout exactly what its
+    // own file holds (bit-identical), at another DP size or ZeRO stage the byte ranges of the files
+    // that hold them (never the full optimizer state; ZeRO-1/2 read their slice of the parameters
+    // and all-gather them, ZeRO-0 reads the whole). Everything is read and checked before anything
+    // changes; a tensor of another name, shape or dtype, a missing range or file, or another
+    // tensor-parallel layout is an IoError naming the file and the tensor. Collective on `dp`.
+    // load_state(reader) loads from that one file (ranges held elsewhere are an IoError).
+    // Hybrid shard (OptimOptions::shard_group_size S < DP size): the slices are over the shard
+    // group; every replica group writes its files, the layout records shard_group_size S and a
+    // loader reads shard k from DP rank k's file (k < S: the first group's).
     void save_state(ckpt::H5Writer& w, const std::string& prefix) const;
-    void load_state(ckpt::H5Reader& r, const std::string& prefix);
-    // This rank's whole checkpoint file: creates `path` (an H5Writer: written as path.tmp,
-    // renamed on commit), save_state(prefix), then `extra` (more attributes), and commits.
-    // Collective on `dp`, with every step agreed: a rank that cannot create, write or commit
-    // its file (disk full, permissions) makes every rank throw (itself its own IoError, the
-    // others an IoError naming it) instead of leaving them waiting in the next collective.
+    void load_state(const ckpt::H5Reader& r, const std::string& prefix);
+    void load_state(SavedState& saved);
+    // The tensor-parallel size and rank this engine was built with (1, 0 without).
+    int tp_size() const;
+    int tp_rank() const;
+    // The full tensor of trainable parameter `index` (named_parameters() order), for writing it
+    // somewhere: under ZeRO-3 the slices are sent to DP rank `root` only (point to point, one
+    // tensor at a time; other ranks get an undefined tensor), otherwise the parameter itself on
+    // every rank (no communication). Collective on `dp` under ZeRO-3 (every rank calls it with
+    // the same index, in the same order). CPU tensor on `root` under ZeRO-3.
+    torch::Tensor gather_parameter(size_t index, int root);
+    size_t num_parameter_tensors() const;
     ckpt::FileDigest save_state_file(const std::string& path, const std::string& prefix,
                                      const std::function<void(ckpt::H5Writer&)>& extra = {}) const;
+
+  private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+// A saved engine state as load_state reads it, presented in the loading engine's
+// tensor-parallel layout. ShardedState reads the files of one checkpoint; the actor role wraps
+// several of them to reslice another tensor-parallel size (roles/checkpoint_io.h).
+class SavedState {
+  public:
+    enum class Kind { kParam, kExpAvg, kExpAvgSq, kMaster };
+    struct Tensor {
+        torch::ScalarType dtype;     // of the parameter (optimizer kinds are float32)
+        std::vector<int64_t> shape;
+    };
+    virtual ~SavedState() = default;
+    // The file(s), for messages.
+    virtual std::string where() const = 0;
+    // What wrote it, for messages: "ZeRO-3 over 4 DP rank(s), tensor parallelism 1".
+    virtual std::string written_by() = 0;
+    // The tensor-parallel layout the tensors are presented in: "" (tp 1) or "<size> rank <rank>".
+    virtual std::string tensor_parallel() = 0;
+    // Every saved trainable tensor by name.
+    virtual const std::map<std::string, Tensor>& tensors() = 0;
+    // Elements [begin, end) of flattened tensor `name` (kParam in its dtype, the others float32;
+    // kMaster exists for bfloat16 tensors only). CPU tensor.
+    virtual torch::Tensor read(Kind kind, const std::string& name, int64_t begin, int64_t end) = 0;
+    // The file with this rank's step counters, RNG and role attributes, and the prefix they
+    // are under ("actor/").
+    virtual const ckpt::H5Reader& own() = 0;
+    virtual std::string prefix() const = 0;
+};
+
+// The layout line values of a file written by save_state (format 2).
+struct SavedLayout {
+    int format = 0;
+    int zero_stage = 0;
+    int dp_size = 1, dp_rank = 0;
+    int tp_size = 1, tp_rank = 0;
+};
+// IoError naming the file when `<prefix>engine/layout` is missing or not format 2 (a format 1
+// checkpoint of an earlier rlpt: full tensors in every file).
+SavedLayout saved_layout(const ckpt::H5Reader& r, const std::string& prefix);
+
+// The files of one tensor-parallel rank of a checkpoint: `dp_paths[k]` written by DP rank k
+// (all saved_layout().dp_size of them), this rank's counters and RNG from dp_paths[own]. Files
+// are opened when first needed: at the same layout only dp_paths[own]. A missing or unreadable
+// file is an IoError naming it and what was needed from it.
+class ShardedState : public SavedState {
+  public:
+    ShardedState(std::vector<std::string> dp_paths, size_t own, std::string prefix);
+    // One open file (not owned; it must outlive this object): what it holds, nothing else.
+    ShardedState(const ckpt::H5Reader& file, std::string prefix);
+    ~ShardedState() override;
+    std::string where() const override;
+    std::string written_by() override;
+    std::string tensor_parallel() override;
+    const std::map<std::string, Tensor>& tensors() override;
+    torch::Tensor read(Kind kind, const std::string& name, int64_t begin, int64_t end) override;
+    const ckpt::H5Reader& own() override;
+    std::string prefix() const override;
+    const SavedLayout& layout();
 
   private:
     struct Impl;

@@ -39,6 +39,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -201,7 +202,15 @@ std::shared_ptr<CausalLM> load_pretrained(const std::string& dir, torch::Dtype d
 // files (tokenizer, generation_config.json) are left alone: copy them yourself.
 // Tensor-parallel models: collective on the block; the full tensors are gathered one at a time
 // and block rank 0 writes them as they come (never the whole model on one rank).
-void save_pretrained(const CausalLM& model, const std::string& dir, uint64_t max_shard_bytes = 5'000'000'000ULL);
+// `local` (optional) supplies this rank's values of parameter i (named_parameters() order) when
+// the module's own tensors do not hold them (a ZeRO-3 engine: TrainEngine::gather_parameter); it
+// is called once per parameter, in order, on every rank that calls save_pretrained (also after a
+// failed write, so that collectives inside it complete); its result is needed on block rank 0
+// only (other ranks' results of a tp = 1 model are ignored).
+inline constexpr uint64_t kDefaultMaxShardBytes = 5'000'000'000ULL;
+using LocalParameter = std::function<torch::Tensor(size_t index)>;
+void save_pretrained(const CausalLM& model, const std::string& dir, uint64_t max_shard_bytes = kDefaultMaxShardBytes,
+                     const LocalParameter& local = nullptr);
 
 // CausalLM(args, dtype, device) + init_weights(seed).
 std::shared_ptr<CausalLM> make_random_causal_lm(const ModelArgs& args, uint64_t seed,
