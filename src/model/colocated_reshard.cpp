@@ -42,18 +42,25 @@ ColocatedReshardStats reshard_colocated(const ParameterWalk& walk, const ModelAr
                         "colocated reshard: source parameter '{}' is not the destination's parameter {} ('{}')", name,
                         next, next < params.size() ? params[next].key() : std::string("none"));
         torch::Tensor& out = params[next++].value();
-        torch::Tensor full = local;
-        if (src_tp != nullptr && src_tp->size() > 1) {
-            full = gather_full_parameter(name, local, args, *src_tp);
-            if (!full.is_same(local)) {
-                const int64_t bytes = full.numel() * full.element_size();
-                stats.tp_gathered_bytes += bytes;
-                stats.max_full_bytes = std::max(stats.max_full_bytes, bytes);
-            }
-        }
         const ShardSpec spec = shard_spec(name, dst_layout);
-        detail::copy_slice(out, full, spec);
         stats.copied_bytes += (spec.dim < 0 ? out.numel() : out.numel() / spec.length * spec.real()) * out.element_size();
+        const ShardSpec src_spec = src_tp != nullptr && src_tp->size() > 1
+                                       ? shard_spec(name, tp_layout(args, src_tp->size(), src_tp->rank()))
+                                       : ShardSpec{};
+        if (src_spec.dim < 0) {  // the source holds the whole tensor
+            detail::copy_slice(out, local, spec);
+            return;
+        }
+        int64_t full_bytes = out.element_size();
+        for (int64_t d : full_shape(src_spec, local.sizes().vec())) full_bytes *= d;
+        stats.tp_gathered_bytes += full_bytes;
+        if (spec.dim < 0) {  // the rollout keeps the whole tensor: gather straight into it
+            gather_full_parameter_into(name, local, args, *src_tp, out);
+            return;
+        }
+        torch::Tensor full = gather_full_parameter(name, local, args, *src_tp);
+        stats.max_full_bytes = std::max(stats.max_full_bytes, full_bytes);
+        detail::copy_slice(out, full, spec);
     });
     RLPT_CHECK_KIND(InternalError, next == params.size(),
                     "colocated reshard: the source has {} parameters, the destination {}", next, params.size());
