@@ -229,6 +229,10 @@ void P2pWeightReshard::transfer(const ReshardPlan& plan, const std::vector<Bucke
     const torch::Device device = transport_->device();
     torch::NoGradGuard no_grad;
     // The tensor memory a direct bucket moves, when it is contiguous on the transport's device.
+    // (Strided regions - a row-parallel column slice on the end holding a wider one - are packed
+    // or unpacked: an MPI hvector datatype there measured 4-5x slower than a contiguous message
+    // plus an unpack copy with Open MPI's shared-memory transport, which pipelines derived
+    // datatypes through small fragments instead of one single-copy read.)
     auto direct_region = [&](const Bucket& b) {
         if (!b.direct) return torch::Tensor();
         const Part& part = b.parts.front();
@@ -259,18 +263,25 @@ void P2pWeightReshard::transfer(const ReshardPlan& plan, const std::vector<Bucke
     // Direct buckets need no slot: let many run at once, so a transfer made of many medium
     // messages is not bound by one scheduling round trip per message (oversubscribed ranks).
     const size_t max_in_flight = n_buffers + kDirectInFlight;
+    using Clock = std::chrono::steady_clock;
+    auto since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
     auto finish_oldest = [&] {
+        const auto t0 = Clock::now();
         transport_->finish_oldest(deadline);
+        stats.wait_seconds += since(t0);
         const InFlight f = in_flight.front();
         in_flight.pop_front();
         if (f.slot < 0) return;
         const Bucket& b = buckets[f.bucket];
         if (b.dst == me) {
+            const auto t1 = Clock::now();
             for (const Part& part : b.parts) {
                 const ReshardPiece& p = plan.pieces[static_cast<size_t>(part.piece)];
                 torch::Tensor dst = region(tensors[static_cast<size_t>(p.tensor)], p, false, part);
                 dst.copy_(view(buffers_[static_cast<size_t>(f.slot)], part, dst));
             }
+            stats.unpack_seconds += since(t1);
+            stats.unpacked_bytes += b.bytes;
         }
         free_slots.push_back(static_cast<size_t>(f.slot));
     };
@@ -291,11 +302,14 @@ void P2pWeightReshard::transfer(const ReshardPlan& plan, const std::vector<Bucke
             const torch::Tensor& buffer = buffers_[static_cast<size_t>(f.slot)];
             data = buffer.data_ptr();
             if (send) {
+                const auto t0 = Clock::now();
                 for (const Part& part : b.parts) {
                     const ReshardPiece& p = plan.pieces[static_cast<size_t>(part.piece)];
                     torch::Tensor src = region(tensors[static_cast<size_t>(p.tensor)], p, true, part);
                     view(buffer, part, src).copy_(src);
                 }
+                stats.pack_seconds += since(t0);
+                stats.packed_bytes += b.bytes;
             }
         }
         transport_->start(send, data, b.bytes, send ? b.dst : b.src, deadline);
@@ -311,6 +325,7 @@ void P2pWeightReshard::do_sync(const ReshardPlan& plan, const std::vector<std::s
     RLPT_CHECK_KIND(CommError, !broken_, "weight reshard is unusable after an earlier failure mid-transfer: {}",
                     broken_reason_);
     const Deadline deadline = Deadline::after_seconds(options().timeout_s);
+    const auto t_agree = std::chrono::steady_clock::now();
     const int me = comm_.rank();
     // The agreement of weight_sync_plan.h over a layout text made of the plan, names and dtypes.
     Layout layout;
@@ -350,6 +365,7 @@ void P2pWeightReshard::do_sync(const ReshardPlan& plan, const std::vector<std::s
         const auto buckets = plan_buckets(plan, elem_size, static_cast<int64_t>(header.bucket_bytes),
                                           static_cast<int64_t>(header.inplace_min_bytes), me);
         for (const auto& p : plan.pieces) stats.n_pieces += (p.src == me || p.dst == me) ? 1 : 0;
+        stats.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_agree).count();
         transfer(plan, buckets, tensors, deadline, stats);
     } catch (const std::exception& e) {
         broken_ = true;

@@ -41,18 +41,24 @@ print(f"~100M Llama-style model (hidden 768, 12 layers, vocab 32000, tied; {rows
       f"{rows[0]['bucket_mb']} MiB buckets, one torch thread per rank, shared memory; load average {sys.argv[2]} before, {sys.argv[3]} after; "
       f"git {rows[0]['git_sha']}. Times: median of the slowest rank.\n")
 print("| actor tp -> rollout | ranks | MB moved (all ranks) | max MB received/rank | max MB sent/rank "
-      "| reshard s | GB/s | raw p2p s | reshard / raw | full bcast s | received vs full bcast |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+      "| reshard s | GB/s | raw p2p s | reshard / raw | full bcast s | received vs full bcast "
+      "| messages/rank | MB copied/rank | plan / copy / wait s |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     gbps = r["plan_bytes"] / r["reshard_s"] / 1e9
     print(f"| {r['from']} -> {r['blocks']} x tp {r['to']} | {r['ranks']} | {r['plan_bytes']/1e6:.0f} "
           f"| {r['max_bytes_received']/1e6:.0f} | {r['max_bytes_sent']/1e6:.0f} | {r['reshard_s']:.3f} | {gbps:.2f} "
           f"| {r['raw_p2p_s']:.3f} | {r['raw_p2p_s']/r['reshard_s']:.2f}x | {r['full_bcast_s']:.3f} "
-          f"| {r['max_bytes_received']/r['full_model_bytes']:.2f} |")
+          f"| {r['max_bytes_received']/r['full_model_bytes']:.2f} "
+          f"| {r.get('max_messages', '-')} "
+          f"| {r.get('max_bytes_copied', 0)/1e6:.0f} "
+          f"| {r.get('plan_s', 0):.3f} / {r.get('copy_s', 0):.3f} / {r.get('wait_s', 0):.3f} |")
 print("\n- reshard / raw: raw p2p time over reshard time (1.0 = as fast as unplanned, unpacked messages of "
       "the same bytes; the goal is >= 0.8).")
 print("- received vs full bcast: the largest per-rank receive over the full model a broadcast sync delivers "
       "to every receiver.")
+print("- messages/rank: the most messages one rank sent or received in a sync; MB copied/rank: bytes packed into or unpacked out of "
+      "buckets on the busiest rank; plan / copy / wait s: one timed sync's phases, slowest rank each.")
 print("\nColocated (the hybrid engine, model::reshard_colocated): actor trained at ZeRO-3 over the DP ranks, rollout "
       "copy in another tp on the same ranks; one window = fill the rollout copy from the actor + free it. Peer: raw "
       "MPI_Allgather of the same bytes into preallocated buffers (over DP; plus over the tp block when actor tp > 1).\n")

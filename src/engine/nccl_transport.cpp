@@ -101,6 +101,37 @@ class NcclTransport final : public Transport {
         wait("parameter broadcast");
     }
 
+    bool allgather_slices(const torch::Tensor& local, const torch::Tensor& out, int64_t dim,
+                          const std::vector<int64_t>& starts, const std::vector<int64_t>& counts) override {
+        check_tensor(local, "slice all-gather");
+        check_tensor(out, "slice all-gather");
+        const SliceGeometry g = slice_geometry(local, out, dim);
+        if (g.outer != 1) return false;  // strided slices: no derived types in NCCL
+        if (g.inner_bytes == 0) return true;
+        int rank = 0;
+        check(ncclCommUserRank(comm_, &rank), "ncclCommUserRank");
+        const auto* send = static_cast<const char*>(local.data_ptr());
+        auto* recv = static_cast<char*>(out.data_ptr());
+        if (equal_slices_in_rank_order(starts, counts)) {
+            check(ncclAllGather(send, recv, static_cast<size_t>(counts[0] * g.inner_bytes), ncclUint8, comm_,
+                                cudaStreamLegacy),
+                  "ncclAllGather");
+        } else {
+            // Uneven slices (no ncclAllGatherv): every rank broadcasts its own, in one group.
+            check(ncclGroupStart(), "ncclGroupStart");
+            for (size_t r = 0; r < counts.size(); ++r) {
+                if (counts[r] == 0) continue;
+                check(ncclBroadcast(send, recv + starts[r] * g.inner_bytes,
+                                    static_cast<size_t>(counts[r] * g.inner_bytes), ncclUint8, static_cast<int>(r),
+                                    comm_, cudaStreamLegacy),
+                      "ncclBroadcast");
+            }
+            check(ncclGroupEnd(), "ncclGroupEnd");
+        }
+        wait("tensor-parallel all-gather");
+        return true;
+    }
+
   private:
     void check_tensor(const torch::Tensor& t, const char* op) const {
         RLPT_CHECK(t.defined() && t.is_cuda() && t.is_contiguous() && t.device().index() == device_,

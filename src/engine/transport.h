@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "rlpt/comm/mpi.h"
 
@@ -41,7 +42,31 @@ class Transport {
     virtual void reduce_scatter_sum(const torch::Tensor& full, const torch::Tensor& out) = 0;
     // In-place broadcast of a contiguous tensor from DP rank `root`.
     virtual void broadcast(const torch::Tensor& t, int root) = 0;
+    // All-gather of slices straight into their places (TensorParallel::allgather_into): `local`
+    // (contiguous) is this rank's tensor, `out` (contiguous; same dtype, device and sizes as
+    // `local` except along `dim`) receives rank r's local.narrow(dim, 0, counts[r]) at
+    // out.narrow(dim, starts[r], counts[r]), r's own slice included. counts[r] may be 0; the
+    // regions must not overlap; every rank passes the same starts and counts. Any dtype (bytes
+    // are moved). Blocking. Returns false, having moved nothing, when this transport cannot
+    // place these slices directly (the caller then gathers every rank's whole `local` through
+    // this call into a contiguous buffer and copies); always true when every slice is one
+    // contiguous range of `out` (the product of the sizes before `dim` is 1). MPI: one
+    // MPI_Allgatherv of contiguous slices, or an MPI_Allgather whose receive type is a strided
+    // vector when the slices are equal and in rank order (starts[r] = r·counts[0]); NCCL:
+    // ncclAllGather of equal contiguous slices in rank order, one grouped ncclBroadcast per
+    // rank for other contiguous slices, false for strided ones.
+    virtual bool allgather_slices(const torch::Tensor& local, const torch::Tensor& out, int64_t dim,
+                                  const std::vector<int64_t>& starts, const std::vector<int64_t>& counts) = 0;
 };
+
+// The shape of a slice gather: `out` as [outer, full, inner] along `dim`, inner in bytes.
+struct SliceGeometry {
+    int64_t outer = 1, full = 0, local = 0, inner_bytes = 0;
+};
+SliceGeometry slice_geometry(const torch::Tensor& local, const torch::Tensor& out, int64_t dim);
+// True when counts are equal and starts[r] = r·counts[0] (ncclAllGather's / MPI_Allgather's
+// placement).
+bool equal_slices_in_rank_order(const std::vector<int64_t>& starts, const std::vector<int64_t>& counts);
 
 // Shards (and the padded flat buffers they come from) are multiples of this many elements.
 inline constexpr int64_t kShardAlign = 64;

@@ -2,6 +2,7 @@
 
 #include "rlpt/model/reshard_plan.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "engine/transport.h"
@@ -48,14 +49,63 @@ void TensorParallel::allreduce_sum_(const torch::Tensor& t) const {
 
 torch::Tensor TensorParallel::allgather(const torch::Tensor& t, int64_t dim) const {
     if (size_ == 1) return t;
+    if (dim < 0) dim += t.dim();
+    RLPT_CHECK(dim >= 0 && dim < t.dim(), "TensorParallel::allgather: dim {} of a {}-d tensor", dim, t.dim());
+    auto shape = t.sizes().vec();
+    const int64_t n = shape[static_cast<size_t>(dim)];
+    shape[static_cast<size_t>(dim)] *= size_;
+    auto out = torch::empty(shape, t.options());
+    std::vector<int64_t> starts, counts(static_cast<size_t>(size_), n);
+    for (int64_t r = 0; r < size_; ++r) starts.push_back(r * n);
+    allgather_into(t, out, dim, starts, counts);
+    return out;
+}
+
+void TensorParallel::allgather_into(const torch::Tensor& local, const torch::Tensor& out, int64_t dim,
+                                    const std::vector<int64_t>& starts, const std::vector<int64_t>& counts) const {
+    const auto t0 = std::chrono::steady_clock::now();
     torch::NoGradGuard no_grad;
-    auto slots = torch::zeros({size_, t.numel()}, t.options().dtype(torch::kFloat32));
-    slots[rank_].copy_(t.reshape({-1}));
-    allreduce_sum_(slots);
-    std::vector<int64_t> shape{size_};
-    for (auto s : t.sizes()) shape.push_back(s);
-    auto parts = slots.view(shape).to(t.scalar_type()).unbind(0);
-    return torch::cat(parts, dim);
+    RLPT_CHECK_KIND(InternalError,
+                    local.defined() && out.defined() && out.is_contiguous() && local.dim() == out.dim() && dim >= 0 &&
+                        dim < out.dim() && local.scalar_type() == out.scalar_type() && local.device() == out.device(),
+                    "TensorParallel::allgather_into: a {} {} slice into a contiguous {} {} along dim {}",
+                    local.sizes(), c10::toString(local.scalar_type()), out.sizes(), c10::toString(out.scalar_type()),
+                    dim);
+    for (int64_t d = 0; d < out.dim(); ++d)
+        RLPT_CHECK_KIND(InternalError, d == dim || local.size(d) == out.size(d),
+                        "TensorParallel::allgather_into: slice {} and destination {} differ outside dim {}",
+                        local.sizes(), out.sizes(), dim);
+    RLPT_CHECK_KIND(InternalError, starts.size() == static_cast<size_t>(size_) && counts.size() == starts.size(),
+                    "TensorParallel::allgather_into: {} starts and {} counts for {} ranks", starts.size(),
+                    counts.size(), size_);
+    std::vector<std::pair<int64_t, int64_t>> regions;
+    for (size_t r = 0; r < counts.size(); ++r) {
+        RLPT_CHECK_KIND(InternalError,
+                        counts[r] >= 0 && counts[r] <= local.size(dim) && starts[r] >= 0 &&
+                            starts[r] + counts[r] <= out.size(dim),
+                        "TensorParallel::allgather_into: rank {}'s slice [{}, +{}) of a local size {} into {}", r,
+                        starts[r], counts[r], local.size(dim), out.size(dim));
+        if (counts[r] > 0) regions.emplace_back(starts[r], starts[r] + counts[r]);
+    }
+    std::sort(regions.begin(), regions.end());
+    for (size_t i = 1; i < regions.size(); ++i)
+        RLPT_CHECK_KIND(InternalError, regions[i].first >= regions[i - 1].second,
+                        "TensorParallel::allgather_into: slices [{}, {}) and [{}, {}) overlap", regions[i - 1].first,
+                        regions[i - 1].second, regions[i].first, regions[i].second);
+    const auto src = local.contiguous();
+    if (!transport_->allgather_slices(src, out, dim, starts, counts)) {
+        // Every rank's whole slice into one contiguous buffer (always placeable), then copies.
+        auto all = torch::empty({size_, src.numel()}, src.options());
+        std::vector<int64_t> rows, ones(static_cast<size_t>(size_), 1);
+        for (int64_t r = 0; r < size_; ++r) rows.push_back(r);
+        transport_->allgather_slices(src.view({1, src.numel()}), all, 0, rows, ones);
+        for (int64_t r = 0; r < size_; ++r) {
+            const auto i = static_cast<size_t>(r);
+            if (counts[i] > 0)
+                out.narrow(dim, starts[i], counts[i]).copy_(all[r].view(src.sizes()).narrow(dim, 0, counts[i]));
+        }
+    }
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // ---- which slice a parameter is --------------------------------------------------------------
@@ -114,18 +164,29 @@ std::vector<int64_t> full_shape(const ShardSpec& s, std::vector<int64_t> local) 
     return local;
 }
 
+void gather_full_parameter_into(const std::string& name, const torch::Tensor& local, const ModelArgs& args,
+                                const TensorParallel& tp, const torch::Tensor& full) {
+    std::vector<int64_t> starts, counts;
+    int64_t dim = -1;
+    for (int64_t r = 0; r < tp.size(); ++r) {
+        const ShardSpec spec = shard_spec(name, tp_layout(args, tp.size(), r));
+        RLPT_CHECK_KIND(InternalError, spec.dim >= 0, "gather_full_parameter_into: '{}' is not split", name);
+        dim = spec.dim;
+        // A replicated KV head comes from the first rank holding it; padding rows from none.
+        const bool first = std::find(starts.begin(), starts.end(), spec.start) == starts.end();
+        starts.push_back(spec.start);
+        counts.push_back(first ? spec.real() : 0);
+    }
+    tp.allgather_into(local, full, dim, starts, counts);
+}
+
 torch::Tensor gather_full_parameter(const std::string& name, const torch::Tensor& local, const ModelArgs& args,
                                     const TensorParallel& tp) {
-    if (tp.size() == 1 || shard_spec(name, tp_layout(args, tp.size(), tp.rank())).dim < 0) return local;
-    torch::NoGradGuard no_grad;
-    const auto pieces = tp.allgather(local.unsqueeze(0), 0);  // [tp, local shape...]
-    ShardSpec spec = shard_spec(name, tp_layout(args, tp.size(), 0));
+    if (tp.size() == 1) return local;
+    const ShardSpec spec = shard_spec(name, tp_layout(args, tp.size(), tp.rank()));
+    if (spec.dim < 0) return local;
     auto full = torch::empty(full_shape(spec, local.sizes().vec()), local.options());
-    for (int64_t r = 0; r < tp.size(); ++r) {
-        spec = shard_spec(name, tp_layout(args, tp.size(), r));
-        if (spec.real() > 0)
-            full.narrow(spec.dim, spec.start, spec.real()).copy_(pieces[r].narrow(spec.dim, 0, spec.real()));
-    }
+    gather_full_parameter_into(name, local, args, tp, full);
     return full;
 }
 

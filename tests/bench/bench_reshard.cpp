@@ -139,15 +139,22 @@ void run(const Args& a, const comm::Communicator& world) {
     });
 
     const auto recv = world.allgather_i64(st.bytes_received), sent = world.allgather_i64(st.bytes_sent);
+    const auto copied = world.allgather_i64(st.packed_bytes + st.unpacked_bytes);
+    const auto messages = world.allgather_i64(st.n_messages);
+    // The phases of the last timed sync, slowest rank each.
+    const double plan_s = world.allreduce_max(st.plan_seconds), wait_s = world.allreduce_max(st.wait_seconds),
+                 copy_s = world.allreduce_max(st.pack_seconds + st.unpack_seconds);
+    auto most = [](const std::vector<int64_t>& v) { return static_cast<long long>(*std::max_element(v.begin(), v.end())); };
     if (me == 0) {
         std::printf(
             "{\"git_sha\": \"%s\", \"bucket_mb\": %lld, \"from\": %lld, \"to\": %lld, \"blocks\": %lld, \"ranks\": %d, \"plan_bytes\": %lld, "
             "\"full_model_bytes\": %lld, \"max_bytes_received\": %lld, \"max_bytes_sent\": %lld, \"reshard_s\": %.6f, "
-            "\"raw_p2p_s\": %.6f, \"full_bcast_s\": %.6f}\n",
+            "\"raw_p2p_s\": %.6f, \"full_bcast_s\": %.6f, \"max_bytes_copied\": %lld, \"max_messages\": %lld, "
+            "\"plan_s\": %.6f, \"copy_s\": %.6f, \"wait_s\": %.6f}\n",
             RLPT_GIT_SHA, static_cast<long long>(a.bucket_mb), static_cast<long long>(a.from), static_cast<long long>(a.to),
             static_cast<long long>(a.blocks), world.size(), static_cast<long long>(st.plan_bytes),
-            static_cast<long long>(full_bytes), static_cast<long long>(*std::max_element(recv.begin(), recv.end())),
-            static_cast<long long>(*std::max_element(sent.begin(), sent.end())), t_reshard, t_raw, t_bcast);
+            static_cast<long long>(full_bytes), most(recv), most(sent), t_reshard, t_raw, t_bcast, most(copied),
+            most(messages), plan_s, copy_s, wait_s);
     }
 }
 

@@ -38,6 +38,7 @@
 // host buckets; "nccl" - ncclSend/ncclRecv of device buckets on the tensors' CUDA device
 // (builds with NCCL, every rank's tensors on CUDA); "auto" - nccl when possible, mpi otherwise.
 // Packing and unpacking are torch copies (narrow + copy_), so tensors may be strided.
+// last_stats() splits the time of a sync into its phases (plan, pack, unpack, wait).
 //
 // Failure model: as WeightSync (weight_sync.h): a transport error or timeout mid-transfer
 // leaves the object refusing further syncs, and the job is expected to abort.
@@ -87,6 +88,11 @@ struct WeightReshardStats {
     int64_t n_pieces = 0;       // pieces this rank sent or received
     int64_t n_messages = 0;     // buckets this rank sent or received
     int64_t n_direct_messages = 0;  // of which went straight from / into tensor memory
+    int64_t packed_bytes = 0;       // bytes this rank copied into send buckets
+    int64_t unpacked_bytes = 0;     // bytes this rank copied out of received buckets
+    // Where sync() spent its time on this rank (the rest: bucket bookkeeping): agreeing on the
+    // plan and computing the buckets; packing; unpacking; waiting for messages to complete.
+    double plan_seconds = 0.0, pack_seconds = 0.0, unpack_seconds = 0.0, wait_seconds = 0.0;
     int64_t bytes_sent = 0;     // payload bytes out of this rank
     int64_t bytes_received = 0; // payload bytes into this rank
     int64_t plan_bytes = 0;     // payload bytes of the whole plan (every rank)

@@ -35,10 +35,12 @@ comm::ReshardPlan reshard_plan(const torch::nn::Module& local, const TpLayout& l
 // parameters from the actor one parameter at a time: the walk hands over this rank's slice in
 // the actor's tp layout (TrainEngine::for_each_full_parameter: under ZeRO-3 it all-gathers one
 // unit - a decoder layer or the root - at a time over the actor's DP group and frees it after);
-// with actor tp > 1 the full tensor is gathered over the actor's block (gather_full_parameter);
-// this rank keeps its rollout slice (a narrow copy) and drops the rest. After the generation
+// with actor tp > 1 each split tensor is all-gathered over the actor's block, straight into the
+// rollout parameter when the rollout keeps it whole (rollout tp 1: no copy at all), else into
+// one full tensor of which this rank keeps its rollout slice (a narrow copy). After the generation
 // release_parameter_storage() frees the rollout copy. Peak memory per rank: the training shards
-// + the rollout-layout parameters + one gathered unit (ZeRO-3) + one full tensor (actor tp > 1).
+// + the rollout-layout parameters + one gathered unit (ZeRO-3) + one full tensor (actor tp > 1
+// and rollout tp > 1).
 // verl's sharding managers do the same with FSDP's full state dict per layer.
 //
 // Not "exactly the slices" on the wire: a ZeRO-3 unit is all-gathered whole (the flat shards
@@ -59,8 +61,10 @@ using ParameterWalk = std::function<void(const ParameterVisitor&)>;
 struct ColocatedReshardStats {
     int64_t dst_bytes = 0;        // bytes of the destination's parameters (this rank)
     int64_t copied_bytes = 0;     // bytes copied into them (== dst_bytes minus vocabulary padding)
-    int64_t tp_gathered_bytes = 0;  // bytes of full tensors assembled over the source block
-    int64_t max_full_bytes = 0;   // the largest of those (the transient "bucket"; 0 for source tp 1)
+    int64_t tp_gathered_bytes = 0;  // bytes of full tensors gathered over the source block
+    int64_t max_full_bytes = 0;   // the largest full tensor held outside the destination (the
+                                  // transient "bucket"): 0 for source tp 1 and for a rollout
+                                  // that keeps whole tensors (its tp 1), gathered in place
     double seconds = 0;
 };
 

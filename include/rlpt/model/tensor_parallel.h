@@ -31,15 +31,18 @@
 //    vLLM's logits processor does) and every rank runs the same sampler on them, so the
 //    sampled token is the one tp = 1 picks with the same per-row random streams; log-probs and
 //    entropies for training never gather logits.
-//  * All-gathers (sampling, export) are sum all-reduces of zero-padded slots: one collective
-//    kind, the same code for MPI and NCCL, at tp times the bytes of a real all-gather (small
-//    here: logits rows, and one tensor at a time on export).
+//  * All-gathers (sampling, export, the hybrid engine's resharding) are real all-gathers that
+//    land every rank's slice in its place of the destination (MPI_Allgatherv, or an
+//    MPI_Allgather with a strided receive type for column slices; ncclAllGather / grouped
+//    ncclBroadcast): no padding slots, no assembling copies. Only slices NCCL cannot place
+//    (strided) or uneven strided ones go through a contiguous buffer and one copy each.
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "rlpt/model/model_config.h"
 
@@ -68,8 +71,21 @@ class TensorParallel {
     int64_t size() const { return size_; }
     // In-place sum over the block. Any floating dtype (summed in fp32), any layout.
     void allreduce_sum_(const torch::Tensor& t) const;
-    // Every rank's `t` (same shape and dtype everywhere) concatenated along `dim` in rank order.
+    // Every rank's `t` (same shape and dtype everywhere) concatenated along `dim` (negative
+    // counts from the end) in rank order, into a new contiguous tensor (`t` itself on a block of
+    // one rank). Any dtype.
     torch::Tensor allgather(const torch::Tensor& t, int64_t dim) const;
+    // Every rank's slice placed straight into `out`: rank r's local.narrow(dim, 0, counts[r])
+    // lands at out.narrow(dim, starts[r], counts[r]) on every rank (this rank's own slice
+    // included). `out` must be contiguous with local's dtype, device and sizes except along
+    // `dim`; starts/counts hold one entry per block rank, identical on every rank; counts[r]
+    // may be 0 (rank r sends nothing: padding only, or a replica another rank sends) and
+    // slices may be uneven; regions must not overlap (InternalError otherwise). Parts of `out`
+    // no slice covers are left alone. No temporary buffer, except for strided uneven slices
+    // (any transport) and strided slices under NCCL, which go through one buffer of tp × local
+    // bytes (freed on return) and one copy each.
+    void allgather_into(const torch::Tensor& local, const torch::Tensor& out, int64_t dim,
+                        const std::vector<int64_t>& starts, const std::vector<int64_t>& counts) const;
     // Seconds spent in this object's collectives so far (for benchmarks).
     double seconds_in_collectives() const { return seconds_; }
 
@@ -101,8 +117,13 @@ std::vector<int64_t> full_shape(const ShardSpec& s, std::vector<int64_t> local);
 
 // The full (Hugging Face) tensor of parameter `name` from every rank's slice `local` (padding
 // dropped, a replicated KV head taken once): collective on the block, every rank gets it.
+// `local` itself when the parameter is not split.
 torch::Tensor gather_full_parameter(const std::string& name, const torch::Tensor& local, const ModelArgs& args,
                                     const TensorParallel& tp);
+// The same into `full` (contiguous, the full tensor's shape and local's dtype): one all-gather,
+// each rank's real rows/columns straight into their place. The parameter must be split.
+void gather_full_parameter_into(const std::string& name, const torch::Tensor& local, const ModelArgs& args,
+                                const TensorParallel& tp, const torch::Tensor& full);
 
 // Megatron's f: forward identity, backward all-reduce (sum) of the gradient over the block.
 // `tp` may be null (tp = 1): identity both ways.
