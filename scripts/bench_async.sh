@@ -19,12 +19,14 @@
 # step time), the async/sync speed-up, and the mean time per step of each stage (timing_s/*).
 #
 # Usage: scripts/bench_async.sh [path/to/rlpt]   (default build/src/rlpt, built if missing)
-# Environment: STEPS per run (8), REPEATS sync/async pairs (2), RANKS (4), RESPONSE_LENGTH (16)
-#   BATCH prompts per step (32; x 8 samples) and DECODE_BATCH (rollout.max_num_seqs, 8: sequences
-#   decoded together per rollout rank; small values make generation dominate, as memory-bound
-#   decoding does on GPUs) set the balance of generation and training; BIND (roles|none);
-#   EXTRA: more overrides for every run (space-separated key=value); NICE (0): the runs' nice
-#   value (negative needs root).
+# Environment: STEPS per run (8), REPEATS sync/async pairs (2), RANKS (4), RESPONSE_LENGTH (16);
+#   BATCH prompts per step (32; x 8 samples) and DECODE_BATCH (rollout.max_num_seqs, 2: sequences
+#   decoded together per rollout rank) set the balance of generation and training: the defaults
+#   make generation about half of the synchronous step's role work (printed as "Sync balance"),
+#   where one-step-off overlap gains most; memory-bound decoding on GPUs is slow per token in the
+#   same way. BIND (roles|none), SESSIONS (rank|one, below), NICE (0, the runs' nice value),
+#   QUIET (unset; N: wait before each pair until other processes keep <= N runnable),
+#   EXTRA: more overrides for every run (space-separated key=value).
 # On a shared machine other processes bias the comparison against async: the core the synchronous
 # loop leaves idle runs them, while the async run needs both. The table therefore shows, per mode,
 # how many cores' worth of CPU other processes used during the runs (/proc/stat's busy time minus
@@ -36,7 +38,7 @@ if [ ! -x "$bin" ]; then
   cmake --build "$root/build" -j2 --target rlpt >/dev/null
 fi
 steps="${STEPS:-8}" repeats="${REPEATS:-2}" rlen="${RESPONSE_LENGTH:-16}" batch="${BATCH:-32}" np="${RANKS:-4}"
-decode="${DECODE_BATCH:-8}" bind="${BIND:-roles}" nice="${NICE:-0}"
+decode="${DECODE_BATCH:-2}" bind="${BIND:-roles}" nice="${NICE:-0}"
 read -r -a extra_all <<<"${EXTRA:-}"
 half=$((np / 2))
 cores=$(nproc)
@@ -63,16 +65,47 @@ common=(trainer.output_dir="$work" trainer.total_training_steps="$steps" trainer
         rollout.max_num_seqs="$decode"
         "placement.groups=[{roles: [actor, reference], ranks: $half}, {roles: [rollout], ranks: $((np - half))}]")
 [ "$bind" = none ] && common+=(trainer.threads_per_rank=1)
+# SESSIONS=rank (default): every rank in a session of its own (setsid), so Linux's autogroup
+# scheduling (kernel.sched_autogroup_enabled, on here) treats each rank as a separate process
+# group, as ranks on separate nodes would be. In one session (SESSIONS=one, how mpirun leaves
+# them) all ranks share one group's CPU share on a loaded machine: the async run's busy rollout
+# ranks then take their CPU from the actor's instead of from hardware the sync loop leaves idle.
+launch=()
+case "${SESSIONS:-rank}" in
+  rank) launch=(bash -c 'setsid "$@" & p=$!; trap "kill -TERM $p 2>/dev/null" TERM INT HUP; wait $p; s=$?
+                         kill -0 $p 2>/dev/null && { wait $p; s=$?; }; exit $s' rank) ;;
+  one) ;;
+  *) echo "bench_async.sh: SESSIONS must be rank or one" >&2; exit 2 ;;
+esac
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 t0=$(date +%s)
+# QUIET=N: before each sync/async pair, wait (at most QUIET_WAIT s, 900) until other processes
+# keep N or fewer runnable on average over 2 s (/proc/stat procs_running, without this shell).
+runnable() {
+  local sum=0
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    sum=$((sum + $(awk '/^procs_running/ {print $2}' /proc/stat) - 1)); sleep 0.2
+  done
+  echo $((sum / 10))
+}
+quiet_wait() {
+  [ -n "${QUIET:-}" ] || return 0
+  local t=0 n
+  while n=$(runnable); [ "$n" -gt "$QUIET" ]; do
+    if [ "$t" -ge "${QUIET_WAIT:-900}" ]; then echo "bench_async.sh: still $n runnable after ${t}s; running anyway" >&2; return 0; fi
+    sleep 8; t=$((t + 10))
+  done
+  [ "$t" -eq 0 ] || echo "bench_async.sh: waited ${t}s for <= $QUIET runnable processes" >&2
+}
 for r in $(seq 1 "$repeats"); do
+  quiet_wait
   for mode in sync async; do
     extra=(trainer.max_staleness=0)
     [ "$mode" = async ] && extra=(trainer.max_staleness=1 algorithm.rollout_correction.rollout_is=token)
     echo "bench_async.sh: $mode run $r/$repeats (load $(cut -d' ' -f1 /proc/loadavg))" >&2
     head -1 /proc/stat >"$work/$mode-$r.stat"
     OMP_NUM_THREADS=1 /usr/bin/time -f "%e %U %S" -o "$work/$mode-$r.time" nice -n "$nice" \
-      mpirun -np "$np" "${flags[@]}" "$bin" "$root/configs/grpo.yaml" "${common[@]}" "${extra[@]}" \
+      mpirun -np "$np" "${flags[@]}" "${launch[@]}" "$bin" "$root/configs/grpo.yaml" "${common[@]}" "${extra[@]}" \
       ${extra_all[@]+"${extra_all[@]}"} trainer.experiment_name="$mode-$r" >"$work/$mode-$r.log" 2>&1 \
       || { cat "$work/$mode-$r.log" >&2; exit 1; }
     head -1 /proc/stat >>"$work/$mode-$r.stat"
@@ -80,9 +113,9 @@ for r in $(seq 1 "$repeats"); do
 done
 elapsed=$(($(date +%s) - t0))
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
-/usr/bin/python3 - "$work" "$repeats" "$steps" "$rlen" "$batch" "$load_before" "$load_after" "$elapsed" "$np" "$cores" "$decode" "$bind" "$nice" "$(getconf CLK_TCK)" <<'PY'
+/usr/bin/python3 - "$work" "$repeats" "$steps" "$rlen" "$batch" "$load_before" "$load_after" "$elapsed" "$np" "$cores" "$decode" "$bind" "$nice" "$(getconf CLK_TCK)" "${SESSIONS:-rank}" <<'PY'
 import json, re, statistics, sys
-work, repeats, steps, rlen, batch, lb, la, elapsed, np, cores, decode, bind, nice, tck = sys.argv[1:]
+work, repeats, steps, rlen, batch, lb, la, elapsed, np, cores, decode, bind, nice, tck, sessions = sys.argv[1:]
 
 def others_cores(mode, r):
     """Cores' worth of CPU that other processes used during the run (the machine's busy time, from
@@ -116,7 +149,9 @@ for mode in ("sync", "async"):
 lay = "roles bound to cores of their own (rankfile)" if bind == "roles" else "no binding"
 print(f"Built-in task, GRPO {batch} prompts x 8 samples, responses up to {rlen} tokens, decode batch {decode}, "
       f"{steps} steps per run, {repeats} run(s) per mode alternating; {np} ranks (actor+reference {int(np) // 2}, "
-      f"rollout {int(np) - int(np) // 2}), {lay}{', nice ' + nice if nice != '0' else ''}, {cores} cores; load average {lb} before, {la} after; {elapsed} s.\n")
+      f"rollout {int(np) - int(np) // 2}), {lay}, "
+      f"{'a session per rank' if sessions == 'rank' else 'one session'}{', nice ' + nice if nice != '0' else ''}, "
+      f"{cores} cores; load average {lb} before, {la} after; {elapsed} s.\n")
 if binding:
     print(f"Ranks: {binding.group(1)}; " + "; ".join(placement) + "\n")
 print("| mode | s/step (steps 2..N) | sd | steps/s | actor idle | rollout idle | max staleness | other processes' CPU (cores) |")
