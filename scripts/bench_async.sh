@@ -124,20 +124,22 @@ def others_cores(mode, r):
     d = [y - x for x, y in zip(a, b)]
     busy = (d[0] + d[1] + d[2] + d[5] + d[6]) / int(tck)  # user nice system irq softirq
     wall, user, system = map(float, open(f"{work}/{mode}-{r}.time").read().split()[-3:])
-    return (busy - user - system) / wall, wall
+    return (busy - user - system) / wall, user + system
 log = open(f"{work}/sync-1.log").read()
 placement = [l.strip() for l in log.splitlines() if re.match(r"\s+(actor|reference|rollout)\s+group", l)]
 binding = re.search(r"cores and torch threads per rank: (.*)", log)
 rows, stages = {}, {}
 keys = ["gen", "rollout_busy", "reward", "old_log_prob", "ref", "adv", "update", "update_weights"]
 for mode in ("sync", "async"):
-    st, ai, ri, stale, other, whole = [], [], [], [], [], []
+    st, ai, ri, stale, other, whole, cpu = [], [], [], [], [], [], []
     per = {k: [] for k in keys}
     for r in range(1, int(repeats) + 1):
         m = [json.loads(l) for l in open(f"{work}/{mode}-{r}/metrics.jsonl")]
         whole.append(sum(x["timing_s/step"] for x in m))
         m = [x for x in m if x["step"] >= 2]  # step 1: warm-up (and the async run's unoverlapped first batch)
-        other.append(others_cores(mode, r)[0])
+        o, c = others_cores(mode, r)
+        other.append(o)
+        cpu.append(c)
         st += [x["timing_s/step"] for x in m]
         ai += [x["perf/actor_idle_ratio"] for x in m]
         ri += [x["perf/rollout_idle_ratio"] for x in m]
@@ -145,7 +147,8 @@ for mode in ("sync", "async"):
         for k in keys:
             per[k] += [x.get(f"timing_s/{k}", 0.0) for x in m]
     rows[mode] = (statistics.mean(st), statistics.mean(ai), statistics.mean(ri), max(stale),
-                  statistics.stdev(st) if len(st) > 1 else 0.0, statistics.mean(other), statistics.mean(whole))
+                  statistics.stdev(st) if len(st) > 1 else 0.0, statistics.mean(other), statistics.mean(whole),
+                  statistics.mean(cpu))
     stages[mode] = {k: statistics.mean(v) for k, v in per.items()}
 lay = "roles bound to cores of their own (rankfile)" if bind == "roles" else "no binding"
 print(f"Built-in task, GRPO {batch} prompts x 8 samples, responses up to {rlen} tokens, decode batch {decode}, "
@@ -155,11 +158,12 @@ print(f"Built-in task, GRPO {batch} prompts x 8 samples, responses up to {rlen} 
       f"{cores} cores; load average {lb} before, {la} after; {elapsed} s.\n")
 if binding:
     print(f"Ranks: {binding.group(1)}; " + "; ".join(placement) + "\n")
-print("| mode | s/step (steps 2..N) | sd | steps/s | actor idle | rollout idle | max staleness | other processes' CPU (cores) |")
-print("|---|---|---|---|---|---|---|---|")
-for mode, (s, a, r, k, sd, o, w) in rows.items():
+print("| mode | s/step (steps 2..N) | sd | steps/s | actor idle | rollout idle | max staleness | other processes' CPU "
+      "(cores) | the run's CPU (s, all ranks) |")
+print("|---|---|---|---|---|---|---|---|---|")
+for mode, (s, a, r, k, sd, o, w, c) in rows.items():
     name = "sync (max_staleness 0)" if mode == "sync" else "async (max_staleness 1, token IS)"
-    print(f"| {name} | {s:.3f} | {sd:.3f} | {1 / s:.2f} | {a:.2f} | {r:.2f} | {k:.0f} | {o:.2f} |")
+    print(f"| {name} | {s:.3f} | {sd:.3f} | {1 / s:.2f} | {a:.2f} | {r:.2f} | {k:.0f} | {o:.2f} | {c:.1f} |")
 print(f"\nasync / sync steps/s: **{rows['sync'][0] / rows['async'][0]:.2f}x** (goal >= 1.4x); all {steps} steps of a "
       f"run, the first included: {rows['sync'][6]:.1f} s sync, {rows['async'][6]:.1f} s async "
       f"({rows['sync'][6] / rows['async'][6]:.2f}x)\n")
