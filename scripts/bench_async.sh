@@ -9,7 +9,8 @@
 # the first half of the cores and the rollout ranks to the other half (2 cores: core 0 and core
 # 1), so in the synchronous loop one role's core sits idle while the other role works, as its
 # GPUs would. The torch threads follow from the binding (rlpt derives them from the affinity
-# mask; the run's log line "cores and torch threads per rank" is printed with the results).
+# mask; the cpus and threads of every rank, from the run's start-up table, are printed with the
+# results).
 # BIND=none: no binding, every rank may run anywhere (the old benchmark; on 2 cores both phases
 # of the sync loop already keep both cores busy, so overlap cannot gain there).
 #
@@ -126,8 +127,8 @@ def others_cores(mode, r):
     wall, user, system = map(float, open(f"{work}/{mode}-{r}.time").read().split()[-3:])
     return (busy - user - system) / wall, user + system
 log = open(f"{work}/sync-1.log").read()
-placement = [l.strip() for l in log.splitlines() if re.match(r"\s+(actor|reference|rollout)\s+group", l)]
-binding = re.search(r"cores and torch threads per rank: (.*)", log)
+binding = [f"r{m[0]} {m[3]}: cpus {m[2]}, {m[1]} thread{'' if m[1] == '1' else 's'}"
+           for m in re.findall(r"^\s+rank\s+(\d+)\s.*\sthreads (\d+)\s+cpus (\S+)\s.*\sroles (\S+)", log, re.M)]
 rows, stages = {}, {}
 keys = ["gen", "rollout_busy", "reward", "old_log_prob", "ref", "adv", "update", "update_weights"]
 for mode in ("sync", "async"):
@@ -157,7 +158,7 @@ print(f"Built-in task, GRPO {batch} prompts x 8 samples, responses up to {rlen} 
       f"{'a session per rank' if sessions == 'rank' else 'one session'}{', nice ' + nice if nice != '0' else ''}, "
       f"{cores} cores; load average {lb} before, {la} after; {elapsed} s.\n")
 if binding:
-    print(f"Ranks: {binding.group(1)}; " + "; ".join(placement) + "\n")
+    print("Ranks (rlpt's start-up table): " + "; ".join(binding) + "\n")
 print("| mode | s/step (steps 2..N) | sd | steps/s | actor idle | rollout idle | max staleness | other processes' CPU "
       "(cores) | the run's CPU (s, all ranks) |")
 print("|---|---|---|---|---|---|---|---|---|")

@@ -171,10 +171,6 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
     }
     const int threads = threads_for(config, topo.placement(), world.rank());
     torch::set_num_threads(threads);
-    // Every rank's cores (its affinity mask: mpirun --bind-to/--rankfile, taskset, Slurm) and
-    // torch threads, logged by the controller: a binding mistake shows at start-up.
-    const std::vector<std::string> cores =
-        world.allgather_strings(fmt::format("cpus {} ({} thread{})", affinity_list(), threads, threads == 1 ? "" : "s"));
 
     try {
         protocol::WorkerHost host(role_registry(), config, topo, fault);
@@ -191,10 +187,8 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
         }
         if (const std::string slurm = slurm_description(); !slurm.empty()) RLPT_LOG_INFO("{}", slurm);
         RLPT_LOG_INFO("{}", topo.placement().describe());
-        RLPT_LOG_INFO("run directory {} (effective config in config.yaml)", run.run_dir);
-        std::string per_rank;
-        for (size_t r = 0; r < cores.size(); ++r) per_rank += fmt::format("{}r{} {}", r ? ", " : "", r, cores[r]);
-        RLPT_LOG_INFO("cores and torch threads per rank: {}", per_rank);
+        RLPT_LOG_INFO("run directory {} (effective config in config.yaml); {} torch thread(s) per rank",
+                      run.run_dir, threads);
         protocol::Controller controller(role_registry(), config, topo, topo.hosted_roles().empty() ? nullptr : &host);
         int code = run_mode(controller, run);
         controller.shutdown(code);
