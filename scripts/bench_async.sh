@@ -17,7 +17,9 @@
 # The built-in task from scratch (GRPO, configs/grpo.yaml's sizes, untrained built-in model).
 # Prints markdown on stdout: mean step time over steps 2..N, steps/s, the actor's and rollout's
 # idle fractions (perf/actor_idle_ratio, perf/rollout_idle_ratio: 1 - time in the role's calls /
-# step time), the async/sync speed-up, and the mean time per step of each stage (timing_s/*).
+# step time), the async/sync speed-up (also over all N steps, the first included), the mean time
+# per step of each stage (timing_s/*), and the run's own CPU time (all ranks; the same work in
+# both modes).
 #
 # Usage: scripts/bench_async.sh [path/to/rlpt]   (default build/src/rlpt, built if missing)
 # Environment: STEPS per run (8), REPEATS sync/async pairs (2), RANKS (4), RESPONSE_LENGTH (16);
@@ -120,7 +122,7 @@ work, repeats, steps, rlen, batch, lb, la, elapsed, np, cores, decode, bind, nic
 
 def others_cores(mode, r):
     """Cores' worth of CPU that other processes used during the run (the machine's busy time, from
-    /proc/stat, minus this run's own user+system time), and the run's wall time."""
+    /proc/stat, minus this run's own user+system time), and the run's own CPU seconds."""
     a, b = [list(map(int, l.split()[1:])) for l in open(f"{work}/{mode}-{r}.stat")]
     d = [y - x for x, y in zip(a, b)]
     busy = (d[0] + d[1] + d[2] + d[5] + d[6]) / int(tck)  # user nice system irq softirq
