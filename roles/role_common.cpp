@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include "rlpt/core/cpu_cores.h"
+
 namespace rlpt::roles::detail {
 
 Batch ping(protocol::RoleWorker&, protocol::WorkerContext& ctx, const Batch&) {
@@ -13,6 +15,7 @@ Batch ping(protocol::RoleWorker&, protocol::WorkerContext& ctx, const Batch&) {
     out.set_ints("node", {placement.node_of_rank[static_cast<size_t>(ctx.world_rank)]});
     out.set_ints("local_rank", {placement.local_rank(ctx.world_rank)});
     out.set_ints("threads", {static_cast<int64_t>(torch::get_num_threads())});
+    out.set_strings("cpus", {affinity_list()});  // the affinity mask (mpirun --bind-to/--rankfile, taskset, Slurm)
     out.set_ints("pid", {static_cast<int64_t>(getpid())});
     out.set_strings("host", {host});
     std::string roles;

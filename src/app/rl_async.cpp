@@ -26,6 +26,14 @@ void RlTrainer::check_async_plan() const {
                     c_.trainer.max_staleness, c_.algorithm.adv_estimator);
 }
 
+bool RlTrainer::prefetch_before_scoring() const {
+    if (c_.algorithm.filter_groups.enable) return false;
+    if (!plan_.reward_model) return true;
+    const auto& rm = ctl_.layout("reward_model").world_ranks;
+    const auto& rollout = ctl_.layout("rollout").world_ranks;
+    return std::find_first_of(rm.begin(), rm.end(), rollout.begin(), rollout.end()) == rm.end();
+}
+
 void RlTrainer::start_prefetch(int64_t step) {
     const int64_t want = c_.data.train_batch_size, n = c_.rollout.n;
     auto idx = sampler_->next_batch(want);

@@ -356,20 +356,26 @@ std::map<std::string, double> RlTrainer::train_step() {
     rollout_busy_s_ = 0;
     if (async()) {
         std::optional<Batch> first = take_prefetch(policy, timing);
-        batch = generate_train_batch(m, timing, std::move(first), policy);
-        batch_epoch_ = sampler_->epoch();  // before the next step's prompts are drawn
         RLPT_CHECK_KIND(InternalError, actor_updates_ - policy <= c_.trainer.max_staleness,
                         "step {}: the batch was generated with weights {} actor updates old, more than "
                         "trainer.max_staleness={}; it is not trained on", step_ + 1, actor_updates_ - policy,
                         c_.trainer.max_staleness);
-        // The next step's generation overlaps this step's actor work. After the last step too: a
-        // checkpoint there holds that batch, as one written mid-run does, so a run extended from it
-        // trains on what a longer uninterrupted run would have.
-        {
-            Stage s(timing, "update_weights");
-            sync_for_staleness(actor_updates_ + (update_actor ? 1 : 0));
-        }
-        start_prefetch(step_ + 1);
+        // The next step's generation overlaps this step's actor work (and, when scoring calls no
+        // role on the rollout's ranks and draws no more prompts, this step's scoring too). After
+        // the last step too: a checkpoint there holds that batch, as one written mid-run does, so
+        // a run extended from it trains on what a longer uninterrupted run would have.
+        auto prefetch_next = [&] {
+            batch_epoch_ = sampler_->epoch();  // before the next step's prompts are drawn
+            {
+                Stage s(timing, "update_weights");
+                sync_for_staleness(actor_updates_ + (update_actor ? 1 : 0));
+            }
+            start_prefetch(step_ + 1);
+        };
+        const bool early = prefetch_before_scoring();
+        if (early) prefetch_next();
+        batch = generate_train_batch(m, timing, std::move(first), policy);
+        if (!early) prefetch_next();
     } else {
         batch = generate_train_batch(m, timing);
         batch_epoch_ = sampler_->epoch();

@@ -94,6 +94,11 @@ class RlTrainer {
     // Asynchronous RL (rl_async.cpp).
     bool async() const { return c_.trainer.max_staleness > 0; }
     void check_async_plan() const;
+    // Whether the next step's generation may start before this step's batch is scored: true
+    // unless scoring draws more prompts (dynamic sampling's extra rounds, which would change
+    // the order prompts are drawn in and need the rollout) or calls a reward model on the
+    // rollout's ranks. The batches and versions are the same either way.
+    bool prefetch_before_scoring() const;
     // Step `step`'s first generation round, submitted now with the rollout's current weights.
     void start_prefetch(int64_t step);
     // Waits for the prefetched round (generating it now if none is pending); sets `policy`.

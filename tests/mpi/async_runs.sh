@@ -12,7 +12,8 @@
 #                max_staleness 1: step 1 (on-policy) equals the synchronous step 1 bit for bit,
 #                later steps train on batches exactly one update old (staleness 1, rollout_corr/kl
 #                != 0), with token IS applied; max_staleness 2 syncs less often and never exceeds 2;
-#                a colocated layout is refused
+#                with dynamic sampling (the next batch submitted after the scoring) batches stay
+#                <= 1 stale; a colocated layout is refused
 #   resume       max_staleness 1: 4 steps straight == 2 steps + resume + 2 steps (every metric but
 #                timings, and the final weights, bit-identical), the prefetched batch restored from
 #                the checkpoint; resuming it with max_staleness 0 is refused
@@ -143,6 +144,20 @@ st = [K[s]["async/staleness"] for s in sorted(K)]
 assert max(st) == 2 and min(st) == 0, st
 assert [K[s]["async/weight_syncs"] for s in sorted(K)] == [0, 0, 1, 0, 1, 0], [K[s]["async/weight_syncs"] for s in K]
 print("max_staleness 2: staleness", st)
+PY
+    # Dynamic sampling: its extra generation rounds need the rollout, so the next batch is
+    # submitted after the scoring (the other runs submit it before); batches stay <= 1 stale.
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" "$split" trainer.experiment_name=k1dapo trainer.max_staleness=1 \
+      trainer.total_training_steps=3 algorithm.filter_groups.enable=true algorithm.filter_groups.metric=score \
+      algorithm.filter_groups.max_num_gen_batches=20 \
+      'reward.scorers={rlpt/arithmetic: {type: format, pattern: "[0-9][0-9]"}}'
+    "$py" - runs/k1dapo/metrics.jsonl <<'PY'
+import json, sys
+K = {r["step"]: r for r in map(json.loads, open(sys.argv[1]))}
+assert sorted(K) == [1, 2, 3], sorted(K)
+assert [K[s]["async/staleness"] for s in sorted(K)] == [0, 1, 1], [K[s]["async/staleness"] for s in K]
+assert all(K[s]["train/num_gen_batches"] >= 1 for s in K)
+print("max_staleness 1 with dynamic sampling: rounds", [K[s]["train/num_gen_batches"] for s in sorted(K)])
 PY
     refused "trainer.max_staleness: 1 (asynchronous RL) needs the rollout on ranks of its own" 2 \
       "$src/configs/tiny.yaml" trainer.max_staleness=1

@@ -2,7 +2,7 @@
 # srun_matches_mpirun.sh N RLPT_BINARY CONFIG [key=value...]
 # `srun -n N rlpt CONFIG` must work exactly like `mpirun -np N rlpt CONFIG`: both exit 0 and
 # log the same placement and the same per-rank lines (host, node, local rank, threads, roles;
-# pids differ). The srun run must also log its Slurm job. Ranks come from MPI (PMIx).
+# pids and cpus (srun binds ranks) differ). The srun run must also log its Slurm job. Ranks come from MPI (PMIx).
 set -u
 n="$1"; bin="$2"; shift 2
 work=$(mktemp -d)
@@ -26,7 +26,7 @@ run srun srun -J "$job" -n "$n" "$bin" "$@" trainer.output_dir="$work/srun-runs"
 extract() {
   awk '/^\[rlpt /{ sub(/^\[rlpt [^]]*\] /, ""); keep = ($0 ~ /^(placement:|all [0-9]+ worker rank)/);
                    if (keep) print; next }
-       keep && /^  / { print }' "$1" | sed -E 's/  pid [0-9]+//'
+       keep && /^  / { print }' "$1" | sed -E 's/  cpus [^ ]+//; s/  pid [0-9]+//'
 }
 extract "$work/mpirun.log" >"$work/mpirun.lines"
 extract "$work/srun.log" >"$work/srun.lines"

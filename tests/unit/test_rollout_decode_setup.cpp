@@ -73,11 +73,17 @@ TEST(DecodeThreads, UsableCoresFollowsTheAffinityMask) {
     EXPECT_EQ(rlpt::usable_cores(), std::min<int>(CPU_COUNT(&saved), static_cast<int>(std::thread::hardware_concurrency())));
     int first = 0;
     while (!CPU_ISSET(first, &saved)) ++first;
+    int last = first;
+    while (CPU_ISSET(last + 1, &saved)) ++last;
+    if (CPU_COUNT(&saved) == last - first + 1)  // one run of cores: "a-b" (or "a")
+        EXPECT_EQ(rlpt::affinity_list(),
+                  std::to_string(first) + (last > first ? "-" + std::to_string(last) : std::string()));
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(first, &one);
     ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);  // as mpirun --bind-to core leaves a rank
     EXPECT_EQ(rlpt::usable_cores(), 1);
+    EXPECT_EQ(rlpt::affinity_list(), std::to_string(first));  // what the start-up log prints per rank
     ASSERT_EQ(sched_setaffinity(0, sizeof saved, &saved), 0);
 }
 
