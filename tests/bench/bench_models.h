@@ -1,5 +1,7 @@
 #pragma once
 // Models the benchmarks share (built in code, random weights, no download).
+#include <time.h>
+
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -9,6 +11,13 @@
 #include "rlpt/model/model_config.h"
 
 namespace rlpt::bench {
+
+// CPU time of the whole process (all threads), seconds.
+inline double cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 // ~100M Llama-style model: hidden 768, 12 layers, 12 heads (MHA), SwiGLU 2048, vocab 32000, tied
 // embeddings, RMSNorm, RoPE (bench_train, bench_tp).

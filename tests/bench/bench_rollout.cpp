@@ -43,11 +43,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace rlpt;
 
-double cpu_seconds() {
-    timespec ts{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
+using bench::cpu_seconds;
 
 struct Run {
     const char* name;
