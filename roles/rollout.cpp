@@ -120,7 +120,15 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     const auto args = protocol::decode_args<protocol::InitArgs>(in, "rollout.init");
     r.gen.config = ctx.config;
     if (ctx.config->rollout.generator == "tool_agent") {  // reads and writes text with the run's tokenizer
-        if (!args.tokenizer_charset.empty()) r.tok = std::make_unique<tokenizer::CharTokenizer>(args.tokenizer_charset);
+        if (!args.tokenizer_charset.empty()) {
+            std::vector<std::string> words;
+            for (size_t at = 0; !args.tokenizer_words.empty() && at <= args.tokenizer_words.size();) {
+                const size_t end = std::min(args.tokenizer_words.find('\n', at), args.tokenizer_words.size());
+                words.push_back(args.tokenizer_words.substr(at, end - at));
+                at = end + 1;
+            }
+            r.tok = std::make_unique<tokenizer::CharTokenizer>(args.tokenizer_charset, std::move(words));
+        }
         else if (!ctx.config->model.path.empty()) r.tok = tokenizer::load_tokenizer(ctx.config->model.path);
         r.gen.tokenizer = r.tok.get();
     }

@@ -122,7 +122,9 @@ std::string format_number(double v) {
 
 // Encodes text a tool or environment produced: special tokens are not matched, and characters the
 // vocabulary cannot represent (a character tokenizer's charset) are dropped.
-std::vector<int64_t> encode_untrusted(const tokenizer::Tokenizer& tok, const std::string& text) {
+}  // namespace
+
+static std::vector<int64_t> encode_untrusted(const tokenizer::Tokenizer& tok, const std::string& text) {
     try {
         return tok.encode(text, /*allow_special=*/false);
     } catch (const ValueError&) {
@@ -155,6 +157,55 @@ std::vector<int64_t> encode_observation(const tokenizer::Tokenizer& tok, const O
     }
     return ids;
 }
+
+EncodedConversation encode_conversation(const tokenizer::Tokenizer& tok, ChatFamily family, const nlohmann::json& turns,
+                                        int64_t eos_id) {
+    check_tool_family(family, "model.chat_template");
+    RLPT_CHECK(turns.is_array() && !turns.empty(), "conversation: expected a non-empty array of turns, got {}",
+               turns.dump());
+    // The token that closes an assistant turn: the template's end-of-turn token, else EOS.
+    int64_t close = eos_id;
+    for (const auto& s : tokenizer::chat_stop_tokens(family)) {
+        if (const int64_t id = tok.token_to_id(s); id >= 0) {
+            close = id;
+            break;
+        }
+    }
+    EncodedConversation out;
+    std::vector<std::string> tools;  // the tool turns since the last assistant turn
+    std::string last_role;
+    for (size_t k = 0; k < turns.size(); ++k) {
+        const auto& t = turns[k];
+        RLPT_CHECK(t.is_object() && t.contains("role") && t["role"].is_string() && t.contains("content") &&
+                       t["content"].is_string(),
+                   "conversation turn {}: expected {{\"role\": ..., \"content\": \"...\"}}, got {}", k, t.dump());
+        const std::string role = t["role"].get<std::string>();
+        const std::string content = t["content"].get<std::string>();
+        RLPT_CHECK(role == "assistant" || role == "tool", "conversation turn {}: role '{}' (expected assistant or tool)", k,
+                   role);
+        RLPT_CHECK(k > 0 || role == "assistant", "conversation: the first turn must be the assistant's, got '{}'", role);
+        if (role == "tool") {
+            tools.push_back(content);
+        } else {
+            if (!tools.empty()) {
+                auto obs = encode_observation(tok, render_tool_observation(family, tools, /*turn_closed=*/true));
+                out.ids.insert(out.ids.end(), obs.begin(), obs.end());
+                out.loss_mask.insert(out.loss_mask.end(), obs.size(), 0);
+                tools.clear();
+            }
+            auto ids = tok.encode(content, /*allow_special=*/false);
+            if (close >= 0) ids.push_back(close);
+            out.ids.insert(out.ids.end(), ids.begin(), ids.end());
+            out.loss_mask.insert(out.loss_mask.end(), ids.size(), 1);
+        }
+        last_role = role;
+    }
+    RLPT_CHECK(last_role == "assistant", "conversation: the last turn must be the assistant's (the answer), got '{}'",
+               last_role);
+    return out;
+}
+
+namespace {
 
 struct Sample {
     std::vector<int64_t> resp;

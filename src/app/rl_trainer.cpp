@@ -67,9 +67,7 @@ void RlTrainer::check_batch_sizes() const {
 
 void RlTrainer::init_roles() {
     // The lr schedules count training steps (verl steps its scheduler once per training step).
-    protocol::InitArgs init_args{task_.tok->vocab_size(), total_steps_, ""};
-    if (const auto* ct = dynamic_cast<const tokenizer::CharTokenizer*>(task_.tok.get()))
-        init_args.tokenizer_charset = ct->charset();
+    const protocol::InitArgs init_args = role_init_args(task_, total_steps_);
     const Batch init = protocol::with_args(Batch(0), init_args);
     ctl_.call(ActorMethod::kInit, init);
     ctl_.call(RolloutMethod::kInit, roles::rollout_init_batch(init_args, c_, *task_.tok));

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "metrics_log.h"
+#include "rlpt/agent/tool_agent.h"
 #include "rlpt/app/job.h"
 #include "rlpt/core/log.h"
 #include "rlpt/data/sampler.h"
@@ -27,6 +28,7 @@ double now_s() {
 struct SftExample {
     std::vector<int64_t> prompt;
     std::vector<int64_t> response;  // EOS included
+    std::vector<int64_t> loss;      // per response token: 1 learned, 0 in context only (tool turns)
 };
 
 std::vector<SftExample> build_examples(const Config& c, const TaskData& t) {
@@ -37,14 +39,27 @@ std::vector<SftExample> build_examples(const Config& c, const TaskData& t) {
                         t.train[i].index, c.data.response_key);
         SftExample e;
         e.prompt = t.train_ids[i];
-        e.response = t.tok->encode(*t.train[i].response, false);
-        if (t.eos_id >= 0) e.response.push_back(t.eos_id);
+        const auto& extra = t.train[i].extra;
+        if (extra.is_object() && extra.contains("turns")) {
+            // A tool conversation: tool turns are in the sequence, out of the loss (agent/tool_agent.h).
+            try {
+                auto conv = agent::encode_conversation(*t.tok, t.chat, extra["turns"], t.eos_id);
+                e.response = std::move(conv.ids);
+                e.loss = std::move(conv.loss_mask);
+            } catch (const ValueError& err) {
+                RLPT_THROW(ValueError, "sft: training example {} (extra \"turns\"): {}", t.train[i].index, err.message());
+            }
+        } else {
+            e.response = t.tok->encode(*t.train[i].response, false);
+            if (t.eos_id >= 0) e.response.push_back(t.eos_id);
+            e.loss.assign(e.response.size(), 1);
+        }
         out.push_back(std::move(e));
     }
     return out;
 }
 
-// Right-padded [prompt ++ response] rows; loss on response tokens. Rows added to reach a
+// Right-padded [prompt ++ response] rows; loss on response tokens with SftExample::loss 1. Rows added to reach a
 // multiple of `multiple` carry no loss.
 Batch make_sft_batch(const std::vector<SftExample>& ex, const std::vector<int64_t>& idx, int64_t pad_id,
                      int64_t multiple) {
@@ -67,10 +82,10 @@ Batch make_sft_batch(const std::vector<SftExample>& ex, const std::vector<int64_
             a[r][t] = v;
             mk[r][t++] = 1;
         }
-        for (int64_t v : e.response) {
-            a[r][t] = v;
+        for (size_t k = 0; k < e.response.size(); ++k) {
+            a[r][t] = e.response[k];
             mk[r][t] = 1;
-            l[r][t++] = r < n ? 1 : 0;
+            l[r][t++] = r < n ? e.loss[k] : 0;
         }
     }
     Batch b(rows);
@@ -131,7 +146,7 @@ int run_sft(protocol::Controller& ctl, const RunContext& run) {
     RLPT_CHECK_KIND(ConfigError, bs <= static_cast<int64_t>(examples.size()),
                     "sft.batch_size={} is larger than the training set ({} examples)", bs, examples.size());
 
-    const protocol::InitArgs init_args{t.tok->vocab_size(), steps};
+    const protocol::InitArgs init_args = role_init_args(t, steps);
     ctl.call(roles::ActorMethod::kInit, protocol::with_args(Batch(0), init_args));
     if (ctl.has_role("rollout"))
         ctl.call(roles::RolloutMethod::kInit, roles::rollout_init_batch(init_args, c, *t.tok));

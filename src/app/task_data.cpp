@@ -75,7 +75,9 @@ std::vector<data::Example> load_examples(const Config& c, bool validation) {
         o.num_train = c.data.builtin.num_train;
         o.num_val = c.data.builtin.num_val;
         o.key_prefix = "data.builtin.";
-        auto task = data::make_arithmetic_task(o);
+        auto task = c.data.builtin.task == "arithmetic_tools"
+                        ? data::make_arithmetic_tools_task(o, c.data.builtin.tool_demo_rate)
+                        : data::make_arithmetic_task(o);
         return validation ? std::move(task.val) : std::move(task.train);
     }
     const std::string& files = validation ? c.data.val_files : c.data.train_files;
@@ -111,7 +113,11 @@ std::unique_ptr<tokenizer::Tokenizer> make_tokenizer(const Config& c, const std:
             rethrow_with_context("model.path", e);
         }
     }
-    if (c.data.train_files.empty()) return std::make_unique<tokenizer::CharTokenizer>(data::kArithmeticCharset);
+    if (c.data.train_files.empty()) {
+        if (c.data.builtin.task == "arithmetic_tools")
+            return std::make_unique<tokenizer::CharTokenizer>(data::kArithmeticCharset, data::kToolCallWords);
+        return std::make_unique<tokenizer::CharTokenizer>(data::kArithmeticCharset);
+    }
     // The built-in model on the user's data: one token per character the data uses.
     std::vector<std::string_view> texts;
     for (const auto* split : {&train, &val}) {
@@ -122,6 +128,15 @@ std::unique_ptr<tokenizer::Tokenizer> make_tokenizer(const Config& c, const std:
         }
     }
     return std::make_unique<tokenizer::CharTokenizer>(tokenizer::charset_of(texts));
+}
+
+protocol::InitArgs role_init_args(const TaskData& t, int64_t total_steps) {
+    protocol::InitArgs a{t.tok->vocab_size(), total_steps, "", ""};
+    if (const auto* ct = dynamic_cast<const tokenizer::CharTokenizer*>(t.tok.get())) {
+        a.tokenizer_charset = ct->charset();
+        for (const auto& w : ct->words()) a.tokenizer_words += (a.tokenizer_words.empty() ? "" : "\n") + w;
+    }
+    return a;
 }
 
 int64_t prepare_prompts(const TaskData& t, const Config& c, std::vector<data::Example>& examples,
@@ -343,6 +358,10 @@ void ValidationTally::add(const Batch& generated, const ScoredResponses& scored)
         // Without an accuracy from the scorer, a positive score counts as correct.
         acc_[ds[i]].push_back(std::isnan(scored.acc[i]) ? scored.score[i] > 0 : scored.acc[i]);
     }
+    if (generated.has("tool_call_counts")) {
+        const auto calls = generated.at("tool_call_counts").to(torch::kFloat64).contiguous();
+        for (int64_t i = 0; i < calls.size(0); ++i) tool_calls_.push_back(calls[i].item<double>());
+    }
 }
 
 std::map<std::string, double> ValidationTally::metrics(int64_t n) const {
@@ -362,6 +381,15 @@ std::map<std::string, double> ValidationTally::metrics(int64_t n) const {
         m[fmt::format("val-core/{}/reward/mean@{}", ds, n)] = s / static_cast<double>(v.size());
         m[fmt::format("val-core/{}/acc/mean@{}", ds, n)] = acc / static_cast<double>(v.size());
         if (n > 1) m[fmt::format("val-aux/{}/acc/best@{}/mean", ds, n)] = best / (static_cast<double>(v.size()) / n);
+    }
+    if (!tool_calls_.empty()) {
+        double with = 0, sum = 0;
+        for (double c : tool_calls_) {
+            with += c > 0 ? 1 : 0;
+            sum += c;
+        }
+        m["val-aux/tool_call_rate"] = with / static_cast<double>(tool_calls_.size());
+        m["val-aux/tool_call_counts/mean"] = sum / static_cast<double>(tool_calls_.size());
     }
     return m;
 }

@@ -9,6 +9,7 @@
 #include "rlpt/batch/batch.h"
 #include "rlpt/config/config.h"
 #include "rlpt/data/example.h"
+#include "rlpt/protocol/args.h"
 #include "rlpt/reward/registry.h"
 #include "rlpt/tokenizer/chat_template.h"
 #include "rlpt/tokenizer/tokenizer.h"
@@ -48,6 +49,11 @@ std::vector<data::Example> load_examples(const Config& c, bool validation);
 // answers.
 std::unique_ptr<tokenizer::Tokenizer> make_tokenizer(const Config& c, const std::vector<data::Example>& train,
                                                      const std::vector<data::Example>& val);
+
+// kInit's arguments for the roles: the vocabulary size, the run's training steps, and the
+// character tokenizer's charset and words when the run uses one (the rollout's agent loop
+// rebuilds it from them).
+protocol::InitArgs role_init_args(const TaskData& t, int64_t total_steps);
 
 // A prompt's token ids (the chat template applied when model.chat_template is set).
 std::vector<int64_t> encode_prompt(const TaskData& t, const std::string& prompt);
@@ -96,7 +102,9 @@ std::string unscored_message(const std::string& data_source, int64_t rows);
 
 // Validation metrics per data_source with verl's names (val-core/<ds>/acc/mean@<n>,
 // val-core/<ds>/reward/mean@<n>, val-aux/<ds>/acc/best@<n>/mean for n > 1), accumulated over
-// chunks of generated and scored rows (each prompt's n samples adjacent).
+// chunks of generated and scored rows (each prompt's n samples adjacent). With a tool_agent
+// rollout also val-aux/tool_call_rate (share of samples with at least one tool call) and
+// val-aux/tool_call_counts/mean.
 class ValidationTally {
   public:
     void add(const Batch& generated, const ScoredResponses& scored);
@@ -104,6 +112,7 @@ class ValidationTally {
 
   private:
     std::map<std::string, std::vector<double>> score_, acc_;
+    std::vector<double> tool_calls_;  // per sample, when the rollout reports tool_call_counts
 };
 
 }  // namespace rlpt::app

@@ -105,6 +105,7 @@ void visit_data(Visitor& v, DataConfig& c) {
         b.value("ops", t.ops);
         b.value("reversed_answer", t.reversed_answer);
         b.value("demo_carry_error_rate", t.demo_carry_error_rate);
+        b.value("tool_demo_rate", t.tool_demo_rate);
         b.value("seed", t.seed);
     });
     v.value("train_batch_size", c.train_batch_size);

@@ -217,7 +217,12 @@ void validate(const Config& c) {
     k.one_of(d.truncation, "data.truncation", {"error", "left", "right"});
     k.one_of(d.answer_extract, "data.answer_extract", {"", "gsm8k"});
     if (d.train_files.empty()) {
-        k.one_of(d.builtin.task, "data.builtin.task", {"arithmetic"});
+        k.one_of(d.builtin.task, "data.builtin.task", {"arithmetic", "arithmetic_tools"});
+        k.require(d.builtin.tool_demo_rate >= 0 && d.builtin.tool_demo_rate <= 1, "data.builtin.tool_demo_rate",
+                  "must be in [0, 1] (got {})", d.builtin.tool_demo_rate);
+        k.require(d.builtin.task != "arithmetic_tools" || (!d.builtin.reversed_answer && d.builtin.demo_carry_error_rate == 0),
+                  "data.builtin.task", "arithmetic_tools answers in plain order as the calculator does: it takes neither "
+                  "reversed_answer nor demo_carry_error_rate");
         k.positive(d.builtin.num_train, "data.builtin.num_train");
         k.positive(d.builtin.num_val, "data.builtin.num_val");
         k.require(d.builtin.min_digits >= 1 && d.builtin.min_digits <= d.builtin.max_digits &&

@@ -15,6 +15,7 @@ constexpr uint64_t kSplitSalt = 0x61726974686D6574ULL;  // "arithmet": fixed, se
 constexpr uint64_t kTrainStream = 0x7472616996E5ULL;
 constexpr uint64_t kValStream = 0x76616C5D1D0FULL;
 constexpr uint64_t kDemoErrorSalt = 0x6E6F6361727279ULL;  // "nocarry"
+constexpr uint64_t kToolDemoSalt = 0x746F6F6C64656DULL;   // "tooldem"
 
 int64_t pow10(int e) {
     int64_t v = 1;
@@ -161,6 +162,33 @@ ArithmeticTask make_arithmetic_task(const ArithmeticOptions& options) {
     ArithmeticTask task;
     task.train = generate_split(options, false);
     task.val = generate_split(options, true);
+    return task;
+}
+
+ArithmeticTask make_arithmetic_tools_task(const ArithmeticOptions& options, double tool_demo_rate) {
+    RLPT_CHECK_KIND(ConfigError, tool_demo_rate >= 0.0 && tool_demo_rate <= 1.0,
+                    "{}tool_demo_rate must be in [0, 1], got {}", options.key_prefix, tool_demo_rate);
+    RLPT_CHECK_KIND(ConfigError, !options.reversed_answer && options.demo_carry_error_rate == 0.0,
+                    "{}task arithmetic_tools takes plain answers (the calculator's) and exact demonstrations: "
+                    "set reversed_answer false and demo_carry_error_rate 0",
+                    options.key_prefix);
+    ArithmeticTask task = make_arithmetic_task(options);
+    for (auto* split : {&task.train, &task.val}) {
+        for (auto& e : *split) e.data_source = std::string(kArithmeticToolsDataSource);
+    }
+    for (auto& e : task.train) {
+        if (detail::stable_hash(e.prompt.data(), e.prompt.size(), kToolDemoSalt ^ options.seed) >> 11 >=
+            static_cast<uint64_t>(tool_demo_rate * 0x1.0p53))
+            continue;
+        const std::string expression = e.prompt.substr(0, e.prompt.size() - 1);  // without the '='
+        const std::string call = kToolCallWords[0] + expression + kToolCallWords[1];
+        e.extra["turns"] = nlohmann::json::array({{{"role", "assistant"}, {"content", call}},
+                                                  {{"role", "tool"}, {"content", e.ground_truth}},
+                                                  {{"role", "assistant"}, {"content", e.ground_truth}}});
+        e.extra["tool_demo"] = true;
+        e.response = call + kToolCallWords[2] + e.ground_truth + kToolCallWords[3] + e.ground_truth;
+        e.extra["response"] = *e.response;
+    }
     return task;
 }
 

@@ -148,6 +148,7 @@ void add_builtin_scorers(ScorerRegistry& registry) {
     registry.set("DigitalLearningGmbH/MATH-lighteval", math);
     registry.set("HuggingFaceH4/MATH-500", math);
     registry.set("rlpt/arithmetic", std::make_shared<ArithmeticScorer>());
+    registry.set("rlpt/arithmetic_tools", std::make_shared<NumberScorer>());  // the answer after the tool call
     auto dapo = std::make_shared<MathDapoScorer>();
     for (const char* ds : {"math_dapo", "math", "math_dapo_reasoning"}) registry.set(ds, dapo);
     registry.set_prefix("aime", dapo);

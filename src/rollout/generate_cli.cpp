@@ -13,6 +13,8 @@
 #include <sstream>
 #include <thread>
 
+#include "rlpt/agent/tool_agent.h"
+#include "rlpt/config/config.h"
 #include "rlpt/core/cpu_cores.h"
 #include "rlpt/core/error.h"
 #include "rlpt/model/transformer.h"
@@ -55,6 +57,8 @@ struct Options {
     double length_penalty = 1.0;
     bool have_prompt = false;
     int64_t threads = 0;
+    std::vector<std::string> tools;   // --tool: the agent loop with these built-in tools
+    int64_t max_assistant_turns = 0;  // --max-turns
 };
 
 // The sampling flags as SamplingParams (special ids are set once the model is known).
@@ -228,8 +232,19 @@ int run(const Options& opt) {
         seeds.push_back(sample_seed(opt.seed, 0, i));
         ranks.push_back(i);
     }
-    const GenerationOutput out = beams ? beam_search(*model, prompts, params, beam, ranks, rows)
-                                       : generate(*model, prompts, seeds, params, std::max<int64_t>(rows, 1));
+    // --tool: the agent loop of rollout.generator tool_agent (agent/tool_agent.h) with the built-in tools.
+    Config agent_config;
+    agent_config.model.chat_template = opt.chat_template;
+    agent_config.rollout.multi_turn.builtin_tools = opt.tools;
+    agent_config.rollout.multi_turn.max_assistant_turns = opt.max_assistant_turns;
+    GeneratorContext agent_ctx;
+    agent_ctx.config = &agent_config;
+    agent_ctx.tokenizer = tok.get();
+    const bool agent = !opt.tools.empty();
+    if (agent && !tok) throw UsageError("--tool needs the folder's tokenizer (tool calls are parsed from the text)");
+    const GenerationOutput out = beams   ? beam_search(*model, prompts, params, beam, ranks, rows)
+                                 : agent ? agent::tool_agent_generate(*model, prompts, seeds, params, rows, agent_ctx)
+                                         : generate(*model, prompts, seeds, params, std::max<int64_t>(rows, 1));
     // A beam's cumulative log-prob (the sum of its tokens' log-probs) and its ranking score.
     auto cumulative = [](const std::vector<float>& lps) {
         double sum = 0;
@@ -245,8 +260,12 @@ int run(const Options& opt) {
     auto text_of = [&](int64_t i, const std::vector<int64_t>& ids) {
         return out.texts.empty() ? tok->decode(ids) : out.texts[static_cast<size_t>(i)];
     };
+    // A response's tokens: with --tool the whole conversation (model and tool tokens; the log-probs
+    // of tool tokens are 0), else the sampled tokens.
+    const int64_t P = out.prompts.size(1);
     auto response = [&](int64_t i) {
-        const int64_t len = out.response_mask[i].sum().item<int64_t>();
+        const int64_t len = agent ? out.attention_mask[i].narrow(0, P, out.attention_mask.size(1) - P).sum().item<int64_t>()
+                                  : out.response_mask[i].sum().item<int64_t>();
         auto ids = out.responses[i].narrow(0, 0, len).contiguous();
         auto lps = out.rollout_log_probs[i].narrow(0, 0, len).contiguous();
         return std::make_pair(std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + len),
@@ -268,6 +287,11 @@ int run(const Options& opt) {
                 s["seed"] = seeds[static_cast<size_t>(i)];
             }
             if (tok) s["text"] = text_of(i, ids);
+            if (agent) {
+                auto m = out.response_mask[i].narrow(0, 0, static_cast<int64_t>(ids.size())).contiguous();
+                s["response_mask"] = std::vector<int64_t>(m.data_ptr<int64_t>(), m.data_ptr<int64_t>() + m.numel());
+                for (const auto& [name, v] : agent_ctx.sample_values) s[name] = v[static_cast<size_t>(i)];
+            }
             s["finish_reason"] = finish_reason_name(out.finish_reasons[static_cast<size_t>(i)]);
             j["samples"].push_back(std::move(s));
         }
@@ -286,6 +310,13 @@ int run(const Options& opt) {
             } else {
                 text += fmt::format("--- sample {} (finish: {}, {} tokens, sum log-prob {:.4f})\n", i, reason, ids.size(),
                                     cumulative(lps));
+            }
+            if (agent) {
+                auto value = [&](const char* k) { return agent_ctx.sample_values.at(k)[static_cast<size_t>(i)]; };
+                text += fmt::format("(tool calls {}, turns {}, {} model tokens, {} tool tokens; the tool's text follows "
+                                    "each call and is not sampled)\n",
+                                    value("tool_call_counts"), value("num_turns"), value("model_tokens"),
+                                    value("observation_tokens"));
             }
             if (tok) text += fmt::format("{}\n", text_of(i, ids));
             text += fmt::format("ids: {}\nlog-probs: [{:.4f}]\n", nlohmann::json(ids).dump(), fmt::join(lps, ", "));
@@ -327,6 +358,12 @@ int generate_command(int argc, char** argv) {
                    "beam ranking: cumulative log-prob / length^P (default 1)")->needs(o_beam);
     app.add_flag("--include-stop-str-in-output", opt.include_stop_str_in_output,
                  "the shown text keeps the stop string (the token ids always do)");
+    app.add_option("--tool", opt.tools,
+                   "built-in tool (repeatable; calculator): run the agent loop of rollout.generator tool_agent, "
+                   "tool calls executed and their results appended")
+        ->check(CLI::IsMember({"calculator"}));
+    app.add_option("--max-turns", opt.max_assistant_turns, "with --tool: at most this many assistant turns (default 0: "
+                                                          "until --max-new-tokens)");
     app.add_option("--threads", opt.threads,
                    "torch threads (default: OMP_NUM_THREADS when set, else every core of the machine)");
     try {
@@ -345,6 +382,7 @@ int generate_command(int argc, char** argv) {
             if (opt.beam_width < 1) throw UsageError(fmt::format("--beam-width must be >= 1, got {}", opt.beam_width));
             if (opt.n != 1) throw UsageError("--n does not apply to --beam-width (every beam is shown)");
             if (!opt.stop.empty()) throw UsageError("--stop does not apply to --beam-width (vLLM's beam search has no stop strings)");
+            if (!opt.tools.empty()) throw UsageError("--tool does not apply to --beam-width");
             if (!std::isfinite(opt.length_penalty))
                 throw UsageError(fmt::format("--length-penalty must be finite, got {}", opt.length_penalty));
         }

@@ -1,5 +1,6 @@
 #include "rlpt/tokenizer/char_tokenizer.h"
 
+#include <algorithm>
 #include <set>
 
 #include "rlpt/core/error.h"
@@ -14,7 +15,7 @@ constexpr const char* kSpecials[] = {"<pad>", "<bos>", "<eos>"};  // ids 0, 1, 2
 
 }  // namespace
 
-CharTokenizer::CharTokenizer(std::string_view charset) : charset_(charset) {
+CharTokenizer::CharTokenizer(std::string_view charset, std::vector<std::string> words) : charset_(charset) {
     detail::check_utf8(charset, "the charset");
     RLPT_CHECK(!charset.empty(), "CharTokenizer: the charset is empty");
     size_t i = 0;
@@ -27,6 +28,33 @@ CharTokenizer::CharTokenizer(std::string_view charset) : charset_(charset) {
                    detail::describe_code_point(cp), begin);
         chars_.emplace_back(charset.substr(begin, i - begin));
     }
+    for (auto& w : words) {
+        detail::check_utf8(w, "a word");
+        size_t n = 0, at = 0;
+        char32_t cp = 0;
+        while (at < w.size() && detail::utf8_next(w, at, cp)) ++n;
+        RLPT_CHECK(n >= 2, "CharTokenizer: word '{}' must have at least two characters", w);
+        RLPT_CHECK(w.find('\n') == std::string::npos, "CharTokenizer: word '{}' contains a newline", w);
+        RLPT_CHECK(std::find(words_.begin(), words_.end(), w) == words_.end(), "CharTokenizer: word '{}' appears twice",
+                   w);
+        for (const char* s : kSpecials) RLPT_CHECK(w != s, "CharTokenizer: word '{}' is a special token", w);
+        words_.push_back(std::move(w));
+    }
+    for (size_t k = 0; k < words_.size(); ++k) words_by_length_.push_back(k);
+    std::stable_sort(words_by_length_.begin(), words_by_length_.end(),
+                     [&](size_t a, size_t b) { return words_[a].size() > words_[b].size(); });
+}
+
+std::pair<int64_t, size_t> CharTokenizer::match(std::string_view text, size_t i) const {
+    for (size_t k : words_by_length_) {
+        if (text.compare(i, words_[k].size(), words_[k]) == 0)
+            return {kFirstCharId + static_cast<int64_t>(chars_.size() + k), words_[k].size()};
+    }
+    size_t end = i;
+    char32_t cp = 0;
+    detail::utf8_next(text, end, cp);
+    const auto it = char_ids_.find(cp);
+    return {it == char_ids_.end() ? -1 : it->second, end - i};
 }
 
 std::vector<int64_t> CharTokenizer::encode(std::string_view text, bool allow_special) const {
@@ -49,12 +77,15 @@ std::vector<int64_t> CharTokenizer::encode(std::string_view text, bool allow_spe
             if (matched) continue;
         }
         const size_t begin = i;
-        char32_t cp = 0;
-        detail::utf8_next(text, i, cp);
-        const auto it = char_ids_.find(cp);
-        RLPT_CHECK(it != char_ids_.end(), "CharTokenizer: character {} at byte {} is not in the charset",
-                   detail::describe_code_point(cp), begin);
-        out.push_back(it->second);
+        const auto [id, len] = match(text, i);
+        if (id < 0) {
+            char32_t cp = 0;
+            detail::utf8_next(text, i, cp);
+            RLPT_THROW(ValueError, "CharTokenizer: character {} at byte {} is not in the charset",
+                       detail::describe_code_point(cp), begin);
+        }
+        out.push_back(id);
+        i += len;
     }
     return out;
 }
@@ -68,7 +99,7 @@ std::string CharTokenizer::decode(const int64_t* ids, size_t n, bool skip_specia
         if (id < kFirstCharId) {
             if (!skip_special_tokens) out += kSpecials[id];
         } else {
-            out += chars_[id - kFirstCharId];
+            out += token_bytes(id);
         }
     }
     return out;
@@ -77,19 +108,23 @@ std::string CharTokenizer::decode(const int64_t* ids, size_t n, bool skip_specia
 std::string CharTokenizer::token_bytes(int64_t id) const {
     RLPT_CHECK(id >= 0, "token_bytes: negative token id {}", id);
     if (id >= vocab_size()) return {};
-    return id < kFirstCharId ? std::string(kSpecials[id]) : chars_[id - kFirstCharId];
+    if (id < kFirstCharId) return kSpecials[id];
+    const auto c = static_cast<size_t>(id - kFirstCharId);
+    return c < chars_.size() ? chars_[c] : words_[c - chars_.size()];
 }
 
 std::string CharTokenizer::id_to_token(int64_t id) const {
     RLPT_CHECK(id >= 0 && id < vocab_size(), "id_to_token: id {} is outside the char vocabulary (size {})", id,
                vocab_size());
-    return id < kFirstCharId ? std::string(kSpecials[id]) : chars_[id - kFirstCharId];
+    return token_bytes(id);
 }
 
 int64_t CharTokenizer::token_to_id(std::string_view token) const {
     for (int64_t s = 0; s < kFirstCharId; ++s) {
         if (token == kSpecials[s]) return s;
     }
+    for (size_t k = 0; k < words_.size(); ++k)
+        if (token == words_[k]) return kFirstCharId + static_cast<int64_t>(chars_.size() + k);
     size_t i = 0;
     char32_t cp = 0;
     if (token.empty() || !detail::utf8_next(token, i, cp) || i != token.size()) return -1;
@@ -107,6 +142,12 @@ void CharTokenizer::save(const std::string& dir) const {
         vocab[kSpecials[s]] = s;
     }
     for (size_t c = 0; c < chars_.size(); ++c) vocab[chars_[c]] = kFirstCharId + static_cast<int64_t>(c);
+    for (size_t k = 0; k < words_.size(); ++k) {
+        const int64_t id = kFirstCharId + static_cast<int64_t>(chars_.size() + k);
+        added.push_back({{"id", id}, {"content", words_[k]}, {"single_word", false}, {"lstrip", false},
+                         {"rstrip", false}, {"normalized", false}, {"special", false}});
+        vocab[words_[k]] = id;
+    }
     const ojson root = {
         {"version", "1.0"},
         {"truncation", nullptr},
@@ -166,17 +207,29 @@ std::unique_ptr<CharTokenizer> CharTokenizer::load(const std::string& dir) {
     for (int64_t s = 0; s < kFirstCharId; ++s) {
         if (by_id[s] != kSpecials[s]) fail(fmt::format("id {} must be '{}', found '{}'", s, kSpecials[s], by_id[s]));
     }
+    // Words: the non-special added tokens; they follow the characters.
+    std::set<std::string> word_set;
+    if (const auto added = root.find("added_tokens"); added != root.end() && added->is_array()) {
+        for (const auto& a : *added)
+            if (a.is_object() && !a.value("special", true)) word_set.insert(a.value("content", std::string()));
+    }
     std::string charset;
+    std::vector<std::string> words;
     for (int64_t id = kFirstCharId; id < n; ++id) {
+        if (word_set.count(by_id[id])) {
+            words.push_back(by_id[id]);
+            continue;
+        }
         size_t i = 0;
         char32_t cp = 0;
         if (!detail::utf8_next(by_id[id], i, cp) || i != by_id[id].size()) {
-            fail(fmt::format("token '{}' (id {}) is not a single character", by_id[id], id));
+            fail(fmt::format("token '{}' (id {}) is not a single character nor a non-special added token", by_id[id], id));
         }
+        if (!words.empty()) fail(fmt::format("character '{}' (id {}) follows a word", by_id[id], id));
         charset += by_id[id];
     }
     try {
-        return std::make_unique<CharTokenizer>(charset);
+        return std::make_unique<CharTokenizer>(charset, std::move(words));
     } catch (const ValueError& e) {
         fail(e.message());
     }

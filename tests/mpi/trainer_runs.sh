@@ -68,6 +68,14 @@
 #                      wrong, answers again: exact turn/observation/model-token metrics, the score is
 #                      the environment's reward), with the calculator and (when installed) an MCP
 #                      server, and a server that cannot start is a clear error
+#   agent-demo         scripts/demo_agent.sh's path on small settings (configs/agent_sft.yaml +
+#                      configs/agent_grpo.yaml, the built-in task arithmetic_tools, every
+#                      demonstration a calculator call): SFT whose greedy validation runs the
+#                      agent loop, then GRPO steps with rollout.generator tool_agent: tool calls
+#                      happen (val-aux/tool_call_rate, tool_call_counts), their results are appended
+#                      as masked observation tokens (agent/observation_tokens, response_mask 0 on
+#                      exactly the <tool_response> tokens in rlpt generate --tool calculator), and
+#                      the calculator's result is the product
 #   own-task           a new user's path on prompt/response + prompt/answer JSONL files:
 #                      rlpt check (clean, and four problems in one run), init-model, SFT of the
 #                      built-in model on the data and of an init-model folder, GRPO with a
@@ -236,6 +244,52 @@ PY
     if run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=bad 'rollout.multi_turn.mcp_servers=[exit 3]' \
         > bad.log 2>&1; then exit 1; fi
     grep -q "rollout.multi_turn.mcp_servers: MCP server 'exit 3'" bad.log
+    ;;
+  agent-demo)
+    task=(data.builtin.num_train=600 data.builtin.num_val=16 data.builtin.tool_demo_rate=1.0 trainer.output_dir=runs)
+    run 2 "$src/configs/agent_sft.yaml" "${task[@]}" sft.total_steps=120 sft.eval_every=60 sft.batch_size=32 \
+      sft.optim.lr=0.005 sft.output_model_dir=runs/agent-sft/model
+    run 2 "$src/configs/agent_grpo.yaml" "${task[@]}" model.path=runs/agent-sft/model trainer.total_training_steps=2 \
+      trainer.test_freq=2 data.train_batch_size=8 actor.ppo_mini_batch_size=8 rollout.n=4
+    "$py" - runs/agent-sft/metrics.jsonl runs/agent-grpo/metrics.jsonl <<'PY'
+import json, sys
+sft = [json.loads(l) for l in open(sys.argv[1])]
+grpo = [json.loads(l) for l in open(sys.argv[2])]
+val = [r for r in sft if "val-aux/tool_call_rate" in r]
+assert val and val[-1]["val-aux/tool_call_rate"] > 0.5, val  # SFT's greedy validation ran the agent loop
+steps = [r for r in grpo if "tool_call_counts/mean" in r]
+assert len(steps) == 2, grpo
+for r in steps:
+    assert r["tool_call_counts/mean"] > 0.5 and r["num_turns/max"] >= 3, r
+    # <tool_response> + the product (3-4 digits) + </tool_response>, masked; the model's call and answer
+    assert 5 <= r["agent/observation_tokens/mean"] <= 6, r
+    assert r["agent/model_tokens/mean"] >= 5, r
+    assert "actor/pg_loss" in r and "val-core/rlpt/arithmetic_tools/acc/mean@1" in grpo[-1], r
+print("agent demo metrics ok:", {k: steps[-1][k] for k in ("tool_call_counts/mean", "agent/observation_tokens/mean")})
+PY
+    "$bin" generate --model runs/agent-grpo/hf_model --prompt "37*48=" --greedy --tool calculator --max-new-tokens 24 \
+      --output json > g.json
+    "$bin" generate --model runs/agent-grpo/hf_model --prompt "37*48=" --greedy --tool calculator --max-new-tokens 24 | tee g.txt
+    grep -q "tool calls 1" g.txt
+    "$py" - g.json <<'PY'
+import json, sys
+import re
+s = json.load(open(sys.argv[1]))["samples"][0]
+text, ids, mask = s["text"], s["token_ids"], s["response_mask"]
+print("trajectory:", text)
+assert s["tool_call_counts"] == 1, s
+# Exactly the observation is masked: <tool_response> (id 19) .. </tool_response> (id 20) of the
+# task's tokenizer (14 characters from id 3, then the 4 words).
+open_, close = ids.index(19), ids.index(20)
+assert [i for i, m in enumerate(mask) if m == 0] == list(range(open_, close + 1)), (ids, mask)
+m = re.search(r'"expression": "([0-9*+-]+)"\}\}</tool_call>', text)
+assert m, text
+try:  # a well-formed expression: its value (the model may copy the operands wrongly)
+    value = eval(re.sub(r"\b0+(\d)", r"\1", m.group(1)))
+except SyntaxError:
+    value = None
+assert value is None or f"<tool_response>{value}</tool_response>" in text, text  # the calculator's result
+PY
     ;;
   own-task)
     "$py" "$src/scripts/examples/make_own_task.py" data/own_task --train 240 --val 24

@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "rlpt/agent/mcp_client.h"
+#include "rlpt/agent/tool_call.h"
 #include "rlpt/config/config.h"
 #include "rlpt/rollout/generators.h"
 
@@ -86,6 +87,24 @@ rollout::GenerationOutput tool_agent_generate(model::CausalLM& model, const std:
 rollout::GenerationOutput continuous_agent_loop(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                                 const std::vector<uint64_t>& seeds, const rollout::SamplingParams& params,
                                                 const rollout::BatchLimits& limits, rollout::GeneratorContext& context);
+
+// Observation ids: o.pieces encoded with special-token text, o.texts without (a tool cannot inject
+// control tokens; characters the tokenizer lacks are dropped).
+std::vector<int64_t> encode_observation(const tokenizer::Tokenizer& tok, const ObservationPieces& o);
+
+// A demonstrated conversation after the prompt, as the agent loop produces it, for SFT (verl's
+// multi-turn SFT: loss on the assistant turns only). turns: [{"role": "assistant"|"tool",
+// "content": TEXT}, ...], first and last the assistant's. Each assistant turn is its text (no
+// special-token text) closed by the family's end-of-turn token (qwen2 <|im_end|>) or eos_id
+// (none; nothing when eos_id < 0), loss mask 1; each run of tool turns is the observation the
+// loop appends (render_tool_observation, turn closed), loss mask 0: in the sequence, out of the
+// loss, exactly like response_mask 0 in RL. ValueError naming the turn for anything else.
+struct EncodedConversation {
+    std::vector<int64_t> ids;
+    std::vector<int64_t> loss_mask;  // same length
+};
+EncodedConversation encode_conversation(const tokenizer::Tokenizer& tok, tokenizer::ChatFamily family,
+                                        const nlohmann::json& turns, int64_t eos_id);
 
 // The turn-by-turn loop with its generation step as a parameter (tests script the model's turns;
 // scripts/bench_agent.sh passes rollout::generate). The loop reads responses, response_mask,

@@ -68,7 +68,7 @@ struct ModelConfig {
 };
 
 struct BuiltinTaskConfig {
-    std::string task = "arithmetic";  // built-in generated task used when data.train_files is empty
+    std::string task = "arithmetic";  // arithmetic | arithmetic_tools (data/arithmetic.h); used when data.train_files is empty
     int64_t num_train = 5000;         // at most ~90% of the distinct problems (1-2 digit sums: 10000)
     int64_t num_val = 200;
     int64_t min_digits = 1;
@@ -77,6 +77,7 @@ struct BuiltinTaskConfig {
     std::string ops = "+";
     bool reversed_answer = false;     // answer digits least significant first
     double demo_carry_error_rate = 0.0;  // share of carry problems whose SFT target forgets the carry
+    double tool_demo_rate = 0.2;      // arithmetic_tools: share of SFT demonstrations that call the calculator
     int64_t seed = 7;
 };
 

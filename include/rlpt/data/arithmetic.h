@@ -79,6 +79,29 @@ bool arithmetic_is_validation_prompt(std::string_view prompt, double val_fractio
 // (522, true) -> "225", (-448, true) -> "-844", (0, true) -> "0".
 std::string arithmetic_format_answer(int64_t value, bool reversed);
 
+// The built-in "arithmetic_tools" task: the arithmetic task (plain answers) with a calculator.
+// Examples carry data_source "rlpt/arithmetic_tools" (reward: the last number of the model's text,
+// reward::add_builtin_scorers). A hashed share `tool_demo_rate` of the training demonstrations
+// calls the calculator (Hermes format, agent/tool_call.h) before answering; their extra["turns"]
+// holds the conversation after the prompt, e.g. for "37*48=":
+//   [{"role": "assistant", "content": "<tool_call>{\"name\": \"calculator\", \"arguments\":
+//       {\"expression\": \"37*48\"}}</tool_call>"},
+//    {"role": "tool", "content": "1776"}, {"role": "assistant", "content": "1776"}]
+// (SFT learns the assistant turns; the tool turn is in the sequence with loss mask 0, see
+// agent::encode_conversation), and response is the turns' text joined. The others answer directly
+// (response "1776", no turns), the demonstration being right. Validation examples have no turns.
+// extra["tool_demo"] = true marks the tool demonstrations.
+inline constexpr std::string_view kArithmeticToolsDataSource = "rlpt/arithmetic_tools";
+// Multi-character tokens of the task's character tokenizer (tokenizer/char_tokenizer.h words): a
+// calculator call is kToolCallWords[0] EXPRESSION kToolCallWords[1], a result kToolCallWords[2]
+// TEXT kToolCallWords[3] (chat template none).
+inline const std::vector<std::string> kToolCallWords = {
+    "<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"", "\"}}</tool_call>",
+    "<tool_response>", "</tool_response>"};
+// ConfigError when tool_demo_rate is outside [0, 1] or the options ask for reversed answers or
+// flawed demonstrations.
+ArithmeticTask make_arithmetic_tools_task(const ArithmeticOptions& options, double tool_demo_rate);
+
 // Decodes an answer text (exactly -?[0-9]+, nothing else) into the canonical plain decimal
 // integer ("0"/"-?[1-9][0-9]*"), or nullopt when malformed. Leading zeros of the plain
 // value (trailing zeros of a reversed text) are accepted: "0522" -> "522",

@@ -138,11 +138,13 @@ struct InitArgs {
     // The run's CharTokenizer charset when it uses one (the built-in model), else empty: roles that
     // need text (the rollout's agent loop) then load model.path's tokenizer.
     std::string tokenizer_charset;
+    std::string tokenizer_words;  // its words (multi-character tokens), '\n'-separated
     template <typename V>
     void visit(V& v) {
         v("vocab_size", vocab_size);
         v("total_steps", total_steps);
         v("tokenizer_charset", tokenizer_charset);
+        v("tokenizer_words", tokenizer_words);
     }
 };
 

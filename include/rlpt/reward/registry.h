@@ -7,6 +7,8 @@
 //   lighteval/MATH, DigitalLearningGmbH/MATH-lighteval,
 //   HuggingFaceH4/MATH-500                                    -> math
 //   rlpt/arithmetic                                           -> arithmetic
+//   rlpt/arithmetic_tools                                     -> number (last_number: the
+//                                       answer after the call; the tool's text is not scored)
 //   math_dapo, math, math_dapo_reasoning, and every data_source starting with "aime"
 //                                                             -> math_dapo (rlpt/reward/math_dapo.h)
 // verl's other sources (numina_*, code sandboxes, ...) are not built in; they are unknown

@@ -6,7 +6,7 @@
 //                 [--greedy | --temperature T --top-p P --top-k K] [--max-new-tokens N] [--n K]
 //                 [--seed S] [--chat-template none|qwen2|llama3] [--dtype float32|bfloat16]
 //                 [--output text|json] [--ignore-eos] [--stop STR]... [--include-stop-str-in-output]
-//                 [--beam-width W [--length-penalty P]]
+//                 [--beam-width W [--length-penalty P]] [--tool calculator [--max-turns K]]
 //
 // Defaults: temperature 1, top-p 1, top-k -1 (off), max-new-tokens 64, n 1, seed 0, chat template
 // none, dtype float32, output text. --greedy may be combined with --temperature (it then only
@@ -26,6 +26,12 @@
 // --beam-width W runs beam search (rollout/beam_search.h) instead of sampling and shows all W
 // beams, best first, each with its cumulative log-prob and ranking score (cumulative /
 // length^P, --length-penalty P, default 1); not with --greedy, --n or --stop.
+// --tool NAME (repeatable; built-in tools: calculator) runs the agent loop of rollout.generator
+// tool_agent (agent/tool_agent.h) instead of plain sampling: a turn holding <tool_call> blocks is
+// executed and the results appended as the chat template's tool turn, up to --max-new-tokens
+// tokens in all (--max-turns caps the assistant turns). The shown text and token_ids are the whole
+// conversation (tool tokens have log-prob 0); json adds "response_mask" (0 on tool tokens) and
+// the loop's counts (tool_call_counts, num_turns, model_tokens, observation_tokens, ...).
 // Output (stdout): text mode prints per sample the finish reason, text (when a tokenizer
 // exists), token ids and per-token log-probs; json mode prints one object:
 //   {"model", "dtype", "prompt_ids": [..], "prompt_text" (tokenizer only), "sampling": {..},
