@@ -19,6 +19,6 @@ for a in "$@"; do
 done
 scripts/demo.sh --name agent-demo --sft-config configs/agent_sft.yaml --grpo-config configs/agent_grpo.yaml \
   --plot-keys critic/score/mean,tool_call_counts/mean,val-core/rlpt/arithmetic_tools/acc/mean@1,val-aux/tool_call_rate "$@"
-echo "a held-out problem, greedy, with the calculator (build/src/rlpt generate --tool calculator):"
-build/src/rlpt generate --model "runs/$name-grpo/hf_model" --prompt "37*48=" --greedy --tool calculator \
+echo "a held-out problem (57*78 is in no training set), greedy, with the calculator (build/src/rlpt generate --tool calculator):"
+build/src/rlpt generate --model "runs/$name-grpo/hf_model" --prompt "57*78=" --greedy --tool calculator \
   --max-new-tokens 24 | sed -n '/^--- sample/,/^ids:/p' | grep -v '^ids:'
