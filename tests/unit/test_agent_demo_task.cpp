@@ -28,7 +28,8 @@ TEST(CharTokenizerWords, MatchedLongestFirstInEveryEncodeAndRoundTrip) {
     CharTokenizer tok("ab<>", {"<a>", "<a>b", "</x>"});
     const int64_t w0 = 3 + 4, w1 = w0 + 1, w2 = w0 + 2;
     EXPECT_EQ(tok.vocab_size(), 3 + 4 + 3);
-    EXPECT_EQ(tok.encode("<a>ba<a>b</x>"), (Ids{w0, 4, 3, w1, w2}));
+    EXPECT_EQ(tok.encode("<a>a<a>b</x>"), (Ids{w0, 3, w1, w2}));  // "<a>b" wins over "<a>" where both match
+    EXPECT_EQ(tok.encode("<a>ba"), (Ids{w1, 3}));
     EXPECT_EQ(tok.encode("<a>b", /*allow_special=*/false), (Ids{w1}));  // not special: matched here too
     EXPECT_EQ(tok.encode("<eos><a>"), (Ids{2, w0}));
     EXPECT_EQ(tok.decode(Ids{w0, 4, 2, w2}, /*skip_special_tokens=*/true), "<a>b</x>");
@@ -47,7 +48,7 @@ TEST(CharTokenizerWords, MatchedLongestFirstInEveryEncodeAndRoundTrip) {
     std::filesystem::remove_all(dir);
     EXPECT_EQ(loaded->kind(), "char");
     EXPECT_EQ(loaded->vocab_size(), tok.vocab_size());
-    EXPECT_EQ(loaded->encode("<a>ba<a>b</x>"), tok.encode("<a>ba<a>b</x>"));
+    EXPECT_EQ(loaded->encode("<a>a<a>b</x>"), tok.encode("<a>a<a>b</x>"));
     EXPECT_EQ(dynamic_cast<const CharTokenizer&>(*loaded).words(), tok.words());
 }
 
