@@ -47,13 +47,14 @@ TEST(RewardRegistry, BuiltinsDispatchLikeVerl) {
     EXPECT_EQ(reg.data_sources(),
               (std::vector<std::string>{"DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500",
                                         "lighteval/MATH", "math", "math_dapo", "math_dapo_reasoning", "openai/gsm8k",
-                                        "rlpt/arithmetic"}));
+                                        "rlpt/arithmetic", "rlpt/arithmetic_tools"}));
     EXPECT_EQ(reg.get("aime2024").name(), "math_dapo");  // verl's startswith("aime")
     EXPECT_EQ(reg.get("openai/gsm8k").name(), "gsm8k(strict)");
     EXPECT_EQ(reg.get("lighteval/MATH").name(), "math");
     EXPECT_EQ(reg.get("DigitalLearningGmbH/MATH-lighteval").name(), "math");
     EXPECT_EQ(reg.get("HuggingFaceH4/MATH-500").name(), "math");
     EXPECT_EQ(reg.get("rlpt/arithmetic").name(), "arithmetic");
+    EXPECT_EQ(reg.get("rlpt/arithmetic_tools").name(), "number(last_number)");
     EXPECT_EQ(reg.score(request("openai/gsm8k", "#### 3.50", "3.5")).score, 0.0);
     EXPECT_EQ(reg.score(request("lighteval/MATH", "\\boxed{0.5}", "\\frac{1}{2}")).score, 1.0);
     EXPECT_EQ(reg.score(request("rlpt/arithmetic", "522", "522")).score, 1.0);
