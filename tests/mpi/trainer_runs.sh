@@ -75,7 +75,7 @@
 #                      happen (val-aux/tool_call_rate, tool_call_counts), their results are appended
 #                      as masked observation tokens (agent/observation_tokens, response_mask 0 on
 #                      exactly the <tool_response> tokens in rlpt generate --tool calculator), and
-#                      the calculator's result is the product
+#                      the calculator's result is the product; --max-turns 1 stops after the call
 #   own-task           a new user's path on prompt/response + prompt/answer JSONL files:
 #                      rlpt check (clean, and four problems in one run), init-model, SFT of the
 #                      built-in model on the data and of an init-model folder, GRPO with a
@@ -290,6 +290,10 @@ except SyntaxError:
     value = None
 assert value is None or f"<tool_response>{value}</tool_response>" in text, text  # the calculator's result
 PY
+    # --max-turns 1: the call turn is the last, so the call is not run and nothing is masked.
+    "$bin" generate --model runs/agent-grpo/hf_model --prompt "37*48=" --greedy --tool calculator --max-new-tokens 24 \
+      --max-turns 1 --output json > g1.json
+    "$py" -c 'import json; s = json.load(open("g1.json"))["samples"][0]; assert s["tool_call_counts"] == 0 and s["num_turns"] == 2 and set(s["response_mask"]) == {1} and s["text"].endswith("</tool_call><eos>"), s'
     ;;
   own-task)
     "$py" "$src/scripts/examples/make_own_task.py" data/own_task --train 240 --val 24
