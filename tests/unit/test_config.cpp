@@ -93,6 +93,14 @@ TEST(Config, RangeErrorsNameKeyAndOrigin) {
     expect_config_error(
         [] { config_from_yaml("placement:\n  groups:\n    - roles: [actor]\n      ranks: -2\n", "r.yaml"); },
         {"placement.groups.0.ranks"});
+    // The agent demo's task: plain, exact answers (the calculator's), a share of tool demonstrations in [0, 1].
+    expect_config_error([] { config_from_yaml("data:\n  builtin:\n    task: arithmetic_tools\n    reversed_answer: true\n", "r.yaml"); },
+                        {"data.builtin.task", "arithmetic_tools answers in plain order"});
+    expect_config_error([] { config_from_yaml("data:\n  builtin:\n    tool_demo_rate: 1.5\n", "r.yaml"); },
+                        {"data.builtin.tool_demo_rate", "must be in [0, 1]"});
+    expect_config_error([] { config_from_yaml("data:\n  builtin:\n    task: calendar\n", "r.yaml"); },
+                        {"data.builtin.task", "arithmetic_tools"});
+    EXPECT_EQ(config_from_yaml("data:\n  builtin:\n    task: arithmetic_tools\n", "r.yaml").data.builtin.tool_demo_rate, 0.2);
 }
 
 TEST(Config, KeysThatCannotWorkAreRefusedNotIgnored) {
