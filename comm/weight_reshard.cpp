@@ -180,9 +180,11 @@ void run_round(P2pTransport& transport, int me, const std::vector<RegionTransfer
 }
 
 // Moves an agreed transfer list (every rank passes the same one) in rounds of at most `budget`
-// staged bytes per rank; `staging` holds this rank's staging during the call only.
+// staged bytes per rank; `staging` holds this rank's staging (reused when large enough; freed
+// after the call unless `keep_staging`).
 void move_regions(P2pTransport& transport, int me, int n, const std::vector<RegionTransfer>& transfers,
-                  int64_t budget, torch::Tensor& staging, const Deadline& deadline, RegionExchangeStats& stats) {
+                  int64_t budget, torch::Tensor& staging, bool keep_staging, const Deadline& deadline,
+                  RegionExchangeStats& stats) {
     torch::NoGradGuard no_grad;
     stats.sent_to.assign(static_cast<size_t>(n), 0);
     stats.received_from.assign(static_cast<size_t>(n), 0);
@@ -205,12 +207,12 @@ void move_regions(P2pTransport& transport, int me, int n, const std::vector<Regi
         most_mine = std::max(most_mine, used[static_cast<size_t>(me)]);
     }
     if (begin < transfers.size()) rounds.emplace_back(begin, transfers.size());
-    if (most_mine > 0)
+    if (most_mine > 0 && (!staging.defined() || staging.numel() < most_mine || staging.device() != transport.device()))
         staging = torch::empty({most_mine}, torch::TensorOptions().dtype(torch::kUInt8).device(transport.device()));
-    stats.staging_bytes = most_mine;
+    stats.staging_bytes = staging.defined() ? staging.numel() : 0;
     transport.begin(deadline);
     for (const auto& r : rounds) run_round(transport, me, transfers, r.first, r.second, staging, deadline, stats);
-    staging = torch::Tensor();
+    if (!keep_staging) staging = torch::Tensor();
 }
 
 class P2pWeightReshard final : public WeightReshard {
@@ -372,8 +374,9 @@ void P2pWeightReshard::do_sync(const ReshardPlan& plan, const std::vector<std::s
         for (const auto& p : plan.pieces) stats.n_pieces += (p.src == me || p.dst == me) ? 1 : 0;
         stats.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_agree).count();
         RegionExchangeStats x;
+        // The staging stays between syncs (like WeightSync's buffers): at most one bucket.
         move_regions(*transport_, me, comm_.size(), list, static_cast<int64_t>(header.bucket_bytes), staging_,
-                     deadline, x);
+                     /*keep_staging=*/true, deadline, x);
         stats.n_messages = x.n_messages;
         stats.n_direct_messages = x.n_inplace_messages;
         stats.packed_bytes = x.packed_bytes;
@@ -470,7 +473,9 @@ void P2pRegionExchange::run(const std::vector<RegionTransfer>& transfers) {
     if (!mismatch.empty()) throw CommError("region exchange: " + mismatch.substr(2), __FILE__, __LINE__);
     try {
         if (!transport_) transport_ = choose_transport(backend_, comm_, mine, deadline, "region exchange");
-        move_regions(*transport_, me, n, transfers, options().bucket_bytes, staging_, deadline, stats_);
+        // The staging is freed after each run: a colocated rollout holds nothing between windows.
+        move_regions(*transport_, me, n, transfers, options().bucket_bytes, staging_, /*keep_staging=*/false, deadline,
+                     stats_);
     } catch (const std::exception& e) {
         broken_ = true;
         broken_reason_ = e.what();
