@@ -29,10 +29,11 @@
 //      each; measured on the ~100M model, the message count is not what costs).
 //   3. Receivers set `version` only after their last byte landed.
 // Memory per rank: the local tensors plus at most one bucket of staging (never a full model),
-// freed after the sync. WeightSyncOptions::inplace_min_bytes and n_buffers are not used here.
+// kept between syncs like WeightSync's buffers. WeightSyncOptions::inplace_min_bytes and
+// n_buffers are not used here.
 //
 // Transport (chosen at the first sync, like WeightSync's "auto"): "mpi" - MPI_Isend/Irecv of
-// host buckets; "nccl" - ncclSend/ncclRecv of device buckets on the tensors' CUDA device
+// host memory; "nccl" - ncclSend/ncclRecv of device memory on the tensors' CUDA device
 // (builds with NCCL, every rank's tensors on CUDA); "auto" - nccl when possible, mpi otherwise.
 // Packing and unpacking are torch copies (narrow + copy_), so tensors may be strided.
 // last_stats() splits the time of a sync into its phases (plan, pack, unpack, wait).
@@ -87,8 +88,8 @@ struct WeightReshardStats {
     int64_t n_direct_messages = 0;  // of which went straight from / into tensor memory on this end
     int64_t packed_bytes = 0;       // bytes this rank staged before sending (strided source)
     int64_t unpacked_bytes = 0;     // bytes this rank copied out of its staging (strided destination)
-    // Where sync() spent its time on this rank (the rest: bucket bookkeeping): agreeing on the
-    // plan and computing the buckets; packing; unpacking; waiting for messages to complete.
+    // Where sync() spent its time on this rank (the rest: bookkeeping): agreeing on the plan and
+    // computing the messages; packing; unpacking; waiting for messages to complete.
     double plan_seconds = 0.0, pack_seconds = 0.0, unpack_seconds = 0.0, wait_seconds = 0.0;
     int64_t bytes_sent = 0;     // payload bytes out of this rank
     int64_t bytes_received = 0; // payload bytes into this rank
