@@ -42,23 +42,9 @@ void WeightReshard::sync(const ReshardPlan& plan, const std::vector<std::string>
 namespace detail {
 namespace {
 
-constexpr int64_t kAlign = 16;  // bucket offsets: any dtype can be viewed at them
-constexpr size_t kDirectInFlight = 64;
+constexpr int64_t kAlign = 16;  // staging offsets: any dtype can be viewed at them
+constexpr size_t kMaxDims = 4;  // tensors of at most this many dimensions
 int64_t align_up(int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-
-// Rows [row0, row0 + rows) of a piece's region (along its first dimension) inside a bucket.
-struct Part {
-    int piece = 0;
-    int64_t row0 = 0, rows = 0;
-    int64_t offset = 0, bytes = 0;
-};
-struct Bucket {
-    int src = 0, dst = 0;
-    int64_t index = 0;    // within its (src, dst) pair
-    int64_t bytes = 0;
-    bool direct = false;  // one part of one large piece (see below)
-    std::vector<Part> parts;
-};
 
 // Sizes of a piece's region: the full shape with the sliced dimension cut to the piece.
 std::vector<int64_t> region_shape(const ReshardPlan& plan, const ReshardPiece& p) {
@@ -67,66 +53,11 @@ std::vector<int64_t> region_shape(const ReshardPlan& plan, const ReshardPiece& p
     return shape;
 }
 
-// The buckets `rank` sends or receives, in the global order (index within pair, src, dst).
-// A pure function of the plan, the element sizes and the two sizes: both ends of a pair compute
-// the same buckets. Pieces of at least `direct_min_bytes` go as messages of their own (cut into
-// row ranges), each end moving it straight from / into its tensor where that region is
-// contiguous (dimension-0 slices and whole tensors on both ends; a row-parallel column slice on
-// the end that holds exactly that slice) and through a pack buffer otherwise; the other pieces
-// are packed back to back.
-std::vector<Bucket> plan_buckets(const ReshardPlan& plan, const std::vector<int64_t>& elem_size,
-                                 int64_t bucket_bytes, int64_t direct_min_bytes, int rank) {
-    struct Pair {
-        std::vector<Bucket> list;
-        int64_t open = -1;  // the packed bucket being filled
-    };
-    std::map<std::pair<int, int>, Pair> pairs;
-    for (size_t i = 0; i < plan.pieces.size(); ++i) {
-        const ReshardPiece& p = plan.pieces[i];
-        if (p.src != rank && p.dst != rank) continue;
-        const auto shape = region_shape(plan, p);
-        const int64_t rows = shape.empty() ? 1 : shape[0];
-        int64_t row_elems = 1;
-        for (size_t d = 1; d < shape.size(); ++d) row_elems *= shape[d];
-        const int64_t row_bytes = row_elems * elem_size[static_cast<size_t>(p.tensor)];
-        if (rows == 0 || row_bytes == 0) continue;
-        Pair& pair = pairs[{p.src, p.dst}];
-        auto add_bucket = [&](bool direct) {
-            pair.list.push_back(Bucket{p.src, p.dst, static_cast<int64_t>(pair.list.size()), 0, direct, {}});
-            return static_cast<int64_t>(pair.list.size()) - 1;
-        };
-        const bool direct = rows * row_bytes >= direct_min_bytes;
-        for (int64_t r = 0; r < rows;) {
-            if (direct || pair.open < 0) {
-                const int64_t b = add_bucket(direct);
-                if (!direct) pair.open = b;
-            }
-            Bucket& b = direct ? pair.list.back() : pair.list[static_cast<size_t>(pair.open)];
-            const int64_t at = align_up(b.bytes);
-            int64_t fit = at < bucket_bytes ? (bucket_bytes - at) / row_bytes : 0;
-            if (fit == 0 && !b.parts.empty()) {
-                pair.open = -1;  // full: the next round opens another
-                continue;
-            }
-            const int64_t take = std::min(std::max<int64_t>(fit, 1), rows - r);  // one oversized row goes alone
-            b.parts.push_back(Part{static_cast<int>(i), r, take, at, take * row_bytes});
-            b.bytes = at + take * row_bytes;
-            r += take;
-        }
-    }
-    std::vector<Bucket> out;
-    for (auto& kv : pairs)
-        for (auto& b : kv.second.list) out.push_back(std::move(b));
-    std::stable_sort(out.begin(), out.end(), [](const Bucket& a, const Bucket& b) {
-        return std::tie(a.index, a.src, a.dst) < std::tie(b.index, b.src, b.dst);
-    });
-    return out;
-}
-
-// The piece's region of this rank's tensor (the source or destination side), rows of `part`.
-torch::Tensor region(const torch::Tensor& t, const ReshardPiece& p, bool send, const Part& part) {
+// The piece's region of a rank's tensor (the source or destination side), rows [row0, +rows)
+// of it along its first dimension.
+torch::Tensor region(const torch::Tensor& t, const ReshardPiece& p, bool send, int64_t row0, int64_t rows) {
     torch::Tensor r = p.dim >= 0 ? t.narrow(p.dim, send ? p.src_offset : p.dst_offset, p.length) : t;
-    return r.dim() == 0 ? r : r.narrow(0, part.row0, part.rows);
+    return r.dim() == 0 ? r : r.narrow(0, row0, rows);
 }
 
 // Why this rank cannot take part in `plan` with these tensors ("" when it can).
@@ -150,7 +81,8 @@ std::string local_problem(const ReshardPlan& plan, const std::vector<std::string
         if (p.src != rank && p.dst != rank) continue;
         const torch::Tensor& t = tensors[static_cast<size_t>(p.tensor)];
         const std::string& name = names[static_cast<size_t>(p.tensor)];
-        if (!t.defined() || t.layout() != torch::kStrided) return fmt::format("tensor '{}' is not a dense tensor", name);
+        if (!t.defined() || t.layout() != torch::kStrided || t.dim() > static_cast<int64_t>(kMaxDims))
+            return fmt::format("tensor '{}' is not a dense tensor of at most {} dimensions", name, kMaxDims);
         const auto& full = plan.full_shapes[static_cast<size_t>(p.tensor)];
         bool ok = t.dim() == static_cast<int64_t>(full.size()) && p.dim < t.dim();
         for (int64_t d = 0; ok && d < t.dim(); ++d) {
@@ -167,6 +99,122 @@ std::string local_problem(const ReshardPlan& plan, const std::vector<std::string
     return {};
 }
 
+// ---- Moving regions: the schedule both WeightReshard and RegionExchange run ------------------
+
+// Bytes transfer `t` stages on `rank` (a strided end of a message).
+int64_t staged_on(const RegionTransfer& t, int rank) {
+    if (t.src == t.dst) return 0;
+    return (t.src == rank && !t.src_contiguous ? align_up(t.bytes) : 0) +
+           (t.dst == rank && !t.dst_contiguous ? align_up(t.bytes) : 0);
+}
+
+// One round (region_exchange's schedule, weight_reshard.h): start every message of this rank in
+// list order, copy the local transfers meanwhile, complete in order and unpack.
+void run_round(P2pTransport& transport, int me, const std::vector<RegionTransfer>& all, size_t begin, size_t end,
+               torch::Tensor& staging, const Deadline& deadline, RegionExchangeStats& stats) {
+    using Clock = std::chrono::steady_clock;
+    auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+    ++stats.n_rounds;
+    auto staged_view = [&](int64_t offset, const torch::Tensor& like) {
+        return staging.narrow(0, offset, like.numel() * static_cast<int64_t>(like.element_size()))
+            .view(like.scalar_type())
+            .view(like.sizes());
+    };
+    struct Started {
+        size_t transfer;
+        int64_t staged_at;  // -1: in place
+    };
+    std::vector<Started> started;
+    int64_t at = 0;
+    for (size_t i = begin; i < end; ++i) {
+        const RegionTransfer& t = all[i];
+        if (t.src == t.dst || (t.src != me && t.dst != me)) continue;
+        const bool send = t.src == me;
+        const torch::Tensor& region = send ? t.src_region : t.dst_region;
+        Started s{i, -1};
+        void* data = nullptr;
+        if (send ? t.src_contiguous : t.dst_contiguous) {
+            RLPT_CHECK(region.device() == transport.device(), "weight transfer: a {} region for the {} transport",
+                       region.device().str(), transport.name());
+            data = region.data_ptr();
+            ++stats.n_inplace_messages;
+        } else {
+            s.staged_at = at;
+            at += align_up(t.bytes);
+            torch::Tensor view = staged_view(s.staged_at, region);
+            if (send) {
+                const auto c0 = Clock::now();
+                view.copy_(region);
+                stats.pack_seconds += since(c0);
+                stats.packed_bytes += t.bytes;
+            }
+            data = view.data_ptr();
+        }
+        transport.start(send, data, t.bytes, send ? t.dst : t.src, deadline);
+        started.push_back(s);
+        ++stats.n_messages;
+        (send ? stats.bytes_sent : stats.bytes_received) += t.bytes;
+        (send ? stats.sent_to : stats.received_from)[static_cast<size_t>(send ? t.dst : t.src)] += t.bytes;
+    }
+    // Local copies while the messages move.
+    const auto c0 = Clock::now();
+    for (size_t i = begin; i < end; ++i) {
+        const RegionTransfer& t = all[i];
+        if (t.src != me || t.dst != me) continue;
+        t.dst_region.copy_(t.src_region);
+        stats.bytes_local += t.bytes;
+    }
+    stats.local_seconds += since(c0);
+    for (const Started& s : started) {
+        const auto w0 = Clock::now();
+        transport.finish_oldest(deadline);
+        stats.wait_seconds += since(w0);
+        const RegionTransfer& t = all[s.transfer];
+        if (s.staged_at >= 0 && t.dst == me) {
+            const auto u0 = Clock::now();
+            t.dst_region.copy_(staged_view(s.staged_at, t.dst_region));
+            stats.unpack_seconds += since(u0);
+            stats.unpacked_bytes += t.bytes;
+        }
+    }
+}
+
+// Moves an agreed transfer list (every rank passes the same one) in rounds of at most `budget`
+// staged bytes per rank; `staging` holds this rank's staging (reused when large enough; freed
+// after the call unless `keep_staging`).
+void move_regions(P2pTransport& transport, int me, int n, const std::vector<RegionTransfer>& transfers,
+                  int64_t budget, torch::Tensor& staging, bool keep_staging, const Deadline& deadline,
+                  RegionExchangeStats& stats) {
+    torch::NoGradGuard no_grad;
+    stats.sent_to.assign(static_cast<size_t>(n), 0);
+    stats.received_from.assign(static_cast<size_t>(n), 0);
+    // Rounds: cut before a transfer that would take some rank's staging past one bucket.
+    std::vector<int64_t> used(static_cast<size_t>(n), 0);
+    int64_t most_mine = 0;
+    size_t begin = 0;
+    std::vector<std::pair<size_t, size_t>> rounds;
+    for (size_t i = 0; i < transfers.size(); ++i) {
+        const RegionTransfer& t = transfers[i];
+        const int64_t s = staged_on(t, t.src), d = t.src == t.dst ? 0 : staged_on(t, t.dst);
+        if (i > begin && ((s > 0 && used[static_cast<size_t>(t.src)] + s > budget) ||
+                          (d > 0 && used[static_cast<size_t>(t.dst)] + d > budget))) {
+            rounds.emplace_back(begin, i);
+            begin = i;
+            std::fill(used.begin(), used.end(), 0);
+        }
+        used[static_cast<size_t>(t.src)] += s;
+        if (t.dst != t.src) used[static_cast<size_t>(t.dst)] += d;
+        most_mine = std::max(most_mine, used[static_cast<size_t>(me)]);
+    }
+    if (begin < transfers.size()) rounds.emplace_back(begin, transfers.size());
+    if (most_mine > 0 && (!staging.defined() || staging.numel() < most_mine || staging.device() != transport.device()))
+        staging = torch::empty({most_mine}, torch::TensorOptions().dtype(torch::kUInt8).device(transport.device()));
+    stats.staging_bytes = staging.defined() ? staging.numel() : 0;
+    transport.begin(deadline);
+    for (const auto& r : rounds) run_round(transport, me, transfers, r.first, r.second, staging, deadline, stats);
+    if (!keep_staging) staging = torch::Tensor();
+}
+
 class P2pWeightReshard final : public WeightReshard {
   public:
     P2pWeightReshard(std::string backend, Communicator comm, const WeightSyncOptions& options)
@@ -175,7 +223,7 @@ class P2pWeightReshard final : public WeightReshard {
     ~P2pWeightReshard() override {
         if (broken_) {
             // A transfer that failed half-way may still write into these.
-            for (auto& b : buffers_) new torch::Tensor(std::move(b));
+            new torch::Tensor(std::move(staging_));
             header_.release();
         }
     }
@@ -188,19 +236,24 @@ class P2pWeightReshard final : public WeightReshard {
 
   private:
     void resolve(const std::vector<torch::Tensor>& tensors, const Deadline& deadline);
-    void transfer(const ReshardPlan& plan, const std::vector<Bucket>& buckets, std::vector<torch::Tensor>& tensors,
-                  const Deadline& deadline, WeightReshardStats& stats);
+    std::vector<RegionTransfer> transfers(const ReshardPlan& plan, const std::vector<torch::Tensor>& tensors,
+                                          const std::vector<int64_t>& elem_size, int64_t bucket_bytes,
+                                          const Deadline& deadline) const;
 
     std::string backend_;
     Communicator comm_;
     std::unique_ptr<P2pTransport> transport_;
-    std::vector<torch::Tensor> buffers_;
+    torch::Tensor staging_;
     std::unique_ptr<WireHeader> header_ = std::make_unique<WireHeader>();
     bool broken_ = false;
     std::string broken_reason_;
 };
 
-void P2pWeightReshard::resolve(const std::vector<torch::Tensor>& tensors, const Deadline& deadline) {
+// The transport of `backend` for these tensors (collective on `comm`: agrees whether every
+// rank's tensors are on CUDA).
+std::unique_ptr<P2pTransport> choose_transport(const std::string& backend, const Communicator& comm,
+                                               const std::vector<torch::Tensor>& tensors, const Deadline& deadline,
+                                               const char* what) {
     int cuda_device = -1;
     int64_t all_cuda = tensors.empty() ? 0 : 1;
     for (const auto& t : tensors) {
@@ -210,114 +263,69 @@ void P2pWeightReshard::resolve(const std::vector<torch::Tensor>& tensors, const 
             cuda_device = t.device().index();
         }
     }
-    comm_.allreduce(&all_cuda, 1, MPI_INT64_T, MPI_MIN, deadline);
+    comm.allreduce(&all_cuda, 1, MPI_INT64_T, MPI_MIN, deadline);
+    std::unique_ptr<P2pTransport> transport;
 #if RLPT_HAVE_NCCL
-    if (backend_ == "nccl" || (backend_ == "auto" && all_cuda)) {
+    if (backend == "nccl" || (backend == "auto" && all_cuda)) {
         RLPT_CHECK_KIND(ConfigError, all_cuda,
-                        "weight reshard backend 'nccl' needs every rank's tensors on a CUDA device; use 'mpi' or 'auto'");
-        transport_ = make_nccl_p2p(comm_, cuda_device);
+                        "{} backend 'nccl' needs every rank's tensors on a CUDA device; use 'mpi' or 'auto'", what);
+        transport = make_nccl_p2p(comm, cuda_device);
     }
 #endif
-    if (!transport_) transport_ = make_mpi_p2p(comm_);
-    if (comm_.rank() == 0) RLPT_LOG_INFO("weight reshard: backend '{}' uses '{}'", backend_, transport_->name());
+    if (!transport) transport = make_mpi_p2p(comm);
+    if (comm.rank() == 0) RLPT_LOG_INFO("{}: backend '{}' uses '{}'", what, backend, transport->name());
+    return transport;
 }
 
-void P2pWeightReshard::transfer(const ReshardPlan& plan, const std::vector<Bucket>& buckets,
-                                std::vector<torch::Tensor>& tensors, const Deadline& deadline,
-                                WeightReshardStats& stats) {
+void P2pWeightReshard::resolve(const std::vector<torch::Tensor>& tensors, const Deadline& deadline) {
+    transport_ = choose_transport(backend_, comm_, tensors, deadline, "weight reshard");
+}
+
+// The plan as region transfers (the same list on every rank): each piece cut along its first
+// dimension into messages of at most one bucket; an end is in place where its region is
+// contiguous in that rank's tensor (every rank's local sizes are all-gathered to know the
+// other ends: row slices and whole tensors on both ends, a row-parallel column slice on the end
+// holding exactly that slice), staged otherwise. Collective (the all-gather).
+std::vector<RegionTransfer> P2pWeightReshard::transfers(const ReshardPlan& plan, const std::vector<torch::Tensor>& tensors,
+                                                        const std::vector<int64_t>& elem_size, int64_t bucket_bytes,
+                                                        const Deadline& deadline) const {
     const int me = comm_.rank();
-    const torch::Device device = transport_->device();
-    torch::NoGradGuard no_grad;
-    // The tensor memory a direct bucket moves, when it is contiguous on the transport's device.
-    // (Strided regions - a row-parallel column slice on the end holding a wider one - are packed
-    // or unpacked: an MPI hvector datatype there measured 4-5x slower than a contiguous message
-    // plus an unpack copy with Open MPI's shared-memory transport, which pipelines derived
-    // datatypes through small fragments instead of one single-copy read.)
-    auto direct_region = [&](const Bucket& b) {
-        if (!b.direct) return torch::Tensor();
-        const Part& part = b.parts.front();
-        const ReshardPiece& p = plan.pieces[static_cast<size_t>(part.piece)];
-        torch::Tensor r = region(tensors[static_cast<size_t>(p.tensor)], p, b.src == me, part);
-        return r.device() == device && r.is_contiguous() ? r : torch::Tensor();
+    const size_t nt = tensors.size();
+    std::vector<int64_t> mine(nt * kMaxDims, 0), all(mine.size() * static_cast<size_t>(comm_.size()));
+    for (size_t i = 0; i < nt; ++i)
+        for (int64_t d = 0; d < tensors[i].dim(); ++d) mine[i * kMaxDims + static_cast<size_t>(d)] = tensors[i].size(d);
+    comm_.allgather(mine.data(), all.data(), static_cast<int64_t>(mine.size() * sizeof(int64_t)), deadline);
+    const auto meta = torch::TensorOptions().device(torch::kMeta);
+    auto contiguous_on = [&](int rank, const ReshardPiece& p, bool send, int64_t row0, int64_t rows) {
+        std::vector<int64_t> sizes;
+        for (size_t d = 0; d < plan.full_shapes[static_cast<size_t>(p.tensor)].size(); ++d)
+            sizes.push_back(all[(static_cast<size_t>(rank) * nt + static_cast<size_t>(p.tensor)) * kMaxDims + d]);
+        return region(torch::empty(sizes, meta), p, send, row0, rows).is_contiguous();
     };
-    int64_t largest = 0;
-    for (const Bucket& b : buckets) {
-        if (!direct_region(b).defined()) largest = std::max(largest, b.bytes);
-    }
-    const size_t n_buffers = static_cast<size_t>(options().n_buffers);
-    buffers_.resize(n_buffers);
-    std::vector<size_t> free_slots;
-    for (size_t s = n_buffers; s-- > 0;) {
-        if (largest > 0 && (!buffers_[s].defined() || buffers_[s].numel() < largest || buffers_[s].device() != device))
-            buffers_[s] = torch::empty({largest}, torch::TensorOptions().dtype(torch::kUInt8).device(device));
-        free_slots.push_back(s);
-    }
-    auto view = [&](const torch::Tensor& buffer, const Part& part, const torch::Tensor& like) {
-        return buffer.narrow(0, part.offset, part.bytes).view(like.scalar_type()).view(like.sizes());
-    };
-    struct InFlight {
-        size_t bucket;
-        int64_t slot;  // -1: straight from / into tensor memory
-    };
-    std::deque<InFlight> in_flight;
-    // Direct buckets need no slot: let many run at once, so a transfer made of many medium
-    // messages is not bound by one scheduling round trip per message (oversubscribed ranks).
-    const size_t max_in_flight = n_buffers + kDirectInFlight;
-    using Clock = std::chrono::steady_clock;
-    auto since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-    auto finish_oldest = [&] {
-        const auto t0 = Clock::now();
-        transport_->finish_oldest(deadline);
-        stats.wait_seconds += since(t0);
-        const InFlight f = in_flight.front();
-        in_flight.pop_front();
-        if (f.slot < 0) return;
-        const Bucket& b = buckets[f.bucket];
-        if (b.dst == me) {
-            const auto t1 = Clock::now();
-            for (const Part& part : b.parts) {
-                const ReshardPiece& p = plan.pieces[static_cast<size_t>(part.piece)];
-                torch::Tensor dst = region(tensors[static_cast<size_t>(p.tensor)], p, false, part);
-                dst.copy_(view(buffers_[static_cast<size_t>(f.slot)], part, dst));
-            }
-            stats.unpack_seconds += since(t1);
-            stats.unpacked_bytes += b.bytes;
+    const int64_t max_bytes = std::min(bucket_bytes, kMaxMessageBytes);
+    std::vector<RegionTransfer> out;
+    for (const ReshardPiece& p : plan.pieces) {
+        const auto shape = region_shape(plan, p);
+        const int64_t rows = shape.empty() ? 1 : shape[0];
+        int64_t row_bytes = elem_size[static_cast<size_t>(p.tensor)];
+        for (size_t d = 1; d < shape.size(); ++d) row_bytes *= shape[d];
+        if (rows == 0 || row_bytes == 0) continue;
+        const int64_t step = std::max<int64_t>(1, max_bytes / row_bytes);  // one oversized row goes alone
+        for (int64_t r = 0; r < rows; r += step) {
+            const int64_t take = std::min(step, rows - r);
+            RegionTransfer t;
+            t.src = p.src;
+            t.dst = p.dst;
+            t.bytes = take * row_bytes;
+            t.src_contiguous = contiguous_on(p.src, p, true, r, take);
+            t.dst_contiguous = contiguous_on(p.dst, p, false, r, take);
+            const torch::Tensor& local = tensors[static_cast<size_t>(p.tensor)];
+            if (p.src == me) t.src_region = region(local, p, true, r, take);
+            if (p.dst == me) t.dst_region = region(local, p, false, r, take);
+            out.push_back(std::move(t));
         }
-        free_slots.push_back(static_cast<size_t>(f.slot));
-    };
-    transport_->begin(deadline);
-    for (size_t bi = 0; bi < buckets.size(); ++bi) {
-        const Bucket& b = buckets[bi];
-        const bool send = b.src == me;
-        while (in_flight.size() >= max_in_flight) finish_oldest();
-        InFlight f{bi, -1};
-        void* data = nullptr;
-        if (torch::Tensor r = direct_region(b); r.defined()) {
-            data = r.data_ptr();
-            ++stats.n_direct_messages;
-        } else {
-            while (free_slots.empty()) finish_oldest();
-            f.slot = static_cast<int64_t>(free_slots.back());
-            free_slots.pop_back();
-            const torch::Tensor& buffer = buffers_[static_cast<size_t>(f.slot)];
-            data = buffer.data_ptr();
-            if (send) {
-                const auto t0 = Clock::now();
-                for (const Part& part : b.parts) {
-                    const ReshardPiece& p = plan.pieces[static_cast<size_t>(part.piece)];
-                    torch::Tensor src = region(tensors[static_cast<size_t>(p.tensor)], p, true, part);
-                    view(buffer, part, src).copy_(src);
-                }
-                stats.pack_seconds += since(t0);
-                stats.packed_bytes += b.bytes;
-            }
-        }
-        transport_->start(send, data, b.bytes, send ? b.dst : b.src, deadline);
-        in_flight.push_back(f);
-        ++stats.n_messages;
-        (send ? stats.bytes_sent : stats.bytes_received) += b.bytes;
     }
-    while (!in_flight.empty()) finish_oldest();
+    return out;
 }
 
 void P2pWeightReshard::do_sync(const ReshardPlan& plan, const std::vector<std::string>& names,
@@ -362,11 +370,22 @@ void P2pWeightReshard::do_sync(const ReshardPlan& plan, const std::vector<std::s
     }
     if (!mismatch.empty()) throw CommError("weight reshard: " + mismatch, __FILE__, __LINE__);
     try {
-        const auto buckets = plan_buckets(plan, elem_size, static_cast<int64_t>(header.bucket_bytes),
-                                          static_cast<int64_t>(header.inplace_min_bytes), me);
+        const auto list = transfers(plan, tensors, elem_size, static_cast<int64_t>(header.bucket_bytes), deadline);
         for (const auto& p : plan.pieces) stats.n_pieces += (p.src == me || p.dst == me) ? 1 : 0;
         stats.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_agree).count();
-        transfer(plan, buckets, tensors, deadline, stats);
+        RegionExchangeStats x;
+        // The staging stays between syncs (like WeightSync's buffers): at most one bucket.
+        move_regions(*transport_, me, comm_.size(), list, static_cast<int64_t>(header.bucket_bytes), staging_,
+                     /*keep_staging=*/true, deadline, x);
+        stats.n_messages = x.n_messages;
+        stats.n_direct_messages = x.n_inplace_messages;
+        stats.packed_bytes = x.packed_bytes;
+        stats.unpacked_bytes = x.unpacked_bytes;
+        stats.pack_seconds = x.pack_seconds;
+        stats.unpack_seconds = x.unpack_seconds;
+        stats.wait_seconds = x.wait_seconds;
+        stats.bytes_sent = x.bytes_sent;
+        stats.bytes_received = x.bytes_received;
     } catch (const std::exception& e) {
         broken_ = true;
         broken_reason_ = e.what();
@@ -376,6 +395,94 @@ void P2pWeightReshard::do_sync(const ReshardPlan& plan, const std::vector<std::s
     version = header.version;
     stats.version = header.version;
     stats.plan_bytes = static_cast<int64_t>(header.total_bytes);
+}
+
+// ---- Region exchange ---------------------------------------------------------------------------
+
+class P2pRegionExchange final : public RegionExchange {
+  public:
+    P2pRegionExchange(std::string backend, Communicator comm, const WeightSyncOptions& options)
+        : RegionExchange(options), backend_(std::move(backend)), comm_(std::move(comm)) {}
+    ~P2pRegionExchange() override {
+        if (broken_) new torch::Tensor(std::move(staging_));  // a failed transfer may still write into it
+    }
+    const Communicator& comm() const override { return comm_; }
+    std::string backend_name() const override { return transport_ ? transport_->name() : backend_; }
+    void run(const std::vector<RegionTransfer>& transfers) override;
+
+  private:
+    std::string backend_;
+    Communicator comm_;
+    std::unique_ptr<P2pTransport> transport_;
+    torch::Tensor staging_;
+    bool broken_ = false;
+    std::string broken_reason_;
+};
+
+void P2pRegionExchange::run(const std::vector<RegionTransfer>& transfers) {
+    RLPT_CHECK_KIND(CommError, !broken_, "region exchange is unusable after an earlier failure mid-transfer: {}",
+                    broken_reason_);
+    const auto t0 = std::chrono::steady_clock::now();
+    stats_ = RegionExchangeStats{};
+    const Deadline deadline = Deadline::after_seconds(options().timeout_s);
+    const int me = comm_.rank(), n = comm_.size();
+    // Agreement: the same list on every rank, and this rank's regions where the list says.
+    std::string problem;
+    uint64_t hash = kFnvOffset;
+    std::vector<torch::Tensor> mine;
+    for (size_t i = 0; i < transfers.size(); ++i) {
+        const RegionTransfer& t = transfers[i];
+        const int64_t meta[5] = {t.src, t.dst, t.bytes, t.src_contiguous ? 1 : 0, t.dst_contiguous ? 1 : 0};
+        hash = fnv1a_bytes(hash, meta, sizeof(meta));
+        if (!problem.empty()) continue;
+        if (t.src < 0 || t.src >= n || t.dst < 0 || t.dst >= n || t.bytes < 0 || t.bytes > kMaxMessageBytes) {
+            problem = fmt::format("transfer {} ({} -> {}, {} bytes) is outside the {} ranks or the message limit", i,
+                                  t.src, t.dst, t.bytes, n);
+            continue;
+        }
+        for (int end = 0; end < 2 && problem.empty(); ++end) {
+            const bool is_src = end == 0;
+            if ((is_src ? t.src : t.dst) != me) continue;
+            const torch::Tensor& r = is_src ? t.src_region : t.dst_region;
+            const bool contiguous = is_src ? t.src_contiguous : t.dst_contiguous;
+            if (!r.defined() || r.numel() * static_cast<int64_t>(r.element_size()) != t.bytes ||
+                (contiguous && t.src != t.dst && !r.is_contiguous())) {
+                problem = fmt::format("transfer {} ({} -> {}): this rank's {} region is {} for {} {} bytes", i, t.src,
+                                      t.dst, is_src ? "source" : "destination",
+                                      r.defined() ? fmt::format("{} {}", r.sizes(), c10::toString(r.scalar_type()))
+                                                  : std::string("undefined"),
+                                      t.bytes, contiguous ? "contiguous" : "strided");
+            } else {
+                mine.push_back(r);
+            }
+        }
+        if (problem.empty() && t.src == me && t.dst == me &&
+            (t.src_region.sizes() != t.dst_region.sizes() || t.src_region.scalar_type() != t.dst_region.scalar_type()))
+            problem = fmt::format("local transfer {}: source {} and destination {} differ", i, t.src_region.sizes(),
+                                  t.dst_region.sizes());
+    }
+    const auto hashes = comm_.allgather_i64(static_cast<int64_t>(hash), deadline);
+    const auto problems = comm_.allgather_strings(problem, deadline);
+    std::string mismatch;
+    for (int r = 0; r < n; ++r) {
+        if (hashes[static_cast<size_t>(r)] != hashes[0])
+            mismatch += fmt::format("; rank {} was given another transfer list than rank 0", r);
+        if (!problems[static_cast<size_t>(r)].empty())
+            mismatch += fmt::format("; rank {}: {}", r, problems[static_cast<size_t>(r)]);
+    }
+    if (!mismatch.empty()) throw CommError("region exchange: " + mismatch.substr(2), __FILE__, __LINE__);
+    try {
+        if (!transport_) transport_ = choose_transport(backend_, comm_, mine, deadline, "region exchange");
+        // The staging is freed after each run: a colocated rollout holds nothing between windows.
+        move_regions(*transport_, me, n, transfers, options().bucket_bytes, staging_, /*keep_staging=*/false, deadline,
+                     stats_);
+    } catch (const std::exception& e) {
+        broken_ = true;
+        broken_reason_ = e.what();
+        if (transport_) transport_->abandon();
+        throw;
+    }
+    stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // ---- MPI point to point ---------------------------------------------------------------------
@@ -428,10 +535,11 @@ std::unique_ptr<P2pTransport> make_mpi_p2p(const Communicator& comm) { return st
 
 }  // namespace detail
 
-std::unique_ptr<WeightReshard> make_weight_reshard(const std::string& backend, const Communicator& comm,
-                                                   const WeightSyncOptions& options) {
+namespace {
+void check_backend(const std::string& backend, const Communicator& comm, const WeightSyncOptions& options,
+                   const char* what) {
     detail::check_options(options);
-    RLPT_CHECK_KIND(ConfigError, comm.valid(), "make_weight_reshard: the sync communicator is null");
+    RLPT_CHECK_KIND(ConfigError, comm.valid(), "{}: the communicator is null", what);
     RLPT_CHECK_KIND(ConfigError, backend == "auto" || backend == "mpi" || backend == "nccl",
                     "unknown weight_sync backend '{}' (expected auto, mpi or nccl)", backend);
 #if !RLPT_HAVE_NCCL
@@ -439,7 +547,19 @@ std::unique_ptr<WeightReshard> make_weight_reshard(const std::string& backend, c
                     "weight_sync backend 'nccl' is not available: this rlpt was built without NCCL; use 'mpi' or "
                     "'auto'");
 #endif
+}
+}  // namespace
+
+std::unique_ptr<WeightReshard> make_weight_reshard(const std::string& backend, const Communicator& comm,
+                                                   const WeightSyncOptions& options) {
+    check_backend(backend, comm, options, "make_weight_reshard");
     return std::make_unique<detail::P2pWeightReshard>(backend, comm.dup(), options);
+}
+
+std::unique_ptr<RegionExchange> make_region_exchange(const std::string& backend, const Communicator& comm,
+                                                     const WeightSyncOptions& options) {
+    check_backend(backend, comm, options, "make_region_exchange");
+    return std::make_unique<detail::P2pRegionExchange>(backend, comm.dup(), options);
 }
 
 }  // namespace rlpt::comm

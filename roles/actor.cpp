@@ -47,9 +47,8 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
         a.policy->model, ctx.comms->dp, opts,
         streams::actor_engine_seed(c.trainer.seed),
         detail::engine_tp_info(ctx, *a.policy->model, a.policy->model->tp_layout()));
-    a.policy->walk = [engine = a.engine.get()](const model::ParameterVisitor& visit) {
-        engine->for_each_full_parameter(visit);
-    };
+    a.policy->held = [engine = a.engine.get()] { return engine->held_parameters(); };
+    a.policy->comm = &ctx.comms->role;
     ctx.shared->put(detail::kSharedPolicy, a.policy);
     int64_t params = 0;
     for (const auto& p : a.policy->model->parameters()) params += p.numel();

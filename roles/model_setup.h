@@ -72,10 +72,11 @@ constexpr const char* kSharedPolicy = "policy";
 struct SharedPolicy {
     std::shared_ptr<model::CausalLM> model;
     uint64_t version = 0;
-    // The actor's parameters one at a time in its own layout (TrainEngine::for_each_full_parameter:
-    // collective on the actor's DP group, ZeRO-3 units gathered one at a time): what a colocated
+    // What this rank holds of the actor now (TrainEngine::held_parameters: its ZeRO-3 shard or
+    // its whole tp slice) and the actor's role communicator (every actor rank): what a colocated
     // rollout with another tensor-parallel size reshards from (model::reshard_colocated).
-    model::ParameterWalk walk;
+    std::function<std::vector<model::HeldSlice>()> held;
+    const comm::Communicator* comm = nullptr;
 };
 
 }  // namespace rlpt::roles::detail

@@ -37,6 +37,7 @@ class RolloutWorker : public RoleWorker {
     // resharded into `policy` (our layout, storage released between generations) before each
     // generation.
     std::shared_ptr<detail::SharedPolicy> actor;
+    std::unique_ptr<comm::RegionExchange> exchange;  // over the actor's ranks, made at the first window
     bool logged_reshard = false;
 };
 
@@ -47,15 +48,23 @@ class ReshardedWindow {
     ReshardedWindow(RolloutWorker& r, const WorkerContext& ctx) : r_(r) {
         if (!r.actor) return;
         model::CausalLM& m = *r.policy->model;
-        const auto st = model::reshard_colocated(r.actor->walk, m.args(), r.actor->model->tp(), m, m.tp_layout());
+        if (!r.exchange) {
+            const auto& c = ctx.config->rollout.weight_sync;
+            comm::WeightSyncOptions opts;
+            opts.bucket_bytes = static_cast<int64_t>(c.bucket_mb * 1024 * 1024);
+            opts.timeout_s = ctx.config->trainer.call_timeout_s;
+            r.exchange = comm::make_region_exchange(c.backend, *r.actor->comm, opts);
+        }
+        const auto& src = r.actor->model->tp_layout();
+        const auto st =
+            model::reshard_colocated(r.actor->held(), m.args(), src.tp, src.rank, *r.exchange, m, m.tp_layout());
         r.policy->version = r.actor->version;
         active_ = true;
         if (ctx.comms->role_rank == 0 && !r.logged_reshard) {
             RLPT_LOG_INFO("rollout: hybrid engine resharded the actor (tp {}) into the rollout layout (tp {}): {:.1f} MB "
-                          "of rollout parameters on this rank, {:.1f} MB gathered over the actor block, {:.3f} s; freed "
-                          "after each generation",
-                          r.actor->model->tp_layout().tp, m.tp_layout().tp, st.dst_bytes / 1e6,
-                          st.tp_gathered_bytes / 1e6, st.seconds);
+                          "of rollout parameters on this rank, {:.1f} MB of them received from other ranks, {:.3f} s; "
+                          "freed after each generation",
+                          src.tp, m.tp_layout().tp, st.dst_bytes / 1e6, st.received_bytes / 1e6, st.seconds);
             r.logged_reshard = true;
         }
     }

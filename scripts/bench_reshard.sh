@@ -60,14 +60,19 @@ print("- received vs full bcast: the largest per-rank receive over the full mode
 print("- messages/rank: the most messages one rank sent or received in a sync; MB copied/rank: bytes packed into or unpacked out of "
       "buckets on the busiest rank; plan / copy / wait s: one timed sync's phases, slowest rank each.")
 print("\nColocated (the hybrid engine, model::reshard_colocated): actor trained at ZeRO-3 over the DP ranks, rollout "
-      "copy in another tp on the same ranks; one window = fill the rollout copy from the actor + free it. Peer: raw "
-      "MPI_Allgather of the same bytes into preallocated buffers (over DP; plus over the tp block when actor tp > 1).\n")
+      "copy in another tp on the same ranks; one window = fill the rollout copy from what the ranks hold of the actor "
+      "(point to point, straight into the rollout's tensors) + free it. Peers: raw MPI_Allgather of the actor bytes "
+      "into preallocated buffers (over DP; plus over the tp block when actor tp > 1: what a gather-based fill moves), "
+      "and raw p2p of exactly the bytes the window moved between each pair of ranks (one preallocated message per "
+      "pair and direction).\n")
 print("| actor (ZeRO-3) -> rollout | ranks | actor slice MB | ZeRO-3 shard MB/rank | peak param MB/rank during fill "
-      "| rollout MB/rank | window s | GB/s (actor slice) | raw all-gather s | window / raw |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+      "| rollout MB/rank | max MB received/rank | messages/rank | window s | raw all-gather s | window / raw all-gather "
+      "| raw p2p (same pairs, same bytes) s | window / raw p2p | copy / wait s |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in colocated:
     print(f"| tp {r['from']} x dp {r['dp']} -> tp {r['to']} | {r['ranks']} | {r['actor_slice_bytes']/1e6:.0f} "
           f"| {r['zero3_shard_bytes']/1e6:.0f} | {r['peak_param_bytes']/1e6:.0f} | {r['rollout_bytes']/1e6:.0f} "
-          f"| {r['reshard_s']:.3f} | {r['actor_slice_bytes']/r['reshard_s']/1e9:.2f} | {r['raw_allgather_s']:.3f} "
-          f"| {r['raw_allgather_s']/r['reshard_s']:.2f}x |")
+          f"| {r['max_bytes_received']/1e6:.0f} | {r['max_messages']} "
+          f"| {r['reshard_s']:.3f} | {r['raw_allgather_s']:.3f} | {r['raw_allgather_s']/r['reshard_s']:.2f}x "
+          f"| {r['raw_p2p_s']:.3f} | {r['raw_p2p_s']/r['reshard_s']:.2f}x | {r['copy_s']:.3f} / {r['wait_s']:.3f} |")
 PY

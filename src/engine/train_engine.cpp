@@ -520,6 +520,25 @@ void TrainEngine::for_each_full_parameter(const std::function<void(const std::st
     detail::for_each_full(*impl_, fn);
 }
 
+std::vector<model::HeldSlice> TrainEngine::held_parameters() const {
+    const auto& st = *impl_;
+    std::vector<model::HeldSlice> out;
+    for (const auto& s : st.slots) {
+        model::HeldSlice h{s.name, 0, s.numel, torch::Tensor()};
+        if (!st.shards_params()) {
+            h.data = s.param.detach().reshape({-1});  // a view: the parameters are contiguous in flat_param
+        } else {
+            const auto& g = st.groups[s.group];
+            const int64_t lo = std::max(s.offset, g.own_begin), hi = std::min(s.offset + s.numel, g.own_begin + g.shard);
+            h.begin = std::min(std::max<int64_t>(lo - s.offset, 0), s.numel);
+            h.end = std::max(h.begin, std::min(hi - s.offset, s.numel));
+            h.data = g.param_shard.narrow(0, std::clamp<int64_t>(lo - g.own_begin, 0, g.shard), h.end - h.begin);
+        }
+        out.push_back(std::move(h));
+    }
+    return out;
+}
+
 int64_t TrainEngine::num_parameters() const {
     int64_t n = 0;
     for (const auto& g : impl_->groups) n += g.numel;

@@ -12,11 +12,12 @@
 // --colocated 1: the hybrid engine instead (model::reshard_colocated). Every rank holds the actor
 // (tp F, trained by a ZeRO-3 TrainEngine over the ranks / F DP ranks) and a rollout copy of tp T
 // with its storage released; one measurement is a whole generation window: fill the rollout
-// copy from the actor (ZeRO-3 units gathered one at a time, tp F blocks gathered per tensor),
-// then free it. The peer: a raw MPI_Allgather over the DP ranks of the same bytes (each rank's
-// share of its actor slice, into one preallocated buffer), plus for F > 1 an MPI_Allgather of
-// the actor slice over the tp block. Usage: mpirun -np N rlpt_bench_reshard --colocated 1
-// --from F --to T
+// copy from what the ranks hold of the actor (point to point, straight into the rollout's
+// tensors), then free it. Two peers: a raw MPI_Allgather over the DP ranks of the actor bytes
+// (each rank's share of its actor slice, into one preallocated buffer; plus for F > 1 an
+// MPI_Allgather of the actor slice over the tp block) - what a gather-based fill moves; and raw
+// p2p of exactly the bytes the reshard sent between each pair of ranks, one preallocated message
+// per pair. Usage: mpirun -np N rlpt_bench_reshard --colocated 1 --from F --to T
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -182,24 +183,25 @@ void run_colocated(const Args& a, const comm::Communicator& world) {
     const int64_t shard_bytes = engine.memory_bytes().params;
     auto rollout = std::make_shared<model::CausalLM>(args, torch::kFloat32, torch::kCPU, rollout_tp);
     model::release_parameter_storage(*rollout);
-    const model::ParameterWalk walk = [&](const model::ParameterVisitor& v) { engine.for_each_full_parameter(v); };
-    model::ColocatedReshardStats st;
-    int64_t peak_params = 0;
+    comm::WeightSyncOptions xopts;
+    xopts.bucket_bytes = a.bucket_mb << 20;
+    auto exchange = comm::make_region_exchange("mpi", world, xopts);
+    const auto& src = actor->tp_layout();
+    auto window = [&] {
+        const auto st = model::reshard_colocated(engine.held_parameters(), args, src.tp, src.rank, *exchange, *rollout,
+                                                 rollout->tp_layout());
+        model::release_parameter_storage(*rollout);
+        return st;
+    };
     {  // warm-up and the correctness check
-        const model::ParameterWalk watched = [&](const model::ParameterVisitor& v) {
-            engine.for_each_full_parameter([&](const std::string& name, const torch::Tensor& t) {
-                peak_params = std::max(peak_params, engine.memory_bytes().params);
-                v(name, t);
-            });
-        };
-        st = model::reshard_colocated(watched, args, actor->tp(), *rollout, rollout->tp_layout());
+        model::reshard_colocated(engine.held_parameters(), args, src.tp, src.rank, *exchange, *rollout,
+                                 rollout->tp_layout());
         check_slices(*rollout, args, me);
         model::release_parameter_storage(*rollout);
     }
-    const double t_reshard = timed(world, a.iters, [&] {
-        model::reshard_colocated(walk, args, actor->tp(), *rollout, rollout->tp_layout());
-        model::release_parameter_storage(*rollout);
-    });
+    model::ColocatedReshardStats st;
+    const double t_reshard = timed(world, a.iters, [&] { st = window(); });
+    const auto& xs = exchange->last_stats();
     // The same bytes through raw all-gathers into preallocated buffers.
     const int64_t dp = actor_dp.size(), share = (actor_bytes + dp - 1) / dp;
     auto send = torch::ones({share}, torch::kUInt8), gathered = torch::empty({share * dp}, torch::kUInt8);
@@ -213,16 +215,38 @@ void run_colocated(const Args& a, const comm::Communicator& world) {
                                          tp_gathered.data_ptr(), static_cast<int>(actor_bytes), MPI_BYTE,
                                          actor_mp.get()));
     });
+    // Exactly the reshard's bytes per pair, one warm preallocated message each way.
+    std::vector<torch::Tensor> out_bufs, in_bufs;
+    for (int r = 0; r < n; ++r) {
+        out_bufs.push_back(torch::ones({xs.sent_to[static_cast<size_t>(r)]}, torch::kUInt8));
+        in_bufs.push_back(torch::ones({xs.received_from[static_cast<size_t>(r)]}, torch::kUInt8));
+    }
+    const double t_p2p = timed(world, a.iters, [&] {
+        std::vector<MPI_Request> reqs;
+        for (int r = 0; r < n; ++r) {
+            const auto i = static_cast<size_t>(r);
+            if (in_bufs[i].numel() > 0)
+                comm::irecv_bytes(in_bufs[i].data_ptr(), in_bufs[i].numel(), r, 9, world.get(), reqs);
+            if (out_bufs[i].numel() > 0)
+                comm::isend_bytes(out_bufs[i].data_ptr(), out_bufs[i].numel(), r, 9, world.get(), reqs);
+        }
+        comm::wait_all(reqs, comm::Deadline::never(), "raw p2p");
+    });
+    const double wait_s = world.allreduce_max(st.wait_seconds), copy_s = world.allreduce_max(st.copy_seconds);
+    const int64_t max_recv = world.allreduce_max_i64(st.received_bytes);
+    const int64_t max_staging = world.allreduce_max_i64(st.staging_bytes);
+    const int64_t max_messages = world.allreduce_max_i64(st.n_messages);
     if (me == 0) {
         std::printf(
             "{\"git_sha\": \"%s\", \"colocated\": 1, \"from\": %lld, \"to\": %lld, \"ranks\": %d, \"dp\": %lld, "
             "\"actor_slice_bytes\": %lld, \"zero3_shard_bytes\": %lld, \"peak_param_bytes\": %lld, "
-            "\"rollout_bytes\": %lld, \"tp_gathered_bytes\": %lld, \"max_full_bytes\": %lld, \"reshard_s\": %.6f, "
-            "\"raw_allgather_s\": %.6f}\n",
+            "\"rollout_bytes\": %lld, \"max_bytes_received\": %lld, \"max_messages\": %lld, \"reshard_s\": %.6f, "
+            "\"raw_allgather_s\": %.6f, \"raw_p2p_s\": %.6f, \"wait_s\": %.6f, \"copy_s\": %.6f}\n",
             RLPT_GIT_SHA, static_cast<long long>(a.from), static_cast<long long>(a.to), n, static_cast<long long>(dp),
             static_cast<long long>(actor_bytes), static_cast<long long>(shard_bytes),
-            static_cast<long long>(peak_params), static_cast<long long>(st.dst_bytes),
-            static_cast<long long>(st.tp_gathered_bytes), static_cast<long long>(st.max_full_bytes), t_reshard, t_raw);
+            static_cast<long long>(shard_bytes + max_staging), static_cast<long long>(st.dst_bytes),
+            static_cast<long long>(max_recv), static_cast<long long>(max_messages), t_reshard, t_raw, t_p2p, wait_s,
+            copy_s);
     }
 }
 

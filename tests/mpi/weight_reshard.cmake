@@ -4,9 +4,9 @@ foreach(np 3 4 6)
   rlpt_add_mpi_test(mpi_weight_reshard_np${np} NP ${np} TARGET rlpt_mpi_tests
                     FILTER "WeightReshardTest.*" TIMEOUT 300)
 endforeach()
-# The hybrid engine's colocated resharding (model::reshard_colocated): actor (ZeRO x tp) and
+# The hybrid engine's colocated resharding (model::reshard_colocated) and its RegionExchange: actor (ZeRO x tp) and
 # rollout (another tp) on the same 2 and 4 ranks.
 foreach(np 2 4)
   rlpt_add_mpi_test(mpi_weight_reshard_colocated_np${np} NP ${np} TARGET rlpt_mpi_tests
-                    FILTER "ColocatedReshardTest.*" TIMEOUT 300)
+                    FILTER "ColocatedReshardTest.*:RegionExchangeTest.*" TIMEOUT 300)
 endforeach()

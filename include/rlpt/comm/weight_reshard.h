@@ -18,24 +18,22 @@
 //      that each piece it sends or receives lies inside its tensors, and all ranks agree (an
 //      all-gather of ok flags). Any disagreement throws a CommError on every rank naming the
 //      ranks and, on those ranks, the problem; no payload has moved, the object stays usable.
-//   2. Pieces between a (sender, receiver) pair are packed, in plan order, into buckets of at
-//      most `bucket_bytes` (a piece larger than a bucket is cut along its first dimension;
-//      one row larger than a bucket travels alone). Pieces of at least `inplace_min_bytes`
-//      travel as messages of their own, and each end moves such a message straight from /
-//      into its tensor where that region is contiguous on the transport's device (no pack or
-//      unpack copy, like WeightSync's in-place messages): row slices and whole tensors on both
-//      ends, a row-parallel weight's column slice on the end holding exactly that slice.
-//      Messages are ordered globally by (index within its pair, pair), so each round keeps
-//      every pair busy, and every rank starts its own in that order with at most `n_buffers`
-//      buffered ones (plus up to 64 in place) in flight. That order is the same on both ends of
-//      every pair and makes the schedule deadlock-free for blocking (NCCL) and non-blocking
-//      (MPI) sends alike: the oldest unfinished message always has both ends ready.
+//   2. The pieces move as RegionExchange transfers (below): each piece is cut along its first
+//      dimension into messages of at most `bucket_bytes` (one row larger than that travels
+//      alone), every message straight from / into the tensors on each end where its region is
+//      contiguous there (row slices and whole tensors on both ends; a row-parallel weight's
+//      column slice on the end holding exactly that slice; every rank's local sizes are
+//      all-gathered to know the other ends), through a staging buffer otherwise. All messages
+//      of a round are started at once, in plan order on every rank; a round ends where some
+//      rank's staging would pass one bucket. Small pieces are not packed together (one message
+//      each; measured on the ~100M model, the message count is not what costs).
 //   3. Receivers set `version` only after their last byte landed.
-// Memory per rank: the local tensors plus n_buffers buckets (never a full model); up to 64
-// direct messages more may be in flight (they need no buffer).
+// Memory per rank: the local tensors plus at most one bucket of staging (never a full model),
+// kept between syncs like WeightSync's buffers. WeightSyncOptions::inplace_min_bytes and
+// n_buffers are not used here.
 //
 // Transport (chosen at the first sync, like WeightSync's "auto"): "mpi" - MPI_Isend/Irecv of
-// host buckets; "nccl" - ncclSend/ncclRecv of device buckets on the tensors' CUDA device
+// host memory; "nccl" - ncclSend/ncclRecv of device memory on the tensors' CUDA device
 // (builds with NCCL, every rank's tensors on CUDA); "auto" - nccl when possible, mpi otherwise.
 // Packing and unpacking are torch copies (narrow + copy_), so tensors may be strided.
 // last_stats() splits the time of a sync into its phases (plan, pack, unpack, wait).
@@ -43,10 +41,10 @@
 // Failure model: as WeightSync (weight_sync.h): a transport error or timeout mid-transfer
 // leaves the object refusing further syncs, and the job is expected to abort.
 //
-// A colocated rollout with another tp than the actor's (the hybrid engine's in-place half) does
-// not come through here: both layouts live on the same ranks, so each rank fills its rollout
-// slices from collectives the actor's layout already has (the ZeRO-3 unit all-gather, the tp
-// block's all-gather) and local copies: model::reshard_colocated (rlpt/model/reshard_plan.h).
+// A colocated rollout with another tp than the actor's (the hybrid engine's in-place half) goes
+// through RegionExchange below (same transports, same ordering rule): every rank is a sender and
+// a receiver there, and the regions are arbitrary strided views (model::reshard_colocated,
+// rlpt/model/reshard_plan.h, computes them from the ZeRO shards and both tp layouts).
 // Thread safety: none; one thread per rank.
 
 #include <torch/torch.h>
@@ -86,12 +84,12 @@ struct ReshardPlan {
 struct WeightReshardStats {
     uint64_t version = 0;
     int64_t n_pieces = 0;       // pieces this rank sent or received
-    int64_t n_messages = 0;     // buckets this rank sent or received
-    int64_t n_direct_messages = 0;  // of which went straight from / into tensor memory
-    int64_t packed_bytes = 0;       // bytes this rank copied into send buckets
-    int64_t unpacked_bytes = 0;     // bytes this rank copied out of received buckets
-    // Where sync() spent its time on this rank (the rest: bucket bookkeeping): agreeing on the
-    // plan and computing the buckets; packing; unpacking; waiting for messages to complete.
+    int64_t n_messages = 0;     // messages this rank sent or received
+    int64_t n_direct_messages = 0;  // of which went straight from / into tensor memory on this end
+    int64_t packed_bytes = 0;       // bytes this rank staged before sending (strided source)
+    int64_t unpacked_bytes = 0;     // bytes this rank copied out of its staging (strided destination)
+    // Where sync() spent its time on this rank (the rest: bookkeeping): agreeing on the plan and
+    // computing the messages; packing; unpacking; waiting for messages to complete.
     double plan_seconds = 0.0, pack_seconds = 0.0, unpack_seconds = 0.0, wait_seconds = 0.0;
     int64_t bytes_sent = 0;     // payload bytes out of this rank
     int64_t bytes_received = 0; // payload bytes into this rank
@@ -129,6 +127,67 @@ class WeightReshard {
     WeightSyncOptions options_;
     WeightReshardStats stats_;
 };
+
+// ---- Region exchange: any rank to any rank, straight between tensor views -------------------
+//
+// One transfer moves `bytes` bytes from a region of a tensor on rank `src` to a region of the
+// same shape and dtype on rank `dst` (communicator ranks; src == dst is a local copy). Every rank
+// passes the same list (src, dst, bytes, contiguity, in the same order: checked, a CommError on
+// every rank otherwise, nothing moved); the regions are given on their own rank only (undefined
+// elsewhere). A region flagged contiguous must be one contiguous range of memory on the
+// transport's device: it is sent from / received into in place. A strided one goes through a
+// staging buffer on that end (a torch copy). Each transfer must fit kMaxMessageBytes.
+//
+// Schedule of run(): the list is cut into rounds so that no rank stages more than
+// `bucket_bytes` at once (a transfer staging more goes alone); within a round every rank starts
+// its sends and receives in list order (the same order on both ends of every pair, which keeps
+// blocking NCCL point-to-point deadlock-free as in WeightReshard), does its local copies while
+// they are in flight, then completes them in order and unpacks its staged receives. Memory per
+// rank: the tensors plus at most one bucket of staging. Collective on the communicator.
+struct RegionTransfer {
+    int src = 0, dst = 0;
+    int64_t bytes = 0;
+    bool src_contiguous = true, dst_contiguous = true;
+    torch::Tensor src_region, dst_region;  // on this rank's end only
+};
+
+struct RegionExchangeStats {
+    int64_t n_messages = 0;          // transfers this rank sent or received (local copies excluded)
+    int64_t n_inplace_messages = 0;  // of which went straight from / into the tensors on this end
+    int64_t n_rounds = 0;
+    int64_t bytes_sent = 0, bytes_received = 0, bytes_local = 0;
+    std::vector<int64_t> sent_to, received_from;  // per communicator rank
+    int64_t packed_bytes = 0, unpacked_bytes = 0;  // bytes this rank staged (strided ends)
+    int64_t staging_bytes = 0;  // the size of this rank's staging buffer (freed after the call)
+    double pack_seconds = 0.0, unpack_seconds = 0.0, local_seconds = 0.0, wait_seconds = 0.0, seconds = 0.0;
+};
+
+class RegionExchange {
+  public:
+    virtual ~RegionExchange() = default;
+    RegionExchange(const RegionExchange&) = delete;
+    RegionExchange& operator=(const RegionExchange&) = delete;
+    // Collective. Throws CommError on disagreement (nothing moved; the object stays usable),
+    // TimeoutError past options().timeout_s, CommError on transport errors (then unusable).
+    virtual void run(const std::vector<RegionTransfer>& transfers) = 0;
+    // The duplicated communicator the transfers' ranks refer to.
+    virtual const Communicator& comm() const = 0;
+    virtual std::string backend_name() const = 0;
+    const RegionExchangeStats& last_stats() const { return stats_; }
+    const WeightSyncOptions& options() const { return options_; }
+
+  protected:
+    explicit RegionExchange(WeightSyncOptions options) : options_(options) {}
+    RegionExchangeStats stats_;
+
+  private:
+    WeightSyncOptions options_;
+};
+
+// Collective on `comm`; backends and options as make_weight_reshard's (bucket_bytes bounds the
+// staging; n_buffers and inplace_min_bytes are not used).
+std::unique_ptr<RegionExchange> make_region_exchange(const std::string& backend, const Communicator& comm,
+                                                     const WeightSyncOptions& options = {});
 
 // Collective on `comm` (every member passes the same backend and options): "auto", "mpi" or
 // "nccl" (ConfigError when this build has no NCCL; at the first sync when a rank's tensors are

@@ -89,6 +89,7 @@
 #include <vector>
 
 #include "rlpt/comm/mpi.h"
+#include "rlpt/model/reshard_plan.h"
 
 namespace rlpt::ckpt {
 class H5Writer;
@@ -276,6 +277,13 @@ class TrainEngine {
     // the same index, in the same order). CPU tensor on `root` under ZeRO-3.
     torch::Tensor gather_parameter(size_t index, int root);
     size_t num_parameter_tensors() const;
+    // What this rank holds of every trainable parameter, in named_parameters() order, without
+    // communication: elements [begin, end) of the parameter flattened row-major (in this rank's
+    // tensor-parallel slice), as a 1-D view `data` into the engine's storage (valid until the
+    // next step() or load; do not write). ZeRO-3: the part of the rank's shard that falls in the
+    // tensor (possibly empty); other stages: the whole tensor. What a colocated rollout reshards
+    // from (model::reshard_colocated). Local.
+    std::vector<model::HeldSlice> held_parameters() const;
     ckpt::FileDigest save_state_file(const std::string& path, const std::string& prefix,
                                      const std::function<void(ckpt::H5Writer&)>& extra = {}) const;
 

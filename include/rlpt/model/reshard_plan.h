@@ -31,21 +31,18 @@ comm::ReshardPlan reshard_plan(const torch::nn::Module& local, const TpLayout& l
 //
 // An actor and a rollout on the same ranks with different tensor-parallel sizes (verl's
 // rollout.tensor_model_parallel_size): training runs in the actor's layout (ZeRO shards x actor
-// tp), generation in the rollout's. Before a generation each rank fills its rollout-layout
-// parameters from the actor one parameter at a time: the walk hands over this rank's slice in
-// the actor's tp layout (TrainEngine::for_each_full_parameter: under ZeRO-3 it all-gathers one
-// unit - a decoder layer or the root - at a time over the actor's DP group and frees it after);
-// with actor tp > 1 each split tensor is all-gathered over the actor's block, straight into the
-// rollout parameter when the rollout keeps it whole (rollout tp 1: no copy at all), else into
-// one full tensor of which this rank keeps its rollout slice (a narrow copy). After the generation
-// release_parameter_storage() frees the rollout copy. Peak memory per rank: the training shards
-// + the rollout-layout parameters + one gathered unit (ZeRO-3) + one full tensor (actor tp > 1
-// and rollout tp > 1).
-// verl's sharding managers do the same with FSDP's full state dict per layer.
-//
-// Not "exactly the slices" on the wire: a ZeRO-3 unit is all-gathered whole (the flat shards
-// cut across tensors and rows, so an all-gather of the unit is the one collective that serves
-// every rollout slice at once), and an actor tp block all-gathers each split tensor.
+// tp), generation in the rollout's. Before a generation every rank fills its rollout-layout
+// parameters straight from what the ranks hold of the actor (TrainEngine::held_parameters: its
+// ZeRO-3 shard, or its whole tp slice at other stages), point to point over the colocated ranks
+// (comm::RegionExchange): each rollout rank receives exactly the rows/columns of its slices it
+// does not hold itself, each from one holder (itself first, then the next ranks after it), and
+// copies the rest locally. Nothing is gathered: no ZeRO-3 unit, no full tensor. A piece lands in
+// the rollout tensor in place when it is contiguous there (row slices, whole tensors, a column
+// slice into a rollout that keeps exactly those columns) and is sent in place when it is
+// contiguous in the holder's shard; the other ends are staged, at most one bucket at a time.
+// After the generation release_parameter_storage() frees the rollout copy. Peak memory per rank:
+// the training shards + the rollout-layout parameters + one bucket (the rule).
+// verl's sharding managers do the same job with FSDP's full state dict per layer.
 
 // Storage of `t` freed (metadata, shape and views kept; data pointer null) / allocated again if
 // freed (values undefined). How FSDP frees a gathered parameter while autograd holds views; the
@@ -53,29 +50,37 @@ comm::ReshardPlan reshard_plan(const torch::nn::Module& local, const TpLayout& l
 void free_storage(const torch::Tensor& t);
 void alloc_storage(const torch::Tensor& t);
 
-// Calls `visit(name, local)` once per parameter of the source model, in named_parameters()
-// order; `local` is this rank's slice in the source layout, valid during the call only.
-using ParameterVisitor = std::function<void(const std::string&, const torch::Tensor&)>;
-using ParameterWalk = std::function<void(const ParameterVisitor&)>;
+// What one rank holds of one parameter of the source model: elements [begin, end) of its local
+// tensor (this rank's slice in the source tp layout) flattened row-major, as a 1-D tensor `data`
+// of end - begin elements (TrainEngine::held_parameters).
+struct HeldSlice {
+    std::string name;
+    int64_t begin = 0, end = 0;
+    torch::Tensor data;
+};
 
 struct ColocatedReshardStats {
-    int64_t dst_bytes = 0;        // bytes of the destination's parameters (this rank)
-    int64_t copied_bytes = 0;     // bytes copied into them (== dst_bytes minus vocabulary padding)
-    int64_t tp_gathered_bytes = 0;  // bytes of full tensors gathered over the source block
-    int64_t max_full_bytes = 0;   // the largest full tensor held outside the destination (the
-                                  // transient "bucket"): 0 for source tp 1 and for a rollout
-                                  // that keeps whole tensors (its tp 1), gathered in place
-    double seconds = 0;
+    int64_t dst_bytes = 0;       // bytes of the destination's parameters (this rank)
+    int64_t copied_bytes = 0;    // bytes landed in them (== dst_bytes minus vocabulary padding)
+    int64_t received_bytes = 0;  // of which came from other ranks
+    int64_t sent_bytes = 0;      // bytes this rank sent to others
+    int64_t staged_bytes = 0;    // bytes this rank packed or unpacked (strided pieces)
+    int64_t staging_bytes = 0;   // the largest staging buffer this rank held (<= one bucket)
+    int64_t n_messages = 0;      // messages this rank sent or received
+    double wait_seconds = 0, copy_seconds = 0, seconds = 0;
 };
 
 // Fills every parameter of `dst` (this rank's slices in `dst_layout`; storage allocated first
-// when released) from the source model walked by `walk` (layout: `args` split over `src_tp`,
-// null for tp 1). The source and destination must be the same architecture (same parameter
-// names, in the same order; checked, InternalError naming the parameter). Collective on
-// whatever the walk is collective on (the actor's DP group under ZeRO-3) and on src_tp's block.
-// Padding rows of a vocabulary slice are zeroed. Runs under NoGradGuard.
-ColocatedReshardStats reshard_colocated(const ParameterWalk& walk, const ModelArgs& args, const TensorParallel* src_tp,
-                                        torch::nn::Module& dst, const TpLayout& dst_layout);
+// when released) from the source model of `args` split over `src_tp` ranks, of which this rank
+// holds `held` (every parameter, in dst's named_parameters() order: same names, checked,
+// InternalError naming the parameter) as tp rank `src_tp_rank`. Collective on
+// `exchange.comm()`, which must hold every rank of the source (all its DP and tp ranks) and only
+// ranks that also hold the destination; each passes its own layouts. Padding rows of a
+// vocabulary slice are zeroed. Runs under NoGradGuard. The plan is recomputed each call from an
+// all-gather of every rank's layouts and held ranges (a few KB).
+ColocatedReshardStats reshard_colocated(const std::vector<HeldSlice>& held, const ModelArgs& args, int64_t src_tp,
+                                        int64_t src_tp_rank, comm::RegionExchange& exchange, torch::nn::Module& dst,
+                                        const TpLayout& dst_layout);
 // Frees the storage of every parameter of `m` (after a generation); reshard_colocated allocates
 // it again. Local.
 void release_parameter_storage(torch::nn::Module& m);
