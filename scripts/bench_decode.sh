@@ -13,7 +13,8 @@
 # "not available (reason)" instead of failing the benchmark.
 # Usage: scripts/bench_decode.sh [path/to/rlpt_bench_decode] [--threads "1 2"] [--quick] [--batches 1,16,64]
 #        [--rounds 2] [--no-torch] [--no-llama-cpp] [--no-blas] [--models tiny,fp32,bf16]
-#   --no-blas, --models: passed to rlpt_bench_decode (skip the BLAS-path rows / pick the models) to
+#   --no-blas, --models, --baseline: passed to rlpt_bench_decode (skip the BLAS-path rows / pick the
+#   models / compare against the per-layer path without the fused decode step instead of BLAS) to
 #   shorten a run on a loaded machine
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -201,7 +202,9 @@ for key in bf16_keys:
     print(f"| {key[0]} | {key[1]} | {rl:.1f} | {fmt(ll, '{:.1f}') if ll or not reason else na} | "
           f"{fmt(ll and rl / ll, '{:.2f}')} | {pr} |")
 print()
-print("| model | threads | batch | rlpt tok/s | BLAS path tok/s | rlpt / BLAS | ceiling tok/s | rlpt / ceiling "
+base = {r.get("baseline", "blas") for r in rows if r["kind"] == "decode"}
+base = "unfused path (per-layer forward)" if base == {"unfused"} else "BLAS path"
+print(f"| model | threads | batch | rlpt tok/s | {base} tok/s | rlpt / that | ceiling tok/s | rlpt / ceiling "
       "| binding | head ms | sample ms |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 last = {}
