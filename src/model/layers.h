@@ -36,10 +36,12 @@ class Linear : public torch::nn::Module {
 };
 
 // Rows up to which a float32 decode step's matmuls (the fused step's and the LM head's) run
-// through the small_matmul kernels rather than BLAS: at 64 rows the AVX-512 kernel's 4 x 6 tiles
-// beat OpenBLAS's sgemm, which packs every weight panel on every call (1.9x the decode step of
-// the 125M model, 2026-11-26); past ~64 rows of K = 2048 the x rows no longer stay in L2.
-// (Other callers stop at kernels::kSmallMatmulMaxRows.)
+// through the small_matmul kernels rather than BLAS. At 64 rows of the 125M model (2026-11-26,
+// README "Rollout decode"): the kernel's step is 1.9x OpenBLAS's with the Prescott kernels
+// OpenBLAS 0.3.21 falls back to on CPUs it does not know (this VM), 0.91x (1 thread) to 1.16x
+// (2 threads) of its tuned Cooperlake kernels; the kernel does not depend on that detection.
+// Past ~64 rows of K = 2048 the x rows no longer stay in L2. (Other callers stop at
+// kernels::kSmallMatmulMaxRows.)
 constexpr int64_t kDecodeKernelMaxRows = 64;
 
 // Whether DecoderLayer::decode_step applies to a forward of hidden states h [B, 1, H] with
