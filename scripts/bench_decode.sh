@@ -12,8 +12,11 @@
 # A peer that cannot run (llama.cpp not buildable here, numpy missing, ...) shows as
 # "not available (reason)" instead of failing the benchmark.
 # Usage: scripts/bench_decode.sh [path/to/rlpt_bench_decode] [--threads "1 2"] [--quick] [--batches 1,16,64]
-#        [--rounds 2] [--no-torch] [--no-llama-cpp] [--no-blas] [--models tiny,fp32,bf16]
-#   --no-blas, --models: passed to rlpt_bench_decode (skip the BLAS-path rows / pick the models) to
+#        [--rounds 2] [--no-torch] [--no-llama-cpp] [--no-blas] [--models tiny,fp32,bf16] [--before BIN]
+#   --before BIN: another build's rlpt_bench_decode (e.g. main's) run in each round right after this
+#   one with the same arguments and --no-blas; the first table gets its tok/s and rlpt / before
+#   --no-blas, --models, --baseline: passed to rlpt_bench_decode (skip the BLAS-path rows / pick the
+#   models / compare against the per-layer path without the fused decode step instead of BLAS) to
 #   shorten a run on a loaded machine
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -26,6 +29,7 @@ new_tokens=32
 rounds=2
 torch_rows=1
 llama_rows=1
+before_bin=""
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -35,6 +39,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds="$2"; shift 2 ;;
     --no-torch) torch_rows=0; shift ;;
     --no-llama-cpp) llama_rows=0; shift ;;
+    --before) before_bin="$2"; shift 2 ;;
     *) args+=("$1"); shift ;;
   esac
 done
@@ -120,6 +125,10 @@ for r in $(seq 1 "$rounds"); do
   for t in $thread_list; do
     OMP_NUM_THREADS="$t" "$bin" --threads "$t" --hf-dir "$hf/llama125m" "${args[@]}" | tee -a /dev/stderr | grep '^{' \
       | sed "s/^{/{\"round\":$r,/" >>"$out"
+    if [ -n "$before_bin" ]; then
+      OMP_NUM_THREADS="$t" "$before_bin" --threads "$t" --hf-dir "$hf/llama125m" "${args[@]}" --no-blas | grep '^{"kind":"decode"' \
+        | sed "s/^{\"kind\":\"decode\"/{\"round\":$r,\"kind\":\"decode_before\"/" | tee -a /dev/stderr >>"$out"
+    fi
     if [ "$torch_rows" = 1 ]; then
       OMP_NUM_THREADS="$t" /usr/bin/python3 "$here/scripts/bench_decode_torch.py" "$hf/llama125m" --threads "$t" \
         --batches "$batches" --new-tokens "$new_tokens" | tee -a /dev/stderr | grep '^{' | sed "s/^{/{\"round\":$r,/" >>"$out"
@@ -165,9 +174,11 @@ rounds = sorted({r.get("round", 1) for r in rows})
 print(f"125M Llama against its peers on the same checkpoint, {len(rounds)} round(s), best round of each engine; "
       "llama.cpp S_TG of llama-batched-bench; per-round ratios from the same round's runs")
 print()
-print("| threads | batch | rlpt fp32 tok/s | PyTorch eager tok/s | rlpt / eager | llama.cpp f32 tok/s | rlpt / llama.cpp "
+has_before = any(r["kind"] == "decode_before" for r in rows)
+print("| threads | batch | rlpt fp32 tok/s | " + ("rlpt before (--before) tok/s | rlpt / before | " if has_before else "") +
+      "PyTorch eager tok/s | rlpt / eager | llama.cpp f32 tok/s | rlpt / llama.cpp "
       "| rlpt / llama.cpp per round | rlpt / best fp32 peer | rlpt / bandwidth-or-matmul ceiling | llama.cpp / same ceiling |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if has_before else ""))
 keys = sorted({(r["threads"], r["batch"]) for r in rows if r["kind"] == "decode" and r["model"].startswith("125M")})
 ceil = {}
 for r in rows:
@@ -184,7 +195,9 @@ for key in keys:
     per_round = [rl_r[k] / ll_r[k] for k in sorted(rl_r) if k in ll_r]
     pr = f"{min(per_round):.2f}-{max(per_round):.2f}" if per_round else "–"
     peer = max(v for v in (e, ll, 1e-30) if v)
-    print(f"| {key[0]} | {key[1]} | {rl:.1f} | {fmt(e, '{:.1f}')} | {fmt(e and rl / e, '{:.2f}')} | "
+    bf, _ = best("decode_before", key, "fp32")
+    before_cols = f"{fmt(bf, '{:.1f}')} | {fmt(bf and rl / bf, '{:.2f}')} | " if has_before else ""
+    print(f"| {key[0]} | {key[1]} | {rl:.1f} | {before_cols}{fmt(e, '{:.1f}')} | {fmt(e and rl / e, '{:.2f}')} | "
           f"{fmt(ll, '{:.1f}') if ll or not reason else na} | {fmt(ll and rl / ll, '{:.2f}')} | {pr} | "
           f"{fmt(peer > 1e-29 and rl / peer, '{:.2f}')} | {100 * ceil[key][1]:.0f}% ({ceil[key][2]}) | "
           f"{fmt(ll and 100 * ll / ceil[key][3], '{:.0f}%')} |")
@@ -201,7 +214,9 @@ for key in bf16_keys:
     print(f"| {key[0]} | {key[1]} | {rl:.1f} | {fmt(ll, '{:.1f}') if ll or not reason else na} | "
           f"{fmt(ll and rl / ll, '{:.2f}')} | {pr} |")
 print()
-print("| model | threads | batch | rlpt tok/s | BLAS path tok/s | rlpt / BLAS | ceiling tok/s | rlpt / ceiling "
+base = {r.get("baseline", "blas") for r in rows if r["kind"] == "decode"}
+base = "unfused path (per-layer forward)" if base == {"unfused"} else "BLAS path"
+print(f"| model | threads | batch | rlpt tok/s | {base} tok/s | rlpt / that | ceiling tok/s | rlpt / ceiling "
       "| binding | head ms | sample ms |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 last = {}

@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "rlpt/core/error.h"
 
@@ -127,6 +128,23 @@ std::pair<torch::Tensor, torch::Tensor> KVCache::store(int64_t layer, const torc
             return {k, v};
         }
         // One new position per row at its slot's length: kb[slot[b], :, len[b], :] = k[b, :, 0, :].
+        if (kb.is_cpu() && k.is_cpu() && v.is_cpu() && k.scalar_type() == kb.scalar_type() &&
+            v.scalar_type() == kb.scalar_type() && k.stride(3) == 1 && v.stride(3) == 1 && kb.stride(3) == 1) {
+            // CPU: one row copy per (row, head), no index tensors (index_put_ builds ~5 per call).
+            const auto* s = bound_.data_ptr<int64_t>();
+            const auto* len = bound_len_.data_ptr<int64_t>();
+            const int64_t heads = k.size(1), row_bytes = k.size(3) * static_cast<int64_t>(k.element_size());
+            const int64_t es = static_cast<int64_t>(kb.element_size());
+            for (auto [buf, src] : {std::pair{&kb, &k}, std::pair{&vb, &v}}) {
+                auto* dst = static_cast<char*>(buf->data_ptr());
+                const auto* from = static_cast<const char*>(src->data_ptr());
+                for (int64_t i = 0; i < rows; ++i)
+                    for (int64_t h = 0; h < heads; ++h)
+                        std::memcpy(dst + (s[i] * buf->stride(0) + h * buf->stride(1) + (len[i] - 1) * buf->stride(2)) * es,
+                                    from + (i * src->stride(0) + h * src->stride(1)) * es, static_cast<size_t>(row_bytes));
+            }
+            return {kb, vb};
+        }
         const auto pos = (bound_len_ - 1).to(kb.device());  // each row's slot length
         kb.index_put_({bound_dev_, torch::indexing::Slice(), pos}, k.select(2, 0));
         vb.index_put_({bound_dev_, torch::indexing::Slice(), pos}, v.select(2, 0));
@@ -152,6 +170,15 @@ void KVCache::advance(int64_t n_new) {
     RLPT_CHECK(n_new >= 0 && length_ + n_new <= max_length_, "KVCache::advance: {} + {} exceeds max_length {}", length_,
                n_new, max_length_);
     length_ += n_new;
+}
+
+torch::Tensor KVCache::scratch(size_t index, int64_t rows, int64_t cols) {
+    RLPT_CHECK(rows >= 0 && cols >= 0, "KVCache::scratch: [{}, {}]", rows, cols);
+    if (scratch_.size() <= index) scratch_.resize(index + 1);
+    auto& buf = scratch_[index];
+    if (!buf.defined() || buf.numel() < rows * cols)
+        buf = torch::empty({std::max(rows, batch_) * cols}, k_[0].options().dtype(torch::kFloat32));
+    return buf.narrow(0, 0, rows * cols).view({rows, cols});
 }
 
 void KVCache::bind_slots(const std::vector<int64_t>& slots) {

@@ -1,6 +1,7 @@
 #include "model/layers.h"
 
 #include "rlpt/kernels/decode_attention.h"
+#include "rlpt/kernels/decode_ops.h"
 #include "rlpt/kernels/small_matmul.h"
 
 #include <cmath>
@@ -17,6 +18,36 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch
     if (small_matmul && kernels::small_matmul_applies(x, w, b)) return kernels::small_matmul(x, w, b);
     return torch::linear(x, w, b);
 }
+
+bool fused_decode_applies(const torch::Tensor& h, const KVCache& cache, const TensorParallel* tp) {
+    return tp == nullptr && !torch::GradMode::is_enabled() && h.is_cpu() && h.scalar_type() == torch::kFloat32 &&
+           h.dim() == 3 && h.size(1) == 1 && cache.slots_bound() && !cache.extending();
+}
+
+namespace {
+
+
+// The matmuls of a fused decode step: every target in one small_matmul_into call (one parallel
+// region); past kDecodeKernelMaxRows rows (or for a weight that is not contiguous, never so for
+// parameters) through BLAS into the same buffers.
+void project(const torch::Tensor& x, const std::vector<kernels::MatmulTarget>& targets) {
+    bool kernel = x.size(0) <= kDecodeKernelMaxRows;
+    for (const auto& t : targets) kernel = kernel && t.w.is_contiguous();
+    if (kernel) return kernels::small_matmul_into(x, targets);
+    for (const auto& t : targets) {
+        auto out = t.out;  // a handle on the same buffer
+        if (t.accumulate) {
+            out.addmm_(x, t.w.t());
+            if (t.bias.defined()) out.add_(t.bias);
+        } else if (t.bias.defined()) {
+            torch::addmm_out(out, t.bias, x, t.w.t());
+        } else {
+            torch::mm_out(out, x, t.w.t());
+        }
+    }
+}
+
+}  // namespace
 
 torch::Tensor Linear::matmul(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const {
     return linear(x, w, b, small_matmul_);
@@ -141,6 +172,23 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const Rotary& rope, con
     return o_proj_->forward_row_parallel(out, tp_);
 }
 
+void Attention::decode_step(const torch::Tensor& xn, const torch::Tensor& h, const Rotary& rope, KVCache& cache,
+                            int64_t layer) const {
+    const int64_t b = xn.size(0), hd = head_dim_;
+    auto q = cache.scratch(1, b, n_heads_ * hd), k = cache.scratch(2, b, n_kv_heads_ * hd),
+         v = cache.scratch(3, b, n_kv_heads_ * hd);
+    project(xn, {{q_proj_->weight(), q_proj_->bias(), q}, {k_proj_->weight(), k_proj_->bias(), k},
+                 {v_proj_->weight(), v_proj_->bias(), v}});
+    const auto cos = rope.cos.reshape({b, hd}), sin = rope.sin.reshape({b, hd});
+    kernels::rotary_inplace(q, cos, sin, hd);
+    kernels::rotary_inplace(k, cos, sin, hd);
+    auto [kb, vb] = cache.store(layer, k.view({b, n_kv_heads_, 1, hd}), v.view({b, n_kv_heads_, 1, hd}));
+    auto out = kernels::decode_attention_slots(q.view({b, n_kv_heads_, n_heads_ / n_kv_heads_, hd}), kb, vb,
+                                               cache.bound_slots(), cache.bound_lengths(),
+                                               1.0 / std::sqrt(static_cast<double>(hd)));
+    project(out.view({b, n_heads_ * hd}), {{o_proj_->weight(), o_proj_->bias(), h, /*accumulate=*/true}});
+}
+
 Mlp::Mlp(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp, const torch::TensorOptions& options)
     : tp_(tp) {
     const int64_t h = args.hidden_size, i = layout.inter;
@@ -152,6 +200,17 @@ Mlp::Mlp(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp
 torch::Tensor Mlp::forward(const torch::Tensor& x) const {
     const auto xin = tp_copy(x, tp_);
     return down_proj_->forward_row_parallel(torch::silu(gate_proj_->forward(xin)) * up_proj_->forward(xin), tp_);
+}
+
+void Mlp::decode_step(const torch::Tensor& xn, const torch::Tensor& h, KVCache& cache) const {
+    const int64_t b = xn.size(0), inter = gate_proj_->weight().size(0);
+    auto gate_up = cache.scratch(4, b, 2 * inter);
+    auto gate = gate_up.narrow(1, 0, inter), up = gate_up.narrow(1, inter, inter);
+    project(xn, {{gate_proj_->weight(), gate_proj_->bias(), gate}, {up_proj_->weight(), up_proj_->bias(), up}});
+    auto act = cache.scratch(5, b, inter);
+    at::silu_out(act, gate);  // the operators forward() runs, into the scratch
+    act.mul_(up);
+    project(act, {{down_proj_->weight(), down_proj_->bias(), h, /*accumulate=*/true}});
 }
 
 DecoderLayer::DecoderLayer(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp,
@@ -168,6 +227,14 @@ torch::Tensor DecoderLayer::forward(const torch::Tensor& x, const Rotary& rope, 
                                     KVCache* cache, int64_t layer) {
     auto h = x + self_attn_->forward(input_layernorm_->forward(x), rope, masked_out, cache, layer);
     return h + mlp_->forward(post_attention_layernorm_->forward(h));
+}
+
+void DecoderLayer::decode_step(const torch::Tensor& h, const Rotary& rope, KVCache& cache, int64_t layer) const {
+    auto xn = cache.scratch(0, h.size(0), h.size(1));
+    kernels::rms_norm_into(h, input_layernorm_->weight(), input_layernorm_->eps(), xn);
+    self_attn_->decode_step(xn, h, rope, cache, layer);
+    kernels::rms_norm_into(h, post_attention_layernorm_->weight(), post_attention_layernorm_->eps(), xn);
+    mlp_->decode_step(xn, h, cache);
 }
 
 }  // namespace rlpt::model::detail

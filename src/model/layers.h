@@ -35,6 +35,19 @@ class Linear : public torch::nn::Module {
     bool small_matmul_ = true;
 };
 
+// Rows up to which a float32 decode step's matmuls (the fused step's and the LM head's) run
+// through the small_matmul kernels rather than BLAS. At 64 rows of the 125M model (2026-11-26,
+// README "Rollout decode"): the kernel's step is 1.9x OpenBLAS's with the Prescott kernels
+// OpenBLAS 0.3.21 falls back to on CPUs it does not know (this VM), 0.91x (1 thread) to 1.16x
+// (2 threads) of its tuned Cooperlake kernels; the kernel does not depend on that detection.
+// Past ~64 rows of K = 2048 the x rows no longer stay in L2. (Other callers stop at
+// kernels::kSmallMatmulMaxRows.)
+constexpr int64_t kDecodeKernelMaxRows = 64;
+
+// Whether DecoderLayer::decode_step applies to a forward of hidden states h [B, 1, H] with
+// `cache` (slots bound, a decode step): CPU, float32, grad mode off, no tensor parallelism.
+bool fused_decode_applies(const torch::Tensor& h, const KVCache& cache, const TensorParallel* tp);
+
 // x w^T + b through kernels::small_matmul when `small_matmul` is on and it applies, else
 // torch::linear.
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, bool small_matmul);
@@ -44,6 +57,8 @@ class RMSNorm : public torch::nn::Module {
   public:
     RMSNorm(int64_t dim, double eps, const torch::TensorOptions& options);
     torch::Tensor forward(const torch::Tensor& x) const;
+    const torch::Tensor& weight() const { return weight_; }
+    double eps() const { return eps_; }
 
   private:
     torch::Tensor weight_;
@@ -74,6 +89,10 @@ class Attention : public torch::nn::Module {
                           KVCache* cache, int64_t layer);
     // Off: always the LibTorch expression (the decode benchmark's baseline). Default on.
     void use_decode_attention(bool on) { decode_attention_ = on; }
+    // The fused CPU decode step's attention (see DecoderLayer::decode_step): xn [B, H] the
+    // normed input, h [B, H] the residual stream, h += o_proj(attention(xn)) in place.
+    void decode_step(const torch::Tensor& xn, const torch::Tensor& h, const Rotary& rope, KVCache& cache,
+                     int64_t layer) const;
 
   private:
     bool decode_attention_ = true;
@@ -87,6 +106,8 @@ class Mlp : public torch::nn::Module {
   public:
     Mlp(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp, const torch::TensorOptions& options);
     torch::Tensor forward(const torch::Tensor& x) const;
+    // h += down(silu(gate(xn)) * up(xn)) in place (DecoderLayer::decode_step).
+    void decode_step(const torch::Tensor& xn, const torch::Tensor& h, KVCache& cache) const;
 
   private:
     const TensorParallel* tp_;
@@ -99,6 +120,15 @@ class DecoderLayer : public torch::nn::Module {
                  const torch::TensorOptions& options);
     torch::Tensor forward(const torch::Tensor& x, const Rotary& rope, const torch::Tensor& masked_out,
                           KVCache* cache, int64_t layer);
+    // The fused CPU decode step of this layer: one new position per row with the cache's slots
+    // bound (decode, not extend), float32, no autograd, no tensor parallelism (fused_decode_applies).
+    // h [B, H] float32 contiguous is the residual stream, updated in place. Every buffer is the
+    // cache's scratch; matmuls go through kernels::small_matmul_into with q/k/v and gate/up each
+    // in one parallel region and the residual adds fused; RMSNorm and rotary through
+    // kernels/decode_ops.h; the K/V row written straight into its slot; attention through
+    // kernels::decode_attention_slots. The same function as forward() (same matmul and
+    // attention kernels; RMSNorm's mean summed in double).
+    void decode_step(const torch::Tensor& h, const Rotary& rope, KVCache& cache, int64_t layer) const;
 
   private:
     std::shared_ptr<Attention> self_attn_;

@@ -2,6 +2,7 @@
 
 #include "model/layers.h"
 #include "model/weights_io.h"
+#include "rlpt/kernels/small_matmul.h"
 #include <fmt/ranges.h>
 
 #include "rlpt/core/error.h"
@@ -143,7 +144,17 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
         h = torch::embedding(embed_weight_, torch::where(here, local, torch::zeros_like(local)));
         h = tp_reduce(h * here.unsqueeze(-1).to(h.scalar_type()), tp());
     }
-    if (hooks_ == nullptr) {
+    if (slot_decode && fused_decode_ && detail::fused_decode_applies(h, *cache, tp())) {
+        // h is this forward's own embedding output: each layer updates it in place.
+        const auto x = h.view({b, args_.hidden_size});
+        ++fused_decode_steps_;
+        for (size_t i = 0; i < layers_.size(); ++i) {
+            const auto li = static_cast<int64_t>(i);
+            if (hooks_) hooks_->before_forward(li);
+            layers_[i]->decode_step(x, rope, *cache, li);
+            if (hooks_) hooks_->after_forward(li);
+        }
+    } else if (hooks_ == nullptr) {
         for (size_t i = 0; i < layers_.size(); ++i)
             h = layers_[i]->forward(h, rope, masked_out, cache, static_cast<int64_t>(i));
     } else {
@@ -216,6 +227,10 @@ torch::Tensor CausalLM::gathered_logits(const torch::Tensor& hidden) const {
         !torch::GradMode::is_enabled()) {
         // BLAS path: a single fp32 row through gemv (OpenBLAS runs a 1-row sgemm 3-4x slower).
         local = torch::mv(head, hidden.select(0, 0)).unsqueeze(0);
+    } else if (small_matmul_ && hidden.dim() == 2 && hidden.size(0) <= detail::kDecodeKernelMaxRows &&
+               hidden.scalar_type() == torch::kFloat32 && head.scalar_type() == torch::kFloat32 &&
+               hidden.is_cpu() && head.is_contiguous() && !torch::GradMode::is_enabled()) {
+        local = kernels::small_matmul(hidden, head, {});  // a decode step's rows (see kDecodeKernelMaxRows)
     } else {
         local = detail::linear(hidden, head, {}, small_matmul_).to(torch::kFloat32);
     }
@@ -237,6 +252,7 @@ KVCache CausalLM::make_cache(int64_t batch_size, int64_t max_length) const {
 
 void CausalLM::use_decode_kernels(bool on) {
     small_matmul_ = on;
+    model_->use_fused_decode(on);
     for (const auto& m : modules(/*include_self=*/false)) {
         if (auto* lin = dynamic_cast<detail::Linear*>(m.get())) lin->use_small_matmul(on);
         if (auto* attn = dynamic_cast<detail::Attention*>(m.get())) attn->use_decode_attention(on);

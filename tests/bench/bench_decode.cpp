@@ -21,8 +21,12 @@
 // Output: one JSON line per measurement (scripts/bench_decode.sh turns them into a table).
 // Usage: rlpt_bench_decode [--threads N] [--quick] [--batches 1,16,64] [--hf-dir DIR [--write-hf-only]]
 //                          [--models tiny,fp32,bf16] [--no-blas]
+//        [--baseline blas|unfused]
 //        (default 1 thread and all three models; --no-blas: only the decode kernels, no BLAS-path
-//        rows (blas_tokens_per_s 0), which halves the run; --write-hf-only: write DIR's checkpoint when missing, then exit without measuring,
+//        rows (blas_tokens_per_s 0), which halves the run; --baseline unfused: the second path is
+//        the decode kernels without the fused decode step (Backbone::use_fused_decode(false):
+//        each layer's LibTorch forward around the same kernels, the path before the fused step)
+//        instead of the BLAS path; --write-hf-only: write DIR's checkpoint when missing, then exit without measuring,
 //        so that scripts/bench_decode.sh can convert it for llama.cpp before the first round)
 #include <dlfcn.h>
 #include <torch/torch.h>
@@ -150,6 +154,7 @@ int main(int argc, char** argv) {
     std::string hf_dir;
     bool write_hf_only = false;
     bool with_blas = true;
+    std::string baseline = "blas";
     std::string models = "tiny,fp32,bf16";
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
@@ -162,6 +167,9 @@ int main(int argc, char** argv) {
             write_hf_only = true;
         } else if (!std::strcmp(argv[i], "--no-blas")) {
             with_blas = false;
+        } else if (!std::strcmp(argv[i], "--baseline") && i + 1 < argc &&
+                   (!std::strcmp(argv[i + 1], "blas") || !std::strcmp(argv[i + 1], "unfused"))) {
+            baseline = argv[++i];
         } else if (!std::strcmp(argv[i], "--models") && i + 1 < argc) {
             models = argv[++i];
         } else if (!std::strcmp(argv[i], "--batches") && i + 1 < argc) {
@@ -170,7 +178,7 @@ int main(int argc, char** argv) {
             for (std::string item; std::getline(list, item, ',');) batches.push_back(std::max(1, std::atoi(item.c_str())));
         } else {
             std::fprintf(stderr, "usage: %s [--threads N] [--quick] [--batches 1,16,64] [--hf-dir DIR [--write-hf-only]] "
-                         "[--models tiny,fp32,bf16] [--no-blas]\n",
+                         "[--models tiny,fp32,bf16] [--no-blas] [--baseline blas|unfused]\n",
                          argv[0]);
             return 2;
         }
@@ -213,7 +221,12 @@ int main(int argc, char** argv) {
     // ---- decode ----
     const int64_t prompt_len = 16;
     models = "," + models + ",";
-    const std::vector<int> paths = with_blas ? std::vector<int>{1, 0} : std::vector<int>{1};  // kernels on / off
+    const std::vector<int> paths = with_blas ? std::vector<int>{1, 0} : std::vector<int>{1};  // kernels on / baseline
+    const bool unfused = baseline == "unfused";
+    auto use_path = [&](rlpt::model::CausalLM& m, int on) {
+        m.use_decode_kernels(on == 1 || unfused);
+        m.backbone().use_fused_decode(on == 1);
+    };
     for (const ModelSpec& spec : {tiny_spec(), llama125m_spec(torch::kFloat32), llama125m_spec(torch::kBFloat16)}) {
         const char* key = spec.args.vocab_size != 32000 ? "tiny" : spec.dtype == torch::kFloat32 ? "fp32" : "bf16";
         if (models.find("," + std::string(key) + ",") == std::string::npos) continue;
@@ -238,17 +251,17 @@ int main(int argc, char** argv) {
             // Best time of each of (kernels, BLAS) x (N tokens, 1 token), the four interleaved.
             double t_full[2] = {1e30, 1e30}, t_pre[2] = {1e30, 1e30};
             for (int on : paths) {  // warm-up
-                m->use_decode_kernels(on == 1);
+                use_path(*m, on);
                 rlpt::rollout::generate(*m, prompts, seeds, p1, b);
             }
             for (int r = 0; r < reps; ++r) {
                 for (int on : paths) {
-                    m->use_decode_kernels(on == 1);
+                    use_path(*m, on);
                     t_full[on] = std::min(t_full[on], best_seconds(1, [&] { rlpt::rollout::generate(*m, prompts, seeds, p, b); }));
                     t_pre[on] = std::min(t_pre[on], best_seconds(1, [&] { rlpt::rollout::generate(*m, prompts, seeds, p1, b); }));
                 }
             }
-            m->use_decode_kernels(true);
+            use_path(*m, 1);
             double tok_s[2] = {0, 0};
             for (int on : paths) tok_s[on] = static_cast<double>(b) * static_cast<double>(n_new - 1) / (t_full[on] - t_pre[on]);
             const double step_s = static_cast<double>(b) / tok_s[1];
@@ -274,11 +287,12 @@ int main(int argc, char** argv) {
             std::printf("{\"kind\":\"decode\",\"model\":\"%s\",\"threads\":%d,\"batch\":%lld,\"new_tokens\":%lld,"
                         "\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"blas_tokens_per_s\":%.1f,\"vs_blas\":%.2f,"
                         "\"bw_bound_ms\":%.3f,\"flop_bound_ms\":%.3f,\"binding\":\"%s\",\"ceiling_tokens_per_s\":%.1f,"
-                        "\"achieved\":%.3f,\"head_ms\":%.3f,\"sample_ms\":%.3f,\"prefill_ms\":%.2f,\"check_max_abs\":%.2e}\n",
+                        "\"achieved\":%.3f,\"head_ms\":%.3f,\"sample_ms\":%.3f,\"prefill_ms\":%.2f,\"check_max_abs\":%.2e,"
+                        "\"baseline\":\"%s\"}\n",
                         spec.name, threads, static_cast<long long>(b), static_cast<long long>(n_new), step_s * 1e3,
                         tok_s[1], tok_s[0], with_blas ? tok_s[1] / tok_s[0] : 0.0, t_bw * 1e3, t_fl * 1e3,
                         t_bw >= t_fl ? "bandwidth" : "matmul", b / bound, bound / step_s, head_s * 1e3,
-                        sample_s * 1e3, t_pre[1] * 1e3, err);
+                        sample_s * 1e3, t_pre[1] * 1e3, err, baseline.c_str());
             std::fflush(stdout);
         }
         if (spec.dtype != torch::kFloat32) continue;

@@ -61,4 +61,25 @@ torch::Tensor small_matmul(const torch::Tensor& x, const torch::Tensor& w, const
 // element, no blocking, no threads. Same contract as small_matmul but any number of rows.
 torch::Tensor small_matmul_reference(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias);
 
+// One product of small_matmul_into: out = x w^T + bias, or with `accumulate` out += x w^T + bias
+// (a decoder layer's residual add; the sum is added to out after it is complete, so the result
+// is exactly out + small_matmul(x, w, bias) for float32).
+struct MatmulTarget {
+    torch::Tensor w;          // [N, K] contiguous; float32 or bfloat16, the same for every target
+    torch::Tensor bias;       // [N] or undefined (any float dtype; used as float32)
+    torch::Tensor out;        // [M, N] float32 with contiguous rows (a column slice of a wider buffer works)
+    bool accumulate = false;  // out += product, else out = product
+};
+
+// Several products of the same rows x [M, K] (float32, contiguous rows) written into
+// preallocated outputs, in ONE parallel region (one thread-pool barrier instead of one per
+// weight: the q/k/v or gate/up projections of a decode step). Each element is computed exactly
+// as small_matmul computes it (same dot-product order: batch and thread invariant). Allocates
+// nothing for float32 biases. Any M. `out` must not overlap x or another target's out.
+// ValueError on bad shapes/dtypes/devices, for an `isa` this CPU lacks, or no targets.
+void small_matmul_into(const torch::Tensor& x, const std::vector<MatmulTarget>& targets,
+                       SmallMatmulIsa isa = SmallMatmulIsa::kAuto);
+// The same through the double-precision reference (one target at a time, no threads).
+void small_matmul_into_reference(const torch::Tensor& x, const std::vector<MatmulTarget>& targets);
+
 }  // namespace rlpt::kernels

@@ -107,6 +107,12 @@ class KVCache {
     // Commits T_new positions after every layer has stored them (slots bound: each bound slot
     // grows by T_new, and the slots are unbound).
     void advance(int64_t n_new);
+    // Scratch buffer `index` of the model's fused CPU decode step (DecoderLayer::decode_step):
+    // a float32 [rows, cols] tensor on the cache's device, allocated on first use for
+    // max(rows, batch_size()) rows and reused after (so a step writes into warm memory instead of
+    // fresh allocations). Kept here because a cache belongs to one generation batch: concurrent
+    // generations on one model never share it. Contents are undefined between calls.
+    torch::Tensor scratch(size_t index, int64_t rows, int64_t cols);
 
   private:
     std::vector<torch::Tensor> k_, v_;  // full buffers, batch dim narrowed to batch_
@@ -117,6 +123,7 @@ class KVCache {
     bool slotted_ = false;                        // bind_slots was called: no shared-length use
     torch::Tensor bound_, bound_len_, bound_dev_;  // the bound slots (undefined: none)
     torch::Tensor ext_prefix_, ext_new_;           // extend binding (undefined: none)
+    std::vector<torch::Tensor> scratch_;           // scratch(): flat float32 buffers
 };
 
 }  // namespace rlpt::model

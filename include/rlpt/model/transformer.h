@@ -94,6 +94,14 @@ class Backbone : public torch::nn::Module {
                           const torch::Tensor& position_ids, KVCache* cache = nullptr);
 
     const torch::Tensor& embed_weight() const { return embed_weight_; }  // [V, H] (this rank's rows)
+    // A decode step over bound cache slots (KVCache::bind_slots, one position per row) on the
+    // CPU in float32 without autograd or tensor parallelism runs each layer's fused step
+    // (detail::DecoderLayer::decode_step: preallocated buffers in the cache, ~5 kernel calls per
+    // layer instead of ~45 LibTorch operators) instead of its forward(). Default on;
+    // CausalLM::use_decode_kernels sets it with the kernels.
+    void use_fused_decode(bool on) { fused_decode_ = on; }
+    // Forwards that took the fused step so far (for tests: that the path really runs).
+    int64_t fused_decode_steps() const { return fused_decode_steps_; }
     // The block (null for tp = 1) and this rank's layout (tp = 1: everything).
     const TensorParallel* tp() const { return tp_ && tp_->size() > 1 ? tp_.get() : nullptr; }
     const std::shared_ptr<const TensorParallel>& tp_ptr() const { return tp_; }
@@ -118,6 +126,8 @@ class Backbone : public torch::nn::Module {
     std::vector<std::shared_ptr<detail::DecoderLayer>> layers_;
     std::shared_ptr<detail::RMSNorm> norm_;
     torch::Tensor inv_freq_;  // [head_dim/2] fp32 rotary frequencies (not a parameter)
+    bool fused_decode_ = true;
+    int64_t fused_decode_steps_ = 0;
 };
 
 // The policy: Hugging Face's *ForCausalLM. Construct it in the dtype/device you want (or load
@@ -164,9 +174,10 @@ class CausalLM : public torch::nn::Module {
     KVCache make_cache(int64_t batch_size, int64_t max_length) const;
 
     // CPU decode kernels, default on: decode-sized matmuls (few rows, no autograd graph: every
-    // Linear and the LM head in gathered_logits) use kernels::small_matmul, and decode steps
-    // (one new position, with a cache) attend through kernels::decode_attention. Off gives the
-    // plain LibTorch path (torch::linear / OpenBLAS, matmul + softmax), the decode benchmark's
+    // Linear and the LM head in gathered_logits) use kernels::small_matmul, decode steps (one
+    // new position, with a cache) attend through kernels::decode_attention, and slot decode
+    // steps run the fused per-layer step (Backbone::use_fused_decode). Off gives the plain
+    // LibTorch path (torch::linear / OpenBLAS, matmul + softmax), the decode benchmark's
     // baseline.
     void use_decode_kernels(bool on);
 
