@@ -162,6 +162,9 @@ TEST_F(WeightReshardTest, Tp2ToTp2) { run_all({2, 2, 1}); }
 TEST_F(WeightReshardTest, Tp2ToTp4) { run_all({2, 4, 1}); }
 TEST_F(WeightReshardTest, Tp4ToTp2) { run_all({4, 2, 1}); }
 TEST_F(WeightReshardTest, Tp4ToTp1TwoBlocks) { run_all({4, 1, 2}); }
+// 8 ranks: every rank of the world in the sync.
+TEST_F(WeightReshardTest, Tp4ToTp2TwoBlocks) { run_all({4, 2, 2}); }
+TEST_F(WeightReshardTest, Tp2ToThreeTp2Blocks) { run_all({2, 2, 3}); }
 
 // The plan covers every real element of every receiver exactly once, from a rank that holds it.
 TEST_F(WeightReshardTest, PlanCoversEachReceiverSliceOnce) {

@@ -1,12 +1,12 @@
 # Shard-to-shard weight sync between tensor-parallel layouts (comm/weight_reshard.cpp): every
-# (actor tp, rollout tp) pair that fits 3, 4 and 6 ranks.
-foreach(np 3 4 6)
+# (actor tp, rollout tp) pair that fits 3, 4, 6 and 8 ranks.
+foreach(np 3 4 6 8)
   rlpt_add_mpi_test(mpi_weight_reshard_np${np} NP ${np} TARGET rlpt_mpi_tests
                     FILTER "WeightReshardTest.*" TIMEOUT 300)
 endforeach()
 # The hybrid engine's colocated resharding (model::reshard_colocated) and its RegionExchange: actor (ZeRO x tp) and
-# rollout (another tp) on the same 2 and 4 ranks.
-foreach(np 2 4)
+# rollout (another tp) on the same 2, 4 and 8 ranks.
+foreach(np 2 4 8)
   rlpt_add_mpi_test(mpi_weight_reshard_colocated_np${np} NP ${np} TARGET rlpt_mpi_tests
                     FILTER "ColocatedReshardTest.*:RegionExchangeTest.*" TIMEOUT 300)
 endforeach()
