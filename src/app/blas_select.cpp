@@ -46,6 +46,16 @@ void maybe_select_blas_core(int argc, char** argv) {
     if (core == nullptr || !is_generic_core(core) || !cpu_has_avx512()) return;
     setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
     setenv("RLPT_BLAS_REEXECUTED", "1", 1);
+    // Exec the resolved path, not /proc/self/exe: the process name (comm) is the executed file's
+    // name, and the run-directory lock recognises a live job by a name starting with "rlpt"
+    // (src/app/run_dir.cpp); through /proc/self/exe it would read "exe" and a second job would
+    // take the first one's lock as stale.
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        execv(self, argv);
+    }
     execv("/proc/self/exe", argv);
     // exec failed: carry on with the generic core.
     unsetenv("OPENBLAS_CORETYPE");
