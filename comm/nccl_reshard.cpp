@@ -1,12 +1,13 @@
 // NCCL point-to-point transport of the weight reshard (comm/weight_reshard_transport.h): each
-// bucket is one ncclSend / ncclRecv on a stream owned by the transport. Built only with NCCL.
+// message (a piece of at most one bucket) is one ncclSend / ncclRecv on a stream owned by the
+// transport. Built only with NCCL.
 //
 // Ordering with torch. Buckets are packed and unpacked by torch copies on torch's own stream;
 // start() synchronizes the device first, so the pack that filled a bucket (and the unpack that
 // last read a reused one) is finished before NCCL touches it; finish_oldest() waits for the
 // bucket's event, so torch reads a received bucket only after it landed. That trades overlap
-// of packing with transfer for simplicity; the transfers themselves of up to n_buffers buckets
-// run back to back on the stream. Sends and receives are issued in the schedule's global order
+// of packing with transfer for simplicity; the messages of one round run back to back on the
+// stream. Sends and receives are issued in the schedule's global order
 // on every rank, which keeps blocking point-to-point NCCL calls deadlock-free (weight_reshard.h).
 #include <deque>
 

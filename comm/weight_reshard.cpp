@@ -1,5 +1,5 @@
-// Shard-to-shard weight sync (rlpt/comm/weight_reshard.h): agreement, the bucket schedule,
-// packing with torch copies, the MPI point-to-point transport and the backend choice.
+// Shard-to-shard weight sync (rlpt/comm/weight_reshard.h): agreement, the round schedule (messages
+// cut into rounds of at most one bucket of staging per rank), packing with torch copies, the MPI point-to-point transport and the backend choice.
 #include "rlpt/comm/weight_reshard.h"
 
 #include <sched.h>
@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
-#include <map>
 
 #include <fmt/ranges.h>
 
@@ -195,7 +194,7 @@ void move_regions(P2pTransport& transport, int me, int n, const std::vector<Regi
     std::vector<std::pair<size_t, size_t>> rounds;
     for (size_t i = 0; i < transfers.size(); ++i) {
         const RegionTransfer& t = transfers[i];
-        const int64_t s = staged_on(t, t.src), d = t.src == t.dst ? 0 : staged_on(t, t.dst);
+        const int64_t s = staged_on(t, t.src), d = staged_on(t, t.dst);  // both 0 for a local copy
         if (i > begin && ((s > 0 && used[static_cast<size_t>(t.src)] + s > budget) ||
                           (d > 0 && used[static_cast<size_t>(t.dst)] + d > budget))) {
             rounds.emplace_back(begin, i);
@@ -203,7 +202,7 @@ void move_regions(P2pTransport& transport, int me, int n, const std::vector<Regi
             std::fill(used.begin(), used.end(), 0);
         }
         used[static_cast<size_t>(t.src)] += s;
-        if (t.dst != t.src) used[static_cast<size_t>(t.dst)] += d;
+        used[static_cast<size_t>(t.dst)] += d;
         most_mine = std::max(most_mine, used[static_cast<size_t>(me)]);
     }
     if (begin < transfers.size()) rounds.emplace_back(begin, transfers.size());

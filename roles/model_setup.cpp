@@ -56,6 +56,13 @@ std::vector<torch::Tensor> parameter_list(torch::nn::Module& m) {
     return out;
 }
 
+comm::WeightSyncOptions weight_sync_options(const Config& config) {
+    comm::WeightSyncOptions opts;
+    opts.bucket_bytes = static_cast<int64_t>(config.rollout.weight_sync.bucket_mb * 1024 * 1024);
+    opts.timeout_s = config.trainer.call_timeout_s;
+    return opts;
+}
+
 void sync_policy_weights(PolicySync& sync, const protocol::WorkerContext& ctx, model::CausalLM& m,
                          uint64_t& version) {
     const comm::Placement& placement = ctx.topology->placement();
@@ -64,9 +71,7 @@ void sync_policy_weights(PolicySync& sync, const protocol::WorkerContext& ctx, m
     if (std::find(ranks.begin(), ranks.end(), ctx.world_rank) == ranks.end()) return;
     if (!sync.comm.valid()) {
         const auto& c = ctx.config->rollout.weight_sync;
-        comm::WeightSyncOptions opts;
-        opts.bucket_bytes = static_cast<int64_t>(c.bucket_mb * 1024 * 1024);
-        opts.timeout_s = ctx.config->trainer.call_timeout_s;
+        const comm::WeightSyncOptions opts = weight_sync_options(*ctx.config);
         if (reshard_ranks.empty()) {
             sync.comm = ctx.topology->control().create_group(ranks, kWeightSyncGroupTag + ctx.comms->mp_rank);
             sync.broadcast = comm::make_weight_sync(c.backend, sync.comm, opts);

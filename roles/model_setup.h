@@ -52,6 +52,11 @@ struct PolicySync {
     comm::ReshardPlan plan;
     std::vector<std::string> names;
 };
+// The actor -> rollout weight transfer options from the config: rollout.weight_sync's bucket
+// (MiB -> bytes) and trainer.call_timeout_s (the broadcast, the reshard and the hybrid engine's
+// region exchange all take these).
+comm::WeightSyncOptions weight_sync_options(const Config& config);
+
 // One sync of `m`'s parameters: the actor's ranks send (`version` is published), the separate
 // rollout ranks receive (`version` is set). Ranks that take no part return at once (actor ranks
 // outside the sending block or mp group). Collective over the sync group, on its first call

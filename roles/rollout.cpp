@@ -2,6 +2,7 @@
 #include "rlpt/roles/rollout.h"
 
 #include <chrono>
+#include <sstream>
 
 #include "model_setup.h"
 #include "rlpt/core/log.h"
@@ -42,18 +43,15 @@ class RolloutWorker : public RoleWorker {
 };
 
 // The hybrid engine's generation window: the rollout-layout copy filled from the actor on
-// construction (collective on the actor's DP group and tp block), its storage freed on exit.
+// construction (collective on the actor's role communicator), its storage freed on exit.
 class ReshardedWindow {
   public:
     ReshardedWindow(RolloutWorker& r, const WorkerContext& ctx) : r_(r) {
         if (!r.actor) return;
         model::CausalLM& m = *r.policy->model;
         if (!r.exchange) {
-            const auto& c = ctx.config->rollout.weight_sync;
-            comm::WeightSyncOptions opts;
-            opts.bucket_bytes = static_cast<int64_t>(c.bucket_mb * 1024 * 1024);
-            opts.timeout_s = ctx.config->trainer.call_timeout_s;
-            r.exchange = comm::make_region_exchange(c.backend, *r.actor->comm, opts);
+            r.exchange = comm::make_region_exchange(ctx.config->rollout.weight_sync.backend, *r.actor->comm,
+                                                    detail::weight_sync_options(*ctx.config));
         }
         const auto& src = r.actor->model->tp_layout();
         const auto st =
@@ -130,12 +128,9 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     r.gen.config = ctx.config;
     if (ctx.config->rollout.generator == "tool_agent") {  // reads and writes text with the run's tokenizer
         if (!args.tokenizer_charset.empty()) {
-            std::vector<std::string> words;
-            for (size_t at = 0; !args.tokenizer_words.empty() && at <= args.tokenizer_words.size();) {
-                const size_t end = std::min(args.tokenizer_words.find('\n', at), args.tokenizer_words.size());
-                words.push_back(args.tokenizer_words.substr(at, end - at));
-                at = end + 1;
-            }
+            std::vector<std::string> words;  // '\n'-separated (InitArgs::tokenizer_words)
+            std::istringstream lines(args.tokenizer_words);
+            for (std::string w; std::getline(lines, w, '\n');) words.push_back(w);
             r.tok = std::make_unique<tokenizer::CharTokenizer>(args.tokenizer_charset, std::move(words));
         }
         else if (!ctx.config->model.path.empty()) r.tok = tokenizer::load_tokenizer(ctx.config->model.path);

@@ -122,9 +122,7 @@ std::string format_number(double v) {
 
 // Encodes text a tool or environment produced: special tokens are not matched, and characters the
 // vocabulary cannot represent (a character tokenizer's charset) are dropped.
-}  // namespace
-
-static std::vector<int64_t> encode_untrusted(const tokenizer::Tokenizer& tok, const std::string& text) {
+std::vector<int64_t> encode_untrusted(const tokenizer::Tokenizer& tok, const std::string& text) {
     try {
         return tok.encode(text, /*allow_special=*/false);
     } catch (const ValueError&) {
@@ -142,6 +140,8 @@ static std::vector<int64_t> encode_untrusted(const tokenizer::Tokenizer& tok, co
     }
     return out;
 }
+
+}  // namespace
 
 std::vector<int64_t> encode_observation(const tokenizer::Tokenizer& tok, const ObservationPieces& o) {
     std::vector<int64_t> ids;
@@ -173,7 +173,6 @@ EncodedConversation encode_conversation(const tokenizer::Tokenizer& tok, ChatFam
     }
     EncodedConversation out;
     std::vector<std::string> tools;  // the tool turns since the last assistant turn
-    std::string last_role;
     for (size_t k = 0; k < turns.size(); ++k) {
         const auto& t = turns[k];
         RLPT_CHECK(t.is_object() && t.contains("role") && t["role"].is_string() && t.contains("content") &&
@@ -198,10 +197,10 @@ EncodedConversation encode_conversation(const tokenizer::Tokenizer& tok, ChatFam
             out.ids.insert(out.ids.end(), ids.begin(), ids.end());
             out.loss_mask.insert(out.loss_mask.end(), ids.size(), 1);
         }
-        last_role = role;
     }
-    RLPT_CHECK(last_role == "assistant", "conversation: the last turn must be the assistant's (the answer), got '{}'",
-               last_role);
+    RLPT_CHECK(turns.back()["role"] == "assistant",
+               "conversation: the last turn must be the assistant's (the answer), got '{}'",
+               turns.back()["role"].get<std::string>());
     return out;
 }
 

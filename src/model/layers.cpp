@@ -26,7 +26,6 @@ bool fused_decode_applies(const torch::Tensor& h, const KVCache& cache, const Te
 
 namespace {
 
-
 // The matmuls of a fused decode step: every target in one small_matmul_into call (one parallel
 // region); past kDecodeKernelMaxRows rows (or for a weight that is not contiguous, never so for
 // parameters) through BLAS into the same buffers.
