@@ -59,7 +59,7 @@ print("- received vs full bcast: the largest per-rank receive over the full mode
       "to every receiver.")
 print("- messages/rank: the most messages one rank sent or received in a sync; MB copied/rank: bytes packed into or unpacked out of "
       "buckets on the busiest rank; plan / copy / wait s: one timed sync's phases, slowest rank each.")
-print("\nColocated (the hybrid engine, model::reshard_colocated): actor trained at ZeRO-3 over the DP ranks, rollout "
+print("\nColocated (the hybrid engine, model::HeldReshard): actor trained at ZeRO-3 over the DP ranks, rollout "
       "copy in another tp on the same ranks; one window = fill the rollout copy from what the ranks hold of the actor "
       "(point to point, straight into the rollout's tensors) + free it. Peers: raw MPI_Allgather of the actor bytes "
       "into preallocated buffers (over DP; plus over the tp block when actor tp > 1: what a gather-based fill moves), "

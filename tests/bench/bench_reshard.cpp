@@ -9,7 +9,7 @@
 // Usage: mpirun -np <from + blocks*to> rlpt_bench_reshard --from F --to T --blocks B [--iters N]
 //        [--bucket-mb M (64, the default weight_sync.bucket_mb)]
 //
-// --colocated 1: the hybrid engine instead (model::reshard_colocated). Every rank holds the actor
+// --colocated 1: the hybrid engine instead (model::HeldReshard, every rank source and destination). Every rank holds the actor
 // (tp F, trained by a ZeRO-3 TrainEngine over the ranks / F DP ranks) and a rollout copy of tp T
 // with its storage released; one measurement is a whole generation window: fill the rollout
 // copy from what the ranks hold of the actor (point to point, straight into the rollout's
@@ -186,20 +186,22 @@ void run_colocated(const Args& a, const comm::Communicator& world) {
     comm::WeightSyncOptions xopts;
     xopts.bucket_bytes = a.bucket_mb << 20;
     auto exchange = comm::make_region_exchange("mpi", world, xopts);
-    const auto& src = actor->tp_layout();
+    const auto& src_layout = actor->tp_layout();
+    model::HeldReshard resharder(args, *exchange);
     auto window = [&] {
-        const auto st = model::reshard_colocated(engine.held_parameters(), args, src.tp, src.rank, *exchange, *rollout,
-                                                 rollout->tp_layout());
+        const model::HeldSource src{engine.held_parameters(), src_layout.tp, src_layout.rank};
+        const auto st = resharder.run(&src, rollout.get(), rollout->tp_layout());
         model::release_parameter_storage(*rollout);
         return st;
     };
-    {  // warm-up and the correctness check
-        model::reshard_colocated(engine.held_parameters(), args, src.tp, src.rank, *exchange, *rollout,
-                                 rollout->tp_layout());
+    {  // warm-up (the transfer list is computed here and reused by the timed windows) and the check
+        window();
+        const model::HeldSource src{engine.held_parameters(), src_layout.tp, src_layout.rank};
+        resharder.run(&src, rollout.get(), rollout->tp_layout());
         check_slices(*rollout, args, me);
         model::release_parameter_storage(*rollout);
     }
-    model::ColocatedReshardStats st;
+    model::HeldReshardStats st;
     const double t_reshard = timed(world, a.iters, [&] { st = window(); });
     const auto& xs = exchange->last_stats();
     // The same bytes through raw all-gathers into preallocated buffers.
