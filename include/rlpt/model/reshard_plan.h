@@ -48,7 +48,7 @@ comm::ReshardPlan reshard_plan(const torch::nn::Module& local, const TpLayout& l
 // rank that keeps exactly those columns) and is sent in place when it is contiguous in the
 // holder's shard; the other ends are staged, at most one bucket at a time. Padding rows of a
 // vocabulary slice are zeroed. Peak memory per rank: what it holds + its destination parameters
-// + one bucket, never a full model. verl's sharding managers do the colocated job with FSDP's
+// + one bucket (no gathered copy on top). verl's sharding managers do the colocated job with FSDP's
 // full state dict per layer.
 
 // Storage of `t` freed (metadata, shape and views kept; data pointer null) / allocated again if
