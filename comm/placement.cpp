@@ -316,6 +316,17 @@ std::vector<int> weight_reshard_ranks(const Placement& p) {
     return ranks;
 }
 
+std::vector<int> weight_exchange_ranks(const Placement& p) {
+    const RoleLayout* actor = p.find("actor");
+    const RoleLayout* rollout = p.find("rollout");
+    if (!actor || !rollout || weight_sync_ranks(p).empty()) return {};
+    std::vector<int> ranks = actor->world_ranks;
+    for (int r : rollout->world_ranks) {
+        if (actor->role_rank(r) < 0) ranks.push_back(r);
+    }
+    return ranks;
+}
+
 int zero_shard_group_size(const Placement& p, const std::string& role, int64_t fsdp_size, const std::string& key) {
     const RoleLayout* l = p.find(role);
     if (l == nullptr || fsdp_size == -1) return 0;

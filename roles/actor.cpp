@@ -187,10 +187,10 @@ Batch sft_step(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 
 Batch send_weights(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
-    // ZeRO-3: every DP rank takes part in gathering the parameters, the first block sends them.
-    const auto full = a.engine->hold_full_parameters();
     uint64_t version = static_cast<uint64_t>(in.meta_int("version", static_cast<int64_t>(a.policy->version)));
-    detail::sync_policy_weights(a.sync, ctx, *a.policy->model, version);
+    // ZeRO-3: every actor rank sends from its shards (nothing gathered). Other stages: the first
+    // block sends its whole slices.
+    detail::sync_policy_weights(a.sync, ctx, *a.policy->model, version, a.policy->held);
     return Batch(0);
 }
 

@@ -63,8 +63,53 @@ comm::WeightSyncOptions weight_sync_options(const Config& config) {
     return opts;
 }
 
-void sync_policy_weights(PolicySync& sync, const protocol::WorkerContext& ctx, model::CausalLM& m,
-                         uint64_t& version) {
+bool weight_sync_from_shards(const protocol::WorkerContext& ctx) {
+    const Config& c = *ctx.config;
+    const OptimConfig& optim = c.trainer.mode == "sft" ? c.sft.optim : c.actor.optim;
+    return optim.zero_stage == 3 && !comm::weight_exchange_ranks(ctx.topology->placement()).empty();
+}
+
+namespace {
+
+// The ZeRO-3 actor's sync: every actor rank sends what it holds of its shards, every separate
+// rollout rank receives its slices (model::HeldReshard), then the version from the group's rank
+// 0 (the actor's first rank) by one broadcast with the deadline.
+void sync_from_shards(PolicySync& sync, const protocol::WorkerContext& ctx, model::CausalLM& m, uint64_t& version,
+                      const std::function<std::vector<model::HeldSlice>()>& held) {
+    const auto ranks = comm::weight_exchange_ranks(ctx.topology->placement());
+    if (std::find(ranks.begin(), ranks.end(), ctx.world_rank) == ranks.end()) return;
+    const comm::WeightSyncOptions opts = weight_sync_options(*ctx.config);
+    if (!sync.comm.valid()) {
+        sync.comm = ctx.topology->control().create_group(ranks, kWeightExchangeGroupTag);
+        sync.exchange = comm::make_region_exchange(ctx.config->rollout.weight_sync.backend, sync.comm, opts);
+        sync.from_shards = std::make_unique<model::HeldReshard>(m.args(), *sync.exchange);
+    }
+    model::HeldReshardStats st;
+    if (held) {
+        const model::HeldSource src{held(), m.tp_layout().tp, m.tp_layout().rank};
+        st = sync.from_shards->run(&src, nullptr, {});
+    } else {
+        st = sync.from_shards->run(nullptr, &m, m.tp_layout());
+    }
+    sync.exchange->comm().bcast(&version, sizeof(version), 0, comm::Deadline::after_seconds(opts.timeout_s));
+    if (st.planned && sync.comm.rank() == 0) {
+        const auto& p = ctx.topology->placement();
+        RLPT_LOG_INFO("weight sync from the ZeRO-3 shards: {} actor ranks (tp {}) -> {} rollout ranks (tp {}), no full "
+                      "model gathered; this rank sent {:.3f} MB in {:.3f} s",
+                      p.at("actor").world_ranks.size(), p.at("actor").mp_size,
+                      ranks.size() - p.at("actor").world_ranks.size(), p.at("rollout").mp_size, st.sent_bytes / 1e6,
+                      st.seconds);
+    }
+}
+
+}  // namespace
+
+void sync_policy_weights(PolicySync& sync, const protocol::WorkerContext& ctx, model::CausalLM& m, uint64_t& version,
+                         const std::function<std::vector<model::HeldSlice>()>& held) {
+    if (weight_sync_from_shards(ctx)) {
+        sync_from_shards(sync, ctx, m, version, held);
+        return;
+    }
     const comm::Placement& placement = ctx.topology->placement();
     const auto reshard_ranks = comm::weight_reshard_ranks(placement);
     const auto ranks = reshard_ranks.empty() ? weight_sync_ranks(placement, ctx.comms->mp_rank) : reshard_ranks;

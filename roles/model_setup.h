@@ -41,28 +41,42 @@ using comm::weight_sync_ranks;
 // per-mp_rank broadcasts).
 constexpr int kWeightSyncGroupTag = 4242;
 constexpr int kWeightReshardGroupTag = 4241;
+constexpr int kWeightExchangeGroupTag = 4240;
 
 // The actor -> rollout weight sync state of one rank (actor or rollout side), built at its first
-// sync: a per-mp_rank broadcast between equal layouts, or a shard-to-shard reshard when the
-// rollout's model_parallel_size differs (comm::weight_reshard_ranks).
+// sync: with a ZeRO-3 actor (weight_sync_from_shards) every actor rank's shards straight to the
+// rollout ranks (model::HeldReshard over comm::weight_exchange_ranks); otherwise a per-mp_rank
+// broadcast between equal layouts, or a shard-to-shard reshard from the actor's first block when
+// the rollout's model_parallel_size differs (comm::weight_reshard_ranks).
 struct PolicySync {
     comm::Communicator comm;
     std::unique_ptr<comm::WeightSync> broadcast;
     std::unique_ptr<comm::WeightReshard> reshard;
     comm::ReshardPlan plan;
     std::vector<std::string> names;
+    std::unique_ptr<comm::RegionExchange> exchange;
+    std::unique_ptr<model::HeldReshard> from_shards;
 };
 // The actor -> rollout weight transfer options from the config: rollout.weight_sync's bucket
 // (MiB -> bytes) and trainer.call_timeout_s (the broadcast, the reshard and the hybrid engine's
 // region exchange all take these).
 comm::WeightSyncOptions weight_sync_options(const Config& config);
 
+// Whether the actor -> separate rollout sync goes from the actor's shards (its
+// actor.optim.zero_stage is 3, sft.optim's in SFT mode, and some rollout rank does not host the
+// actor): then no actor rank holds the full model for it.
+bool weight_sync_from_shards(const protocol::WorkerContext& ctx);
+
 // One sync of `m`'s parameters: the actor's ranks send (`version` is published), the separate
-// rollout ranks receive (`version` is set). Ranks that take no part return at once (actor ranks
-// outside the sending block or mp group). Collective over the sync group, on its first call
-// also over the group's creation (MPI_Comm_create_group on the control communicator).
+// rollout ranks receive (`version` is set after their last byte landed). Ranks that take no part
+// return at once (actor ranks outside the sending block or mp group). Actor ranks pass `held`
+// (what the rank holds of the actor, TrainEngine::held_parameters), which the sync from the
+// shards sends from (weight_sync_from_shards: every actor rank takes part, `m`'s storage is not
+// read; the version then reaches the rollout by one broadcast from the actor's first rank,
+// after the data). Collective over the sync group, on its first call also over the group's
+// creation (MPI_Comm_create_group on the control communicator).
 void sync_policy_weights(PolicySync& sync, const protocol::WorkerContext& ctx, model::CausalLM& m,
-                         uint64_t& version);
+                         uint64_t& version, const std::function<std::vector<model::HeldSlice>()>& held = {});
 
 // Resume at another tensor-parallel size: the checkpoint's files of each old tp rank
 // (`old_tp_ranks[t]`), presented in `m`'s layout. Each tensor (and each optimizer kind of it) is
@@ -79,7 +93,7 @@ struct SharedPolicy {
     uint64_t version = 0;
     // What this rank holds of the actor now (TrainEngine::held_parameters: its ZeRO-3 shard or
     // its whole tp slice) and the actor's role communicator (every actor rank): what a colocated
-    // rollout with another tensor-parallel size reshards from (model::reshard_colocated).
+    // rollout with another tensor-parallel size reshards from (model::HeldReshard).
     std::function<std::vector<model::HeldSlice>()> held;
     const comm::Communicator* comm = nullptr;
 };

@@ -39,6 +39,7 @@ class RolloutWorker : public RoleWorker {
     // generation.
     std::shared_ptr<detail::SharedPolicy> actor;
     std::unique_ptr<comm::RegionExchange> exchange;  // over the actor's ranks, made at the first window
+    std::unique_ptr<model::HeldReshard> resharder;   // its transfer list kept across windows
     bool logged_reshard = false;
 };
 
@@ -52,10 +53,11 @@ class ReshardedWindow {
         if (!r.exchange) {
             r.exchange = comm::make_region_exchange(ctx.config->rollout.weight_sync.backend, *r.actor->comm,
                                                     detail::weight_sync_options(*ctx.config));
+            r.resharder = std::make_unique<model::HeldReshard>(m.args(), *r.exchange);
         }
-        const auto& src = r.actor->model->tp_layout();
-        const auto st =
-            model::reshard_colocated(r.actor->held(), m.args(), src.tp, src.rank, *r.exchange, m, m.tp_layout());
+        const auto& src_layout = r.actor->model->tp_layout();
+        const model::HeldSource src{r.actor->held(), src_layout.tp, src_layout.rank};
+        const auto st = r.resharder->run(&src, &m, m.tp_layout());
         r.policy->version = r.actor->version;
         active_ = true;
         if (ctx.comms->role_rank == 0 && !r.logged_reshard) {

@@ -31,12 +31,21 @@ for c in "1 2" "2 1"; do
   OMP_NUM_THREADS=1 mpirun -np 2 "${flags[@]}" "$bin" --colocated 1 --from "$1" --to "$2" \
     --iters "${ITERS:-5}" | grep '^{' >>"$out"
 done
+# A ZeRO-3 actor (tp F x dp 2) syncing to rollout ranks of their own: gathered (before) vs from the shards.
+for c in "1 1" "1 2" "2 1"; do
+  set -- $c
+  np=$(( 2 * $1 + $2 ))
+  echo "bench_reshard.sh: np=$np actor ZeRO-3 tp $1 x dp 2 -> rollout tp $2 on its own ranks" >&2
+  OMP_NUM_THREADS=1 mpirun -np "$np" "${flags[@]}" "$bin" --zero3-dp 2 --from "$1" --to "$2" --blocks 1 \
+    --iters "${ITERS:-5}" --bucket-mb "${BUCKET_MB:-64}" | grep '^{' >>"$out"
+done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 /usr/bin/python3 - "$out" "$load_before" "$load_after" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 colocated = [r for r in rows if r.get("colocated")]
-rows = [r for r in rows if not r.get("colocated")]
+zero3 = [r for r in rows if r.get("zero3_dp")]
+rows = [r for r in rows if not r.get("colocated") and not r.get("zero3_dp")]
 print(f"~100M Llama-style model (hidden 768, 12 layers, vocab 32000, tied; {rows[0]['full_model_bytes']/1e6:.0f} MB fp32), "
       f"{rows[0]['bucket_mb']} MiB buckets, one torch thread per rank, shared memory; load average {sys.argv[2]} before, {sys.argv[3]} after; "
       f"git {rows[0]['git_sha']}. Times: median of the slowest rank.\n")
@@ -59,7 +68,7 @@ print("- received vs full bcast: the largest per-rank receive over the full mode
       "to every receiver.")
 print("- messages/rank: the most messages one rank sent or received in a sync; MB copied/rank: bytes packed into or unpacked out of "
       "buckets on the busiest rank; plan / copy / wait s: one timed sync's phases, slowest rank each.")
-print("\nColocated (the hybrid engine, model::reshard_colocated): actor trained at ZeRO-3 over the DP ranks, rollout "
+print("\nColocated (the hybrid engine, model::HeldReshard): actor trained at ZeRO-3 over the DP ranks, rollout "
       "copy in another tp on the same ranks; one window = fill the rollout copy from what the ranks hold of the actor "
       "(point to point, straight into the rollout's tensors) + free it. Peers: raw MPI_Allgather of the actor bytes "
       "into preallocated buffers (over DP; plus over the tp block when actor tp > 1: what a gather-based fill moves), "
@@ -75,4 +84,17 @@ for r in colocated:
           f"| {r['max_bytes_received']/1e6:.0f} | {r['max_messages']} "
           f"| {r['reshard_s']:.3f} | {r['raw_allgather_s']:.3f} | {r['raw_allgather_s']/r['reshard_s']:.2f}x "
           f"| {r['raw_p2p_s']:.3f} | {r['raw_p2p_s']/r['reshard_s']:.2f}x | {r['copy_s']:.3f} / {r['wait_s']:.3f} |")
+print("\nZeRO-3 actor -> rollout ranks of their own (send_weights): gathered = every actor rank holds the full "
+      "parameters (hold_full_parameters) and the first block sends shard to shard, what rlpt did before; from shards = "
+      "model::HeldReshard, every actor rank sends what it holds. Peak: the actor ranks' engine memory during the sync "
+      "(TrainEngine::peak_memory_bytes; from shards plus the exchange's staging), max over ranks. Peer: raw p2p of the "
+      "from-shards bytes per pair.\n")
+print("| actor (ZeRO-3) -> rollout | ranks | persistent MB/actor rank | peak gathered MB | peak from shards MB "
+      "| MB sent/actor rank (min-max) | gathered s | from shards s | raw p2p s | from shards / raw p2p |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for r in zero3:
+    print(f"| tp {r['from']} x dp {r['zero3_dp']} -> {r['blocks']} x tp {r['to']} | {r['ranks']} "
+          f"| {r['actor_persistent_bytes']/1e6:.0f} | {r['gathered_peak_bytes']/1e6:.0f} | {r['shards_peak_bytes']/1e6:.0f} "
+          f"| {r['min_actor_sent_bytes']/1e6:.0f}-{r['max_actor_sent_bytes']/1e6:.0f} | {r['gathered_s']:.3f} "
+          f"| {r['shards_s']:.3f} | {r['raw_p2p_s']:.3f} | {r['raw_p2p_s']/r['shards_s']:.2f}x |")
 PY

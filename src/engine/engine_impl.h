@@ -146,8 +146,6 @@ void remove_hooks(EngineState& st);
 // ZeRO-3 after the parameter slices changed (step, load): gathered units freed, or gathered
 // again inside a hold. Collective when a hold is active.
 void invalidate_gathered(EngineState& st);
-// TrainEngine::for_each_full_parameter.
-void for_each_full(EngineState& st, const std::function<void(const std::string&, const torch::Tensor&)>& fn);
 // hold_full_parameters(): every unit gathered until the handle is dropped (ZeRO-3; else null).
 std::shared_ptr<void> hold_full(EngineState& st);
 

@@ -516,15 +516,11 @@ void TrainEngine::release_parameters() {
     for (const auto& g : st.groups) detail::release_unit(st, g.unit);
 }
 
-void TrainEngine::for_each_full_parameter(const std::function<void(const std::string&, const torch::Tensor&)>& fn) {
-    detail::for_each_full(*impl_, fn);
-}
-
 std::vector<model::HeldSlice> TrainEngine::held_parameters() const {
     const auto& st = *impl_;
     std::vector<model::HeldSlice> out;
     for (const auto& s : st.slots) {
-        model::HeldSlice h{s.name, 0, s.numel, torch::Tensor()};
+        model::HeldSlice h{s.name, 0, s.numel, torch::Tensor(), s.param.sizes().vec()};
         if (!st.shards_params()) {
             h.data = s.param.detach().reshape({-1});  // a view: the parameters are contiguous in flat_param
         } else {

@@ -192,32 +192,6 @@ void invalidate_gathered(EngineState& st) {
     finish_gathers(st);
 }
 
-void for_each_full(EngineState& st, const std::function<void(const std::string&, const torch::Tensor&)>& fn) {
-    if (!st.shards_params()) {
-        for (const auto& s : st.slots) fn(s.name, s.param);
-        return;
-    }
-    finish_gathers(st);
-    // A unit gathered here is freed when the walk leaves it (the root twice: first and last).
-    int64_t current = -2;
-    bool gathered_here = false;
-    const auto leave = [&] {
-        if (gathered_here) release_unit(st, current);
-        gathered_here = false;
-    };
-    for (const auto& s : st.slots) {
-        const int64_t unit = st.groups[s.group].unit;
-        if (unit != current) {
-            leave();
-            current = unit;
-            gathered_here = !st.groups[s.group].params_full;
-            gather_unit(st, unit);
-        }
-        fn(s.name, s.param);
-    }
-    leave();
-}
-
 namespace {
 
 // Keeps the engine's hooks object alive so that a handle outliving its engine only does nothing.

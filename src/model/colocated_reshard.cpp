@@ -1,5 +1,6 @@
-// Colocated resharding (rlpt/model/reshard_plan.h): the rollout-layout parameters filled from
-// the actor's layout one parameter at a time, and the storage management around it.
+// Resharding from what the ranks hold (rlpt/model/reshard_plan.h): a destination layout filled
+// point to point from the source's held slices (the hybrid engine's colocated reshard and the
+// ZeRO-3 actor's sync to separate rollout ranks), and the storage management around it.
 #include <c10/core/StorageImpl.h>
 #include <sys/mman.h>
 
@@ -75,7 +76,7 @@ struct Slice2 {
 Slice2 slice2(const std::string& name, const TpLayout& layout, const std::vector<int64_t>& full) {
     const ShardSpec s = shard_spec(name, layout);
     RLPT_CHECK_KIND(InternalError, !full.empty() && (s.dim < 1 || (s.dim == 1 && full.size() == 2)),
-                    "colocated reshard: parameter '{}' of {} dimensions split along dim {}", name, full.size(), s.dim);
+                    "held reshard: parameter '{}' of {} dimensions split along dim {}", name, full.size(), s.dim);
     Slice2 o;
     o.rows = full[0];
     o.cols = 1;
@@ -112,137 +113,350 @@ std::vector<Rect> rows_of_range(int64_t x, int64_t y, int64_t cols) {
     return out;
 }
 
-// Per rank of the exchange: [src tp, src tp rank, dst tp, dst tp rank, then begin, end per parameter].
-constexpr size_t kInfoHead = 4;
+// Per rank of the exchange, all-gathered: a head, then [begin, end) of every parameter held.
+enum Head : size_t { kOk, kHasSrc, kSrcTp, kSrcRank, kHasDst, kDstTp, kDstRank, kSignature, kHeadSize };
+
+// One parameter as this rank sees it (from its destination module and/or its held slices).
+struct Param {
+    std::string name;
+    std::vector<int64_t> full;  // the whole tensor's shape
+    int64_t element_size = 0;
+    torch::Tensor dst;  // this rank's destination tensor (undefined on a source-only rank)
+};
+
+// FNV-1a over the names, dtypes and full shapes: every rank of the exchange must agree on it.
+int64_t signature(const std::vector<Param>& params, const std::vector<torch::ScalarType>& dtypes) {
+    uint64_t h = 1469598103934665603ULL;
+    const auto mix = [&](const void* p, size_t n) {
+        for (size_t k = 0; k < n; ++k) h = (h ^ static_cast<const unsigned char*>(p)[k]) * 1099511628211ULL;
+    };
+    for (size_t i = 0; i < params.size(); ++i) {
+        mix(params[i].name.data(), params[i].name.size() + 1);
+        const auto t = static_cast<int64_t>(dtypes[i]);
+        mix(&t, sizeof(t));
+        for (int64_t d : params[i].full) mix(&d, sizeof(d));
+    }
+    return static_cast<int64_t>(h);
+}
+
+// This rank's parameter list and, in `problem`, why it cannot take part (empty: it can). Local.
+std::vector<Param> local_params(const HeldSource* src, torch::nn::Module* dst, const TpLayout& dst_layout,
+                                const ModelArgs& args, std::vector<torch::ScalarType>& dtypes, std::string& problem) {
+    std::vector<Param> out;
+    if (dst != nullptr) {
+        for (const auto& p : dst->named_parameters(/*recurse=*/true)) {
+            alloc_storage(p.value());
+            if (problem.empty() && !p.value().is_contiguous())
+                problem = fmt::format("destination parameter '{}' is not contiguous", p.key());
+            out.push_back({p.key(), full_shape(shard_spec(p.key(), dst_layout), p.value().sizes().vec()),
+                           static_cast<int64_t>(p.value().element_size()), p.value()});
+            dtypes.push_back(p.value().scalar_type());
+        }
+    }
+    if (src == nullptr) return out;
+    const TpLayout src_layout = tp_layout(args, src->tp, src->tp_rank);
+    const bool both = dst != nullptr;
+    if (both && src->held.size() != out.size() && problem.empty())
+        problem = fmt::format("the source has {} parameters, the destination {}", src->held.size(), out.size());
+    for (size_t i = 0; i < src->held.size(); ++i) {
+        const HeldSlice& h = src->held[i];
+        const auto full = full_shape(shard_spec(h.name, src_layout), h.shape);
+        const bool fits = h.data.defined() && h.data.dim() == 1 && h.data.is_contiguous() &&
+                          h.data.numel() == h.end - h.begin;
+        if (!both) {
+            out.push_back({h.name, full, fits ? static_cast<int64_t>(h.data.element_size()) : 0, torch::Tensor()});
+            dtypes.push_back(fits ? h.data.scalar_type() : torch::kFloat32);
+        }
+        if (!problem.empty()) continue;
+        if (!fits) {
+            problem = fmt::format("held slice of '{}' is not a contiguous 1-D tensor of its {} elements", h.name,
+                                  h.end - h.begin);
+        } else if (both && i < out.size() &&
+                   (h.name != out[i].name || h.data.scalar_type() != dtypes[i] || full != out[i].full)) {
+            problem = fmt::format("source parameter {} '{}' does not match the destination's '{}'", i, h.name,
+                                  out[i].name);
+        }
+    }
+    return out;
+}
+
+// Where one end of a transfer lies in its tensor: h rows of w elements, `ld` apart, from
+// element `at` of the tensor (a held slice or a destination parameter, flattened).
+struct RegionRef {
+    int64_t param = -1, at = 0, h = 0, w = 0, ld = 0;
+};
+struct PlannedTransfer {
+    int src = 0, dst = 0;
+    int64_t bytes = 0;
+    bool src_contiguous = true, dst_contiguous = true;
+    RegionRef from, to;  // on this rank's end only
+};
+struct PaddingRange {
+    int64_t param = 0, at = 0, count = 0;
+};
+
+// Elements [x, y) of source class `c`: the number of them inside `need` (full coordinates).
+int64_t needed_elements(int64_t x, int64_t y, const Slice2& c, const Rect& need) {
+    int64_t n = 0;
+    for (const Rect& l : rows_of_range(x, y, c.cols)) {
+        const Rect q = intersect(Rect{l.r0 + c.row_off, l.r1 + c.row_off, l.c0 + c.col_off, l.c1 + c.col_off}, need);
+        if (!q.empty()) n += (q.r1 - q.r0) * (q.c1 - q.c0);
+    }
+    return n;
+}
+
+// A run [x, y) of a source class's elements that destination rank `dst` takes from `holder`,
+// which holds [begin, ...) of them.
+struct Segment {
+    int holder = 0;
+    int64_t x = 0, y = 0, begin = 0;
+};
 
 }  // namespace
 
-ColocatedReshardStats reshard_colocated(const std::vector<HeldSlice>& held, const ModelArgs& args, int64_t src_tp,
-                                        int64_t src_tp_rank, comm::RegionExchange& exchange, torch::nn::Module& dst,
-                                        const TpLayout& dst_layout) {
-    const auto t0 = std::chrono::steady_clock::now();
-    torch::NoGradGuard no_grad;
-    ColocatedReshardStats stats;
-    auto params = dst.named_parameters(/*recurse=*/true);
-    RLPT_CHECK_KIND(InternalError, held.size() == params.size(),
-                    "colocated reshard: the source has {} parameters, the destination {}", held.size(), params.size());
-    for (size_t i = 0; i < params.size(); ++i) {
-        const auto& p = params[i];
-        RLPT_CHECK_KIND(InternalError, held[i].name == p.key() && held[i].data.defined() &&
-                                           held[i].data.scalar_type() == p.value().scalar_type() &&
-                                           held[i].data.numel() == held[i].end - held[i].begin,
-                        "colocated reshard: source parameter {} '{}' does not match the destination's '{}'", i,
-                        held[i].name, p.key());
-        alloc_storage(p.value());
-        stats.dst_bytes += p.value().numel() * p.value().element_size();
-    }
-    // Every rank's layouts and held ranges.
-    const comm::Communicator& comm = exchange.comm();
-    const int n = comm.size(), me = comm.rank();
-    std::vector<int64_t> mine{src_tp, src_tp_rank, dst_layout.tp, dst_layout.rank};
-    for (const auto& h : held) {
-        mine.push_back(h.begin);
-        mine.push_back(h.end);
-    }
-    const auto lengths = comm.allgather_i64(static_cast<int64_t>(mine.size()));
-    for (int r = 0; r < n; ++r)
-        RLPT_CHECK_KIND(InternalError, lengths[static_cast<size_t>(r)] == lengths[0],
-                        "colocated reshard: rank {} has {} parameters, rank 0 {}", r,
-                        (lengths[static_cast<size_t>(r)] - 4) / 2, (lengths[0] - 4) / 2);
-    std::vector<int64_t> all(mine.size() * static_cast<size_t>(n));
-    comm.allgather(mine.data(), all.data(), static_cast<int64_t>(mine.size() * sizeof(int64_t)));
-    auto info = [&](int r, size_t k) { return all[static_cast<size_t>(r) * mine.size() + k]; };
-    for (int r = 0; r < n; ++r)
-        RLPT_CHECK_KIND(InternalError, info(r, 0) == src_tp,
-                        "colocated reshard: rank {} holds the source at tp {}, this rank at tp {}", r, info(r, 0), src_tp);
+struct HeldReshard::Plan {
+    std::vector<int64_t> info;  // every rank's, as gathered: the plan holds while it is unchanged
+    std::vector<PlannedTransfer> transfers;
+    std::vector<PaddingRange> padding;  // this rank's destination rows with no source
+};
 
-    const int64_t max_bytes = std::min(exchange.options().bucket_bytes, comm::kMaxMessageBytes);
-    std::vector<comm::RegionTransfer> transfers;
-    for (size_t i = 0; i < params.size(); ++i) {
-        const std::string& name = params[i].key();
-        const torch::Tensor& out = params[i].value();
-        const int64_t es = static_cast<int64_t>(out.element_size());
-        const auto full = full_shape(shard_spec(name, dst_layout), out.sizes().vec());
-        // Source classes: tp ranks holding the same slice (all of them for a replicated tensor,
-        // the sharers of a replicated KV head), each a local matrix of its own.
-        std::vector<Slice2> classes;
-        std::vector<int> class_of(static_cast<size_t>(src_tp));
-        for (int64_t t = 0; t < src_tp; ++t) {
-            const Slice2 sl = slice2(name, tp_layout(args, src_tp, t), full);
+namespace {
+
+// Computes the transfer list every rank of the exchange computes (the same list, in the same
+// order), with the regions of this rank's ends. Local.
+class Planner {
+  public:
+    Planner(const ModelArgs& args, const std::vector<int64_t>& info, int n, int me, int64_t max_bytes,
+            const std::vector<Param>& params)
+        : args_(args), info_(info), stride_(info.size() / static_cast<size_t>(n)), n_(n), me_(me),
+          max_bytes_(max_bytes), params_(params), load_(static_cast<size_t>(n), 0) {
+        src_tp_ = -1;
+        for (int r = 0; r < n_; ++r) {
+            if (!at(r, kHasSrc)) continue;
+            RLPT_CHECK_KIND(InternalError, src_tp_ < 0 || at(r, kSrcTp) == src_tp_,
+                            "held reshard: rank {} holds the source at tp {}, another rank at tp {}", r,
+                            at(r, kSrcTp), src_tp_);
+            src_tp_ = at(r, kSrcTp);
+        }
+        RLPT_CHECK_KIND(InternalError, src_tp_ > 0, "held reshard: no rank of the exchange holds the source");
+    }
+
+    HeldReshard::Plan build() {
+        HeldReshard::Plan plan;
+        plan.info = info_;
+        for (size_t i = 0; i < params_.size(); ++i) plan_param(i, plan);
+        return plan;
+    }
+
+  private:
+    int64_t at(int r, size_t k) const { return info_[static_cast<size_t>(r) * stride_ + k]; }
+    int64_t held_begin(int r, size_t i) const { return at(r, kHeadSize + 2 * i); }
+    int64_t held_end(int r, size_t i) const { return at(r, kHeadSize + 2 * i + 1); }
+
+    // Source classes of parameter `i`: tp ranks holding the same slice (all of them for a
+    // replicated tensor, the sharers of a replicated KV head), each a local matrix of its own.
+    void source_classes(size_t i, std::vector<Slice2>& classes, std::vector<int>& class_of) const {
+        class_of.assign(static_cast<size_t>(src_tp_), 0);
+        for (int64_t t = 0; t < src_tp_; ++t) {
+            const Slice2 sl = slice2(params_[i].name, tp_layout(args_, src_tp_, t), params_[i].full);
             size_t k = 0;
             while (k < classes.size() && !classes[k].same_place(sl)) ++k;
             if (k == classes.size()) classes.push_back(sl);
             class_of[static_cast<size_t>(t)] = static_cast<int>(k);
         }
-        for (int r = 0; r < n; ++r) {
-            const Slice2 d = slice2(name, tp_layout(args, info(r, 2), info(r, 3)), full);
-            if (r == me) {  // padding rows of a vocabulary slice exist on this rank only
-                auto m = out.view({d.rows, d.cols});
-                const int64_t real_rows = d.real.r1 - d.row_off;
-                if (real_rows < d.rows) m.narrow(0, real_rows, d.rows - real_rows).zero_();
-            }
+    }
+
+    void plan_param(size_t i, HeldReshard::Plan& plan) {
+        std::vector<Slice2> classes;
+        std::vector<int> class_of;
+        source_classes(i, classes, class_of);
+        for (int r = 0; r < n_; ++r) {
+            if (!at(r, kHasDst)) continue;
+            const Slice2 d = slice2(params_[i].name, tp_layout(args_, at(r, kDstTp), at(r, kDstRank)), params_[i].full);
+            const int64_t real_rows = d.real.r1 - d.row_off;
+            if (r == me_ && real_rows < d.rows)  // padding rows of a vocabulary slice exist on this rank only
+                plan.padding.push_back({static_cast<int64_t>(i), real_rows * d.cols, (d.rows - real_rows) * d.cols});
             for (size_t k = 0; k < classes.size(); ++k) {
-                const Slice2& c = classes[k];
-                const Rect need = intersect(d.real, c.real);
+                const Rect need = intersect(d.real, classes[k].real);
                 if (need.empty()) continue;
-                // Cover the class's elements: each from one holder, this rank first, then the
-                // ranks after it.
-                std::vector<std::pair<int64_t, int64_t>> left{{0, c.rows * c.cols}};
-                for (int step = 0; step < n && !left.empty(); ++step) {
-                    const int a = (r + step) % n;
-                    if (class_of[static_cast<size_t>(info(a, 1))] != static_cast<int>(k)) continue;
-                    const int64_t b = info(a, kInfoHead + 2 * i), e = info(a, kInfoHead + 2 * i + 1);
-                    std::vector<std::pair<int64_t, int64_t>> rest;
-                    for (const auto& iv : left) {
-                        const int64_t x = std::max(iv.first, b), y = std::min(iv.second, e);
-                        if (x >= y) {
-                            rest.push_back(iv);
-                            continue;
-                        }
-                        if (iv.first < x) rest.emplace_back(iv.first, x);
-                        if (y < iv.second) rest.emplace_back(y, iv.second);
-                        for (const Rect& l : rows_of_range(x, y, c.cols)) {
-                            const Rect q = intersect(
-                                Rect{l.r0 + c.row_off, l.r1 + c.row_off, l.c0 + c.col_off, l.c1 + c.col_off}, need);
-                            if (q.empty()) continue;
-                            const int64_t w = q.c1 - q.c0;
-                            const int64_t step_rows = std::max<int64_t>(1, max_bytes / (w * es));
-                            for (int64_t r0 = q.r0; r0 < q.r1; r0 += step_rows) {
-                                const int64_t h = std::min(step_rows, q.r1 - r0);
-                                comm::RegionTransfer tr;
-                                tr.src = a;
-                                tr.dst = r;
-                                tr.bytes = h * w * es;
-                                tr.src_contiguous = h == 1 || w == c.cols;
-                                tr.dst_contiguous = h == 1 || w == d.cols;
-                                if (a == me) {
-                                    const torch::Tensor& data = held[i].data;
-                                    const int64_t at = (r0 - c.row_off) * c.cols + (q.c0 - c.col_off) - b;
-                                    tr.src_region = data.as_strided({h, w}, {c.cols, 1}, data.storage_offset() + at);
-                                }
-                                if (r == me) {
-                                    tr.dst_region = out.view({d.rows, d.cols})
-                                                        .narrow(0, r0 - d.row_off, h)
-                                                        .narrow(1, q.c0 - d.col_off, w);
-                                }
-                                transfers.push_back(std::move(tr));
-                            }
-                        }
-                    }
-                    left = std::move(rest);
-                }
-                RLPT_CHECK_KIND(InternalError, left.empty(),
-                                "colocated reshard: no rank of the exchange holds elements [{}, {}) of '{}' (tp rank "
-                                "class {}): the exchange must span every rank of the source",
-                                left.front().first, left.front().second, name, k);
+                for (const Segment& s : cover(i, r, static_cast<int>(k), class_of, classes[k], need))
+                    emit(i, s, r, classes[k], d, need, plan.transfers);
             }
         }
     }
-    exchange.run(transfers);
-    const auto& x = exchange.last_stats();
+
+    // Who sends destination rank `r` each needed element of class `k`: the rank itself where it
+    // holds them, else the least-loaded holder (ties: the first after r). Adjacent runs from one
+    // holder merged.
+    std::vector<Segment> cover(size_t i, int r, int k, const std::vector<int>& class_of, const Slice2& c,
+                               const Rect& need) {
+        const int64_t numel = c.rows * c.cols;
+        std::vector<int> holders;
+        std::vector<int64_t> cuts{0, numel};
+        for (int a = 0; a < n_; ++a) {
+            if (!at(a, kHasSrc) || class_of[static_cast<size_t>(at(a, kSrcRank))] != k) continue;
+            if (held_begin(a, i) >= held_end(a, i)) continue;
+            holders.push_back(a);
+            cuts.push_back(std::clamp<int64_t>(held_begin(a, i), 0, numel));
+            cuts.push_back(std::clamp<int64_t>(held_end(a, i), 0, numel));
+        }
+        std::sort(cuts.begin(), cuts.end());
+        cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+        std::vector<Segment> out;
+        for (size_t j = 0; j + 1 < cuts.size(); ++j) {
+            const int64_t x = cuts[j], y = cuts[j + 1];
+            const int64_t elements = needed_elements(x, y, c, need);
+            if (elements == 0) continue;
+            int best = -1;
+            for (int a : holders) {
+                if (held_begin(a, i) > x || held_end(a, i) < y) continue;
+                if (a == r) {
+                    best = a;
+                    break;
+                }
+                const auto key = [&](int q) { return std::pair{load_[static_cast<size_t>(q)], (q - r + n_) % n_}; };
+                if (best < 0 || key(a) < key(best)) best = a;
+            }
+            RLPT_CHECK_KIND(InternalError, best >= 0,
+                            "held reshard: no rank of the exchange holds elements [{}, {}) of '{}' (tp rank class {}): "
+                            "the exchange must span every rank of the source",
+                            x, y, params_[i].name, k);
+            if (best != r) load_[static_cast<size_t>(best)] += elements * params_[i].element_size;
+            if (!out.empty() && out.back().holder == best && out.back().y == x) {
+                out.back().y = y;
+            } else {
+                out.push_back({best, x, y, held_begin(best, i)});
+            }
+        }
+        return out;
+    }
+
+    // The transfers of one segment: its rectangles within `need`, cut into messages of at most
+    // one bucket (whole rows; a row wider than that alone).
+    void emit(size_t i, const Segment& s, int r, const Slice2& c, const Slice2& d, const Rect& need,
+              std::vector<PlannedTransfer>& out) const {
+        const int64_t es = params_[i].element_size;
+        for (const Rect& l : rows_of_range(s.x, s.y, c.cols)) {
+            const Rect q = intersect(Rect{l.r0 + c.row_off, l.r1 + c.row_off, l.c0 + c.col_off, l.c1 + c.col_off}, need);
+            if (q.empty()) continue;
+            const int64_t w = q.c1 - q.c0;
+            const int64_t step_rows = std::max<int64_t>(1, max_bytes_ / (w * es));
+            for (int64_t r0 = q.r0; r0 < q.r1; r0 += step_rows) {
+                const int64_t h = std::min(step_rows, q.r1 - r0);
+                PlannedTransfer t;
+                t.src = s.holder;
+                t.dst = r;
+                t.bytes = h * w * es;
+                t.src_contiguous = h == 1 || w == c.cols;
+                t.dst_contiguous = h == 1 || w == d.cols;
+                const auto p = static_cast<int64_t>(i);
+                if (s.holder == me_)
+                    t.from = {p, (r0 - c.row_off) * c.cols + (q.c0 - c.col_off) - s.begin, h, w, c.cols};
+                if (r == me_) t.to = {p, (r0 - d.row_off) * d.cols + (q.c0 - d.col_off), h, w, d.cols};
+                out.push_back(t);
+            }
+        }
+    }
+
+    const ModelArgs& args_;
+    const std::vector<int64_t>& info_;
+    size_t stride_;
+    int n_, me_;
+    int64_t max_bytes_;
+    const std::vector<Param>& params_;
+    int64_t src_tp_ = -1;
+    std::vector<int64_t> load_;  // bytes each rank was given to send so far
+};
+
+torch::Tensor region(const torch::Tensor& base, const RegionRef& r) {
+    return base.as_strided({r.h, r.w}, {r.ld, 1}, base.storage_offset() + r.at);
+}
+
+// The plan's transfers bound to the tensors' current storage on this rank's ends.
+std::vector<comm::RegionTransfer> bound_transfers(const std::vector<PlannedTransfer>& planned, const HeldSource* src,
+                                       const std::vector<Param>& params, int me) {
+    std::vector<comm::RegionTransfer> out;
+    out.reserve(planned.size());
+    for (const PlannedTransfer& p : planned) {
+        comm::RegionTransfer t;
+        t.src = p.src;
+        t.dst = p.dst;
+        t.bytes = p.bytes;
+        t.src_contiguous = p.src_contiguous;
+        t.dst_contiguous = p.dst_contiguous;
+        if (p.src == me) t.src_region = region(src->held[static_cast<size_t>(p.from.param)].data, p.from);
+        if (p.dst == me) t.dst_region = region(params[static_cast<size_t>(p.to.param)].dst, p.to);
+        out.push_back(std::move(t));
+    }
+    return out;
+}
+
+// Every rank's head and held ranges (collective, with the deadline); InternalError on every
+// rank when one of them cannot take part or they disagree.
+std::vector<int64_t> gather_info(const comm::Communicator& comm, const std::vector<int64_t>& mine,
+                                 const std::string& problem, const comm::Deadline& deadline) {
+    const int n = comm.size();
+    const auto lengths = comm.allgather_i64(static_cast<int64_t>(mine.size()), deadline);
+    for (int r = 0; r < n; ++r)
+        RLPT_CHECK_KIND(InternalError, lengths[static_cast<size_t>(r)] == lengths[0],
+                        "held reshard: rank {} has {} parameters, rank 0 {}", r,
+                        (lengths[static_cast<size_t>(r)] - kHeadSize) / 2, (lengths[0] - kHeadSize) / 2);
+    std::vector<int64_t> all(mine.size() * static_cast<size_t>(n));
+    comm.allgather(mine.data(), all.data(), static_cast<int64_t>(mine.size() * sizeof(int64_t)), deadline);
+    const auto at = [&](int r, size_t k) { return all[static_cast<size_t>(r) * mine.size() + k]; };
+    for (int r = 0; r < n; ++r) {
+        RLPT_CHECK_KIND(InternalError, at(r, kOk) != 0, "held reshard: rank {} cannot take part{}", r,
+                        r == comm.rank() ? ": " + problem : " (see its error)");
+        RLPT_CHECK_KIND(InternalError, at(r, kHasSrc) || at(r, kHasDst),
+                        "held reshard: rank {} is neither a source nor a destination", r);
+        RLPT_CHECK_KIND(InternalError, at(r, kSignature) == at(0, kSignature),
+                        "held reshard: rank {} has other parameter names, dtypes or shapes than rank 0", r);
+    }
+    return all;
+}
+
+}  // namespace
+
+HeldReshard::HeldReshard(const ModelArgs& args, comm::RegionExchange& exchange) : args_(args), exchange_(exchange) {}
+
+HeldReshardStats HeldReshard::run(const HeldSource* src, torch::nn::Module* dst, const TpLayout& dst_layout) {
+    const auto t0 = std::chrono::steady_clock::now();
+    torch::NoGradGuard no_grad;
+    HeldReshardStats stats;
+    const comm::Communicator& comm = exchange_.comm();
+    const auto deadline = comm::Deadline::after_seconds(exchange_.options().timeout_s);
+    std::vector<torch::ScalarType> dtypes;
+    std::string problem;
+    const std::vector<Param> params = local_params(src, dst, dst_layout, args_, dtypes, problem);
+    std::vector<int64_t> mine(kHeadSize, 0);
+    mine[kOk] = problem.empty();
+    mine[kHasSrc] = src != nullptr;
+    mine[kSrcTp] = src ? src->tp : 0;
+    mine[kSrcRank] = src ? src->tp_rank : 0;
+    mine[kHasDst] = dst != nullptr;
+    mine[kDstTp] = dst ? dst_layout.tp : 0;
+    mine[kDstRank] = dst ? dst_layout.rank : 0;
+    mine[kSignature] = signature(params, dtypes);
+    for (size_t i = 0; i < params.size(); ++i) {
+        const bool held = src != nullptr && i < src->held.size();
+        mine.push_back(held ? src->held[i].begin : 0);
+        mine.push_back(held ? src->held[i].end : 0);
+    }
+    auto info = gather_info(comm, mine, problem, deadline);
+    if (!plan_ || plan_->info != info) {
+        const int64_t max_bytes = std::min(exchange_.options().bucket_bytes, comm::kMaxMessageBytes);
+        plan_ = std::make_shared<Plan>(Planner(args_, info, comm.size(), comm.rank(), max_bytes, params).build());
+        stats.planned = true;
+    }
+    for (const Param& p : params)
+        if (p.dst.defined()) stats.dst_bytes += p.dst.numel() * p.element_size;
+    for (const PaddingRange& z : plan_->padding)
+        params[static_cast<size_t>(z.param)].dst.view({-1}).narrow(0, z.at, z.count).zero_();
+    exchange_.run(bound_transfers(plan_->transfers, src, params, comm.rank()));
+    const auto& x = exchange_.last_stats();
     stats.received_bytes = x.bytes_received;
     stats.sent_bytes = x.bytes_sent;
-    stats.copied_bytes = x.bytes_received + x.bytes_local;
+    stats.copied_bytes = dst ? x.bytes_received + x.bytes_local : 0;
     stats.staged_bytes = x.packed_bytes + x.unpacked_bytes;
     stats.staging_bytes = x.staging_bytes;
     stats.n_messages = x.n_messages;

@@ -164,29 +164,22 @@ std::vector<int64_t> full_shape(const ShardSpec& s, std::vector<int64_t> local) 
     return local;
 }
 
-void gather_full_parameter_into(const std::string& name, const torch::Tensor& local, const ModelArgs& args,
-                                const TensorParallel& tp, const torch::Tensor& full) {
-    std::vector<int64_t> starts, counts;
-    int64_t dim = -1;
-    for (int64_t r = 0; r < tp.size(); ++r) {
-        const ShardSpec spec = shard_spec(name, tp_layout(args, tp.size(), r));
-        RLPT_CHECK_KIND(InternalError, spec.dim >= 0, "gather_full_parameter_into: '{}' is not split", name);
-        dim = spec.dim;
-        // A replicated KV head comes from the first rank holding it; padding rows from none.
-        const bool first = std::find(starts.begin(), starts.end(), spec.start) == starts.end();
-        starts.push_back(spec.start);
-        counts.push_back(first ? spec.real() : 0);
-    }
-    tp.allgather_into(local, full, dim, starts, counts);
-}
-
 torch::Tensor gather_full_parameter(const std::string& name, const torch::Tensor& local, const ModelArgs& args,
                                     const TensorParallel& tp) {
     if (tp.size() == 1) return local;
     const ShardSpec spec = shard_spec(name, tp_layout(args, tp.size(), tp.rank()));
     if (spec.dim < 0) return local;
     auto full = torch::empty(full_shape(spec, local.sizes().vec()), local.options());
-    gather_full_parameter_into(name, local, args, tp, full);
+    // One all-gather, each rank's real rows/columns straight into their place: a replicated KV
+    // head comes from the first rank holding it, padding rows from none.
+    std::vector<int64_t> starts, counts;
+    for (int64_t r = 0; r < tp.size(); ++r) {
+        const ShardSpec s = shard_spec(name, tp_layout(args, tp.size(), r));
+        const bool first = std::find(starts.begin(), starts.end(), s.start) == starts.end();
+        starts.push_back(s.start);
+        counts.push_back(first ? s.real() : 0);
+    }
+    tp.allgather_into(local, full, spec.dim, starts, counts);
     return full;
 }
 

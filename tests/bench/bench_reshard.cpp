@@ -9,7 +9,7 @@
 // Usage: mpirun -np <from + blocks*to> rlpt_bench_reshard --from F --to T --blocks B [--iters N]
 //        [--bucket-mb M (64, the default weight_sync.bucket_mb)]
 //
-// --colocated 1: the hybrid engine instead (model::reshard_colocated). Every rank holds the actor
+// --colocated 1: the hybrid engine instead (model::HeldReshard, every rank source and destination). Every rank holds the actor
 // (tp F, trained by a ZeRO-3 TrainEngine over the ranks / F DP ranks) and a rollout copy of tp T
 // with its storage released; one measurement is a whole generation window: fill the rollout
 // copy from what the ranks hold of the actor (point to point, straight into the rollout's
@@ -18,6 +18,16 @@
 // MPI_Allgather of the actor slice over the tp block) - what a gather-based fill moves; and raw
 // p2p of exactly the bytes the reshard sent between each pair of ranks, one preallocated message
 // per pair. Usage: mpirun -np N rlpt_bench_reshard --colocated 1 --from F --to T
+//
+// --zero3-dp D: a ZeRO-3 actor's weight sync to rollout ranks of their own. World ranks
+// [0, F·D) hold the actor (tp F x dp D, ZeRO-3 TrainEngine), the next `blocks` blocks of T ranks
+// the rollout. Two ways back to back: "gathered" (what send_weights did before: every actor rank
+// holds the full parameters, hold_full_parameters, and the first block sends shard to shard,
+// comm::WeightReshard) and "from shards" (model::HeldReshard: every actor rank sends what it
+// holds). Per way: the actor ranks' peak engine memory during the sync (TrainEngine::
+// peak_memory_bytes after reset_peak_memory; from shards plus the exchange's staging) beside
+// their persistent state, and the sync time; peer: raw p2p of the from-shards bytes per pair.
+// Usage: mpirun -np F*D+B*T rlpt_bench_reshard --zero3-dp D --from F --to T --blocks B
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -40,7 +50,7 @@ using namespace rlpt;
 using Clock = std::chrono::steady_clock;
 
 struct Args {
-    int64_t from = 2, to = 1, blocks = 1, iters = 3, threads = 1, bucket_mb = 64, colocated = 0;
+    int64_t from = 2, to = 1, blocks = 1, iters = 3, threads = 1, bucket_mb = 64, colocated = 0, zero3_dp = 0;
 };
 
 Args parse(int argc, char** argv) {
@@ -48,7 +58,7 @@ Args parse(int argc, char** argv) {
     rlpt::bench::parse_int_options(argc, argv, "bench_reshard",
                                    {{"--from", &a.from}, {"--to", &a.to}, {"--blocks", &a.blocks}, {"--iters", &a.iters},
                                     {"--threads", &a.threads}, {"--bucket-mb", &a.bucket_mb},
-                                    {"--colocated", &a.colocated}});
+                                    {"--colocated", &a.colocated}, {"--zero3-dp", &a.zero3_dp}});
     return a;
 }
 
@@ -76,6 +86,38 @@ void check_slices(model::CausalLM& m, const model::ModelArgs& args, int me) {
         auto got = s.dim < 0 ? item.value() : item.value().narrow(s.dim, 0, s.real());
         RLPT_CHECK(torch::equal(got, expected), "bench_reshard: rank {} holds a wrong '{}'", me, item.key());
     }
+}
+
+// Bytes of the whole model (fp32) from a plan's full shapes.
+int64_t full_model_bytes(const comm::ReshardPlan& plan) {
+    int64_t bytes = 0;
+    for (const auto& s : plan.full_shapes) {
+        int64_t n = 4;
+        for (auto d : s) n *= d;
+        bytes += n;
+    }
+    return bytes;
+}
+
+// Raw p2p of exactly a region exchange's last bytes per pair, one warm preallocated message each
+// way: the slowest rank's median time.
+double raw_p2p_like(const comm::Communicator& world, const comm::RegionExchangeStats& xs, int64_t iters) {
+    std::vector<torch::Tensor> out_bufs, in_bufs;
+    for (int r = 0; r < world.size(); ++r) {
+        out_bufs.push_back(torch::ones({xs.sent_to[static_cast<size_t>(r)]}, torch::kUInt8));
+        in_bufs.push_back(torch::ones({xs.received_from[static_cast<size_t>(r)]}, torch::kUInt8));
+    }
+    return timed(world, iters, [&] {
+        std::vector<MPI_Request> reqs;
+        for (int r = 0; r < world.size(); ++r) {
+            const auto i = static_cast<size_t>(r);
+            if (in_bufs[i].numel() > 0)
+                comm::irecv_bytes(in_bufs[i].data_ptr(), in_bufs[i].numel(), r, 9, world.get(), reqs);
+            if (out_bufs[i].numel() > 0)
+                comm::isend_bytes(out_bufs[i].data_ptr(), out_bufs[i].numel(), r, 9, world.get(), reqs);
+        }
+        comm::wait_all(reqs, comm::Deadline::never(), "raw p2p");
+    });
 }
 
 void run(const Args& a, const comm::Communicator& world) {
@@ -127,12 +169,7 @@ void run(const Args& a, const comm::Communicator& world) {
     });
 
     // The whole model from sender 0 to every receiver.
-    int64_t full_bytes = 0;
-    for (const auto& s : plan.full_shapes) {
-        int64_t n = 4;
-        for (auto d : s) n *= d;
-        full_bytes += n;
-    }
+    const int64_t full_bytes = full_model_bytes(plan);
     auto bcast_comm = world.split(me == 0 || !sender ? 0 : 1, me);
     torch::Tensor full_buffer = me == 0 || !sender ? torch::ones({full_bytes}, torch::kUInt8) : torch::Tensor();
     const double t_bcast = timed(world, a.iters, [&] {
@@ -186,20 +223,22 @@ void run_colocated(const Args& a, const comm::Communicator& world) {
     comm::WeightSyncOptions xopts;
     xopts.bucket_bytes = a.bucket_mb << 20;
     auto exchange = comm::make_region_exchange("mpi", world, xopts);
-    const auto& src = actor->tp_layout();
+    const auto& src_layout = actor->tp_layout();
+    model::HeldReshard resharder(args, *exchange);
     auto window = [&] {
-        const auto st = model::reshard_colocated(engine.held_parameters(), args, src.tp, src.rank, *exchange, *rollout,
-                                                 rollout->tp_layout());
+        const model::HeldSource src{engine.held_parameters(), src_layout.tp, src_layout.rank};
+        const auto st = resharder.run(&src, rollout.get(), rollout->tp_layout());
         model::release_parameter_storage(*rollout);
         return st;
     };
-    {  // warm-up and the correctness check
-        model::reshard_colocated(engine.held_parameters(), args, src.tp, src.rank, *exchange, *rollout,
-                                 rollout->tp_layout());
+    {  // warm-up (the transfer list is computed here and reused by the timed windows) and the check
+        window();
+        const model::HeldSource src{engine.held_parameters(), src_layout.tp, src_layout.rank};
+        resharder.run(&src, rollout.get(), rollout->tp_layout());
         check_slices(*rollout, args, me);
         model::release_parameter_storage(*rollout);
     }
-    model::ColocatedReshardStats st;
+    model::HeldReshardStats st;
     const double t_reshard = timed(world, a.iters, [&] { st = window(); });
     const auto& xs = exchange->last_stats();
     // The same bytes through raw all-gathers into preallocated buffers.
@@ -216,22 +255,7 @@ void run_colocated(const Args& a, const comm::Communicator& world) {
                                          actor_mp.get()));
     });
     // Exactly the reshard's bytes per pair, one warm preallocated message each way.
-    std::vector<torch::Tensor> out_bufs, in_bufs;
-    for (int r = 0; r < n; ++r) {
-        out_bufs.push_back(torch::ones({xs.sent_to[static_cast<size_t>(r)]}, torch::kUInt8));
-        in_bufs.push_back(torch::ones({xs.received_from[static_cast<size_t>(r)]}, torch::kUInt8));
-    }
-    const double t_p2p = timed(world, a.iters, [&] {
-        std::vector<MPI_Request> reqs;
-        for (int r = 0; r < n; ++r) {
-            const auto i = static_cast<size_t>(r);
-            if (in_bufs[i].numel() > 0)
-                comm::irecv_bytes(in_bufs[i].data_ptr(), in_bufs[i].numel(), r, 9, world.get(), reqs);
-            if (out_bufs[i].numel() > 0)
-                comm::isend_bytes(out_bufs[i].data_ptr(), out_bufs[i].numel(), r, 9, world.get(), reqs);
-        }
-        comm::wait_all(reqs, comm::Deadline::never(), "raw p2p");
-    });
+    const double t_p2p = raw_p2p_like(world, xs, a.iters);
     const double wait_s = world.allreduce_max(st.wait_seconds), copy_s = world.allreduce_max(st.copy_seconds);
     const int64_t max_recv = world.allreduce_max_i64(st.received_bytes);
     const int64_t max_staging = world.allreduce_max_i64(st.staging_bytes);
@@ -250,6 +274,94 @@ void run_colocated(const Args& a, const comm::Communicator& world) {
     }
 }
 
+
+void run_zero3_sync(const Args& a, const comm::Communicator& world) {
+    const int me = world.rank(), n_actor = static_cast<int>(a.from * a.zero3_dp);
+    RLPT_CHECK(world.size() == n_actor + a.blocks * a.to, "bench_reshard --zero3-dp: needs {} ranks, got {}",
+               n_actor + a.blocks * a.to, world.size());
+    const bool actor_rank = me < n_actor;
+    const int tp = static_cast<int>(actor_rank ? a.from : a.to), rr = actor_rank ? me : me - n_actor;
+    auto role = world.split(actor_rank ? 0 : 1, me);
+    auto mp = role.split(rr / tp, rr % tp);
+    auto dp = role.split(rr % tp, rr / tp);
+    auto tpo = tp > 1 ? model::TensorParallel::over(mp, torch::kCPU) : nullptr;
+    const auto args = bench::llama_100m();
+    auto m = model::make_random_causal_lm(args, actor_rank ? 11 : 99, torch::kFloat32, torch::kCPU, tpo);
+    std::unique_ptr<engine::TrainEngine> engine;
+    if (actor_rank) {
+        engine::OptimOptions opts;
+        opts.zero_stage = 3;
+        engine::TensorParallelInfo tpi;
+        if (tp > 1) {
+            tpi.block = &mp;
+            tpi.not_counted = model::uncounted_parameters(*m, m->tp_layout());
+        }
+        engine = std::make_unique<engine::TrainEngine>(m, dp, opts, 5, tpi);
+    }
+    comm::WeightSyncOptions opts;
+    opts.bucket_bytes = a.bucket_mb << 20;
+    const int64_t persistent = engine ? engine->memory_bytes().total() : 0;
+
+    // Before: every actor rank gathers, the first block sends shard to shard.
+    const bool in_block = me < a.from || !actor_rank;
+    auto block_comm = world.split(in_block ? 0 : 1, me);
+    std::vector<std::string> names;
+    const auto plan = model::reshard_plan(*m, m->tp_layout(), args, a.from, a.to, a.blocks, &names);
+    auto reshard = in_block ? comm::make_weight_reshard("mpi", block_comm, opts) : nullptr;
+    std::vector<torch::Tensor> params;
+    for (auto& p : m->named_parameters()) params.push_back(p.value());
+    uint64_t version = actor_rank ? 1 : 0;
+    int64_t gathered_peak = 0;
+    const auto gathered_sync = [&] {
+        if (engine) engine->reset_peak_memory();
+        const auto hold = engine ? engine->hold_full_parameters() : nullptr;
+        if (reshard) reshard->sync(plan, names, params, version);
+        if (engine) gathered_peak = std::max(gathered_peak, engine->peak_memory_bytes());
+    };
+    gathered_sync();  // warm-up
+    const double t_gathered = timed(world, a.iters, gathered_sync);
+
+    // After: every actor rank sends from its shards.
+    auto exchange = comm::make_region_exchange("mpi", world, opts);
+    model::HeldReshard resharder(args, *exchange);
+    int64_t shards_peak = 0;
+    model::HeldReshardStats st;
+    const auto shards_sync = [&] {
+        if (engine) engine->reset_peak_memory();
+        if (engine) {
+            const model::HeldSource src{engine->held_parameters(), m->tp_layout().tp, m->tp_layout().rank};
+            st = resharder.run(&src, nullptr, {});
+            shards_peak = std::max(shards_peak, engine->peak_memory_bytes() + st.staging_bytes);
+        } else {
+            st = resharder.run(nullptr, m.get(), m->tp_layout());
+        }
+    };
+    if (!actor_rank) {  // the check needs values other than the actor's first
+        torch::NoGradGuard ng;
+        for (auto& p : m->parameters()) p.zero_();
+    }
+    shards_sync();  // warm-up and the correctness check
+    if (!actor_rank) check_slices(*m, args, me);
+    const double t_shards = timed(world, a.iters, shards_sync);
+    const double t_p2p = raw_p2p_like(world, exchange->last_stats(), a.iters);
+    const int64_t full_bytes = full_model_bytes(plan);
+    const int64_t max_persistent = world.allreduce_max_i64(persistent);
+    const int64_t max_gathered = world.allreduce_max_i64(gathered_peak), max_shards = world.allreduce_max_i64(shards_peak);
+    const int64_t max_sent = world.allreduce_max_i64(st.sent_bytes), min_sent = world.allreduce_min_i64(actor_rank ? st.sent_bytes : INT64_MAX);
+    if (me == 0) {
+        std::printf(
+            "{\"git_sha\": \"%s\", \"zero3_dp\": %lld, \"from\": %lld, \"to\": %lld, \"blocks\": %lld, \"ranks\": %d, "
+            "\"bucket_mb\": %lld, \"full_model_bytes\": %lld, \"actor_persistent_bytes\": %lld, \"gathered_peak_bytes\": %lld, "
+            "\"shards_peak_bytes\": %lld, \"max_actor_sent_bytes\": %lld, \"min_actor_sent_bytes\": %lld, "
+            "\"gathered_s\": %.6f, \"shards_s\": %.6f, \"raw_p2p_s\": %.6f}\n",
+            RLPT_GIT_SHA, static_cast<long long>(a.zero3_dp), static_cast<long long>(a.from), static_cast<long long>(a.to),
+            static_cast<long long>(a.blocks), world.size(), static_cast<long long>(a.bucket_mb),
+            static_cast<long long>(full_bytes), static_cast<long long>(max_persistent),
+            static_cast<long long>(max_gathered), static_cast<long long>(max_shards), static_cast<long long>(max_sent),
+            static_cast<long long>(min_sent), t_gathered, t_shards, t_p2p);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -257,7 +369,9 @@ int main(int argc, char** argv) {
     try {
         const Args args = parse(argc, argv);
         torch::set_num_threads(static_cast<int>(args.threads));
-        if (args.colocated != 0) {
+        if (args.zero3_dp > 0) {
+            run_zero3_sync(args, rlpt::comm::Communicator::world());
+        } else if (args.colocated != 0) {
             run_colocated(args, rlpt::comm::Communicator::world());
         } else {
             run(args, rlpt::comm::Communicator::world());

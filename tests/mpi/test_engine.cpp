@@ -166,6 +166,14 @@ bool bitwise_equal(model::CausalLM& a, model::CausalLM& b) {
     return true;
 }
 
+// Copies of every parameter's full values (ZeRO-3: gathered for the copy).
+std::vector<torch::Tensor> full_parameters(TrainEngine& e, model::CausalLM& m) {
+    const auto hold = e.hold_full_parameters();
+    std::vector<torch::Tensor> out;
+    for (const auto& p : m.parameters()) out.push_back(p.detach().clone());
+    return out;
+}
+
 class EngineDp : public ::testing::Test {
   protected:
     void SetUp() override { torch::set_num_threads(1); }
@@ -335,15 +343,10 @@ TEST_F(EngineDp, Zero3SaveLoadSameLayoutBitIdenticalOtherLayoutsClose) {
         const int64_t dd = dp ? d : 1, rank = dp ? world_.rank() : 0;
         for (int k = from; k < to; ++k) train_step(e, m, global_batch(k), rank * (kGlobalRows / dd), kGlobalRows / dd, 2, dd, dp);
     };
-    auto params_of = [](TrainEngine& e) {
-        std::vector<torch::Tensor> out;
-        e.for_each_full_parameter([&](const std::string&, const torch::Tensor& p) { out.push_back(p.detach().clone()); });
-        return out;
-    };
     auto straight = model::make_random_causal_lm(args(), 21);
     TrainEngine es(straight, world_, options(3), 0);
     steps(es, *straight, 0, kSteps + 1, &world_);
-    const auto want = params_of(es);
+    const auto want = full_parameters(es, *straight);
 
     auto first = model::make_random_causal_lm(args(), 21);
     TrainEngine e1(first, world_, options(3), 0);
@@ -357,7 +360,7 @@ TEST_F(EngineDp, Zero3SaveLoadSameLayoutBitIdenticalOtherLayoutsClose) {
         ShardedState saved(paths, dp ? static_cast<size_t>(world_.rank()) : 0, "actor/");
         e.load_state(saved);
         steps(e, m, 2, kSteps + 1, dp);
-        const auto got = params_of(e);
+        const auto got = full_parameters(e, m);
         ASSERT_EQ(got.size(), want.size());
         for (size_t i = 0; i < got.size(); ++i) {
             if (bitwise) {
@@ -431,8 +434,8 @@ TEST_F(EngineDp, Zero3StreamedExportEqualsTheGatheredModel) {
 }
 
 // hold_full_parameters: the module's tensors hold the full values (equal on every rank) while
-// held, also across a step; for_each_full_parameter gives the same tensors one at a time.
-TEST_F(EngineDp, Zero3HoldAndForEachGiveTheFullParameters) {
+// held, also across a step; gather_parameter gives the same tensors one at a time on the root.
+TEST_F(EngineDp, Zero3HoldAndGatherGiveTheFullParameters) {
     const int64_t d = world_.size(), share = kGlobalRows / d;
     auto m = model::make_random_causal_lm(args(), 21);
     auto copy = model::clone_causal_lm(*m, torch::kFloat32, torch::kCPU);
@@ -448,16 +451,13 @@ TEST_F(EngineDp, Zero3HoldAndForEachGiveTheFullParameters) {
     // Dropped: only the slices are left.
     const int64_t slack = 4 * 64 * d * (args().num_hidden_layers + 1);
     EXPECT_LE(eng.memory_bytes().params, 4 * eng.num_parameters() / d + slack);
-    std::vector<std::string> names;
-    auto full = copy->named_parameters();
-    eng.for_each_full_parameter([&](const std::string& name, const torch::Tensor& p) {
-        names.push_back(name);
-        EXPECT_TRUE(torch::equal(p, full[name])) << name;
-        auto root = p.detach().contiguous().clone();
-        world_.bcast(root.data_ptr(), root.numel() * 4, 0);
-        EXPECT_TRUE(torch::equal(p, root)) << name;
-    });
-    EXPECT_EQ(names.size(), full.size());
+    const auto full = copy->named_parameters();
+    ASSERT_EQ(eng.num_parameter_tensors(), full.size());
+    for (size_t i = 0; i < full.size(); ++i) {
+        const auto p = eng.gather_parameter(i, 0);
+        if (world_.rank() == 0) EXPECT_TRUE(torch::equal(p, full[i].value())) << full[i].key();
+        if (world_.rank() != 0) EXPECT_FALSE(p.defined()) << full[i].key();
+    }
 }
 
 // Hybrid shard: ZeRO state sharded inside groups of S DP ranks, replicated across the groups
@@ -507,15 +507,10 @@ TEST_F(EngineDp, HybridShardSaveLoadAndExport) {
     auto steps = [&](TrainEngine& e, model::CausalLM& m, int from, int to) {
         for (int k = from; k < to; ++k) train_step(e, m, global_batch(k), world_.rank() * rows, rows, 2, d, &world_);
     };
-    auto params_of = [](TrainEngine& e) {
-        std::vector<torch::Tensor> out;
-        e.for_each_full_parameter([&](const std::string&, const torch::Tensor& p) { out.push_back(p.detach().clone()); });
-        return out;
-    };
     auto straight = model::make_random_causal_lm(args(), 21);
     TrainEngine es(straight, world_, hybrid(), 0);
     steps(es, *straight, 0, kSteps + 1);
-    const auto want = params_of(es);
+    const auto want = full_parameters(es, *straight);
 
     auto first = model::make_random_causal_lm(args(), 21);
     TrainEngine e1(first, world_, hybrid(), 0);
@@ -547,7 +542,7 @@ TEST_F(EngineDp, HybridShardSaveLoadAndExport) {
         ShardedState saved(paths, static_cast<size_t>(world_.rank()), "actor/");
         e.load_state(saved);
         steps(e, *m, 2, kSteps + 1);
-        const auto got = params_of(e);
+        const auto got = full_parameters(e, *m);
         ASSERT_EQ(got.size(), want.size());
         for (size_t i = 0; i < got.size(); ++i) {
             if (same) {

@@ -6,8 +6,8 @@
 // model bit for bit, and the rollout's logits and greedy generations must match the whole
 // model's (logits within 1e-5, tokens identical). Ranks beyond the pair's need sit the case out.
 //
-// ColocatedReshardTest, at 2 and 4 ranks: the hybrid engine's colocated resharding
-// (reshard_colocated). Every rank holds the actor (a seed-11 model split over blocks of tp_a
+// ColocatedReshardTest, at 2, 4 and 8 ranks: the hybrid engine's colocated resharding
+// (HeldReshard with every rank a source and a destination). Every rank holds the actor (a seed-11 model split over blocks of tp_a
 // consecutive ranks, trained by a TrainEngine at ZeRO stage z over the DP ranks, optionally in
 // hybrid-shard groups) and a rollout copy in another layout (blocks of tp_r ranks) with no
 // storage. After one reshard every rollout parameter must equal its slice of the tp = 1 model bit
@@ -15,6 +15,12 @@
 // may be gathered (the engine's memory unchanged, the staging within one - deliberately small -
 // bucket, so transfers are cut into rows and rounds), a rank receives only what it does not hold
 // (nothing at all when it holds the whole actor), and releasing the copy must free all of it.
+// DisaggregatedReshardTest, at 4 and 8 ranks: the ZeRO-3 actor's weight sync to rollout ranks of
+// their own (HeldReshard with source-only actor ranks and destination-only rollout ranks): every
+// rollout parameter is its slice of the tp = 1 model bit for bit (padding rows zeroed over a
+// scribbled copy), twice (the second time with the transfer list reused), and no actor rank
+// gathers anything (the engine's peak memory after reset_peak_memory plus the exchange's staging
+// stays within its shards + one bucket; holding the full parameters is shown to pass it).
 // RegionExchangeTest: a transfer list that differs between ranks is refused on every rank before
 // anything moves, and the object still works afterwards.
 #include <gtest/gtest.h>
@@ -72,6 +78,28 @@ torch::Tensor slice_of(const torch::Tensor& full, const torch::Tensor& like, con
     return out;
 }
 
+// Every parameter of `m` is its slice of `whole`'s (padding rows zero), bit for bit.
+void expect_slices_of(CausalLM& m, CausalLM& whole, const std::string& what) {
+    auto full = whole.named_parameters();
+    for (const auto& item : m.named_parameters()) {
+        const auto expected = slice_of(full[item.key()], item.value(), shard_spec(item.key(), m.tp_layout()));
+        EXPECT_TRUE(torch::equal(item.value(), expected)) << what << " " << item.key();
+    }
+}
+
+// `m`'s greedy generations (collective over its tp block) are `whole`'s token for token.
+void expect_same_greedy(CausalLM& m, CausalLM& whole, const std::string& what) {
+    torch::NoGradGuard ng;
+    std::vector<std::vector<int64_t>> prompts{{3, 4, 5}, {7}, {9, 2, 2, 8}};
+    rollout::SamplingParams sp;
+    sp.greedy = true;
+    sp.max_new_tokens = 8;
+    auto a = rollout::generate(m, prompts, {1, 2, 3}, sp);
+    auto b = rollout::generate(whole, prompts, {1, 2, 3}, sp);
+    EXPECT_TRUE(torch::equal(a.responses, b.responses)) << what << " greedy tokens";
+    expect_close(a.rollout_log_probs, b.rollout_log_probs, 1e-5, what + " rollout log-probs");
+}
+
 struct Case {
     int tp_from, tp_to, n_blocks;
 };
@@ -110,11 +138,10 @@ class WeightReshardTest : public ::testing::Test {
             return;
         }
         // Every parameter is exactly its slice of the tp = 1 model.
+        expect_slices_of(*model, *whole, what);
         auto full = whole->named_parameters();
         int64_t local_bytes = 0, full_bytes = 0;
         for (const auto& item : model->named_parameters()) {
-            const auto expected = slice_of(full[item.key()], item.value(), shard_spec(item.key(), model->tp_layout()));
-            EXPECT_TRUE(torch::equal(item.value(), expected)) << what << " " << item.key();
             local_bytes += item.value().numel() * 4;
             full_bytes += full[item.key()].numel() * 4;
         }
@@ -133,14 +160,7 @@ class WeightReshardTest : public ::testing::Test {
         auto pos = (mask.cumsum(1) - 1).clamp_min(0);
         expect_close(model->forward_logits(ids, mask, pos), whole->forward_logits(ids, mask, pos), 1e-5,
                      what + " logits");
-        std::vector<std::vector<int64_t>> prompts{{3, 4, 5}, {7}, {9, 2, 2, 8}};
-        rollout::SamplingParams sp;
-        sp.greedy = true;
-        sp.max_new_tokens = 8;
-        auto a = rollout::generate(*model, prompts, {1, 2, 3}, sp);
-        auto b = rollout::generate(*whole, prompts, {1, 2, 3}, sp);
-        EXPECT_TRUE(torch::equal(a.responses, b.responses)) << what << " greedy tokens";
-        expect_close(a.rollout_log_probs, b.rollout_log_probs, 1e-5, what + " rollout log-probs");
+        expect_same_greedy(*model, *whole, what);
     }
 
     void run_all(const Case& c) {
@@ -236,6 +256,21 @@ TEST_F(WeightReshardTest, MismatchIsRefusedOnEveryRankAndRecoverable) {
     EXPECT_EQ(version, 5u);
 }
 
+// The actor's training engine at ZeRO stage `zero` (hybrid-shard groups of `shard_group`, 0: all
+// DP ranks) over `dp`, with its tp block `mp` when it is split.
+std::unique_ptr<engine::TrainEngine> actor_engine(const std::shared_ptr<CausalLM>& actor, const comm::Communicator& dp,
+                                                  const comm::Communicator& mp, int zero, int shard_group) {
+    engine::OptimOptions opts;
+    opts.zero_stage = zero;
+    opts.shard_group_size = shard_group;
+    engine::TensorParallelInfo tpi;
+    if (actor->tp_layout().tp > 1) {
+        tpi.block = &mp;
+        tpi.not_counted = uncounted_parameters(*actor, actor->tp_layout());
+    }
+    return std::make_unique<engine::TrainEngine>(actor, dp, opts, 5, tpi);
+}
+
 struct ColocatedCase {
     int tp_a, zero_stage, tp_r;
     int shard_group = 0;  // OptimOptions::shard_group_size (0: all DP ranks)
@@ -262,15 +297,8 @@ class ColocatedReshardTest : public ::testing::Test {
         auto rollout_tp = c.tp_r > 1 ? TensorParallel::over(rollout_mp, torch::kCPU) : nullptr;
 
         auto actor = make_random_causal_lm(args, 11, torch::kFloat32, torch::kCPU, actor_tp);
-        engine::OptimOptions opts;
-        opts.zero_stage = c.zero_stage;
-        opts.shard_group_size = c.shard_group;
-        engine::TensorParallelInfo tpi;
-        if (c.tp_a > 1) {
-            tpi.block = &actor_mp;
-            tpi.not_counted = uncounted_parameters(*actor, actor->tp_layout());
-        }
-        engine::TrainEngine engine(actor, actor_dp, opts, 5, tpi);
+        auto engine_ptr = actor_engine(actor, actor_dp, actor_mp, c.zero_stage, c.shard_group);
+        engine::TrainEngine& engine = *engine_ptr;
         auto rollout = std::make_shared<CausalLM>(args, torch::kFloat32, torch::kCPU, rollout_tp);
         release_parameter_storage(*rollout);
         ASSERT_EQ(allocated_parameter_bytes(*rollout), 0) << what;
@@ -279,12 +307,13 @@ class ColocatedReshardTest : public ::testing::Test {
         auto exchange = comm::make_region_exchange("mpi", world_, xopts);
 
         auto whole = make_random_causal_lm(args, 11);
-        auto full = whole->named_parameters();
         const int64_t before = engine.memory_bytes().params;
         engine.reset_peak_memory();
-        const auto& src = actor->tp_layout();
-        const auto st =
-            reshard_colocated(engine.held_parameters(), args, src.tp, src.rank, *exchange, *rollout, rollout->tp_layout());
+        const auto& src_layout = actor->tp_layout();
+        HeldReshard resharder(args, *exchange);
+        const HeldSource src{engine.held_parameters(), src_layout.tp, src_layout.rank};
+        const auto st = resharder.run(&src, rollout.get(), rollout->tp_layout());
+        EXPECT_TRUE(st.planned) << what;
 
         int64_t rollout_bytes = 0, real_bytes = 0;
         for (const auto& item : rollout->named_parameters()) {
@@ -310,27 +339,17 @@ class ColocatedReshardTest : public ::testing::Test {
         }
         EXPECT_EQ(world_.allreduce_sum_i64(st.received_bytes), world_.allreduce_sum_i64(st.sent_bytes)) << what;
 
-        for (const auto& item : rollout->named_parameters()) {
-            const auto expected = slice_of(full[item.key()], item.value(), shard_spec(item.key(), rollout->tp_layout()));
-            EXPECT_TRUE(torch::equal(item.value(), expected)) << what << " " << item.key();
-        }
-        torch::NoGradGuard ng;
-        std::vector<std::vector<int64_t>> prompts{{3, 4, 5}, {7}, {9, 2, 2, 8}};
-        rollout::SamplingParams sp;
-        sp.greedy = true;
-        sp.max_new_tokens = 8;
-        auto a = rollout::generate(*rollout, prompts, {1, 2, 3}, sp);
-        auto b = rollout::generate(*whole, prompts, {1, 2, 3}, sp);
-        EXPECT_TRUE(torch::equal(a.responses, b.responses)) << what << " greedy tokens";
+        expect_slices_of(*rollout, *whole, what);
+        expect_same_greedy(*rollout, *whole, what);
 
         release_parameter_storage(*rollout);
         EXPECT_EQ(allocated_parameter_bytes(*rollout), 0) << what;
-        // The actor is untouched and usable: a second reshard gives the same values.
-        reshard_colocated(engine.held_parameters(), args, src.tp, src.rank, *exchange, *rollout, rollout->tp_layout());
-        for (const auto& item : rollout->named_parameters()) {
-            const auto expected = slice_of(full[item.key()], item.value(), shard_spec(item.key(), rollout->tp_layout()));
-            EXPECT_TRUE(torch::equal(item.value(), expected)) << what << " again " << item.key();
-        }
+        // The actor is untouched and usable: a second reshard (the transfer list reused, the
+        // regions bound to the new storage) gives the same values.
+        const auto again = resharder.run(&src, rollout.get(), rollout->tp_layout());
+        EXPECT_FALSE(again.planned) << what;
+        EXPECT_EQ(again.copied_bytes, real_bytes) << what;
+        expect_slices_of(*rollout, *whole, what + " again");
     }
 };
 
@@ -343,6 +362,107 @@ TEST_F(ColocatedReshardTest, Zero3Tp2ToTp4) { run({2, 3, 4}); }
 TEST_F(ColocatedReshardTest, Zero1Tp4ToTp2) { run({4, 1, 2}); }
 TEST_F(ColocatedReshardTest, Zero3HybridShardTp1ToTp2) { run({1, 3, 2, 2}); }
 TEST_F(ColocatedReshardTest, Zero3Tp4ToTp1) { run({4, 3, 1}); }
+
+// The ZeRO-3 actor's sync to rollout ranks of their own: actor tp_a x dp_a at ZeRO-3 (optionally
+// in hybrid-shard groups) on the first ranks, n_r rollout ranks in blocks of tp_r after them.
+struct DisaggregatedCase {
+    int tp_a, dp_a, tp_r, n_r;
+    int shard_group = 0;
+};
+
+class DisaggregatedReshardTest : public ::testing::Test {
+  protected:
+    void SetUp() override { torch::set_num_threads(1); }
+    comm::Communicator world_ = comm::Communicator::world();
+
+    void run(const DisaggregatedCase& c) {
+        const int n_actor = c.tp_a * c.dp_a, used = n_actor + c.n_r, me = world_.rank();
+        const std::string what = "actor ZeRO-3 tp " + std::to_string(c.tp_a) + " x dp " + std::to_string(c.dp_a) +
+                                 (c.shard_group > 0 ? " in groups of " + std::to_string(c.shard_group) : "") +
+                                 " -> " + std::to_string(c.n_r) + " rollout ranks at tp " + std::to_string(c.tp_r);
+        if (used > world_.size()) GTEST_SKIP() << what << " needs " << used << " ranks";
+        auto group = world_.split(me < used ? 0 : 1, me);
+        if (me >= used) return;
+        const bool is_actor = me < n_actor;
+        ModelArgs args = llama_kv2();
+        args.num_hidden_layers = 4;
+        auto role = group.split(is_actor ? 0 : 1, me);
+        const int tp = is_actor ? c.tp_a : c.tp_r, rr = role.rank();
+        auto mp = role.split(rr / tp, rr % tp);
+        auto dp = role.split(rr % tp, rr / tp);
+        auto tpo = tp > 1 ? TensorParallel::over(mp, torch::kCPU) : nullptr;
+        comm::WeightSyncOptions xopts;
+        xopts.bucket_bytes = 16 << 10;  // below a full model's bytes: rows cut, several rounds
+        auto exchange = comm::make_region_exchange("mpi", group, xopts);
+        HeldReshard resharder(args, *exchange);
+        auto whole = make_random_causal_lm(args, 11);
+
+        HeldReshardStats st;
+        if (is_actor) {
+            auto actor = make_random_causal_lm(args, 11, torch::kFloat32, torch::kCPU, tpo);
+            auto engine_ptr = actor_engine(actor, dp, mp, 3, c.shard_group);
+            engine::TrainEngine& engine = *engine_ptr;
+            const auto before = engine.memory_bytes();
+            engine.reset_peak_memory();
+            const HeldSource src{engine.held_parameters(), actor->tp_layout().tp, actor->tp_layout().rank};
+            st = resharder.run(&src, nullptr, {});
+            EXPECT_TRUE(st.planned) << what;
+            EXPECT_EQ(st.received_bytes, 0) << what;
+            EXPECT_EQ(st.dst_bytes, 0) << what;
+            // Nothing gathered: the engine's peak stays at its shards (+ its gradient and optimizer
+            // slices), the exchange stages at most one bucket on top.
+            EXPECT_EQ(engine.memory_bytes().params, before.params) << what;
+            EXPECT_LE(st.staging_bytes, xopts.bucket_bytes) << what;
+            EXPECT_LE(engine.peak_memory_bytes() + st.staging_bytes, before.total() + xopts.bucket_bytes) << what;
+            const auto again = resharder.run(&src, nullptr, {});
+            EXPECT_FALSE(again.planned) << what;
+            // The same measure sees a gather: holding the full parameters passes shards + one bucket.
+            { const auto hold = engine.hold_full_parameters(); }
+            EXPECT_GT(engine.peak_memory_bytes(), before.total() + xopts.bucket_bytes) << what;
+        } else {
+            auto rollout = make_random_causal_lm(args, 99, torch::kFloat32, torch::kCPU, tpo);
+            int64_t real_bytes = 0;
+            for (const auto& item : rollout->named_parameters()) {
+                const auto spec = shard_spec(item.key(), rollout->tp_layout());
+                const auto& p = item.value();
+                real_bytes += (spec.dim < 0 ? p.numel() : p.numel() / spec.length * spec.real()) * p.element_size();
+            }
+            auto check = [&](const HeldReshardStats& got, const std::string& when) {
+                EXPECT_EQ(got.received_bytes, real_bytes) << what << when;  // every real element, from the actor
+                EXPECT_EQ(got.copied_bytes, real_bytes) << what << when;
+                EXPECT_EQ(got.sent_bytes, 0) << what << when;
+                EXPECT_LE(got.staging_bytes, xopts.bucket_bytes) << what << when;
+                expect_slices_of(*rollout, *whole, what + when);
+            };
+            auto scribble = [&] {  // padding rows included: the reshard must zero them
+                torch::NoGradGuard ng;
+                for (auto& p : rollout->parameters()) p.fill_(7);
+            };
+            scribble();
+            st = resharder.run(nullptr, rollout.get(), rollout->tp_layout());
+            EXPECT_TRUE(st.planned) << what;
+            check(st, "");
+            expect_same_greedy(*rollout, *whole, what);
+            scribble();
+            const auto again = resharder.run(nullptr, rollout.get(), rollout->tp_layout());
+            EXPECT_FALSE(again.planned) << what;
+            check(again, " (transfer list reused)");
+        }
+        // Every byte sent was received, and every actor rank sent some: the shards (and, under
+        // hybrid shard, the replicas of the same bytes) share the sends.
+        EXPECT_EQ(group.allreduce_sum_i64(st.sent_bytes), group.allreduce_sum_i64(st.received_bytes)) << what;
+        if (is_actor) EXPECT_GT(st.sent_bytes, 0) << what;
+    }
+};
+
+// 3-4 ranks: equal tp (where a ZeRO-3 actor used to gather and broadcast) and another tp.
+TEST_F(DisaggregatedReshardTest, Zero3Dp2Tp1ToTp1) { run({1, 2, 1, 1}); }
+TEST_F(DisaggregatedReshardTest, Zero3Dp2Tp1ToTwoTp1Ranks) { run({1, 2, 1, 2}); }
+TEST_F(DisaggregatedReshardTest, Zero3Dp2Tp1ToTp2) { run({1, 2, 2, 2}); }
+// 6-8 ranks: a tp 2 actor to tp 1 and tp 4 rollouts; hybrid-shard replicas spread the sends.
+TEST_F(DisaggregatedReshardTest, Zero3Tp2Dp2ToTp1) { run({2, 2, 1, 2}); }
+TEST_F(DisaggregatedReshardTest, Zero3Tp2Dp2ToTp4) { run({2, 2, 4, 4}); }
+TEST_F(DisaggregatedReshardTest, Zero3HybridShardDp4ToTwoTp1Ranks) { run({1, 4, 1, 2, 2}); }
 
 TEST(RegionExchangeTest, MismatchIsRefusedOnEveryRankAndRecoverable) {
     auto world = comm::Communicator::world();

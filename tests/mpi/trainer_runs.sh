@@ -23,11 +23,13 @@
 #                      slice) vs a colocated tp = 1 run; every role at tp 4 (replicated KV heads)
 #   zero3              tiny (2 layers) with the actor at ZeRO-3 vs ZeRO-0 on 2 DP ranks (rollout
 #                      colocated: generates from the gathered weights): same metrics, first steps;
-#                      rollout on its own rank (weight sync from the ZeRO-3 shards) too; resuming
-#                      the ZeRO-3 checkpoint is bit-identical, at ZeRO-0 close, on 3 ranks at ZeRO-1
-#                      close (elastic); the export generates
-#                      as the ZeRO-0 one; PPO with the actor at ZeRO-2 and the critic at ZeRO-3
-#                      follows ZeRO-0, SFT at ZeRO-3 too
+#                      resuming the ZeRO-3 checkpoint is bit-identical, at ZeRO-0 close, on 3 ranks
+#                      at ZeRO-1 close (elastic); the export generates as the ZeRO-0 one; PPO with
+#                      the actor at ZeRO-2 and the critic at ZeRO-3 follows ZeRO-0, SFT at ZeRO-3 too
+#   zero3-sync         the actor at ZeRO-3 on 2 DP ranks with the rollout on ranks of its own, at
+#                      tp 1 (1 rank) and tp 2 (2 ranks): the weights go from the shards
+#                      (model::HeldReshard, logged) and the metrics follow the same placement at
+#                      ZeRO-0, first steps
 #   zero-hybrid        hybrid shard (actor.optim.fsdp_size): ZeRO-2 and ZeRO-3 in shard groups of 2
 #                      of 4 DP ranks (and one group per simulated node) follow ZeRO-0; a group size
 #                      that does not divide the DP size is refused naming the key
@@ -49,7 +51,7 @@
 #                      built-in model over a generated recommendation task whose characters include
 #                      "</think>" and the appended "\n<answer>": one GRPO step and a validation;
 #                      the trained response length never counts the appended characters
-#   hybrid             the hybrid engine (rollout.tensor_model_parallel_size, model::reshard_colocated):
+#   hybrid             the hybrid engine (rollout.tensor_model_parallel_size, model::HeldReshard):
 #                      actor tp 1 at ZeRO-3 over 2 DP ranks with the rollout at tp 2 on the same 2
 #                      ranks, and actor tp 2 with two rollout tp 1 ranks, follow the plain
 #                      colocated run; SFT's greedy evaluation through a tp 2 rollout too; a ZeRO-3
@@ -463,10 +465,6 @@ PY
     run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z3 actor.optim.zero_stage=3
     compare runs/z0/metrics.jsonl runs/z3/metrics.jsonl 1,2,3 2e-3 "${keys[@]}"
     compare runs/z0/metrics.jsonl runs/z3/metrics.jsonl 2,3 2e-3 actor/kl_loss
-    # Rollout on its own rank: the actor's two ZeRO-3 ranks gather, the first one sends.
-    run 3 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z3split actor.optim.zero_stage=3 \
-      'placement.groups=[{roles: [actor, reference], ranks: 2}, {roles: [rollout], ranks: 1}]'
-    compare runs/z0/metrics.jsonl runs/z3split/metrics.jsonl 1,2,3 2e-3 "${keys[@]}"
     "$bin" generate --model runs/z3/hf_model --prompt-ids 1,4,5,13 --greedy --max-new-tokens 4 --output json > g3.json
     "$bin" generate --model runs/z0/hf_model --prompt-ids 1,4,5,13 --greedy --max-new-tokens 4 --output json > g0.json
     "$py" -c 'import json,sys; a,b=[json.load(open(f))["samples"][0]["token_ids"] for f in ("g0.json","g3.json")]; assert a==b,(a,b)'
@@ -504,6 +502,26 @@ PY
       sft.optim.zero_stage=3
     compare runs/sft0/metrics.jsonl runs/sft3/metrics.jsonl 1,3,6 2e-3 sft/loss sft/grad_norm
     test -f runs/sft3/model/model.safetensors
+    ;;
+  zero3-sync)
+    # A ZeRO-3 actor syncs to rollout ranks of their own from its shards (model::HeldReshard: every
+    # actor rank sends what it holds, nothing gathered), at the rollout's tp equal to the actor's
+    # (where the weights used to be gathered and broadcast) and at another tp; each run follows
+    # the same placement at ZeRO-0 (the broadcast / shard-to-shard reshard of the whole weights).
+    common=(trainer.output_dir=runs trainer.total_training_steps=3 trainer.val_before_train=false
+            actor.entropy_coeff=0.05 actor.optim.lr=0.01 actor.use_kl_loss=true model.builtin.num_layers=2)
+    keys=(critic/score/mean response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/ppo_kl)
+    for layout in "r1:3:{roles: [rollout], ranks: 1}" "r2:4:{roles: [rollout], ranks: 2, model_parallel_size: 2}"; do
+      IFS=: read -r name np rollout <<< "$layout"
+      groups="placement.groups=[{roles: [actor, reference], ranks: 2}, $rollout]"
+      run "$np" "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z0$name "$groups" | tee z0$name.log
+      run "$np" "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z3$name "$groups" \
+        actor.optim.zero_stage=3 | tee z3$name.log
+      grep -q "weight sync from the ZeRO-3 shards: 2 actor ranks" z3$name.log
+      if grep -q "weight sync from the ZeRO-3 shards" z0$name.log; then exit 1; fi
+      compare runs/z0$name/metrics.jsonl runs/z3$name/metrics.jsonl 1,2,3 2e-3 "${keys[@]}"
+      compare runs/z0$name/metrics.jsonl runs/z3$name/metrics.jsonl 2,3 2e-3 actor/kl_loss
+    done
     ;;
   zero-hybrid)
     # Hybrid shard (actor.optim.fsdp_size): 4 actor DP ranks, ZeRO-2 and ZeRO-3 state sharded in

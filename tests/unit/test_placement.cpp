@@ -198,6 +198,7 @@ TEST(Placement, WeightSyncGroupsPerLayout) {
     Placement colocated = compute_placement(groups({{{"actor", "rollout"}, "4", 2}}), 5, one_node(5), {"actor"});
     EXPECT_TRUE(weight_sync_ranks(colocated).empty());
     EXPECT_TRUE(weight_reshard_ranks(colocated).empty());
+    EXPECT_TRUE(rlpt::comm::weight_exchange_ranks(colocated).empty());
     // Equal tp on other ranks: one broadcast group per mp rank, no reshard.
     Placement equal = compute_placement(groups({{{"actor"}, "2", 2}, {{"rollout"}, "4", 2}}), 7, one_node(7), {"actor"});
     EXPECT_EQ(weight_sync_ranks(equal, 0), R({1, 3, 5}));
@@ -209,6 +210,10 @@ TEST(Placement, WeightSyncGroupsPerLayout) {
     // Actor tp 1, rollout one tp 4 block (placed first, on ranks 1-4): the sender still comes first.
     Placement wide = compute_placement(groups({{{"actor"}, "1", 1}, {{"rollout"}, "4", 4}}), 6, one_node(6), {"actor"});
     EXPECT_EQ(weight_reshard_ranks(wide), R({5, 1, 2, 3, 4}));
+    // A ZeRO-3 actor syncs from its shards: every actor rank (all DP and tp ranks), then the rollout's.
+    EXPECT_EQ(rlpt::comm::weight_exchange_ranks(equal), R({1, 2, 3, 4, 5, 6}));
+    EXPECT_EQ(rlpt::comm::weight_exchange_ranks(reshard), R({1, 2, 3, 4, 5, 6}));
+    EXPECT_EQ(rlpt::comm::weight_exchange_ranks(wide), R({5, 1, 2, 3, 4}));
 }
 
 TEST(Placement, ColocatedRolloutTensorParallelSize) {

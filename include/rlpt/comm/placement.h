@@ -83,6 +83,11 @@ std::vector<int> weight_sync_ranks(const Placement& p, int mp_rank = 0);
 // 0..tp-1, the senders) followed by the rollout ranks in role order. Empty otherwise.
 std::vector<int> weight_reshard_ranks(const Placement& p);
 
+// The sync group of a ZeRO-3 actor (its weights go from its shards, model::HeldReshard): every
+// actor rank in role order (each DP and tp rank owns shards) followed by the rollout ranks that
+// do not host the actor, in role order. Empty when every rollout rank hosts the actor.
+std::vector<int> weight_exchange_ranks(const Placement& p);
+
 // Hybrid shard: the ZeRO shard group size of `role` (TrainEngine's OptimOptions::shard_group_size,
 // 0 = one group of all DP ranks) for an fsdp_size setting (OptimConfig::fsdp_size; `key` names it
 // in errors). -1: 0. N >= 1: N, which must divide the role's DP size (N = DP size gives 0). 0: the

@@ -41,9 +41,10 @@
 // Failure model: as WeightSync (weight_sync.h): a transport error or timeout mid-transfer
 // leaves the object refusing further syncs, and the job is expected to abort.
 //
-// A colocated rollout with another tp than the actor's (the hybrid engine's in-place half) goes
-// through RegionExchange below (same transports, same ordering rule): every rank is a sender and
-// a receiver there, and the regions are arbitrary strided views (model::reshard_colocated,
+// A colocated rollout with another tp than the actor's (the hybrid engine's in-place half) and a
+// ZeRO-3 actor's sync to separate rollout ranks (every actor rank sends from its shards) go
+// through RegionExchange below (same transports, same ordering rule): any rank may send and
+// receive there, and the regions are arbitrary strided views (model::HeldReshard,
 // rlpt/model/reshard_plan.h, computes them from the ZeRO shards and both tp layouts).
 // Thread safety: none; one thread per rank.
 

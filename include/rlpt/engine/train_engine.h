@@ -45,7 +45,7 @@
 // release_parameters()). With zero3_prefetch the next layer's all-gather is started
 // (non-blocking) while the current one computes. Anything that reads parameters outside a
 // forward must hold them: hold_full_parameters() (or model::hold_full_parameters on the
-// module), or for_each_full_parameter() one tensor at a time.
+// module), gather_parameter() one tensor at a time, or read the slices (held_parameters()).
 // Per parameter element and rank between steps (fp32; bf16 adds 4 bytes of master per slice):
 //   ZeRO-0  4 + 4 + 8 = 16     ZeRO-1  4 + 4 + 8/dp     ZeRO-2  4 + 12/dp     ZeRO-3  16/dp
 // (+ padding to 64·dp elements per unit; ZeRO-2/3 add one gathered layer and its gradient
@@ -230,12 +230,9 @@ class TrainEngine {
     // ZeRO-3: every parameter of the module holds its full, current values until the returned
     // handle is dropped (a step() inside the window gathers the updated values again).
     // Collective on `dp`; dropping the handle is local. Other stages: nothing to do (null).
-    // Use it around generation, weight sync, copies of the module.
+    // Use it around generation and copies of the module (the weight sync to separate rollout
+    // ranks goes from the shards instead: held_parameters()).
     std::shared_ptr<void> hold_full_parameters();
-    // Calls fn(name, full tensor) for every trainable parameter in named_parameters() order,
-    // gathering one unit at a time under ZeRO-3 (the tensor is valid during the call only).
-    // Collective on `dp`.
-    void for_each_full_parameter(const std::function<void(const std::string&, const torch::Tensor&)>& fn);
     // ZeRO-3: frees whatever is gathered outside a hold (the root unit after a forward without
     // gradients, e.g. log-probs). Local; nothing under other stages.
     void release_parameters();
@@ -281,8 +278,9 @@ class TrainEngine {
     // communication: elements [begin, end) of the parameter flattened row-major (in this rank's
     // tensor-parallel slice), as a 1-D view `data` into the engine's storage (valid until the
     // next step() or load; do not write). ZeRO-3: the part of the rank's shard that falls in the
-    // tensor (possibly empty); other stages: the whole tensor. What a colocated rollout reshards
-    // from (model::reshard_colocated). Local.
+    // tensor (possibly empty); other stages: the whole tensor. `shape` is the parameter's local
+    // shape. What a colocated rollout and the ZeRO-3 weight sync reshard from
+    // (model::HeldReshard). Local.
     std::vector<model::HeldSlice> held_parameters() const;
     ckpt::FileDigest save_state_file(const std::string& path, const std::string& prefix,
                                      const std::function<void(ckpt::H5Writer&)>& extra = {}) const;

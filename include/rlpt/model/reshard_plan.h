@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,22 +28,28 @@ namespace rlpt::model {
 comm::ReshardPlan reshard_plan(const torch::nn::Module& local, const TpLayout& local_layout, const ModelArgs& args,
                                int64_t tp_from, int64_t tp_to, int64_t n_blocks, std::vector<std::string>* names);
 
-// ---- Colocated resharding: the hybrid engine's in-place half (DESIGN §4b) -------------------
+// ---- Resharding from what the ranks hold: the hybrid engine and the ZeRO-3 weight sync -------
 //
-// An actor and a rollout on the same ranks with different tensor-parallel sizes (verl's
-// rollout.tensor_model_parallel_size): training runs in the actor's layout (ZeRO shards x actor
-// tp), generation in the rollout's. Before a generation every rank fills its rollout-layout
-// parameters straight from what the ranks hold of the actor (TrainEngine::held_parameters: its
-// ZeRO-3 shard, or its whole tp slice at other stages), point to point over the colocated ranks
-// (comm::RegionExchange): each rollout rank receives exactly the rows/columns of its slices it
-// does not hold itself, each from one holder (itself first, then the next ranks after it), and
-// copies the rest locally. Nothing is gathered: no ZeRO-3 unit, no full tensor. A piece lands in
-// the rollout tensor in place when it is contiguous there (row slices, whole tensors, a column
-// slice into a rollout that keeps exactly those columns) and is sent in place when it is
-// contiguous in the holder's shard; the other ends are staged, at most one bucket at a time.
-// After the generation release_parameter_storage() frees the rollout copy. Peak memory per rank:
-// the training shards + the rollout-layout parameters + one bucket (the issue's rule).
-// verl's sharding managers do the same job with FSDP's full state dict per layer.
+// Fills a destination model (a rollout, in its own tensor-parallel layout) straight from what
+// the ranks hold of a source model (the actor: TrainEngine::held_parameters, its ZeRO-3 shard,
+// or its whole tp slice at other stages), point to point (comm::RegionExchange). A rank of the
+// exchange is a source (it holds slices), a destination (it has a destination module) or both:
+//   colocated (the hybrid engine, DESIGN §4b): actor and rollout on the same ranks with another
+//     tp (verl's rollout.tensor_model_parallel_size): every rank is both, before each
+//     generation; release_parameter_storage() frees the rollout copy after it;
+//   disaggregated ZeRO-3 sync (issue 11): every actor rank (each DP and tp rank: they own the
+//     shards) is a source only, every rollout rank on ranks of its own a destination only.
+// Each destination rank receives exactly the rows/columns of its slices it does not hold itself,
+// each from one holder: itself when it holds them, else among the ranks holding the same bytes
+// (replicated tensors, shared KV heads, DP replicas under hybrid shard) the one that has been
+// given the fewest bytes to send so far (ties: the first after the destination), so the sends
+// spread. Nothing is gathered: no ZeRO-3 unit, no full tensor. A piece lands in the destination
+// tensor in place when it is contiguous there (row slices, whole tensors, a column slice into a
+// rank that keeps exactly those columns) and is sent in place when it is contiguous in the
+// holder's shard; the other ends are staged, at most one bucket at a time. Padding rows of a
+// vocabulary slice are zeroed. Peak memory per rank: what it holds + its destination parameters
+// + one bucket (no gathered copy on top). verl's sharding managers do the colocated job with FSDP's
+// full state dict per layer.
 
 // Storage of `t` freed (metadata, shape and views kept; data pointer null) / allocated again if
 // freed (values undefined). How FSDP frees a gathered parameter while autograd holds views; the
@@ -51,37 +58,64 @@ void free_storage(const torch::Tensor& t);
 void alloc_storage(const torch::Tensor& t);
 
 // What one rank holds of one parameter of the source model: elements [begin, end) of its local
-// tensor (this rank's slice in the source tp layout) flattened row-major, as a 1-D tensor `data`
-// of end - begin elements (TrainEngine::held_parameters).
+// tensor (this rank's slice in the source tp layout, of local shape `shape`) flattened
+// row-major, as a 1-D tensor `data` of end - begin elements (TrainEngine::held_parameters).
 struct HeldSlice {
     std::string name;
     int64_t begin = 0, end = 0;
     torch::Tensor data;
+    std::vector<int64_t> shape;
 };
 
-struct ColocatedReshardStats {
-    int64_t dst_bytes = 0;       // bytes of the destination's parameters (this rank)
+// A source rank's part: what it holds of every parameter (named_parameters() order) of the
+// source model split over `tp` ranks, as tp rank `tp_rank`.
+struct HeldSource {
+    std::vector<HeldSlice> held;
+    int64_t tp = 1, tp_rank = 0;
+};
+
+struct HeldReshardStats {
+    int64_t dst_bytes = 0;       // bytes of the destination's parameters (this rank; 0: no destination)
     int64_t copied_bytes = 0;    // bytes landed in them (== dst_bytes minus vocabulary padding)
     int64_t received_bytes = 0;  // of which came from other ranks
     int64_t sent_bytes = 0;      // bytes this rank sent to others
     int64_t staged_bytes = 0;    // bytes this rank packed or unpacked (strided pieces)
     int64_t staging_bytes = 0;   // the largest staging buffer this rank held (<= one bucket)
     int64_t n_messages = 0;      // messages this rank sent or received
+    bool planned = false;        // the transfer list was computed in this call (else reused)
     double wait_seconds = 0, copy_seconds = 0, seconds = 0;
 };
 
-// Fills every parameter of `dst` (this rank's slices in `dst_layout`; storage allocated first
-// when released) from the source model of `args` split over `src_tp` ranks, of which this rank
-// holds `held` (every parameter, in dst's named_parameters() order: same names, checked,
-// InternalError naming the parameter) as tp rank `src_tp_rank`. Collective on
-// `exchange.comm()`, which must hold every rank of the source (all its DP and tp ranks) and only
-// ranks that also hold the destination; each passes its own layouts. Padding rows of a
-// vocabulary slice are zeroed. Runs under NoGradGuard. The plan is recomputed each call from an
-// all-gather of every rank's layouts and held ranges (a few KB).
-ColocatedReshardStats reshard_colocated(const std::vector<HeldSlice>& held, const ModelArgs& args, int64_t src_tp,
-                                        int64_t src_tp_rank, comm::RegionExchange& exchange, torch::nn::Module& dst,
-                                        const TpLayout& dst_layout);
-// Frees the storage of every parameter of `m` (after a generation); reshard_colocated allocates
+// One reshard relation over one exchange, reused across calls (every generation window, every
+// weight sync): the transfer list is computed at the first call and kept while every rank's
+// layouts and held ranges stay the same (checked at each call by an all-gather of them, a few
+// KB); later calls only rebind the regions to the tensors' current storage.
+class HeldReshard {
+  public:
+    // `exchange` (its communicator: every rank of the source, all its DP and tp ranks, plus the
+    // destination ranks) must outlive this object. Local.
+    HeldReshard(const ModelArgs& args, comm::RegionExchange& exchange);
+
+    // Collective on exchange.comm(), every rank passing its own part: `src` what it holds (null
+    // on a destination-only rank), `dst` its destination module in `dst_layout` (null on a
+    // source-only rank; `dst_layout` is then ignored). Every parameter of `dst` (storage allocated
+    // first when released) gets its slice of the source model; a rank with both must pass the
+    // same parameter names, dtypes and full shapes in both, and every rank the same as the others
+    // (InternalError naming the parameter or the rank otherwise, on every rank). Sources must all
+    // be split over the same tp, and every element of it must be held by some rank (InternalError
+    // naming the first one missing). Deadline: exchange.options().timeout_s for the all-gathers
+    // (TimeoutError) and the exchange itself. Runs under NoGradGuard.
+    HeldReshardStats run(const HeldSource* src, torch::nn::Module* dst, const TpLayout& dst_layout);
+
+    struct Plan;  // the cached transfer list (src/model/colocated_reshard.cpp)
+
+  private:
+    ModelArgs args_;
+    comm::RegionExchange& exchange_;
+    std::shared_ptr<Plan> plan_;
+};
+
+// Frees the storage of every parameter of `m` (after a generation); HeldReshard::run allocates
 // it again. Local.
 void release_parameter_storage(torch::nn::Module& m);
 // Bytes of `m`'s parameters that currently hold storage (released ones count 0).

@@ -120,10 +120,6 @@ std::vector<int64_t> full_shape(const ShardSpec& s, std::vector<int64_t> local);
 // `local` itself when the parameter is not split.
 torch::Tensor gather_full_parameter(const std::string& name, const torch::Tensor& local, const ModelArgs& args,
                                     const TensorParallel& tp);
-// The same into `full` (contiguous, the full tensor's shape and local's dtype): one all-gather,
-// each rank's real rows/columns straight into their place. The parameter must be split.
-void gather_full_parameter_into(const std::string& name, const torch::Tensor& local, const ModelArgs& args,
-                                const TensorParallel& tp, const torch::Tensor& full);
 
 // Megatron's f: forward identity, backward all-reduce (sum) of the gradient over the block.
 // `tp` may be null (tp = 1): identity both ways.
