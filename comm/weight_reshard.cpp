@@ -215,14 +215,19 @@ void move_regions(P2pTransport& transport, int me, int n, const std::vector<Regi
     SingleCopy* single = transport.single_copy();
     std::vector<char> via_single(transfers.size(), 0);
     std::vector<SingleCopy::Move> moves;
+    std::vector<int64_t> copying(static_cast<size_t>(n), 0);  // bytes each rank copies itself
     for (size_t i = 0; single && i < transfers.size(); ++i) {
         const RegionTransfer& t = transfers[i];
         if (t.src == t.dst || t.bytes == 0 || !single->connects(t.src, t.dst)) continue;
         via_single[i] = 1;
+        // Which end copies (the same choice on every rank, from the agreed list): the end whose
+        // region alone is strided (short runs are cheaper locally, comm/single_copy.h), else the
+        // end that copies less so far, so idle senders share the work of busy receivers.
+        const bool push = t.src_contiguous != t.dst_contiguous
+                              ? !t.src_contiguous
+                              : copying[static_cast<size_t>(t.src)] < copying[static_cast<size_t>(t.dst)];
+        copying[static_cast<size_t>(push ? t.src : t.dst)] += t.bytes;
         if (t.src != me && t.dst != me) continue;
-        // The end with the shorter runs copies (comm/single_copy.h): the sender where only its
-        // region is strided.
-        const bool push = !t.src_contiguous && t.dst_contiguous;
         moves.push_back({t.src, t.dst, t.bytes, push, layout_of(t.src == me ? t.src_region : t.dst_region)});
         count_message(t, me, stats);
         ++stats.n_inplace_messages;

@@ -171,6 +171,7 @@ void run(const Args& a, const comm::Communicator& world) {
     const double plan_s = world.allreduce_max(st.plan_seconds), wait_s = world.allreduce_max(st.wait_seconds),
                  copy_s = world.allreduce_max(st.pack_seconds + st.unpack_seconds);
     const int64_t single_copy_messages = world.allreduce_max_i64(st.n_single_copy_messages);
+    const double sync_s = world.allreduce_max(st.seconds), sync_min_s = -world.allreduce_max(-st.seconds);
     const int64_t mpi_copied = world.allreduce_max_i64(st_mpi.packed_bytes + st_mpi.unpacked_bytes);
     auto most = [](const std::vector<int64_t>& v) { return static_cast<long long>(*std::max_element(v.begin(), v.end())); };
     if (me == 0) {
@@ -179,12 +180,13 @@ void run(const Args& a, const comm::Communicator& world) {
             "\"full_model_bytes\": %lld, \"max_bytes_received\": %lld, \"max_bytes_sent\": %lld, \"reshard_s\": %.6f, "
             "\"raw_p2p_s\": %.6f, \"full_bcast_s\": %.6f, \"max_bytes_copied\": %lld, \"max_messages\": %lld, "
             "\"plan_s\": %.6f, \"copy_s\": %.6f, \"wait_s\": %.6f, \"reshard_mpi_s\": %.6f, "
-            "\"max_single_copy_messages\": %lld, \"mpi_max_bytes_copied\": %lld}\n",
+            "\"max_single_copy_messages\": %lld, \"mpi_max_bytes_copied\": %lld, \"sync_s\": %.6f, "
+            "\"sync_min_s\": %.6f}\n",
             RLPT_GIT_SHA, static_cast<long long>(a.bucket_mb), static_cast<long long>(a.from), static_cast<long long>(a.to),
             static_cast<long long>(a.blocks), world.size(), static_cast<long long>(st.plan_bytes),
             static_cast<long long>(full_bytes), most(recv), most(sent), t_reshard, t_raw, t_bcast, most(copied),
             most(messages), plan_s, copy_s, wait_s, t_reshard_mpi, static_cast<long long>(single_copy_messages),
-            static_cast<long long>(mpi_copied));
+            static_cast<long long>(mpi_copied), sync_s, sync_min_s);
     }
 }
 
