@@ -5,12 +5,11 @@
 // over the bytes. Behind the "mpi" transport of WeightReshard and RegionExchange
 // (rlpt/comm/weight_reshard.h); private to rlpt_comm. Torch-free.
 //
-// Which end copies (the "active" end, Move::push): the receiver reads, except where the source
-// is strided and the destination contiguous: there the sender writes. The kernel pins the
-// remote process's pages run by run, so the many short runs of a column slice cost less on the
-// local side (measured on this VM: 6 KiB runs 3.6 GB/s remote against 4.4 GB/s local, 1.5 KiB
-// runs 1.7 against 2.4 GB/s) and a rank that holds a whole tensor shares the work with its
-// receivers.
+// Which end copies (the "active" end, Move::push; the caller decides, the same on both ends:
+// move_regions in comm/weight_reshard.cpp): the end whose region alone is strided, since the
+// kernel pins the remote process's pages run by run and the many short runs of a column slice
+// cost less on the local side (measured on this VM: 6 KiB runs 3.6 GB/s remote against 4.4 GB/s
+// local, 1.5 KiB runs 1.7 against 2.4 GB/s); otherwise the end with less to copy so far.
 // Protocol of one exchange (every rank of the communicator calls start(), copy() and finish(),
 // in that order; between copy() and finish() the rank may do other point-to-point work):
 //   start:  the passive end of each move posts one message per peer with the layouts of its

@@ -355,12 +355,31 @@ std::vector<RegionTransfer> P2pWeightReshard::transfers(const ReshardPlan& plan,
     for (size_t i = 0; i < nt; ++i)
         for (int64_t d = 0; d < tensors[i].dim(); ++d) mine[i * kMaxDims + static_cast<size_t>(d)] = tensors[i].size(d);
     comm_.allgather(mine.data(), all.data(), static_cast<int64_t>(mine.size() * sizeof(int64_t)), deadline);
-    const auto meta = torch::TensorOptions().device(torch::kMeta);
-    auto contiguous_on = [&](int rank, const ReshardPiece& p, bool send, int64_t row0, int64_t rows) {
-        std::vector<int64_t> sizes;
-        for (size_t d = 0; d < plan.full_shapes[static_cast<size_t>(p.tensor)].size(); ++d)
-            sizes.push_back(all[(static_cast<size_t>(rank) * nt + static_cast<size_t>(p.tensor)) * kMaxDims + d]);
-        return region(torch::empty(sizes, meta), p, send, row0, rows).is_contiguous();
+    // Whether the region is contiguous in `rank`'s (contiguous) tensor: arithmetic on the sizes,
+    // as region(...).is_contiguous() on an empty tensor of those sizes would say (torch calls per
+    // message cost milliseconds per sync on every rank).
+    auto contiguous_on = [&](int rank, const ReshardPiece& p, bool /*send*/, int64_t /*row0*/, int64_t rows) {
+        const size_t nd = plan.full_shapes[static_cast<size_t>(p.tensor)].size();
+        if (nd == 0) return true;
+        const int64_t* sizes = &all[(static_cast<size_t>(rank) * nt + static_cast<size_t>(p.tensor)) * kMaxDims];
+        std::vector<int64_t> box(sizes, sizes + nd);
+        if (p.dim >= 0) box[static_cast<size_t>(p.dim)] = p.length;
+        box[0] = rows;
+        int64_t numel = 1;
+        for (int64_t b : box) numel *= b;
+        if (numel <= 1) return true;
+        // Contiguous iff every dimension inside the innermost cut one is whole and every one
+        // outside it has one entry (size-1 dimensions do not count).
+        size_t cut = nd;
+        for (size_t d = nd; d-- > 0;) {
+            if (box[d] != sizes[d]) {
+                cut = d;
+                break;
+            }
+        }
+        for (size_t d = 0; d < cut && cut < nd; ++d)
+            if (box[d] != 1) return false;
+        return true;
     };
     const int64_t max_bytes = std::min(bucket_bytes, kMaxMessageBytes);
     std::vector<RegionTransfer> out;
@@ -382,6 +401,9 @@ std::vector<RegionTransfer> P2pWeightReshard::transfers(const ReshardPlan& plan,
             const torch::Tensor& local = tensors[static_cast<size_t>(p.tensor)];
             if (p.src == me) t.src_region = region(local, p, true, r, take);
             if (p.dst == me) t.dst_region = region(local, p, false, r, take);
+            RLPT_CHECK((!t.src_region.defined() || !t.src_contiguous || t.src_region.is_contiguous()) &&
+                           (!t.dst_region.defined() || !t.dst_contiguous || t.dst_region.is_contiguous()),
+                       "weight reshard: piece of tensor {} flagged contiguous but strided here", p.tensor);
             out.push_back(std::move(t));
         }
     }

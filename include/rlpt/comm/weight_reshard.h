@@ -44,12 +44,13 @@
 // off per rank), the ranks exchange pids and host identities and each reads a known word of
 // every same-host peer with process_vm_readv (Linux cross-memory attach, as Open MPI's
 // shared-memory transport does for large messages). Where that works both ways, the pair moves
-// its messages that way: the receiver reads (process_vm_readv), or the sender writes
-// (process_vm_writev) where only the source is strided (the shorter runs stay local: cheaper);
-// the other end sends one small MPI message with its regions' layouts (address, sizes,
-// strides), the copying end copies the contiguous runs of both (at most IOV_MAX per call and
-// side) and sends "done"; the other end waits for that "done" (with the deadline) before it
-// returns. Every other pair (another host, EPERM under ptrace restrictions or in a container)
+// its messages that way: one end copies, the receiver by process_vm_readv or the sender by
+// process_vm_writev - the end whose region alone is strided (short runs are cheaper locally),
+// else the end that copies fewer bytes so far (computed from the agreed list, so idle senders
+// share a receiver's work); the other end sends one small MPI message with its regions' layouts
+// (address, sizes, strides), the copying end copies the contiguous runs of both (at most
+// IOV_MAX per call and side) and sends "done"; the other end waits for that "done" (with the
+// deadline) before it returns. Every other pair (another host, EPERM under ptrace restrictions or in a container)
 // uses MPI messages, logged once. Local pieces (src == dst) are torch copies.
 // last_stats() splits the time of a sync into its phases (plan, pack, unpack, wait; the
 // single-copy reads count as wait).
@@ -158,8 +159,8 @@ class WeightReshard {
 // elsewhere). A region flagged contiguous must be one contiguous range of memory on the
 // transport's device: it is sent from / received into in place. A strided one goes through a
 // staging buffer on that end (a torch copy), except between single-copy pairs (WeightReshard
-// above), where both regions are used in place whatever the flags say (the flags choose which
-// end copies: the sender where only the source is strided). Both ends are read / written in
+// above), where both regions are used in place whatever the flags say (the flags help choose
+// which end copies). Both ends are read / written in
 // row-major order. Each transfer must fit kMaxMessageBytes.
 //
 // Schedule of run(): single-copy pairs first (no staging), then the other pairs: the list is cut into rounds so that no rank stages more than
