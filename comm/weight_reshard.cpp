@@ -355,10 +355,11 @@ std::vector<RegionTransfer> P2pWeightReshard::transfers(const ReshardPlan& plan,
     for (size_t i = 0; i < nt; ++i)
         for (int64_t d = 0; d < tensors[i].dim(); ++d) mine[i * kMaxDims + static_cast<size_t>(d)] = tensors[i].size(d);
     comm_.allgather(mine.data(), all.data(), static_cast<int64_t>(mine.size() * sizeof(int64_t)), deadline);
-    // Whether the region is contiguous in `rank`'s (contiguous) tensor: arithmetic on the sizes,
-    // as region(...).is_contiguous() on an empty tensor of those sizes would say (torch calls per
-    // message cost milliseconds per sync on every rank).
-    auto contiguous_on = [&](int rank, const ReshardPiece& p, bool /*send*/, int64_t /*row0*/, int64_t rows) {
+    // Whether `rows` rows of the piece's region are contiguous in `rank`'s (contiguous) tensor
+    // (the offsets do not matter): arithmetic on the sizes, as region(...).is_contiguous() on an
+    // empty tensor of those sizes would say (torch calls per message cost every rank
+    // milliseconds per sync).
+    auto contiguous_on = [&](int rank, const ReshardPiece& p, int64_t rows) {
         const size_t nd = plan.full_shapes[static_cast<size_t>(p.tensor)].size();
         if (nd == 0) return true;
         const int64_t* sizes = &all[(static_cast<size_t>(rank) * nt + static_cast<size_t>(p.tensor)) * kMaxDims];
@@ -396,8 +397,8 @@ std::vector<RegionTransfer> P2pWeightReshard::transfers(const ReshardPlan& plan,
             t.src = p.src;
             t.dst = p.dst;
             t.bytes = take * row_bytes;
-            t.src_contiguous = contiguous_on(p.src, p, true, r, take);
-            t.dst_contiguous = contiguous_on(p.dst, p, false, r, take);
+            t.src_contiguous = contiguous_on(p.src, p, take);
+            t.dst_contiguous = contiguous_on(p.dst, p, take);
             const torch::Tensor& local = tensors[static_cast<size_t>(p.tensor)];
             if (p.src == me) t.src_region = region(local, p, true, r, take);
             if (p.dst == me) t.dst_region = region(local, p, false, r, take);
