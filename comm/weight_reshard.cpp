@@ -1,5 +1,6 @@
 // Shard-to-shard weight sync (rlpt/comm/weight_reshard.h): agreement, the round schedule (messages
-// cut into rounds of at most one bucket of staging per rank), packing with torch copies, the MPI point-to-point transport and the backend choice.
+// cut into rounds of at most one bucket of staging per rank), packing with torch copies, the
+// single-copy pairs (comm/single_copy.h), the MPI point-to-point transport and the backend choice.
 #include "rlpt/comm/weight_reshard.h"
 
 #include <sched.h>
@@ -11,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include "rlpt/core/log.h"
+#include "single_copy.h"
 #include "weight_reshard_transport.h"
 #include "weight_sync_backends.h"
 #include "weight_sync_plan.h"
@@ -107,10 +109,30 @@ int64_t staged_on(const RegionTransfer& t, int rank) {
            (t.dst == rank && !t.dst_contiguous ? align_up(t.bytes) : 0);
 }
 
+// Counts transfer `t` (sent or received by rank `me`) in the stats.
+void count_message(const RegionTransfer& t, int me, RegionExchangeStats& stats) {
+    const bool send = t.src == me;
+    ++stats.n_messages;
+    (send ? stats.bytes_sent : stats.bytes_received) += t.bytes;
+    (send ? stats.sent_to : stats.received_from)[static_cast<size_t>(send ? t.dst : t.src)] += t.bytes;
+}
+
+// This rank's end of a transfer as the single-copy path describes it (host memory only).
+RegionLayout layout_of(const torch::Tensor& region) {
+    if (!region.device().is_cpu()) {
+        RegionLayout bad;
+        bad.ndim = -1;
+        return bad;
+    }
+    return describe_region(region.data_ptr(), static_cast<int64_t>(region.element_size()), region.sizes().data(),
+                           region.strides().data(), region.dim());
+}
+
 // One round (region_exchange's schedule, weight_reshard.h): start every message of this rank in
 // list order, copy the local transfers meanwhile, complete in order and unpack.
-void run_round(P2pTransport& transport, int me, const std::vector<RegionTransfer>& all, size_t begin, size_t end,
-               torch::Tensor& staging, const Deadline& deadline, RegionExchangeStats& stats) {
+void run_round(P2pTransport& transport, int me, const std::vector<RegionTransfer>& all,
+               const std::vector<char>& single_copy, size_t begin, size_t end, torch::Tensor& staging,
+               const Deadline& deadline, RegionExchangeStats& stats) {
     using Clock = std::chrono::steady_clock;
     auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
     ++stats.n_rounds;
@@ -127,7 +149,7 @@ void run_round(P2pTransport& transport, int me, const std::vector<RegionTransfer
     int64_t at = 0;
     for (size_t i = begin; i < end; ++i) {
         const RegionTransfer& t = all[i];
-        if (t.src == t.dst || (t.src != me && t.dst != me)) continue;
+        if (t.src == t.dst || (t.src != me && t.dst != me) || single_copy[i]) continue;
         const bool send = t.src == me;
         const torch::Tensor& region = send ? t.src_region : t.dst_region;
         Started s{i, -1};
@@ -151,9 +173,7 @@ void run_round(P2pTransport& transport, int me, const std::vector<RegionTransfer
         }
         transport.start(send, data, t.bytes, send ? t.dst : t.src, deadline);
         started.push_back(s);
-        ++stats.n_messages;
-        (send ? stats.bytes_sent : stats.bytes_received) += t.bytes;
-        (send ? stats.sent_to : stats.received_from)[static_cast<size_t>(send ? t.dst : t.src)] += t.bytes;
+        count_message(t, me, stats);
     }
     // Local copies while the messages move.
     const auto c0 = Clock::now();
@@ -178,15 +198,47 @@ void run_round(P2pTransport& transport, int me, const std::vector<RegionTransfer
     }
 }
 
-// Moves an agreed transfer list (every rank passes the same one) in rounds of at most `budget`
-// staged bytes per rank; `staging` holds this rank's staging (reused when large enough; freed
-// after the call unless `keep_staging`).
+// Moves an agreed transfer list (every rank passes the same one): the pairs of the transport's
+// single copy first (the receiver reads the sender's regions; no staging), then the rest in
+// rounds of at most `budget` staged bytes per rank, then waits until this rank's single-copy
+// receivers are done with its memory. `staging` holds this rank's staging (reused when large
+// enough; freed after the call unless `keep_staging`).
 void move_regions(P2pTransport& transport, int me, int n, const std::vector<RegionTransfer>& transfers,
                   int64_t budget, torch::Tensor& staging, bool keep_staging, const Deadline& deadline,
                   RegionExchangeStats& stats) {
+    using Clock = std::chrono::steady_clock;
+    auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
     torch::NoGradGuard no_grad;
     stats.sent_to.assign(static_cast<size_t>(n), 0);
     stats.received_from.assign(static_cast<size_t>(n), 0);
+    transport.begin(deadline);
+    SingleCopy* single = transport.single_copy();
+    std::vector<char> via_single(transfers.size(), 0);
+    std::vector<SingleCopy::Move> moves;
+    std::vector<int64_t> copying(static_cast<size_t>(n), 0);  // bytes each rank copies itself
+    for (size_t i = 0; single && i < transfers.size(); ++i) {
+        const RegionTransfer& t = transfers[i];
+        if (t.src == t.dst || t.bytes == 0 || !single->connects(t.src, t.dst)) continue;
+        via_single[i] = 1;
+        // Which end copies (the same choice on every rank, from the agreed list): the end whose
+        // region alone is strided (short runs are cheaper locally, comm/single_copy.h), else the
+        // end that copies less so far, so idle senders share the work of busy receivers.
+        const bool push = t.src_contiguous != t.dst_contiguous
+                              ? !t.src_contiguous
+                              : copying[static_cast<size_t>(t.src)] < copying[static_cast<size_t>(t.dst)];
+        copying[static_cast<size_t>(push ? t.src : t.dst)] += t.bytes;
+        if (t.src != me && t.dst != me) continue;
+        moves.push_back({t.src, t.dst, t.bytes, push, layout_of(t.src == me ? t.src_region : t.dst_region)});
+        count_message(t, me, stats);
+        ++stats.n_inplace_messages;
+        ++stats.n_single_copy_messages;
+    }
+    if (single) {
+        const auto w0 = Clock::now();
+        single->start(std::move(moves));
+        single->copy(deadline);
+        stats.wait_seconds += since(w0);
+    }
     // Rounds: cut before a transfer that would take some rank's staging past one bucket.
     std::vector<int64_t> used(static_cast<size_t>(n), 0);
     int64_t most_mine = 0;
@@ -194,6 +246,7 @@ void move_regions(P2pTransport& transport, int me, int n, const std::vector<Regi
     std::vector<std::pair<size_t, size_t>> rounds;
     for (size_t i = 0; i < transfers.size(); ++i) {
         const RegionTransfer& t = transfers[i];
+        if (via_single[i]) continue;
         const int64_t s = staged_on(t, t.src), d = staged_on(t, t.dst);  // both 0 for a local copy
         if (i > begin && ((s > 0 && used[static_cast<size_t>(t.src)] + s > budget) ||
                           (d > 0 && used[static_cast<size_t>(t.dst)] + d > budget))) {
@@ -209,8 +262,13 @@ void move_regions(P2pTransport& transport, int me, int n, const std::vector<Regi
     if (most_mine > 0 && (!staging.defined() || staging.numel() < most_mine || staging.device() != transport.device()))
         staging = torch::empty({most_mine}, torch::TensorOptions().dtype(torch::kUInt8).device(transport.device()));
     stats.staging_bytes = staging.defined() ? staging.numel() : 0;
-    transport.begin(deadline);
-    for (const auto& r : rounds) run_round(transport, me, transfers, r.first, r.second, staging, deadline, stats);
+    for (const auto& r : rounds)
+        run_round(transport, me, transfers, via_single, r.first, r.second, staging, deadline, stats);
+    if (single) {
+        const auto w0 = Clock::now();
+        single->finish(deadline);
+        stats.wait_seconds += since(w0);
+    }
     if (!keep_staging) staging = torch::Tensor();
 }
 
@@ -251,18 +309,21 @@ class P2pWeightReshard final : public WeightReshard {
 // The transport of `backend` for these tensors (collective on `comm`: agrees whether every
 // rank's tensors are on CUDA).
 std::unique_ptr<P2pTransport> choose_transport(const std::string& backend, const Communicator& comm,
-                                               const std::vector<torch::Tensor>& tensors, const Deadline& deadline,
+                                               const std::vector<torch::Tensor>& tensors,
+                                               const WeightSyncOptions& options, const Deadline& deadline,
                                                const char* what) {
     int cuda_device = -1;
-    int64_t all_cuda = tensors.empty() ? 0 : 1;
+    int64_t all[2] = {tensors.empty() ? 0 : 1, 1};  // every rank's tensors on CUDA; on the host
     for (const auto& t : tensors) {
+        if (t.defined() && !t.device().is_cpu()) all[1] = 0;
         if (!t.defined() || !t.is_cuda()) {
-            all_cuda = 0;
+            all[0] = 0;
         } else if (cuda_device < 0) {
             cuda_device = t.device().index();
         }
     }
-    comm.allreduce(&all_cuda, 1, MPI_INT64_T, MPI_MIN, deadline);
+    comm.allreduce(all, 2, MPI_INT64_T, MPI_MIN, deadline);
+    const bool all_cuda = all[0] != 0;
     std::unique_ptr<P2pTransport> transport;
 #if RLPT_HAVE_NCCL
     if (backend == "nccl" || (backend == "auto" && all_cuda)) {
@@ -271,13 +332,13 @@ std::unique_ptr<P2pTransport> choose_transport(const std::string& backend, const
         transport = make_nccl_p2p(comm, cuda_device);
     }
 #endif
-    if (!transport) transport = make_mpi_p2p(comm);
+    if (!transport) transport = make_mpi_p2p(comm, options.single_copy && all[1] != 0);
     if (comm.rank() == 0) RLPT_LOG_INFO("{}: backend '{}' uses '{}'", what, backend, transport->name());
     return transport;
 }
 
 void P2pWeightReshard::resolve(const std::vector<torch::Tensor>& tensors, const Deadline& deadline) {
-    transport_ = choose_transport(backend_, comm_, tensors, deadline, "weight reshard");
+    transport_ = choose_transport(backend_, comm_, tensors, options(), deadline, "weight reshard");
 }
 
 // The plan as region transfers (the same list on every rank): each piece cut along its first
@@ -294,12 +355,32 @@ std::vector<RegionTransfer> P2pWeightReshard::transfers(const ReshardPlan& plan,
     for (size_t i = 0; i < nt; ++i)
         for (int64_t d = 0; d < tensors[i].dim(); ++d) mine[i * kMaxDims + static_cast<size_t>(d)] = tensors[i].size(d);
     comm_.allgather(mine.data(), all.data(), static_cast<int64_t>(mine.size() * sizeof(int64_t)), deadline);
-    const auto meta = torch::TensorOptions().device(torch::kMeta);
-    auto contiguous_on = [&](int rank, const ReshardPiece& p, bool send, int64_t row0, int64_t rows) {
-        std::vector<int64_t> sizes;
-        for (size_t d = 0; d < plan.full_shapes[static_cast<size_t>(p.tensor)].size(); ++d)
-            sizes.push_back(all[(static_cast<size_t>(rank) * nt + static_cast<size_t>(p.tensor)) * kMaxDims + d]);
-        return region(torch::empty(sizes, meta), p, send, row0, rows).is_contiguous();
+    // Whether `rows` rows of the piece's region are contiguous in `rank`'s (contiguous) tensor
+    // (the offsets do not matter): arithmetic on the sizes, as region(...).is_contiguous() on an
+    // empty tensor of those sizes would say (torch calls per message cost every rank
+    // milliseconds per sync).
+    auto contiguous_on = [&](int rank, const ReshardPiece& p, int64_t rows) {
+        const size_t nd = plan.full_shapes[static_cast<size_t>(p.tensor)].size();
+        if (nd == 0) return true;
+        const int64_t* sizes = &all[(static_cast<size_t>(rank) * nt + static_cast<size_t>(p.tensor)) * kMaxDims];
+        std::vector<int64_t> box(sizes, sizes + nd);
+        if (p.dim >= 0) box[static_cast<size_t>(p.dim)] = p.length;
+        box[0] = rows;
+        int64_t numel = 1;
+        for (int64_t b : box) numel *= b;
+        if (numel <= 1) return true;
+        // Contiguous iff every dimension inside the innermost cut one is whole and every one
+        // outside it has one entry (size-1 dimensions do not count).
+        size_t cut = nd;
+        for (size_t d = nd; d-- > 0;) {
+            if (box[d] != sizes[d]) {
+                cut = d;
+                break;
+            }
+        }
+        for (size_t d = 0; d < cut && cut < nd; ++d)
+            if (box[d] != 1) return false;
+        return true;
     };
     const int64_t max_bytes = std::min(bucket_bytes, kMaxMessageBytes);
     std::vector<RegionTransfer> out;
@@ -316,11 +397,14 @@ std::vector<RegionTransfer> P2pWeightReshard::transfers(const ReshardPlan& plan,
             t.src = p.src;
             t.dst = p.dst;
             t.bytes = take * row_bytes;
-            t.src_contiguous = contiguous_on(p.src, p, true, r, take);
-            t.dst_contiguous = contiguous_on(p.dst, p, false, r, take);
+            t.src_contiguous = contiguous_on(p.src, p, take);
+            t.dst_contiguous = contiguous_on(p.dst, p, take);
             const torch::Tensor& local = tensors[static_cast<size_t>(p.tensor)];
             if (p.src == me) t.src_region = region(local, p, true, r, take);
             if (p.dst == me) t.dst_region = region(local, p, false, r, take);
+            RLPT_CHECK((!t.src_region.defined() || !t.src_contiguous || t.src_region.is_contiguous()) &&
+                           (!t.dst_region.defined() || !t.dst_contiguous || t.dst_region.is_contiguous()),
+                       "weight reshard: piece of tensor {} flagged contiguous but strided here", p.tensor);
             out.push_back(std::move(t));
         }
     }
@@ -378,6 +462,7 @@ void P2pWeightReshard::do_sync(const ReshardPlan& plan, const std::vector<std::s
                      /*keep_staging=*/true, deadline, x);
         stats.n_messages = x.n_messages;
         stats.n_direct_messages = x.n_inplace_messages;
+        stats.n_single_copy_messages = x.n_single_copy_messages;
         stats.packed_bytes = x.packed_bytes;
         stats.unpacked_bytes = x.unpacked_bytes;
         stats.pack_seconds = x.pack_seconds;
@@ -471,7 +556,7 @@ void P2pRegionExchange::run(const std::vector<RegionTransfer>& transfers) {
     }
     if (!mismatch.empty()) throw CommError("region exchange: " + mismatch.substr(2), __FILE__, __LINE__);
     try {
-        if (!transport_) transport_ = choose_transport(backend_, comm_, mine, deadline, "region exchange");
+        if (!transport_) transport_ = choose_transport(backend_, comm_, mine, options(), deadline, "region exchange");
         // The staging is freed after each run: a colocated rollout holds nothing between windows.
         move_regions(*transport_, me, n, transfers, options().bucket_bytes, staging_, /*keep_staging=*/false, deadline,
                      stats_);
@@ -490,10 +575,16 @@ constexpr int kReshardTag = 4243;
 
 class MpiP2p final : public P2pTransport {
   public:
-    explicit MpiP2p(const Communicator& comm) : comm_(comm) {}
+    MpiP2p(const Communicator& comm, bool single_copy) : comm_(comm), want_single_copy_(single_copy) {}
     const char* name() const override { return "mpi"; }
     torch::Device device() const override { return torch::kCPU; }
-    void begin(const Deadline&) override {}
+    void begin(const Deadline& deadline) override {
+        if (want_single_copy_ && !single_copy_) single_copy_ = std::make_unique<SingleCopy>(comm_, true, deadline);
+    }
+    SingleCopy* single_copy() override { return single_copy_ && single_copy_->pairs() > 0 ? single_copy_.get() : nullptr; }
+    void abandon() noexcept override {
+        if (single_copy_) single_copy_->abandon();
+    }
     void start(bool send, void* data, int64_t bytes, int peer, const Deadline&) override {
         RLPT_CHECK(bytes <= kMaxMessageBytes, "weight reshard: a {}-byte message exceeds the MPI limit", bytes);
         MPI_Request req = MPI_REQUEST_NULL;
@@ -526,11 +617,15 @@ class MpiP2p final : public P2pTransport {
   private:
     const Communicator& comm_;
     std::deque<MPI_Request> requests_;
+    bool want_single_copy_;
+    std::unique_ptr<SingleCopy> single_copy_;
 };
 
 }  // namespace
 
-std::unique_ptr<P2pTransport> make_mpi_p2p(const Communicator& comm) { return std::make_unique<MpiP2p>(comm); }
+std::unique_ptr<P2pTransport> make_mpi_p2p(const Communicator& comm, bool single_copy) {
+    return std::make_unique<MpiP2p>(comm, single_copy);
+}
 
 }  // namespace detail
 

@@ -1,6 +1,6 @@
 #pragma once
-// Point-to-point byte movers behind WeightReshard (rlpt/comm/weight_reshard.h). Private to
-// rlpt_comm; the NCCL one exists only in builds with NCCL (comm/nccl_reshard.cpp).
+// Point-to-point byte movers behind WeightReshard and RegionExchange (rlpt/comm/weight_reshard.h).
+// Private to rlpt_comm; the NCCL one exists only in builds with NCCL (comm/nccl_reshard.cpp).
 
 #include <torch/torch.h>
 
@@ -10,6 +10,8 @@
 #include "rlpt/comm/mpi.h"
 
 namespace rlpt::comm::detail {
+
+class SingleCopy;  // comm/single_copy.h
 
 class P2pTransport {
   public:
@@ -29,10 +31,15 @@ class P2pTransport {
     virtual void finish_oldest(const Deadline& deadline) = 0;
     // After a failure mid-transfer: tear down what may still be in flight (never throws).
     virtual void abandon() noexcept {}
+    // The pairs where one end copies from / into the other's memory itself (process_vm_readv /
+    // writev, strided regions included: no start() for their transfers); null when none. Valid
+    // after begin().
+    virtual SingleCopy* single_copy() { return nullptr; }
 };
 
-// `comm` must outlive the transport.
-std::unique_ptr<P2pTransport> make_mpi_p2p(const Communicator& comm);
+// `comm` must outlive the transport. `single_copy`: probe at the first begin() (collective) which
+// same-host pairs may copy from / into each other's memory (comm/single_copy.h); every rank passes the same.
+std::unique_ptr<P2pTransport> make_mpi_p2p(const Communicator& comm, bool single_copy);
 #if RLPT_HAVE_NCCL
 // CUDA buffers on `device`; the NCCL communicator over `comm` is created by the first begin().
 std::unique_ptr<P2pTransport> make_nccl_p2p(const Communicator& comm, int device);

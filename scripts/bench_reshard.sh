@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Resharding table (issue 11): the ~100M model's weight sync from an actor block of tp F to
 # rollout blocks of tp T on other ranks (shard to shard, comm/weight_reshard.h), against raw p2p
-# of the same bytes and against a full-model MPI_Bcast to every receiver, in the same run. One
-# torch thread per rank. Prints markdown on stdout, progress on stderr.
+# of the same bytes and against a full-model MPI_Bcast to every receiver, in the same run. The
+# reshard runs twice: with single copy between same-host ranks (process_vm_readv, the default)
+# and with MPI messages only (WeightSyncOptions::single_copy off). One torch thread per rank.
+# Prints markdown on stdout, progress on stderr.
 #
 # Usage: scripts/bench_reshard.sh [path/to/rlpt_bench_reshard]
 #   Without a path it configures build/ (or $BUILD_DIR) with RLPT_BUILD_BENCHMARKS=ON and builds
@@ -48,22 +50,26 @@ zero3 = [r for r in rows if r.get("zero3_dp")]
 rows = [r for r in rows if not r.get("colocated") and not r.get("zero3_dp")]
 print(f"~100M Llama-style model (hidden 768, 12 layers, vocab 32000, tied; {rows[0]['full_model_bytes']/1e6:.0f} MB fp32), "
       f"{rows[0]['bucket_mb']} MiB buckets, one torch thread per rank, shared memory; load average {sys.argv[2]} before, {sys.argv[3]} after; "
-      f"git {rows[0]['git_sha']}. Times: median of the slowest rank.\n")
+      f"git {rows[0]['git_sha']}. Times: median of the slowest rank"
+      + ("; the measurements of a row take turns (one run of each per iteration).\n" if "reshard_mpi_s" in rows[0] else ".\n"))
+def mpi_only(r, raw):  # binaries before single copy have no MPI-only measurement
+    return (f"{r['reshard_mpi_s']:.3f} | {r[raw]/r['reshard_mpi_s']:.2f}x" if "reshard_mpi_s" in r else "- | -")
 print("| actor tp -> rollout | ranks | MB moved (all ranks) | max MB received/rank | max MB sent/rank "
-      "| reshard s | GB/s | raw p2p s | reshard / raw | full bcast s | received vs full bcast "
-      "| messages/rank | MB copied/rank | plan / copy / wait s |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+      "| reshard s | GB/s | raw p2p s | reshard / raw | MPI-only reshard s | MPI-only / raw | full bcast s "
+      "| received vs full bcast | messages/rank (single copy) | MB copied/rank | plan / copy / wait s |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     gbps = r["plan_bytes"] / r["reshard_s"] / 1e9
     print(f"| {r['from']} -> {r['blocks']} x tp {r['to']} | {r['ranks']} | {r['plan_bytes']/1e6:.0f} "
           f"| {r['max_bytes_received']/1e6:.0f} | {r['max_bytes_sent']/1e6:.0f} | {r['reshard_s']:.3f} | {gbps:.2f} "
-          f"| {r['raw_p2p_s']:.3f} | {r['raw_p2p_s']/r['reshard_s']:.2f}x | {r['full_bcast_s']:.3f} "
-          f"| {r['max_bytes_received']/r['full_model_bytes']:.2f} "
-          f"| {r.get('max_messages', '-')} "
+          f"| {r['raw_p2p_s']:.3f} | **{r['raw_p2p_s']/r['reshard_s']:.2f}x** | {mpi_only(r, 'raw_p2p_s')} "
+          f"| {r['full_bcast_s']:.3f} | {r['max_bytes_received']/r['full_model_bytes']:.2f} "
+          f"| {r.get('max_messages', '-')} ({r.get('max_single_copy_messages', 0)}) "
           f"| {r.get('max_bytes_copied', 0)/1e6:.0f} "
           f"| {r.get('plan_s', 0):.3f} / {r.get('copy_s', 0):.3f} / {r.get('wait_s', 0):.3f} |")
 print("\n- reshard / raw: raw p2p time over reshard time (1.0 = as fast as unplanned, unpacked messages of "
-      "the same bytes; the goal is >= 0.8).")
+      "the same bytes; the goal is >= 0.8). reshard: the default path (single copy between same-host ranks where "
+      "the probe allows it); MPI-only: WeightSyncOptions::single_copy off (MPI messages, strided ends staged).")
 print("- received vs full bcast: the largest per-rank receive over the full model a broadcast sync delivers "
       "to every receiver.")
 print("- messages/rank: the most messages one rank sent or received in a sync; MB copied/rank: bytes packed into or unpacked out of "
@@ -75,15 +81,17 @@ print("\nColocated (the hybrid engine, model::HeldReshard): actor trained at ZeR
       "and raw p2p of exactly the bytes the window moved between each pair of ranks (one preallocated message per "
       "pair and direction).\n")
 print("| actor (ZeRO-3) -> rollout | ranks | actor slice MB | ZeRO-3 shard MB/rank | peak param MB/rank during fill "
-      "| rollout MB/rank | max MB received/rank | messages/rank | window s | raw all-gather s | window / raw all-gather "
-      "| raw p2p (same pairs, same bytes) s | window / raw p2p | copy / wait s |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+      "| rollout MB/rank | max MB received/rank | messages/rank (single copy) | window s | raw all-gather s "
+      "| window / raw all-gather | raw p2p (same pairs, same bytes) s | window / raw p2p | MPI-only window s "
+      "| MPI-only / raw p2p | copy / wait s |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in colocated:
     print(f"| tp {r['from']} x dp {r['dp']} -> tp {r['to']} | {r['ranks']} | {r['actor_slice_bytes']/1e6:.0f} "
           f"| {r['zero3_shard_bytes']/1e6:.0f} | {r['peak_param_bytes']/1e6:.0f} | {r['rollout_bytes']/1e6:.0f} "
-          f"| {r['max_bytes_received']/1e6:.0f} | {r['max_messages']} "
+          f"| {r['max_bytes_received']/1e6:.0f} | {r['max_messages']} ({r.get('max_single_copy_messages', 0)}) "
           f"| {r['reshard_s']:.3f} | {r['raw_allgather_s']:.3f} | {r['raw_allgather_s']/r['reshard_s']:.2f}x "
-          f"| {r['raw_p2p_s']:.3f} | {r['raw_p2p_s']/r['reshard_s']:.2f}x | {r['copy_s']:.3f} / {r['wait_s']:.3f} |")
+          f"| {r['raw_p2p_s']:.3f} | **{r['raw_p2p_s']/r['reshard_s']:.2f}x** | {mpi_only(r, 'raw_p2p_s')} "
+          f"| {r['copy_s']:.3f} / {r['wait_s']:.3f} |")
 print("\nZeRO-3 actor -> rollout ranks of their own (send_weights): gathered = every actor rank holds the full "
       "parameters (hold_full_parameters) and the first block sends shard to shard, what rlpt did before; from shards = "
       "model::HeldReshard, every actor rank sends what it holds. Peak: the actor ranks' engine memory during the sync "

@@ -5,7 +5,11 @@
 //   full bcast - MPI_Bcast of the whole model from the first sender to every receiver (what a
 //               sync without resharding moves: every receiver gets the full model).
 // World ranks [0, from) hold the actor block (tp = from), the rest `blocks` rollout blocks of tp
-// `to`. Checks every received slice against the tp = 1 model first. One JSON line on rank 0.
+// `to`. The reshard is measured twice: as configured by default (single copy between same-host
+// ranks: the receiver reads the sender's memory with process_vm_readv, comm/single_copy.h;
+// "reshard_s") and with WeightSyncOptions::single_copy off (MPI messages and staging only;
+// "reshard_mpi_s"). Checks every received slice against the tp = 1 model first, for each path.
+// One JSON line on rank 0.
 // Usage: mpirun -np <from + blocks*to> rlpt_bench_reshard --from F --to T --blocks B [--iters N]
 //        [--bucket-mb M (64, the default weight_sync.bucket_mb)]
 //
@@ -17,7 +21,8 @@
 // (each rank's share of its actor slice, into one preallocated buffer; plus for F > 1 an
 // MPI_Allgather of the actor slice over the tp block) - what a gather-based fill moves; and raw
 // p2p of exactly the bytes the reshard sent between each pair of ranks, one preallocated message
-// per pair. Usage: mpirun -np N rlpt_bench_reshard --colocated 1 --from F --to T
+// per pair. The window is measured with single copy (default) and without ("reshard_mpi_s").
+// Usage: mpirun -np N rlpt_bench_reshard --colocated 1 --from F --to T
 //
 // --zero3-dp D: a ZeRO-3 actor's weight sync to rollout ranks of their own. World ranks
 // [0, F·D) hold the actor (tp F x dp D, ZeRO-3 TrainEngine), the next `blocks` blocks of T ranks
@@ -33,7 +38,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <map>
+#include <memory>
 
 #include "bench_models.h"
 #include "rlpt/build_config.h"
@@ -62,18 +69,29 @@ Args parse(int argc, char** argv) {
     return a;
 }
 
-// Slowest rank's median time of `iters` runs of `fn`, each started together after a barrier.
-template <typename Fn>
-double timed(const comm::Communicator& world, int64_t iters, Fn&& fn) {
-    std::vector<double> ts;
+// Per function, the slowest rank's median time of `iters` runs, each started together after a
+// barrier. The functions take turns (one run of each per iteration), so a change of the machine's
+// load during the measurement falls on all of them alike.
+std::vector<double> timed(const comm::Communicator& world, int64_t iters, const std::vector<std::function<void()>>& fns) {
+    std::vector<std::vector<double>> ts(fns.size());
     for (int64_t i = 0; i < iters; ++i) {
-        world.barrier();
-        const auto t0 = Clock::now();
-        fn();
-        ts.push_back(world.allreduce_max(std::chrono::duration<double>(Clock::now() - t0).count()));
+        for (size_t f = 0; f < fns.size(); ++f) {
+            world.barrier();
+            const auto t0 = Clock::now();
+            fns[f]();
+            ts[f].push_back(world.allreduce_max(std::chrono::duration<double>(Clock::now() - t0).count()));
+        }
     }
-    std::sort(ts.begin(), ts.end());
-    return ts[ts.size() / 2];
+    std::vector<double> out;
+    for (auto& t : ts) {
+        std::sort(t.begin(), t.end());
+        out.push_back(t[t.size() / 2]);
+    }
+    return out;
+}
+
+double timed(const comm::Communicator& world, int64_t iters, const std::function<void()>& fn) {
+    return timed(world, iters, std::vector<std::function<void()>>{fn})[0];
 }
 
 // Every parameter of `m` must be its slice of the seed-11 tp = 1 model.
@@ -100,24 +118,24 @@ int64_t full_model_bytes(const comm::ReshardPlan& plan) {
 }
 
 // Raw p2p of exactly a region exchange's last bytes per pair, one warm preallocated message each
-// way: the slowest rank's median time.
-double raw_p2p_like(const comm::Communicator& world, const comm::RegionExchangeStats& xs, int64_t iters) {
-    std::vector<torch::Tensor> out_bufs, in_bufs;
+// way (for timed()).
+std::function<void()> raw_p2p_like(const comm::Communicator& world, const comm::RegionExchangeStats& xs) {
+    auto out_bufs = std::make_shared<std::vector<torch::Tensor>>(), in_bufs = std::make_shared<std::vector<torch::Tensor>>();
     for (int r = 0; r < world.size(); ++r) {
-        out_bufs.push_back(torch::ones({xs.sent_to[static_cast<size_t>(r)]}, torch::kUInt8));
-        in_bufs.push_back(torch::ones({xs.received_from[static_cast<size_t>(r)]}, torch::kUInt8));
+        out_bufs->push_back(torch::ones({xs.sent_to[static_cast<size_t>(r)]}, torch::kUInt8));
+        in_bufs->push_back(torch::ones({xs.received_from[static_cast<size_t>(r)]}, torch::kUInt8));
     }
-    return timed(world, iters, [&] {
+    return [&world, out_bufs, in_bufs] {
         std::vector<MPI_Request> reqs;
         for (int r = 0; r < world.size(); ++r) {
             const auto i = static_cast<size_t>(r);
-            if (in_bufs[i].numel() > 0)
-                comm::irecv_bytes(in_bufs[i].data_ptr(), in_bufs[i].numel(), r, 9, world.get(), reqs);
-            if (out_bufs[i].numel() > 0)
-                comm::isend_bytes(out_bufs[i].data_ptr(), out_bufs[i].numel(), r, 9, world.get(), reqs);
+            if ((*in_bufs)[i].numel() > 0)
+                comm::irecv_bytes((*in_bufs)[i].data_ptr(), (*in_bufs)[i].numel(), r, 9, world.get(), reqs);
+            if ((*out_bufs)[i].numel() > 0)
+                comm::isend_bytes((*out_bufs)[i].data_ptr(), (*out_bufs)[i].numel(), r, 9, world.get(), reqs);
         }
         comm::wait_all(reqs, comm::Deadline::never(), "raw p2p");
-    });
+    };
 }
 
 void run(const Args& a, const comm::Communicator& world) {
@@ -136,12 +154,19 @@ void run(const Args& a, const comm::Communicator& world) {
     for (auto& p : m->named_parameters()) params.push_back(p.value());
     comm::WeightSyncOptions opts;
     opts.bucket_bytes = a.bucket_mb << 20;
-    auto reshard = comm::make_weight_reshard("mpi", world, opts);
+    // The reshard with single copy on and off; each warmed up and checked (receivers zeroed first).
     uint64_t version = sender ? 1 : 0;
-    reshard->sync(plan, names, params, version);  // warm-up and the correctness check
-    if (!sender) check_slices(*m, args, me);
-    const double t_reshard = timed(world, a.iters, [&] { reshard->sync(plan, names, params, version); });
-    const auto st = reshard->last_stats();
+    std::vector<std::unique_ptr<comm::WeightReshard>> reshards;
+    for (bool single_copy : {true, false}) {
+        opts.single_copy = single_copy;
+        reshards.push_back(comm::make_weight_reshard("mpi", world, opts));
+        if (!sender) {
+            torch::NoGradGuard ng;
+            for (auto& p : params) p.zero_();
+        }
+        reshards.back()->sync(plan, names, params, version);
+        if (!sender) check_slices(*m, args, me);
+    }
 
     // Raw p2p of the same bytes per pair, one message each.
     std::map<int, int64_t> peer_bytes;
@@ -155,7 +180,7 @@ void run(const Args& a, const comm::Communicator& world) {
     }
     std::vector<torch::Tensor> raw_buffers;
     for (const auto& kv : peer_bytes) raw_buffers.push_back(torch::ones({kv.second}, torch::kUInt8));
-    const double t_raw = timed(world, a.iters, [&] {
+    auto raw = [&] {
         std::vector<MPI_Request> reqs(peer_bytes.size(), MPI_REQUEST_NULL);
         size_t i = 0;
         for (const auto& kv : peer_bytes) {
@@ -166,15 +191,20 @@ void run(const Args& a, const comm::Communicator& world) {
             ++i;
         }
         comm::wait_all(reqs, comm::Deadline::never(), "raw p2p");
-    });
+    };
 
     // The whole model from sender 0 to every receiver.
     const int64_t full_bytes = full_model_bytes(plan);
     auto bcast_comm = world.split(me == 0 || !sender ? 0 : 1, me);
     torch::Tensor full_buffer = me == 0 || !sender ? torch::ones({full_bytes}, torch::kUInt8) : torch::Tensor();
-    const double t_bcast = timed(world, a.iters, [&] {
+    auto bcast = [&] {
         if (full_buffer.defined()) bcast_comm.bcast(full_buffer.data_ptr(), full_bytes, 0);
-    });
+    };
+    const auto t = timed(world, a.iters,
+                         {[&] { reshards[0]->sync(plan, names, params, version); },
+                          [&] { reshards[1]->sync(plan, names, params, version); }, raw, bcast});
+    const double t_reshard = t[0], t_reshard_mpi = t[1], t_raw = t[2], t_bcast = t[3];
+    const auto st = reshards[0]->last_stats(), st_mpi = reshards[1]->last_stats();
 
     const auto recv = world.allgather_i64(st.bytes_received), sent = world.allgather_i64(st.bytes_sent);
     const auto copied = world.allgather_i64(st.packed_bytes + st.unpacked_bytes);
@@ -182,17 +212,23 @@ void run(const Args& a, const comm::Communicator& world) {
     // The phases of the last timed sync, slowest rank each.
     const double plan_s = world.allreduce_max(st.plan_seconds), wait_s = world.allreduce_max(st.wait_seconds),
                  copy_s = world.allreduce_max(st.pack_seconds + st.unpack_seconds);
+    const int64_t single_copy_messages = world.allreduce_max_i64(st.n_single_copy_messages);
+    const double sync_s = world.allreduce_max(st.seconds), sync_min_s = -world.allreduce_max(-st.seconds);
+    const int64_t mpi_copied = world.allreduce_max_i64(st_mpi.packed_bytes + st_mpi.unpacked_bytes);
     auto most = [](const std::vector<int64_t>& v) { return static_cast<long long>(*std::max_element(v.begin(), v.end())); };
     if (me == 0) {
         std::printf(
             "{\"git_sha\": \"%s\", \"bucket_mb\": %lld, \"from\": %lld, \"to\": %lld, \"blocks\": %lld, \"ranks\": %d, \"plan_bytes\": %lld, "
             "\"full_model_bytes\": %lld, \"max_bytes_received\": %lld, \"max_bytes_sent\": %lld, \"reshard_s\": %.6f, "
             "\"raw_p2p_s\": %.6f, \"full_bcast_s\": %.6f, \"max_bytes_copied\": %lld, \"max_messages\": %lld, "
-            "\"plan_s\": %.6f, \"copy_s\": %.6f, \"wait_s\": %.6f}\n",
+            "\"plan_s\": %.6f, \"copy_s\": %.6f, \"wait_s\": %.6f, \"reshard_mpi_s\": %.6f, "
+            "\"max_single_copy_messages\": %lld, \"mpi_max_bytes_copied\": %lld, \"sync_s\": %.6f, "
+            "\"sync_min_s\": %.6f}\n",
             RLPT_GIT_SHA, static_cast<long long>(a.bucket_mb), static_cast<long long>(a.from), static_cast<long long>(a.to),
             static_cast<long long>(a.blocks), world.size(), static_cast<long long>(st.plan_bytes),
             static_cast<long long>(full_bytes), most(recv), most(sent), t_reshard, t_raw, t_bcast, most(copied),
-            most(messages), plan_s, copy_s, wait_s);
+            most(messages), plan_s, copy_s, wait_s, t_reshard_mpi, static_cast<long long>(single_copy_messages),
+            static_cast<long long>(mpi_copied), sync_s, sync_min_s);
     }
 }
 
@@ -222,55 +258,66 @@ void run_colocated(const Args& a, const comm::Communicator& world) {
     model::release_parameter_storage(*rollout);
     comm::WeightSyncOptions xopts;
     xopts.bucket_bytes = a.bucket_mb << 20;
-    auto exchange = comm::make_region_exchange("mpi", world, xopts);
     const auto& src_layout = actor->tp_layout();
-    model::HeldReshard resharder(args, *exchange);
-    auto window = [&] {
+    // The window with single copy on and off (one exchange and one HeldReshard each, its transfer
+    // list computed at the warm-up and reused); each warmed up and checked.
+    std::vector<std::unique_ptr<comm::RegionExchange>> exchanges;
+    std::vector<std::unique_ptr<model::HeldReshard>> resharders;
+    std::vector<model::HeldReshardStats> window_stats(2);
+    auto window = [&](size_t k) {
         const model::HeldSource src{engine.held_parameters(), src_layout.tp, src_layout.rank};
-        const auto st = resharder.run(&src, rollout.get(), rollout->tp_layout());
+        window_stats[k] = resharders[k]->run(&src, rollout.get(), rollout->tp_layout());
         model::release_parameter_storage(*rollout);
-        return st;
     };
-    {  // warm-up (the transfer list is computed here and reused by the timed windows) and the check
-        window();
+    for (bool single_copy : {true, false}) {
+        xopts.single_copy = single_copy;
+        exchanges.push_back(comm::make_region_exchange("mpi", world, xopts));
+        resharders.push_back(std::make_unique<model::HeldReshard>(args, *exchanges.back()));
+        window(resharders.size() - 1);
         const model::HeldSource src{engine.held_parameters(), src_layout.tp, src_layout.rank};
-        resharder.run(&src, rollout.get(), rollout->tp_layout());
+        resharders.back()->run(&src, rollout.get(), rollout->tp_layout());
         check_slices(*rollout, args, me);
         model::release_parameter_storage(*rollout);
     }
-    model::HeldReshardStats st;
-    const double t_reshard = timed(world, a.iters, [&] { st = window(); });
-    const auto& xs = exchange->last_stats();
+    const auto xs = exchanges[0]->last_stats();  // the warm-up's bytes per pair
     // The same bytes through raw all-gathers into preallocated buffers.
     const int64_t dp = actor_dp.size(), share = (actor_bytes + dp - 1) / dp;
     auto send = torch::ones({share}, torch::kUInt8), gathered = torch::empty({share * dp}, torch::kUInt8);
     auto tp_send = torch::ones({actor_bytes}, torch::kUInt8);
     auto tp_gathered = a.from > 1 ? torch::empty({actor_bytes * a.from}, torch::kUInt8) : torch::Tensor();
-    const double t_raw = timed(world, a.iters, [&] {
+    auto raw = [&] {
         RLPT_MPI_CHECK(MPI_Allgather(send.data_ptr(), static_cast<int>(share), MPI_BYTE, gathered.data_ptr(),
                                      static_cast<int>(share), MPI_BYTE, actor_dp.get()));
         if (a.from > 1)
             RLPT_MPI_CHECK(MPI_Allgather(tp_send.data_ptr(), static_cast<int>(actor_bytes), MPI_BYTE,
                                          tp_gathered.data_ptr(), static_cast<int>(actor_bytes), MPI_BYTE,
                                          actor_mp.get()));
-    });
+    };
     // Exactly the reshard's bytes per pair, one warm preallocated message each way.
-    const double t_p2p = raw_p2p_like(world, xs, a.iters);
+    const auto p2p = raw_p2p_like(world, xs);
+    const auto t = timed(world, a.iters, {[&] { window(0); }, [&] { window(1); }, raw, p2p});
+    const double t_reshard = t[0], t_reshard_mpi = t[1], t_raw = t[2], t_p2p = t[3];
+    const auto& st = window_stats[0];
+    const auto& st_mpi = window_stats[1];
     const double wait_s = world.allreduce_max(st.wait_seconds), copy_s = world.allreduce_max(st.copy_seconds);
     const int64_t max_recv = world.allreduce_max_i64(st.received_bytes);
     const int64_t max_staging = world.allreduce_max_i64(st.staging_bytes);
     const int64_t max_messages = world.allreduce_max_i64(st.n_messages);
+    const int64_t single_copy_messages = world.allreduce_max_i64(exchanges[0]->last_stats().n_single_copy_messages);
+    const int64_t mpi_max_staging = world.allreduce_max_i64(st_mpi.staging_bytes);
     if (me == 0) {
         std::printf(
             "{\"git_sha\": \"%s\", \"colocated\": 1, \"from\": %lld, \"to\": %lld, \"ranks\": %d, \"dp\": %lld, "
             "\"actor_slice_bytes\": %lld, \"zero3_shard_bytes\": %lld, \"peak_param_bytes\": %lld, "
             "\"rollout_bytes\": %lld, \"max_bytes_received\": %lld, \"max_messages\": %lld, \"reshard_s\": %.6f, "
-            "\"raw_allgather_s\": %.6f, \"raw_p2p_s\": %.6f, \"wait_s\": %.6f, \"copy_s\": %.6f}\n",
+            "\"raw_allgather_s\": %.6f, \"raw_p2p_s\": %.6f, \"wait_s\": %.6f, \"copy_s\": %.6f, "
+            "\"reshard_mpi_s\": %.6f, \"max_single_copy_messages\": %lld, \"mpi_peak_param_bytes\": %lld}\n",
             RLPT_GIT_SHA, static_cast<long long>(a.from), static_cast<long long>(a.to), n, static_cast<long long>(dp),
             static_cast<long long>(actor_bytes), static_cast<long long>(shard_bytes),
             static_cast<long long>(shard_bytes + max_staging), static_cast<long long>(st.dst_bytes),
             static_cast<long long>(max_recv), static_cast<long long>(max_messages), t_reshard, t_raw, t_p2p, wait_s,
-            copy_s);
+            copy_s, t_reshard_mpi, static_cast<long long>(single_copy_messages),
+            static_cast<long long>(shard_bytes + mpi_max_staging));
     }
 }
 
@@ -343,7 +390,7 @@ void run_zero3_sync(const Args& a, const comm::Communicator& world) {
     shards_sync();  // warm-up and the correctness check
     if (!actor_rank) check_slices(*m, args, me);
     const double t_shards = timed(world, a.iters, shards_sync);
-    const double t_p2p = raw_p2p_like(world, exchange->last_stats(), a.iters);
+    const double t_p2p = timed(world, a.iters, raw_p2p_like(world, exchange->last_stats()));
     const int64_t full_bytes = full_model_bytes(plan);
     const int64_t max_persistent = world.allreduce_max_i64(persistent);
     const int64_t max_gathered = world.allreduce_max_i64(gathered_peak), max_shards = world.allreduce_max_i64(shards_peak);

@@ -22,11 +22,24 @@
 // gathers anything (the engine's peak memory after reset_peak_memory plus the exchange's staging
 // stays within its shards + one bucket; holding the full parameters is shown to pass it).
 // RegionExchangeTest: a transfer list that differs between ranks is refused on every rank before
-// anything moves, and the object still works afterwards.
+// anything moves, and the object still works afterwards; strided regions on both ends (column
+// slices, a transposed view, more runs than IOV_MAX, the two ends cut into different runs) land
+// byte for byte, with single copy and without.
+//
+// Single copy (process_vm_readv / writev between same-host ranks, comm/single_copy.h) is on by default:
+// where the test's own probe (cma_works) can read every peer's memory, every message of the
+// cases above must go that way and stage nothing; the *WithoutSingleCopy cases turn it off
+// (WeightSyncOptions::single_copy, or RLPT_RESHARD_CMA=0 for the colocated one) and must send
+// MPI messages only.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <map>
+#include <random>
 
 #include "rlpt/comm/mpi.h"
 #include "rlpt/core/error.h"
@@ -100,6 +113,32 @@ void expect_same_greedy(CausalLM& m, CausalLM& whole, const std::string& what) {
     expect_close(a.rollout_log_probs, b.rollout_log_probs, 1e-5, what + " rollout log-probs");
 }
 
+// Whether every rank of `comm` can read every other rank's memory with process_vm_readv (the
+// test's own probe of a random word, independent of the transport's). Collective.
+bool cma_works(const comm::Communicator& comm) {
+    static uint64_t word = std::random_device{}() | (uint64_t(1) << 40);
+    struct Card {
+        int64_t pid;
+        uint64_t address, word;
+    };
+    const Card mine{getpid(), reinterpret_cast<uint64_t>(&word), word};
+    std::vector<Card> all(static_cast<size_t>(comm.size()));
+    comm.allgather(&mine, all.data(), sizeof(Card));
+    int64_t ok = 1;
+    for (const Card& c : all) {
+        uint64_t got = 0;
+        iovec local{&got, sizeof(got)}, remote{reinterpret_cast<void*>(c.address), sizeof(got)};
+        if (process_vm_readv(static_cast<pid_t>(c.pid), &local, 1, &remote, 1, 0) != 8 || got != c.word) ok = 0;
+    }
+    return comm.allreduce_min_i64(ok) == 1;
+}
+
+// Sets RLPT_RESHARD_CMA=0 for its lifetime.
+struct SingleCopyOffByEnvironment {
+    SingleCopyOffByEnvironment() { setenv("RLPT_RESHARD_CMA", "0", 1); }
+    ~SingleCopyOffByEnvironment() { unsetenv("RLPT_RESHARD_CMA"); }
+};
+
 struct Case {
     int tp_from, tp_to, n_blocks;
 };
@@ -115,6 +154,7 @@ class WeightReshardTest : public ::testing::Test {
         if (used > world_.size()) GTEST_SKIP() << what << " needs " << used << " ranks";
         auto sync_comm = world_.split(me < used ? 0 : 1, me);
         if (me >= used) return;
+        const bool single_copy = opts.single_copy && cma_works(sync_comm);
         const bool sender = me < c.tp_from;
         const int tp = sender ? c.tp_from : c.tp_to;
         const int block = sender ? -1 : (me - c.tp_from) / c.tp_to;
@@ -133,6 +173,12 @@ class WeightReshardTest : public ::testing::Test {
         EXPECT_EQ(version, 7u) << what;
         EXPECT_EQ(reshard->backend_name(), "mpi");
         const auto& st = reshard->last_stats();
+        if (single_copy) {  // every message read from the sender's memory, nothing staged
+            EXPECT_EQ(st.n_single_copy_messages, st.n_messages) << what;
+            EXPECT_EQ(st.packed_bytes + st.unpacked_bytes, 0) << what;
+        } else if (!opts.single_copy) {
+            EXPECT_EQ(st.n_single_copy_messages, 0) << what;
+        }
         if (sender) {
             EXPECT_EQ(st.bytes_received, 0) << what;
             return;
@@ -185,6 +231,15 @@ TEST_F(WeightReshardTest, Tp4ToTp1TwoBlocks) { run_all({4, 1, 2}); }
 // 8 ranks: every rank of the world in the sync.
 TEST_F(WeightReshardTest, Tp4ToTp2TwoBlocks) { run_all({4, 2, 2}); }
 TEST_F(WeightReshardTest, Tp2ToThreeTp2Blocks) { run_all({2, 2, 3}); }
+// MPI messages and staging only: the column slices are packed on the sender (tp 2 -> 4) and
+// unpacked on the receiver (tp 4 -> 2).
+TEST_F(WeightReshardTest, WithoutSingleCopy) {
+    comm::WeightSyncOptions off;
+    off.single_copy = false;
+    run({2, 4, 1}, llama_kv2(), off, "tp 2 -> 4 without single copy");
+    off.bucket_bytes = 1000;
+    run({4, 2, 1}, qwen2_kv1(), off, "tp 4 -> 2 without single copy, small buckets");
+}
 
 // The plan covers every real element of every receiver exactly once, from a rank that holds it.
 TEST_F(WeightReshardTest, PlanCoversEachReceiverSliceOnce) {
@@ -274,6 +329,7 @@ std::unique_ptr<engine::TrainEngine> actor_engine(const std::shared_ptr<CausalLM
 struct ColocatedCase {
     int tp_a, zero_stage, tp_r;
     int shard_group = 0;  // OptimOptions::shard_group_size (0: all DP ranks)
+    bool single_copy = true;  // false: RLPT_RESHARD_CMA=0 on every rank
 };
 
 class ColocatedReshardTest : public ::testing::Test {
@@ -304,7 +360,10 @@ class ColocatedReshardTest : public ::testing::Test {
         ASSERT_EQ(allocated_parameter_bytes(*rollout), 0) << what;
         comm::WeightSyncOptions xopts;
         xopts.bucket_bytes = 64 << 10;  // smaller than the largest tensors: rows cut, several rounds
+        std::unique_ptr<SingleCopyOffByEnvironment> off;
+        if (!c.single_copy) off = std::make_unique<SingleCopyOffByEnvironment>();
         auto exchange = comm::make_region_exchange("mpi", world_, xopts);
+        const bool single_copy = c.single_copy && cma_works(world_);
 
         auto whole = make_random_causal_lm(args, 11);
         const int64_t before = engine.memory_bytes().params;
@@ -338,6 +397,13 @@ class ColocatedReshardTest : public ::testing::Test {
             EXPECT_LT(st.received_bytes, real_bytes) << what;  // never what the rank holds itself
         }
         EXPECT_EQ(world_.allreduce_sum_i64(st.received_bytes), world_.allreduce_sum_i64(st.sent_bytes)) << what;
+        const auto& xs = exchange->last_stats();
+        if (single_copy) {
+            EXPECT_EQ(xs.n_single_copy_messages, xs.n_messages) << what;
+            EXPECT_EQ(xs.packed_bytes + xs.unpacked_bytes + xs.staging_bytes, 0) << what;
+        } else if (!c.single_copy) {
+            EXPECT_EQ(xs.n_single_copy_messages, 0) << what;
+        }
 
         expect_slices_of(*rollout, *whole, what);
         expect_same_greedy(*rollout, *whole, what);
@@ -362,6 +428,8 @@ TEST_F(ColocatedReshardTest, Zero3Tp2ToTp4) { run({2, 3, 4}); }
 TEST_F(ColocatedReshardTest, Zero1Tp4ToTp2) { run({4, 1, 2}); }
 TEST_F(ColocatedReshardTest, Zero3HybridShardTp1ToTp2) { run({1, 3, 2, 2}); }
 TEST_F(ColocatedReshardTest, Zero3Tp4ToTp1) { run({4, 3, 1}); }
+TEST_F(ColocatedReshardTest, Zero3Tp2ToTp1WithoutSingleCopy) { run({2, 3, 1, 0, false}); }
+TEST_F(ColocatedReshardTest, Zero3Tp1ToTp2WithoutSingleCopy) { run({1, 3, 2, 0, false}); }
 
 // The ZeRO-3 actor's sync to rollout ranks of their own: actor tp_a x dp_a at ZeRO-3 (optionally
 // in hybrid-shard groups) on the first ranks, n_r rollout ranks in blocks of tp_r after them.
@@ -498,6 +566,88 @@ TEST(RegionExchangeTest, MismatchIsRefusedOnEveryRankAndRecoverable) {
     const int from = (me + n - 1) % n;
     EXPECT_TRUE(torch::equal(dst, torch::arange(8, torch::kFloat32) + 100 * from));
 }
+
+// Rank r sends rank r + 1 five regions, strided on both ends in different ways; every byte of the
+// destination tensors (inside and outside the regions) must be as expected afterwards.
+void strided_both_ends(bool single_copy) {
+    auto world = comm::Communicator::world();
+    const int n = world.size(), me = world.rank(), from = (me + n - 1) % n;
+    comm::WeightSyncOptions opts;
+    opts.single_copy = single_copy;
+    opts.bucket_bytes = 4096;  // without single copy: several rounds of staging
+    auto exchange = comm::make_region_exchange("mpi", world, opts);
+    // The source tensors of rank r (values unique per rank and element).
+    auto sources = [](int r) {
+        auto base = [r](std::vector<int64_t> shape, torch::Dtype dt) {
+            int64_t numel = 1;
+            for (auto d : shape) numel *= d;
+            return (torch::arange(numel, torch::kFloat64) + 1e6 * r).to(dt).view(shape);
+        };
+        return std::vector<torch::Tensor>{base({40, 300}, torch::kFloat32), base({6, 10, 50}, torch::kFloat32),
+                                          base({3000, 8}, torch::kFloat32), base({20, 64}, torch::kInt64),
+                                          base({30, 40}, torch::kFloat64)};
+    };
+    auto src_regions = [](const std::vector<torch::Tensor>& s) {
+        return std::vector<torch::Tensor>{
+            s[0].narrow(1, 7, 150),                   // 40 runs of 600 bytes
+            s[1].narrow(0, 1, 4).narrow(2, 3, 20),    // 3-D, 40 runs of 80 bytes
+            s[2].narrow(1, 2, 4),                     // 3000 runs of 16 bytes (> IOV_MAX)
+            s[3].narrow(0, 2, 16),                    // contiguous
+            s[4].narrow(1, 5, 20)};                   // strided into a contiguous destination
+    };
+    auto destinations = [] {
+        return std::vector<torch::Tensor>{torch::full({40, 400}, -1.0f), torch::full({4, 12, 64}, -1.0f),
+                                          torch::full({4, 3000}, -1.0f), torch::full({16, 100}, int64_t(-1)),
+                                          torch::full({30, 20}, -1.0, torch::kFloat64)};
+    };
+    auto dst_regions = [](const std::vector<torch::Tensor>& d) {
+        return std::vector<torch::Tensor>{
+            d[0].narrow(1, 200, 150),                 // another column slice
+            d[1].narrow(1, 1, 10).narrow(2, 40, 20),  // 3-D, other strides
+            d[2].t(),                                 // transposed: 12000 runs of 4 bytes
+            d[3].narrow(1, 10, 64),                   // strided where the source is contiguous
+            d[4]};                                    // contiguous (single copy: the sender writes)
+    };
+    const auto mine = sources(me);
+    auto dst = destinations();
+    const auto sr = src_regions(mine), dr = dst_regions(dst);
+    std::vector<comm::RegionTransfer> list;
+    for (int r = 0; r < n; ++r) {
+        for (size_t k = 0; k < sr.size(); ++k) {
+            comm::RegionTransfer t;
+            t.src = r;
+            t.dst = (r + 1) % n;
+            t.bytes = sr[k].numel() * static_cast<int64_t>(sr[k].element_size());
+            t.src_contiguous = k == 3;
+            t.dst_contiguous = k == 4;
+            if (t.src == me) t.src_region = sr[k];
+            if (t.dst == me) t.dst_region = dr[k];
+            list.push_back(t);
+        }
+    }
+    exchange->run(list);
+    auto expected = destinations();
+    const auto theirs = sources(from);
+    const auto er = dst_regions(expected), tr = src_regions(theirs);
+    for (size_t k = 0; k < er.size(); ++k) er[k].copy_(tr[k]);
+    for (size_t k = 0; k < dst.size(); ++k) EXPECT_TRUE(torch::equal(dst[k], expected[k])) << "region " << k;
+    const auto& st = exchange->last_stats();
+    EXPECT_EQ(st.n_messages, n > 1 ? 10 : 0);
+    if (!single_copy) {
+        EXPECT_EQ(st.n_single_copy_messages, 0);
+        EXPECT_GT(st.unpacked_bytes, 0);
+    } else if (cma_works(world)) {
+        EXPECT_EQ(st.n_single_copy_messages, st.n_messages);
+        EXPECT_EQ(st.packed_bytes + st.unpacked_bytes + st.staging_bytes, 0);
+    }
+    // A second run with the same object lands the same bytes again.
+    for (auto& d : dst) d.fill_(-1);
+    exchange->run(list);
+    for (size_t k = 0; k < dst.size(); ++k) EXPECT_TRUE(torch::equal(dst[k], expected[k])) << "again, region " << k;
+}
+
+TEST(RegionExchangeTest, StridedBothEndsLandByteForByte) { strided_both_ends(true); }
+TEST(RegionExchangeTest, StridedBothEndsWithoutSingleCopy) { strided_both_ends(false); }
 
 }  // namespace
 }  // namespace rlpt::model

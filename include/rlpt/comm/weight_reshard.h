@@ -20,26 +20,47 @@
 //      ranks and, on those ranks, the problem; no payload has moved, the object stays usable.
 //   2. The pieces move as RegionExchange transfers (below): each piece is cut along its first
 //      dimension into messages of at most `bucket_bytes` (one row larger than that travels
-//      alone), every message straight from / into the tensors on each end where its region is
-//      contiguous there (row slices and whole tensors on both ends; a row-parallel weight's
-//      column slice on the end holding exactly that slice; every rank's local sizes are
-//      all-gathered to know the other ends), through a staging buffer otherwise. All messages
-//      of a round are started at once, in plan order on every rank; a round ends where some
-//      rank's staging would pass one bucket. Small pieces are not packed together (one message
-//      each; measured on the ~100M model, the message count is not what costs).
-//   3. Receivers set `version` only after their last byte landed.
-// Memory per rank: the local tensors plus at most one bucket of staging (never a full model),
-// kept between syncs like WeightSync's buffers. WeightSyncOptions::inplace_min_bytes and
-// n_buffers are not used here.
+//      alone). Between single-copy pairs (below) one end copies each message straight between
+//      the sender's tensor and the receiver's, strided ends included. Otherwise every message goes
+//      straight from / into the tensors on each end where its region is contiguous there (row
+//      slices and whole tensors on both ends; a row-parallel weight's column slice on the end
+//      holding exactly that slice; every rank's local sizes are all-gathered to know the other
+//      ends), through a staging buffer otherwise. All messages of a round are started at once,
+//      in plan order on every rank; a round ends where some rank's staging would pass one
+//      bucket. Small pieces are not packed together (one message each; measured on the ~100M
+//      model, the message count is not what costs).
+//   3. Receivers set `version` only after their last byte landed; no rank returns before every
+//      single-copy peer said it finished copying from / into its tensors.
+// Memory per rank: the local tensors plus at most one bucket of staging (never a full model;
+// none for single-copy pairs), kept between syncs like WeightSync's buffers.
+// WeightSyncOptions::inplace_min_bytes and n_buffers are not used here.
 //
-// Transport (chosen at the first sync, like WeightSync's "auto"): "mpi" - MPI_Isend/Irecv of
-// host memory; "nccl" - ncclSend/ncclRecv of device memory on the tensors' CUDA device
-// (builds with NCCL, every rank's tensors on CUDA); "auto" - nccl when possible, mpi otherwise.
-// Packing and unpacking are torch copies (narrow + copy_), so tensors may be strided.
-// last_stats() splits the time of a sync into its phases (plan, pack, unpack, wait).
+// Transport (chosen at the first sync, like WeightSync's "auto"): "mpi" - host memory, by
+// MPI_Isend/Irecv or single copy; "nccl" - ncclSend/ncclRecv of device memory on the tensors'
+// CUDA device (builds with NCCL, every rank's tensors on CUDA); "auto" - nccl when possible, mpi
+// otherwise. Packing and unpacking are torch copies (narrow + copy_), so tensors may be strided.
+// Single copy ("mpi" only, comm/single_copy.h): at the first sync, when every rank's tensors are
+// on the host and WeightSyncOptions::single_copy is set (default; RLPT_RESHARD_CMA=0 turns it
+// off per rank), the ranks exchange pids and host identities and each reads a known word of
+// every same-host peer with process_vm_readv (Linux cross-memory attach, as Open MPI's
+// shared-memory transport does for large messages). Where that works both ways, the pair moves
+// its messages that way: one end copies, the receiver by process_vm_readv or the sender by
+// process_vm_writev - the end whose region alone is strided (short runs are cheaper locally),
+// else the end that copies fewer bytes so far (computed from the agreed list, so idle senders
+// share a receiver's work); the other end sends one small MPI message with its regions' layouts
+// (address, sizes, strides), the copying end copies the contiguous runs of both (at most
+// IOV_MAX per call and side) and sends "done"; the other end waits for that "done" (with the
+// deadline) before it returns. Every other pair (another host, EPERM under ptrace restrictions or in a container)
+// uses MPI messages, logged once. Local pieces (src == dst) are torch copies.
+// last_stats() splits the time of a sync into its phases (plan, pack, unpack, wait; the
+// single-copy reads count as wait).
 //
 // Failure model: as WeightSync (weight_sync.h): a transport error or timeout mid-transfer
-// leaves the object refusing further syncs, and the job is expected to abort.
+// leaves the object refusing further syncs, and the job is expected to abort. Every wait has the
+// deadline, the single-copy "done" included: a failed copy (CommError naming the peer and errno)
+// is reported in the "done" and throws on both ends; a copying peer that dies leaves the other
+// end a TimeoutError. A rank that gives up at its deadline may free memory a late peer still
+// copies: that peer gets EFAULT or stale bytes and the object is unusable anyway.
 //
 // A colocated rollout with another tp than the actor's (the hybrid engine's in-place half) and a
 // ZeRO-3 actor's sync to separate rollout ranks (every actor rank sends from its shards) go
@@ -87,6 +108,7 @@ struct WeightReshardStats {
     int64_t n_pieces = 0;       // pieces this rank sent or received
     int64_t n_messages = 0;     // messages this rank sent or received
     int64_t n_direct_messages = 0;  // of which went straight from / into tensor memory on this end
+    int64_t n_single_copy_messages = 0;  // of which one end copied from / into the other's memory
     int64_t packed_bytes = 0;       // bytes this rank staged before sending (strided source)
     int64_t unpacked_bytes = 0;     // bytes this rank copied out of its staging (strided destination)
     // Where sync() spent its time on this rank (the rest: bookkeeping): agreeing on the plan and
@@ -137,14 +159,18 @@ class WeightReshard {
 // every rank otherwise, nothing moved); the regions are given on their own rank only (undefined
 // elsewhere). A region flagged contiguous must be one contiguous range of memory on the
 // transport's device: it is sent from / received into in place. A strided one goes through a
-// staging buffer on that end (a torch copy). Each transfer must fit kMaxMessageBytes.
+// staging buffer on that end (a torch copy), except between single-copy pairs (WeightReshard
+// above), where both regions are used in place whatever the flags say (the flags help choose
+// which end copies). Both ends are read / written in
+// row-major order. Each transfer must fit kMaxMessageBytes.
 //
-// Schedule of run(): the list is cut into rounds so that no rank stages more than
+// Schedule of run(): single-copy pairs first (no staging), then the other pairs: the list is cut into rounds so that no rank stages more than
 // `bucket_bytes` at once (a transfer staging more goes alone); within a round every rank starts
 // its sends and receives in list order (the same order on both ends of every pair, which keeps
 // blocking NCCL point-to-point deadlock-free as in WeightReshard), does its local copies while
-// they are in flight, then completes them in order and unpacks its staged receives. Memory per
-// rank: the tensors plus at most one bucket of staging. Collective on the communicator.
+// they are in flight, then completes them in order and unpacks its staged receives; last, a rank
+// waits until its single-copy peers are done with its regions. Memory per rank: the tensors
+// plus at most one bucket of staging. Collective on the communicator.
 struct RegionTransfer {
     int src = 0, dst = 0;
     int64_t bytes = 0;
@@ -155,6 +181,7 @@ struct RegionTransfer {
 struct RegionExchangeStats {
     int64_t n_messages = 0;          // transfers this rank sent or received (local copies excluded)
     int64_t n_inplace_messages = 0;  // of which went straight from / into the tensors on this end
+    int64_t n_single_copy_messages = 0;  // of which one end copied from / into the other's memory (both in place)
     int64_t n_rounds = 0;
     int64_t bytes_sent = 0, bytes_received = 0, bytes_local = 0;
     std::vector<int64_t> sent_to, received_from;  // per communicator rank

@@ -65,6 +65,12 @@ struct WeightSyncOptions {
     int n_buffers = 2;
     // Deadline for one whole sync() (header wait included), in seconds; <= 0: never.
     double timeout_s = 600.0;
+    // WeightReshard and RegionExchange only ("mpi" transport, host tensors): ranks on one host
+    // read each other's regions with process_vm_readv, strided ends included, instead of MPI
+    // messages and staging (rlpt/comm/weight_reshard.h). false: MPI messages for every pair.
+    // RLPT_RESHARD_CMA=0 in a rank's environment turns it off for that rank as well. Not a
+    // config key. Must be the same on every rank.
+    bool single_copy = true;
 };
 
 // Per-sync measurements of the last sync() on this rank.
