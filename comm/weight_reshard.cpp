@@ -691,16 +691,23 @@ void P2pRegionExchange::run(const std::vector<RegionTransfer>& transfers) {
             problem = fmt::format("local transfer {}: source {} and destination {} differ", i, t.src_region.sizes(),
                                   t.dst_region.sizes());
     }
-    const auto hashes = comm_.allgather_i64(static_cast<int64_t>(hash), deadline);
-    const auto problems = comm_.allgather_strings(problem, deadline);
-    std::string mismatch;
-    for (int r = 0; r < n; ++r) {
-        if (hashes[static_cast<size_t>(r)] != hashes[0])
-            mismatch += fmt::format("; rank {} was given another transfer list than rank 0", r);
-        if (!problems[static_cast<size_t>(r)].empty())
-            mismatch += fmt::format("; rank {}: {}", r, problems[static_cast<size_t>(r)]);
+    // One all-gather of (hash, ok) per rank; the problems' texts only when one rank has one.
+    const int64_t mine_card[2] = {static_cast<int64_t>(hash), problem.empty() ? 1 : 0};
+    std::vector<int64_t> cards(2 * static_cast<size_t>(n));
+    comm_.allgather(mine_card, cards.data(), sizeof(mine_card), deadline);
+    bool agreed = true;
+    for (size_t r = 0; r < static_cast<size_t>(n); ++r) agreed = agreed && cards[2 * r] == cards[0] && cards[2 * r + 1] == 1;
+    if (!agreed) {
+        const auto problems = comm_.allgather_strings(problem, deadline);
+        std::string mismatch;
+        for (int r = 0; r < n; ++r) {
+            if (cards[2 * static_cast<size_t>(r)] != cards[0])
+                mismatch += fmt::format("; rank {} was given another transfer list than rank 0", r);
+            if (!problems[static_cast<size_t>(r)].empty())
+                mismatch += fmt::format("; rank {}: {}", r, problems[static_cast<size_t>(r)]);
+        }
+        throw CommError("region exchange: " + mismatch.substr(2), __FILE__, __LINE__);
     }
-    if (!mismatch.empty()) throw CommError("region exchange: " + mismatch.substr(2), __FILE__, __LINE__);
     try {
         if (!transport_) transport_ = choose_transport(backend_, comm_, mine, options(), deadline, "region exchange");
         // The staging is freed after each run: a colocated rollout holds nothing between windows.
