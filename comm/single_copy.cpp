@@ -208,12 +208,16 @@ bool SingleCopy::connects(int a, int b) const {
            reads_[static_cast<size_t>(b) * n + static_cast<size_t>(a)] != 0;
 }
 
-void SingleCopy::start(std::vector<Move> moves) {
+void SingleCopy::start(std::vector<Move> moves, bool same_layouts) {
     const int n = comm_.size(), me = comm_.rank();
     moves_ = std::move(moves);
     error_.clear();
+    const bool reuse = same_layouts && have_layouts_;
+    RLPT_CHECK(reuse == same_layouts, "single copy: same_layouts without a completed exchange on rank {}", me);
+    have_layouts_ = false;  // until this exchange completes
+    std::vector<size_t> n_in(static_cast<size_t>(n), 0);
     out_layouts_.assign(static_cast<size_t>(n), {});
-    in_layouts_.assign(static_cast<size_t>(n), {});
+    if (!reuse) in_layouts_.assign(static_cast<size_t>(n), {});
     layout_requests_.assign(static_cast<size_t>(n), MPI_REQUEST_NULL);
     done_requests_.assign(static_cast<size_t>(n), MPI_REQUEST_NULL);
     done_status_.assign(static_cast<size_t>(n), 0);
@@ -226,22 +230,28 @@ void SingleCopy::start(std::vector<Move> moves) {
             error_ = fmt::format("a region {} rank {} is not host memory of at most {} dimensions",
                                  m.src == me ? "sent to" : "received from", peer, kMaxRegionDims);
         if (m.active(me)) {
-            in_layouts_[static_cast<size_t>(peer)].emplace_back();
+            ++n_in[static_cast<size_t>(peer)];
         } else {
             out_layouts_[static_cast<size_t>(peer)].push_back(m.region);
         }
     }
     for (int p = 0; p < n; ++p) {
         const auto i = static_cast<size_t>(p);
-        if (!in_layouts_[i].empty()) {
+        if (reuse) {
+            RLPT_CHECK(in_layouts_[i].size() == n_in[i], "single copy: {} moves from rank {}, {} layouts kept", n_in[i],
+                       p, in_layouts_[i].size());
+        } else if (n_in[i] > 0) {
+            in_layouts_[i].resize(n_in[i]);
             RLPT_MPI_CHECK(MPI_Irecv(in_layouts_[i].data(), static_cast<int>(in_layouts_[i].size() * sizeof(RegionLayout)),
                                      MPI_BYTE, p, kLayoutTag, comm_.get(), &layout_requests_[i]));
         }
         if (!out_layouts_[i].empty()) {
-            out_requests_.push_back(MPI_REQUEST_NULL);
-            RLPT_MPI_CHECK(MPI_Isend(out_layouts_[i].data(),
-                                     static_cast<int>(out_layouts_[i].size() * sizeof(RegionLayout)), MPI_BYTE, p,
-                                     kLayoutTag, comm_.get(), &out_requests_.back()));
+            if (!reuse) {
+                out_requests_.push_back(MPI_REQUEST_NULL);
+                RLPT_MPI_CHECK(MPI_Isend(out_layouts_[i].data(),
+                                         static_cast<int>(out_layouts_[i].size() * sizeof(RegionLayout)), MPI_BYTE, p,
+                                         kLayoutTag, comm_.get(), &out_requests_.back()));
+            }
             RLPT_MPI_CHECK(MPI_Irecv(&done_status_[i], 1, MPI_INT64_T, p, kDoneTag, comm_.get(), &done_requests_[i]));
         }
     }
@@ -295,8 +305,8 @@ void SingleCopy::finish(const Deadline& deadline) {
     }
     moves_.clear();
     out_layouts_.clear();
-    in_layouts_.clear();
     out_requests_.clear();
+    have_layouts_ = error_.empty();  // the next exchange may reuse in_layouts_ (start's same_layouts)
     if (!error_.empty()) {
         throw CommError("weight transfer (mpi, single copy): " + error_, __FILE__, __LINE__);
     }

@@ -13,7 +13,11 @@
 // Protocol of one exchange (every rank of the communicator calls start(), copy() and finish(),
 // in that order; between copy() and finish() the rank may do other point-to-point work):
 //   start:  the passive end of each move posts one message per peer with the layouts of its
-//           regions (RegionLayout, in list order) and a receive for the peer's "done".
+//           regions (RegionLayout, in list order) and a receive for the peer's "done". With
+//           `same_layouts` (every rank passes the same value: the caller agreed collectively that
+//           every rank's moves are those of the previous exchange, same addresses, and that every
+//           rank has entered this exchange) no layouts move: the active end reuses the ones it
+//           received last time.
 //   copy:   the active end waits for the peer's layouts and copies every region, at most
 //           IOV_MAX contiguous runs per side and call (partial copies continue where they
 //           stopped), then sends "done" (with an ok flag) to that peer.
@@ -21,7 +25,9 @@
 //           then its regions must not change or be freed (a sender's) or be read (a
 //           receiver's). A failed copy (CommError naming the peer and errno) throws here on both
 //           ends, after every "done" was sent, so no peer waits for it.
-// Every wait polls with the deadline (TimeoutError) and reports to the WaitObserver.
+// Every wait polls with the deadline (TimeoutError) and reports to the WaitObserver (poll_until's
+// back-off: polling these waits with sched_yield and no sleep measured no better on the 6-rank
+// 2-core bench, within its noise, README "Weight resharding").
 // Which pairs: decided once, when the object is built (collective): ranks exchange pid, host
 // identity (hostname and boot id) and the address of a random 64-bit word; every rank reads each
 // same-host peer's word and the pair is used only where that read returned the peer's value
@@ -87,7 +93,7 @@ class SingleCopy {
         bool active(int me) const { return (push ? src : dst) == me; }
     };
     // `moves`: this rank's moves (connects(src, dst) for each), in the order of the agreed list.
-    void start(std::vector<Move> moves);
+    void start(std::vector<Move> moves, bool same_layouts = false);
     void copy(const Deadline& deadline);
     void finish(const Deadline& deadline);
     // After a failure: leaves the buffers MPI may still use alive (never throws).
@@ -101,7 +107,8 @@ class SingleCopy {
     int n_pairs_ = 0;
     // The exchange in flight.
     std::vector<Move> moves_;
-    std::vector<std::vector<RegionLayout>> out_layouts_, in_layouts_;  // per peer
+    std::vector<std::vector<RegionLayout>> out_layouts_, in_layouts_;  // per peer (in: kept for same_layouts)
+    bool have_layouts_ = false;  // in_layouts_ hold the last completed exchange's
     std::vector<MPI_Request> out_requests_;                             // layouts sent, "done" sent
     std::vector<MPI_Request> layout_requests_;                          // per peer: its layouts
     std::vector<MPI_Request> done_requests_;                            // per active peer: its "done"

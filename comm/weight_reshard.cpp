@@ -202,10 +202,12 @@ void run_round(P2pTransport& transport, int me, const std::vector<RegionTransfer
 // single copy first (the receiver reads the sender's regions; no staging), then the rest in
 // rounds of at most `budget` staged bytes per rank, then waits until this rank's single-copy
 // receivers are done with its memory. `staging` holds this rank's staging (reused when large
-// enough; freed after the call unless `keep_staging`).
+// enough; freed after the call unless `keep_staging`). `same_layouts`: every rank agreed that this
+// list is the one of the previous call on this transport (same regions, same addresses) and every
+// rank has entered this call, so the single-copy layouts need not move again (SingleCopy::start).
 void move_regions(P2pTransport& transport, int me, int n, const std::vector<RegionTransfer>& transfers,
-                  int64_t budget, torch::Tensor& staging, bool keep_staging, const Deadline& deadline,
-                  RegionExchangeStats& stats) {
+                  int64_t budget, torch::Tensor& staging, bool keep_staging, bool same_layouts,
+                  const Deadline& deadline, RegionExchangeStats& stats) {
     using Clock = std::chrono::steady_clock;
     auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
     torch::NoGradGuard no_grad;
@@ -235,7 +237,7 @@ void move_regions(P2pTransport& transport, int me, int n, const std::vector<Regi
     }
     if (single) {
         const auto w0 = Clock::now();
-        single->start(std::move(moves));
+        single->start(std::move(moves), same_layouts);
         single->copy(deadline);
         stats.wait_seconds += since(w0);
     }
@@ -272,6 +274,30 @@ void move_regions(P2pTransport& transport, int me, int n, const std::vector<Regi
     if (!keep_staging) staging = torch::Tensor();
 }
 
+// What every rank contributes to the one all-gather that opens a sync (the agreement).
+struct SyncCard {
+    uint64_t magic = 0;
+    uint64_t version = 0;        // the caller's; rank 0's is the sync's
+    uint64_t agreement = 0;      // hash of the plan, names and dtypes: every rank's must be rank 0's
+    uint64_t bucket_bytes = 0;   // the options'; rank 0's is the sync's
+    int64_t ok = 0;              // 1: this rank can take part (local_problem found nothing)
+    int64_t cached = 0;          // 1: plan, names, dtypes, local sizes, strides and data pointers as in its cache
+    int64_t generation = 0;      // which sync built this rank's cache (0: none)
+};
+constexpr uint64_t kReshardMagic = 0x524c5054'52534844ULL;  // "RLPTRSHD"
+
+// The transfer list of the last sync that computed one, kept for the next syncs of the same
+// plan and tensors. Its regions borrow the tensors' memory (torch::from_blob, no ownership), so
+// the cache never keeps a tensor the caller dropped alive; it is used only when every rank's
+// data pointers, sizes and strides are those it was built from.
+struct TransferCache {
+    std::vector<int64_t> state;  // this rank's local_state when built
+    int64_t generation = 0;
+    uint64_t bucket_bytes = 0;
+    std::vector<RegionTransfer> list;
+    int64_t n_pieces = 0, total_bytes = 0;
+};
+
 class P2pWeightReshard final : public WeightReshard {
   public:
     P2pWeightReshard(std::string backend, Communicator comm, const WeightSyncOptions& options)
@@ -281,7 +307,7 @@ class P2pWeightReshard final : public WeightReshard {
         if (broken_) {
             // A transfer that failed half-way may still write into these.
             new torch::Tensor(std::move(staging_));
-            header_.release();
+            cards_.release();
         }
     }
 
@@ -296,12 +322,18 @@ class P2pWeightReshard final : public WeightReshard {
     std::vector<RegionTransfer> transfers(const ReshardPlan& plan, const std::vector<torch::Tensor>& tensors,
                                           const std::vector<int64_t>& elem_size, int64_t bucket_bytes,
                                           const Deadline& deadline) const;
+    std::string refusal(const ReshardPlan& plan, const std::vector<std::string>& names,
+                        const std::vector<torch::Tensor>& tensors, const std::string& problem,
+                        const Deadline& deadline) const;
 
     std::string backend_;
     Communicator comm_;
     std::unique_ptr<P2pTransport> transport_;
     torch::Tensor staging_;
-    std::unique_ptr<WireHeader> header_ = std::make_unique<WireHeader>();
+    // The agreement's receive buffer (rank order); leaked when a failed all-gather may still write.
+    std::unique_ptr<std::vector<SyncCard>> cards_ = std::make_unique<std::vector<SyncCard>>();
+    TransferCache cache_;
+    int64_t generations_ = 0;
     bool broken_ = false;
     std::string broken_reason_;
 };
@@ -411,40 +443,131 @@ std::vector<RegionTransfer> P2pWeightReshard::transfers(const ReshardPlan& plan,
     return out;
 }
 
+// Everything of this rank a sync's transfer list depends on, as words: first the part every rank
+// must agree on (the plan, the tensors' dtypes, a hash of the names: `*n_agreed` words), then this
+// rank's tensors' data pointers, sizes, strides and devices. Equal to a cached one exactly when the
+// cached transfer list is still this rank's list.
+std::vector<int64_t> local_state(const ReshardPlan& plan, const std::vector<std::string>& names,
+                                 const std::vector<torch::Tensor>& tensors, size_t* n_agreed) {
+    std::vector<int64_t> s;
+    s.reserve(8 + plan.pieces.size() * 7 + tensors.size() * 16);
+    s.push_back(plan.n_senders);
+    s.push_back(static_cast<int64_t>(plan.full_shapes.size()));
+    for (const auto& shape : plan.full_shapes) {
+        s.push_back(static_cast<int64_t>(shape.size()));
+        s.insert(s.end(), shape.begin(), shape.end());
+    }
+    s.push_back(static_cast<int64_t>(plan.pieces.size()));
+    for (const ReshardPiece& p : plan.pieces)
+        s.insert(s.end(), {p.tensor, p.src, p.dst, p.dim, p.src_offset, p.dst_offset, p.length});
+    uint64_t h = kFnvOffset;
+    for (const auto& name : names) h = fnv1a_bytes(h, name.data(), static_cast<int64_t>(name.size()) + 1);  // with the NUL
+    s.push_back(static_cast<int64_t>(names.size()));
+    s.push_back(static_cast<int64_t>(h));
+    s.push_back(static_cast<int64_t>(tensors.size()));
+    for (const auto& t : tensors) s.push_back(t.defined() ? static_cast<int64_t>(t.scalar_type()) : -1);
+    *n_agreed = s.size();
+    for (const auto& t : tensors) {
+        const bool dense = t.defined() && t.layout() == torch::kStrided && t.has_storage();
+        s.push_back(dense ? static_cast<int64_t>(reinterpret_cast<intptr_t>(t.data_ptr())) : 0);
+        s.push_back(dense ? t.dim() : -1);
+        if (!dense) continue;
+        s.push_back(static_cast<int64_t>(t.device().type()));
+        s.push_back(t.device().index());
+        s.insert(s.end(), t.sizes().begin(), t.sizes().end());
+        s.insert(s.end(), t.strides().begin(), t.strides().end());
+    }
+    return s;
+}
+
+// A view of `t`'s memory that does not own it (undefined stays undefined).
+torch::Tensor borrowed(const torch::Tensor& t) {
+    if (!t.defined()) return t;
+    return torch::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options());
+}
+
+// The first line where `mine` differs from rank 0's `root` (both ReshardPlan::describe() plus
+// one line per tensor).
+std::string first_difference(const std::string& root, const std::string& mine) {
+    size_t a = 0, b = 0;
+    for (int line = 0; a < root.size() || b < mine.size(); ++line) {
+        const size_t ea = std::min(root.find('\n', a), root.size()), eb = std::min(mine.find('\n', b), mine.size());
+        if (root.compare(a, ea - a, mine, b, eb - b) != 0) {
+            return fmt::format("first difference at line {} of the plan: rank 0 has '{}', this rank has '{}'", line,
+                               root.substr(a, ea - a), mine.substr(b, eb - b));
+        }
+        a = ea + 1;
+        b = eb + 1;
+    }
+    return "the plan's hash differs from rank 0's";
+}
+
+std::string P2pWeightReshard::refusal(const ReshardPlan& plan, const std::vector<std::string>& names,
+                                      const std::vector<torch::Tensor>& tensors, const std::string& problem,
+                                      const Deadline& deadline) const {
+    const std::vector<SyncCard>& cards = *cards_;
+    const int me = comm_.rank();
+    std::string text = plan.describe();
+    for (size_t i = 0; i < tensors.size(); ++i) {
+        text += fmt::format("tensor {} {} {}\n", i, i < names.size() ? names[i] : std::string("-"),
+                            tensors[i].defined() ? c10::toString(tensors[i].scalar_type()) : "undefined");
+    }
+    std::string root_text = me == 0 ? text : std::string();
+    comm_.bcast_string(root_text, 0, deadline);
+    std::string why = problem;
+    if (why.empty() && cards[static_cast<size_t>(me)].agreement != cards[0].agreement)
+        why = first_difference(root_text, text);
+    const auto problems = comm_.allgather_strings(why, deadline);
+    std::string bad, detail;
+    for (size_t r = 0; r < problems.size(); ++r) {
+        if (problems[r].empty()) continue;
+        bad += fmt::format("{}{}", bad.empty() ? "" : ", ", r);
+        detail += fmt::format("; rank {}: {}", r, problems[r]);
+    }
+    return fmt::format("weight sync of version {} refused before any payload moved: sync-communicator rank(s) {} "
+                       "disagree with rank 0's plan ({} pieces){}",
+                       cards[0].version, bad, plan.pieces.size(), detail);
+}
+
 void P2pWeightReshard::do_sync(const ReshardPlan& plan, const std::vector<std::string>& names,
                                std::vector<torch::Tensor>& tensors, uint64_t& version, WeightReshardStats& stats) {
+    using Clock = std::chrono::steady_clock;
+    auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
     RLPT_CHECK_KIND(CommError, !broken_, "weight reshard is unusable after an earlier failure mid-transfer: {}",
                     broken_reason_);
     const Deadline deadline = Deadline::after_seconds(options().timeout_s);
-    const auto t_agree = std::chrono::steady_clock::now();
-    const int me = comm_.rank();
-    // The agreement of weight_sync_plan.h over a layout text made of the plan, names and dtypes.
-    Layout layout;
-    layout.has_names = true;
-    layout.local_error = local_problem(plan, names, tensors, me, comm_.size());
-    layout.text = plan.describe();
-    std::vector<int64_t> elem_size(tensors.size(), 0);
-    for (size_t i = 0; i < tensors.size(); ++i) {
-        const bool ok = tensors[i].defined();
-        if (ok) elem_size[i] = static_cast<int64_t>(tensors[i].element_size());
-        layout.text += fmt::format("{} {} {}\n", i, i < names.size() ? names[i] : std::string("-"),
-                                   ok ? c10::toString(tensors[i].scalar_type()) : "undefined");
-    }
-    layout.nbytes.assign(tensors.size(), 0);
-    if (layout.local_error.empty()) {
-        for (const auto& p : plan.pieces) {
-            int64_t n = elem_size[static_cast<size_t>(p.tensor)];
-            for (int64_t d : region_shape(plan, p)) n *= d;
-            layout.total_bytes += n;
-        }
-    }
-    layout.hash = fnv1a_bytes(kFnvOffset, layout.text.data(), static_cast<int64_t>(layout.text.size()));
-    WireHeader& header = *header_;
-    header = me == 0 ? root_header(layout, version, options()) : WireHeader();
+    const auto t_agree = Clock::now();
+    const int me = comm_.rank(), n = comm_.size();
+    // The agreement: one all-gather of every rank's card (weight_reshard.h, step 1).
+    const std::string problem = local_problem(plan, names, tensors, me, n);
+    size_t n_agreed = 0;
+    std::vector<int64_t> state = local_state(plan, names, tensors, &n_agreed);
+    SyncCard mine;
+    mine.magic = kReshardMagic;
+    mine.version = version;
+    mine.agreement = fnv1a_words(kFnvOffset, state.data(), static_cast<int64_t>(n_agreed * sizeof(int64_t)));
+    mine.bucket_bytes = static_cast<uint64_t>(options().bucket_bytes);
+    mine.ok = problem.empty() ? 1 : 0;
+    mine.cached = cache_.generation > 0 && state == cache_.state ? 1 : 0;
+    mine.generation = cache_.generation;
+    std::vector<SyncCard>& cards = *cards_;
+    cards.assign(static_cast<size_t>(n), SyncCard{});
     std::string mismatch;
+    bool reuse = false;
     try {
-        mismatch = agree_on_layout(comm_, header, layout, std::string(), deadline);
-        if (mismatch.empty() && !transport_) resolve(tensors, deadline);
+        comm_.allgather(&mine, cards.data(), sizeof(SyncCard), deadline);
+        bool agreed = true;
+        reuse = cards[0].bucket_bytes == cache_.bucket_bytes;
+        for (const SyncCard& c : cards) {
+            agreed = agreed && c.magic == kReshardMagic && c.ok == 1 && c.agreement == cards[0].agreement;
+            reuse = reuse && c.cached == 1 && c.generation == cards[0].generation;
+        }
+        reuse = reuse && agreed;
+        if (!agreed) {
+            mismatch = refusal(plan, names, tensors, problem, deadline);
+        } else if (!transport_) {
+            resolve(tensors, deadline);
+        }
     } catch (const Error& e) {
         if (e.kind() == ErrorKind::kConfig) throw;  // collective and clean: nothing moved
         broken_ = true;
@@ -452,14 +575,36 @@ void P2pWeightReshard::do_sync(const ReshardPlan& plan, const std::vector<std::s
         rethrow_with_context("weight reshard: agreeing on the plan", e);
     }
     if (!mismatch.empty()) throw CommError("weight reshard: " + mismatch, __FILE__, __LINE__);
+    stats.agree_seconds = since(t_agree);
+    const SyncCard& root = cards[0];
     try {
-        const auto list = transfers(plan, tensors, elem_size, static_cast<int64_t>(header.bucket_bytes), deadline);
-        for (const auto& p : plan.pieces) stats.n_pieces += (p.src == me || p.dst == me) ? 1 : 0;
-        stats.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_agree).count();
+        if (!reuse) {  // every rank computes the list again (the same decision on every rank)
+            cache_ = TransferCache{};
+            std::vector<int64_t> elem_size(tensors.size(), 0);
+            for (size_t i = 0; i < tensors.size(); ++i)
+                if (tensors[i].defined()) elem_size[i] = static_cast<int64_t>(tensors[i].element_size());
+            cache_.list = transfers(plan, tensors, elem_size, static_cast<int64_t>(root.bucket_bytes), deadline);
+            for (RegionTransfer& t : cache_.list) {
+                t.src_region = borrowed(t.src_region);
+                t.dst_region = borrowed(t.dst_region);
+            }
+            for (const auto& p : plan.pieces) {
+                cache_.n_pieces += (p.src == me || p.dst == me) ? 1 : 0;
+                int64_t bytes = elem_size[static_cast<size_t>(p.tensor)];
+                for (int64_t d : region_shape(plan, p)) bytes *= d;
+                cache_.total_bytes += bytes;
+            }
+            cache_.bucket_bytes = root.bucket_bytes;
+            cache_.state = std::move(state);
+            cache_.generation = ++generations_;
+        }
+        stats.reused_transfers = reuse;
+        stats.n_pieces = cache_.n_pieces;
+        stats.plan_seconds = since(t_agree);
         RegionExchangeStats x;
         // The staging stays between syncs (like WeightSync's buffers): at most one bucket.
-        move_regions(*transport_, me, comm_.size(), list, static_cast<int64_t>(header.bucket_bytes), staging_,
-                     /*keep_staging=*/true, deadline, x);
+        move_regions(*transport_, me, n, cache_.list, static_cast<int64_t>(root.bucket_bytes), staging_,
+                     /*keep_staging=*/true, /*same_layouts=*/reuse, deadline, x);
         stats.n_messages = x.n_messages;
         stats.n_direct_messages = x.n_inplace_messages;
         stats.n_single_copy_messages = x.n_single_copy_messages;
@@ -473,12 +618,13 @@ void P2pWeightReshard::do_sync(const ReshardPlan& plan, const std::vector<std::s
     } catch (const std::exception& e) {
         broken_ = true;
         broken_reason_ = e.what();
+        cache_ = TransferCache{};
         if (transport_) transport_->abandon();
         throw;
     }
-    version = header.version;
-    stats.version = header.version;
-    stats.plan_bytes = static_cast<int64_t>(header.total_bytes);
+    version = root.version;
+    stats.version = root.version;
+    stats.plan_bytes = cache_.total_bytes;
 }
 
 // ---- Region exchange ---------------------------------------------------------------------------
@@ -545,21 +691,28 @@ void P2pRegionExchange::run(const std::vector<RegionTransfer>& transfers) {
             problem = fmt::format("local transfer {}: source {} and destination {} differ", i, t.src_region.sizes(),
                                   t.dst_region.sizes());
     }
-    const auto hashes = comm_.allgather_i64(static_cast<int64_t>(hash), deadline);
-    const auto problems = comm_.allgather_strings(problem, deadline);
-    std::string mismatch;
-    for (int r = 0; r < n; ++r) {
-        if (hashes[static_cast<size_t>(r)] != hashes[0])
-            mismatch += fmt::format("; rank {} was given another transfer list than rank 0", r);
-        if (!problems[static_cast<size_t>(r)].empty())
-            mismatch += fmt::format("; rank {}: {}", r, problems[static_cast<size_t>(r)]);
+    // One all-gather of (hash, ok) per rank; the problems' texts only when one rank has one.
+    const int64_t mine_card[2] = {static_cast<int64_t>(hash), problem.empty() ? 1 : 0};
+    std::vector<int64_t> cards(2 * static_cast<size_t>(n));
+    comm_.allgather(mine_card, cards.data(), sizeof(mine_card), deadline);
+    bool agreed = true;
+    for (size_t r = 0; r < static_cast<size_t>(n); ++r) agreed = agreed && cards[2 * r] == cards[0] && cards[2 * r + 1] == 1;
+    if (!agreed) {
+        const auto problems = comm_.allgather_strings(problem, deadline);
+        std::string mismatch;
+        for (int r = 0; r < n; ++r) {
+            if (cards[2 * static_cast<size_t>(r)] != cards[0])
+                mismatch += fmt::format("; rank {} was given another transfer list than rank 0", r);
+            if (!problems[static_cast<size_t>(r)].empty())
+                mismatch += fmt::format("; rank {}: {}", r, problems[static_cast<size_t>(r)]);
+        }
+        throw CommError("region exchange: " + mismatch.substr(2), __FILE__, __LINE__);
     }
-    if (!mismatch.empty()) throw CommError("region exchange: " + mismatch.substr(2), __FILE__, __LINE__);
     try {
         if (!transport_) transport_ = choose_transport(backend_, comm_, mine, options(), deadline, "region exchange");
         // The staging is freed after each run: a colocated rollout holds nothing between windows.
-        move_regions(*transport_, me, n, transfers, options().bucket_bytes, staging_, /*keep_staging=*/false, deadline,
-                     stats_);
+        move_regions(*transport_, me, n, transfers, options().bucket_bytes, staging_, /*keep_staging=*/false,
+                     /*same_layouts=*/false, deadline, stats_);
     } catch (const std::exception& e) {
         broken_ = true;
         broken_reason_ = e.what();

@@ -211,7 +211,9 @@ void run(const Args& a, const comm::Communicator& world) {
     const auto messages = world.allgather_i64(st.n_messages);
     // The phases of the last timed sync, slowest rank each.
     const double plan_s = world.allreduce_max(st.plan_seconds), wait_s = world.allreduce_max(st.wait_seconds),
-                 copy_s = world.allreduce_max(st.pack_seconds + st.unpack_seconds);
+                 copy_s = world.allreduce_max(st.pack_seconds + st.unpack_seconds),
+                 agree_s = world.allreduce_max(st.agree_seconds);
+    const int64_t reused = -world.allreduce_max_i64(st.reused_transfers ? -1 : 0);  // 1: every rank reused the list
     const int64_t single_copy_messages = world.allreduce_max_i64(st.n_single_copy_messages);
     const double sync_s = world.allreduce_max(st.seconds), sync_min_s = -world.allreduce_max(-st.seconds);
     const int64_t mpi_copied = world.allreduce_max_i64(st_mpi.packed_bytes + st_mpi.unpacked_bytes);
@@ -223,12 +225,12 @@ void run(const Args& a, const comm::Communicator& world) {
             "\"raw_p2p_s\": %.6f, \"full_bcast_s\": %.6f, \"max_bytes_copied\": %lld, \"max_messages\": %lld, "
             "\"plan_s\": %.6f, \"copy_s\": %.6f, \"wait_s\": %.6f, \"reshard_mpi_s\": %.6f, "
             "\"max_single_copy_messages\": %lld, \"mpi_max_bytes_copied\": %lld, \"sync_s\": %.6f, "
-            "\"sync_min_s\": %.6f}\n",
+            "\"sync_min_s\": %.6f, \"agree_s\": %.6f, \"reused\": %lld}\n",
             RLPT_GIT_SHA, static_cast<long long>(a.bucket_mb), static_cast<long long>(a.from), static_cast<long long>(a.to),
             static_cast<long long>(a.blocks), world.size(), static_cast<long long>(st.plan_bytes),
             static_cast<long long>(full_bytes), most(recv), most(sent), t_reshard, t_raw, t_bcast, most(copied),
             most(messages), plan_s, copy_s, wait_s, t_reshard_mpi, static_cast<long long>(single_copy_messages),
-            static_cast<long long>(mpi_copied), sync_s, sync_min_s);
+            static_cast<long long>(mpi_copied), sync_s, sync_min_s, agree_s, static_cast<long long>(reused));
     }
 }
 

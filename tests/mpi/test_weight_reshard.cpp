@@ -311,6 +311,109 @@ TEST_F(WeightReshardTest, MismatchIsRefusedOnEveryRankAndRecoverable) {
     EXPECT_EQ(version, 5u);
 }
 
+// A hand-made plan over every rank: senders [0, s) hold row slices of tensor 0 ([4, 6] each of
+// [4s, 6]) and column slices of tensor 1 ([3, 2] each of [3, 2s]); every receiver holds both whole
+// (the column pieces land strided). Sender k's values in round `round`: `round * 1000 + 100 * k + i`.
+struct HandPlan {
+    int n = 0, s = 0, me = 0;
+    comm::ReshardPlan plan;
+    std::vector<std::string> names{"rows", "cols"};
+    std::vector<torch::Tensor> tensors;
+    explicit HandPlan(const comm::Communicator& world) : n(world.size()), s(world.size() / 2), me(world.rank()) {
+        plan.n_senders = s;
+        plan.full_shapes = {{4 * s, 6}, {3, 2 * s}};
+        for (int k = 0; k < s; ++k) {
+            for (int r = s; r < n; ++r) {
+                plan.pieces.push_back({0, k, r, 0, 0, 4 * k, 4});
+                plan.pieces.push_back({1, k, r, 1, 0, 2 * k, 2});
+            }
+        }
+        tensors = sender() ? std::vector<torch::Tensor>{torch::zeros({4, 6}), torch::zeros({3, 2})}
+                           : std::vector<torch::Tensor>{torch::full({4 * s, 6}, -1.0f), torch::full({3, 2 * s}, -1.0f)};
+    }
+    bool sender() const { return me < s; }
+    static torch::Tensor values(int round, int k, std::vector<int64_t> shape) {
+        int64_t numel = 1;
+        for (int64_t d : shape) numel *= d;
+        return (torch::arange(numel, torch::kFloat32) + 1000.0 * round + 100.0 * k).view(shape);
+    }
+    // Senders write round `round`'s values in place (same memory as before).
+    void fill(int round) {
+        if (!sender()) return;
+        tensors[0].copy_(values(round, me, {4, 6}));
+        tensors[1].copy_(values(round, me, {3, 2}));
+    }
+    // A receiver's tensors hold round `round`'s values of every sender.
+    void expect_landed(int round, const std::string& what) const {
+        if (sender()) return;
+        for (int k = 0; k < s; ++k) {
+            EXPECT_TRUE(torch::equal(tensors[0].narrow(0, 4 * k, 4), values(round, k, {4, 6}))) << what << " rows of " << k;
+            EXPECT_TRUE(torch::equal(tensors[1].narrow(1, 2 * k, 2), values(round, k, {3, 2}))) << what << " cols of " << k;
+        }
+    }
+};
+
+// The cached message list (a second sync of the same plan and tensors skips recomputing it and,
+// between single-copy pairs, resending the layouts) moves the right bytes, and never hides a
+// change: a re-allocated tensor on one rank makes every rank recompute; another shape or another
+// plan on one rank after cached syncs is refused on every rank, naming that rank, nothing moved.
+TEST_F(WeightReshardTest, CachedSyncMovesRightBytesAndNeverHidesAChange) {
+    if (world_.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+    for (const bool single_copy : {true, false}) {
+        const std::string mode = single_copy ? "single copy" : "MPI only";
+        comm::WeightSyncOptions opts;
+        opts.single_copy = single_copy;
+        HandPlan h(world_);
+        const int bad = world_.size() - 1;  // a receiver
+        auto reshard = comm::make_weight_reshard("mpi", world_, opts);
+        uint64_t version = 0;
+        auto sync_round = [&](int round, bool expect_reused, const std::string& what) {
+            h.fill(round);
+            if (h.sender()) version = static_cast<uint64_t>(round);
+            reshard->sync(h.plan, h.names, h.tensors, version);
+            EXPECT_EQ(version, static_cast<uint64_t>(round)) << what;
+            EXPECT_EQ(reshard->last_stats().reused_transfers, expect_reused) << what;
+            h.expect_landed(round, what);
+        };
+        sync_round(1, false, mode + " first sync");
+        sync_round(2, true, mode + " second sync (cached)");
+        sync_round(3, true, mode + " third sync (cached)");
+        // One receiver re-allocates a tensor (same shape, new memory): every rank recomputes.
+        if (world_.rank() == bad) h.tensors[0] = torch::full({4 * h.s, 6}, -1.0f);
+        sync_round(4, false, mode + " after a re-allocated tensor");
+        sync_round(5, true, mode + " cached again");
+        // Another shape on one rank after cached syncs: refused on every rank, nothing moved.
+        auto expect_refused = [&](const comm::ReshardPlan& plan, const std::vector<torch::Tensor>& tensors,
+                                  const std::string& problem, const std::string& what) {
+            h.fill(6);
+            uint64_t v = h.sender() ? 6 : 5;
+            std::vector<torch::Tensor> t = tensors;
+            try {
+                reshard->sync(plan, h.names, t, v);
+                ADD_FAILURE() << what << ": expected a CommError";
+            } catch (const CommError& e) {
+                const std::string msg = e.what();
+                EXPECT_NE(msg.find("refused before any payload moved"), std::string::npos) << what << ": " << msg;
+                EXPECT_NE(msg.find(fmt::format("rank(s) {} disagree", bad)), std::string::npos) << what << ": " << msg;
+                EXPECT_NE(msg.find(fmt::format("rank {}: ", bad)), std::string::npos) << what << ": " << msg;
+                EXPECT_NE(msg.find(problem), std::string::npos) << what << ": " << msg;
+            }
+            EXPECT_EQ(v, h.sender() ? 6u : 5u) << what;
+            h.expect_landed(5, what + " (nothing moved)");
+        };
+        auto reshaped = h.tensors;
+        if (world_.rank() == bad) reshaped[0] = torch::zeros({4 * h.s, 7});  // rows of 7, not 6
+        expect_refused(h.plan, reshaped, "cannot hold piece", mode + " another shape on one rank");
+        // Another plan on one rank (valid locally: one column of each column piece), after cached syncs.
+        auto other = h.plan;
+        for (auto& p : other.pieces)
+            if (world_.rank() == bad && p.tensor == 1) p.length = 1;
+        expect_refused(other, h.tensors, "first difference", mode + " another plan on one rank");
+        // The unchanged plan and tensors: the cache of syncs 4-5 is still right.
+        sync_round(7, true, mode + " cached after the refusals");
+    }
+}
+
 // The actor's training engine at ZeRO stage `zero` (hybrid-shard groups of `shard_group`, 0: all
 // DP ranks) over `dp`, with its tp block `mp` when it is split.
 std::unique_ptr<engine::TrainEngine> actor_engine(const std::shared_ptr<CausalLM>& actor, const comm::Communicator& dp,

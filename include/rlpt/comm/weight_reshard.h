@@ -13,11 +13,21 @@
 // Communicator::create_group; make_weight_reshard() duplicates it.
 //
 // Protocol of one sync() (collective on the duplicated communicator):
-//   1. Rank 0 broadcasts a header (magic, version, tensor count, plan bytes, plan hash). Every
-//      rank hashes the plan it was given together with its tensors' names and dtypes, checks
-//      that each piece it sends or receives lies inside its tensors, and all ranks agree (an
-//      all-gather of ok flags). Any disagreement throws a CommError on every rank naming the
-//      ranks and, on those ranks, the problem; no payload has moved, the object stays usable.
+//   1. Agreement, one all-gather of a small card per rank: a hash of the plan, names and dtypes it
+//      was given; an ok flag (each piece it sends or receives lies inside its tensors); its
+//      bucket size and version (rank 0's are the sync's); whether its plan, names, dtypes and its
+//      tensors' data pointers, sizes and strides are exactly (word for word, not hashed) those of
+//      the sync that built its cached message list, and that sync's number. Any disagreement (a
+//      rank not ok, a hash other than rank 0's) makes every rank take part in one broadcast of
+//      rank 0's plan text and one all-gather of every rank's problem, and throws a CommError on
+//      every rank naming each disagreeing rank and its problem; no payload has moved, the cache
+//      is kept, the object stays usable.
+//      The message list (step 2) is used again when every rank's card says "cached" with the same
+//      sync number and rank 0's bucket size is the cached one (the same decision on every rank);
+//      otherwise every rank computes it again (with an all-gather of every rank's local sizes) and
+//      caches it. The cache holds the list with regions that borrow the tensors' memory
+//      (torch::from_blob, no ownership): it keeps no tensor alive and is used only while every
+//      rank's pointers, sizes and strides are unchanged.
 //   2. The pieces move as RegionExchange transfers (below): each piece is cut along its first
 //      dimension into messages of at most `bucket_bytes` (one row larger than that travels
 //      alone). Between single-copy pairs (below) one end copies each message straight between
@@ -32,7 +42,8 @@
 //   3. Receivers set `version` only after their last byte landed; no rank returns before every
 //      single-copy peer said it finished copying from / into its tensors.
 // Memory per rank: the local tensors plus at most one bucket of staging (never a full model;
-// none for single-copy pairs), kept between syncs like WeightSync's buffers.
+// none for single-copy pairs), kept between syncs like WeightSync's buffers, plus the cached
+// message list (a few hundred bytes per message, no tensor memory).
 // WeightSyncOptions::inplace_min_bytes and n_buffers are not used here.
 //
 // Transport (chosen at the first sync, like WeightSync's "auto"): "mpi" - host memory, by
@@ -50,7 +61,10 @@
 // share a receiver's work); the other end sends one small MPI message with its regions' layouts
 // (address, sizes, strides), the copying end copies the contiguous runs of both (at most
 // IOV_MAX per call and side) and sends "done"; the other end waits for that "done" (with the
-// deadline) before it returns. Every other pair (another host, EPERM under ptrace restrictions or in a container)
+// deadline) before it returns. When the cached list is used, the layouts do not move again (the
+// copying end keeps the ones of the sync that built the list; the all-gather of step 1 already
+// told it that every rank entered this sync): one "done" per pair and sync is all the single-copy
+// pairs exchange. Every other pair (another host, EPERM under ptrace restrictions or in a container)
 // uses MPI messages, logged once. Local pieces (src == dst) are torch copies.
 // last_stats() splits the time of a sync into its phases (plan, pack, unpack, wait; the
 // single-copy reads count as wait).
@@ -112,8 +126,10 @@ struct WeightReshardStats {
     int64_t packed_bytes = 0;       // bytes this rank staged before sending (strided source)
     int64_t unpacked_bytes = 0;     // bytes this rank copied out of its staging (strided destination)
     // Where sync() spent its time on this rank (the rest: bookkeeping): agreeing on the plan and
-    // computing the messages; packing; unpacking; waiting for messages to complete.
-    double plan_seconds = 0.0, pack_seconds = 0.0, unpack_seconds = 0.0, wait_seconds = 0.0;
+    // computing the messages (agree_seconds: the agreement alone, a part of plan_seconds);
+    // packing; unpacking; waiting for messages to complete.
+    double plan_seconds = 0.0, agree_seconds = 0.0, pack_seconds = 0.0, unpack_seconds = 0.0, wait_seconds = 0.0;
+    bool reused_transfers = false;  // the message list of the previous sync was used again (step 2)
     int64_t bytes_sent = 0;     // payload bytes out of this rank
     int64_t bytes_received = 0; // payload bytes into this rank
     int64_t plan_bytes = 0;     // payload bytes of the whole plan (every rank)
@@ -155,8 +171,9 @@ class WeightReshard {
 //
 // One transfer moves `bytes` bytes from a region of a tensor on rank `src` to a region of the
 // same shape and dtype on rank `dst` (communicator ranks; src == dst is a local copy). Every rank
-// passes the same list (src, dst, bytes, contiguity, in the same order: checked, a CommError on
-// every rank otherwise, nothing moved); the regions are given on their own rank only (undefined
+// passes the same list (src, dst, bytes, contiguity, in the same order: checked by one all-gather
+// of a hash and an ok flag per rank, a CommError on every rank otherwise naming the ranks and
+// their problems, nothing moved); the regions are given on their own rank only (undefined
 // elsewhere). A region flagged contiguous must be one contiguous range of memory on the
 // transport's device: it is sent from / received into in place. A strided one goes through a
 // staging buffer on that end (a torch copy), except between single-copy pairs (WeightReshard
