@@ -17,15 +17,6 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 namespace rlpt::comm {
 namespace detail {
 
-uint64_t fnv1a_bytes(uint64_t h, const void* data, int64_t bytes) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    for (int64_t i = 0; i < bytes; ++i) {
-        h ^= p[i];
-        h *= kFnvPrime;
-    }
-    return h;
-}
-
 uint64_t fnv1a_words(uint64_t h, const void* data, int64_t bytes) {
     const auto* p = static_cast<const unsigned char*>(data);
     const int64_t n_words = bytes / 8;

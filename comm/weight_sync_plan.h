@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "rlpt/comm/mpi.h"
+#include "rlpt/core/fnv.h"
 #include "rlpt/comm/weight_sync.h"
 
 namespace rlpt::comm::detail {
@@ -86,11 +87,12 @@ int64_t pack_buffer_bytes(const SyncPlan& plan, const std::vector<bool>& direct)
 SyncPlan make_plan(const std::vector<int64_t>& nbytes, int64_t bucket_bytes,
                    int64_t inplace_min_bytes);
 
-// 64-bit FNV-1a, word-wise variant used by weights_checksum (see weight_sync.h).
-constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ULL;
-constexpr uint64_t kFnvPrime = 0x100000001b3ULL;
+// 64-bit FNV-1a (rlpt/core/fnv.h) and its word-wise variant used by weights_checksum (see
+// weight_sync.h).
+using rlpt::fnv1a_bytes;
+using rlpt::kFnvOffset;
+using rlpt::kFnvPrime;
 uint64_t fnv1a_words(uint64_t h, const void* data, int64_t bytes);
-uint64_t fnv1a_bytes(uint64_t h, const void* data, int64_t bytes);
 
 // Validates user options (ConfigError naming the field).
 void check_options(const WeightSyncOptions& options);

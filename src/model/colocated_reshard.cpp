@@ -10,6 +10,7 @@
 
 #include "model/weights_io.h"
 #include "rlpt/core/error.h"
+#include "rlpt/core/fnv.h"
 #include "rlpt/model/reshard_plan.h"
 
 namespace rlpt::model {
@@ -126,10 +127,8 @@ struct Param {
 
 // FNV-1a over the names, dtypes and full shapes: every rank of the exchange must agree on it.
 int64_t signature(const std::vector<Param>& params, const std::vector<torch::ScalarType>& dtypes) {
-    uint64_t h = 1469598103934665603ULL;
-    const auto mix = [&](const void* p, size_t n) {
-        for (size_t k = 0; k < n; ++k) h = (h ^ static_cast<const unsigned char*>(p)[k]) * 1099511628211ULL;
-    };
+    uint64_t h = kFnvOffset;
+    const auto mix = [&](const void* p, size_t n) { h = fnv1a_bytes(h, p, static_cast<int64_t>(n)); };
     for (size_t i = 0; i < params.size(); ++i) {
         mix(params[i].name.data(), params[i].name.size() + 1);
         const auto t = static_cast<int64_t>(dtypes[i]);
