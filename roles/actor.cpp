@@ -206,12 +206,13 @@ Batch save(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 Batch load(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = ready(w);
     const std::string dir = protocol::decode_args<protocol::DirArgs>(in, "actor.load").dir;
+    const detail::ResliceTarget reslice = detail::reslice_target(*a.policy->model);
     detail::load_engine_checkpoint(
         *a.engine, dir, "actor", ctx.comms->role_rank, ctx.comms->role,
         [&](const ckpt::H5Reader& reader) {
             a.policy->version = static_cast<uint64_t>(reader.int_attr("actor/weight_version"));
         },
-        a.policy->model.get());
+        &reslice);
     return Batch(0);
 }
 

@@ -124,8 +124,10 @@ Batch save(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 }
 
 Batch load(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
-    detail::load_engine_checkpoint(*ready(w).engine, protocol::decode_args<protocol::DirArgs>(in, "critic.load").dir,
-                                   "critic", ctx.comms->role_rank, ctx.comms->role);
+    CriticWorker& cw = ready(w);
+    const detail::ResliceTarget reslice = detail::reslice_target(*cw.model);
+    detail::load_engine_checkpoint(*cw.engine, protocol::decode_args<protocol::DirArgs>(in, "critic.load").dir,
+                                   "critic", ctx.comms->role_rank, ctx.comms->role, {}, &reslice);
     return Batch(0);
 }
 

@@ -166,19 +166,19 @@ torch::Tensor slice_for(const std::string& name, const torch::Tensor& full, cons
 
 class ResliceState final : public engine::SavedState {
   public:
-    ResliceState(std::vector<std::unique_ptr<engine::ShardedState>> old, size_t own, const model::CausalLM& m)
+    ResliceState(std::vector<std::unique_ptr<engine::ShardedState>> old, size_t own, const ResliceTarget& m)
         : old_(std::move(old)), own_(own), m_(m) {}
     std::string where() const override {
         return fmt::format("{} (tensor parallelism {})", old_.front()->where(), old_.size());
     }
     std::string written_by() override { return old_[own_]->written_by(); }
     std::string tensor_parallel() override {
-        const auto& l = m_.tp_layout();
+        const auto& l = m_.layout;
         return l.tp > 1 ? fmt::format("{} rank {}", l.tp, l.rank) : "";
     }
     const std::map<std::string, Tensor>& tensors() override {
         if (tensors_.empty()) {
-            const auto mine = m_.named_parameters(/*recurse=*/true);
+            const auto mine = m_.module->named_parameters(/*recurse=*/true);
             for (const auto& [name, t] : old_.front()->tensors()) {
                 Tensor out = t;
                 if (const auto* p = mine.find(name)) out.shape = p->sizes().vec();
@@ -197,12 +197,12 @@ class ResliceState final : public engine::SavedState {
                 for (int64_t d : meta.shape) n *= d;
                 locals.push_back(o->read(kind, name, 0, n).view(meta.shape));
             }
-            const auto params = m_.named_parameters(/*recurse=*/true);
+            const auto params = m_.module->named_parameters(/*recurse=*/true);
             const auto* like = params.find(name);
             RLPT_CHECK_KIND(IoError, like != nullptr, "checkpoint {}: tensor '{}' matches no parameter of the model",
                             where(), name);
             const auto dtype = kind == Kind::kParam ? like->scalar_type() : torch::kFloat32;
-            cached_ = slice_for(name, assemble_full(name, locals, m_.args()), *like, m_.tp_layout(), dtype).flatten();
+            cached_ = slice_for(name, assemble_full(name, locals, m_.args), *like, m_.layout, dtype).flatten();
             cached_kind_ = kind;
             cached_name_ = name;
         }
@@ -214,7 +214,7 @@ class ResliceState final : public engine::SavedState {
   private:
     std::vector<std::unique_ptr<engine::ShardedState>> old_;
     size_t own_;
-    const model::CausalLM& m_;
+    ResliceTarget m_;
     std::map<std::string, Tensor> tensors_;
     Kind cached_kind_ = Kind::kParam;
     std::string cached_name_;
@@ -223,9 +223,13 @@ class ResliceState final : public engine::SavedState {
 
 }  // namespace
 
+ResliceTarget reslice_target(const model::CausalLM& m) { return {&m, m.tp_layout(), m.args()}; }
+ResliceTarget reslice_target(const model::ValueModel& m) { return {&m, m.backbone().tp_layout(), m.args()}; }
+
 std::unique_ptr<engine::SavedState> resliced_checkpoint(std::vector<std::unique_ptr<engine::ShardedState>> old_tp_ranks,
-                                                        size_t own_tp, const model::CausalLM& m) {
-    return std::make_unique<ResliceState>(std::move(old_tp_ranks), own_tp, m);
+                                                        size_t own_tp, const ResliceTarget& target) {
+    RLPT_CHECK(target.module != nullptr, "resliced_checkpoint: no model");
+    return std::make_unique<ResliceState>(std::move(old_tp_ranks), own_tp, target);
 }
 
 }  // namespace rlpt::roles::detail

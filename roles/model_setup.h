@@ -78,13 +78,25 @@ bool weight_sync_from_shards(const protocol::WorkerContext& ctx);
 void sync_policy_weights(PolicySync& sync, const protocol::WorkerContext& ctx, model::CausalLM& m,
                          uint64_t& version, const std::function<std::vector<model::HeldSlice>()>& held = {});
 
+// What resuming a model at another tensor-parallel size needs of it: its parameters (Hugging
+// Face names, this rank's local shapes), its layout and its arguments (model::shard_spec places
+// each slice). The actor's CausalLM and the critic's ValueModel (whose value head is replicated);
+// `module` must outlive the target.
+struct ResliceTarget {
+    const torch::nn::Module* module = nullptr;
+    model::TpLayout layout;
+    model::ModelArgs args;
+};
+ResliceTarget reslice_target(const model::CausalLM& m);
+ResliceTarget reslice_target(const model::ValueModel& m);
+
 // Resume at another tensor-parallel size: the checkpoint's files of each old tp rank
-// (`old_tp_ranks[t]`), presented in `m`'s layout. Each tensor (and each optimizer kind of it) is
-// assembled full from the old block's slices, one tensor at a time (cached until the next one),
-// and this rank's slice is cut from it. Step counters, RNG and attributes come from
+// (`old_tp_ranks[t]`), presented in `target`'s layout. Each tensor (and each optimizer kind of
+// it) is assembled full from the old block's slices, one tensor at a time (cached until the next
+// one), and this rank's slice is cut from it. Step counters, RNG and attributes come from
 // old_tp_ranks[own_tp]. Local (no collective).
 std::unique_ptr<engine::SavedState> resliced_checkpoint(std::vector<std::unique_ptr<engine::ShardedState>> old_tp_ranks,
-                                                        size_t own_tp, const model::CausalLM& m);
+                                                        size_t own_tp, const ResliceTarget& target);
 
 // The shared key under which a colocated actor publishes its model (and the weight version).
 constexpr const char* kSharedPolicy = "policy";

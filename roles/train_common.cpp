@@ -164,7 +164,7 @@ Batch save_engine_checkpoint(const engine::TrainEngine& engine, const std::strin
 
 void load_engine_checkpoint(engine::TrainEngine& engine, const std::string& dir, const std::string& role, int role_rank,
                             const comm::Communicator& role_comm,
-                            const std::function<void(const ckpt::H5Reader&)>& extra, const model::CausalLM* policy) {
+                            const std::function<void(const ckpt::H5Reader&)>& extra, const ResliceTarget* reslice) {
     const auto file = [&](int k) { return (std::filesystem::path(dir) / fmt::format("{}_rank{}.h5", role, k)).string(); };
     const std::string prefix = role + "/";
     std::unique_ptr<engine::SavedState> saved;
@@ -182,13 +182,13 @@ void load_engine_checkpoint(engine::TrainEngine& engine, const std::string& dir,
         if (lay.tp_size == tp_now) {
             saved = files_of(engine.tp_rank());
         } else {
-            RLPT_CHECK_KIND(IoError, policy != nullptr,
+            RLPT_CHECK_KIND(IoError, reslice != nullptr,
                             "checkpoint {} was written at tensor parallelism {} and this {} runs {}: the {} resumes only "
                             "at the tensor parallelism it was written with",
                             dir, lay.tp_size, role, tp_now, role);
             std::vector<std::unique_ptr<engine::ShardedState>> old;
             for (int t = 0; t < lay.tp_size; ++t) old.push_back(files_of(t));
-            saved = resliced_checkpoint(std::move(old), static_cast<size_t>(engine.tp_rank() % lay.tp_size), *policy);
+            saved = resliced_checkpoint(std::move(old), static_cast<size_t>(engine.tp_rank() % lay.tp_size), *reslice);
             resliced = true;
         }
     } catch (...) {

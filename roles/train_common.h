@@ -15,11 +15,9 @@
 #include "rlpt/engine/policy_ops.h"
 #include "rlpt/engine/train_engine.h"
 
-namespace rlpt::model {
-class CausalLM;
-}
-
 namespace rlpt::roles::detail {
+
+struct ResliceTarget;  // model_setup.h
 
 // The sequences of rows [b, e) of a batch, with all-padding columns trimmed: left prompt
 // columns no row uses and response columns past the longest response. `kept_r` receives
@@ -107,8 +105,9 @@ uint64_t stream_seed(std::initializer_list<uint64_t> keys);
 // Load: the checkpoint's layout (DP size D, tensor parallelism T) from `<role>_rank0.h5`; this
 // rank reads the files of its tp rank (`<role>_rank<d·T + mp_rank>.h5`, d < D), taking its step
 // counters and attributes from the file of its own DP block (block 0's when the checkpoint had
-// fewer blocks). At another T, `policy` (the actor's model; null for other roles: IoError)
-// reslices every old tp rank's files into this rank's layout (resliced_checkpoint). Collective
+// fewer blocks). At another T, `reslice` (the role's model: the actor's policy, the critic's value
+// model; null: IoError) reslices every old tp rank's files into this rank's layout
+// (resliced_checkpoint). Collective
 // on `role_comm` (the failures of opening the checkpoint are agreed) and on the engine's DP
 // communicator. A missing file is an IoError naming it. `extra` gets this rank's file.
 Batch save_engine_checkpoint(const engine::TrainEngine& engine, const std::string& dir, const std::string& role,
@@ -116,6 +115,6 @@ Batch save_engine_checkpoint(const engine::TrainEngine& engine, const std::strin
 void load_engine_checkpoint(engine::TrainEngine& engine, const std::string& dir, const std::string& role, int role_rank,
                             const comm::Communicator& role_comm,
                             const std::function<void(const ckpt::H5Reader&)>& extra = {},
-                            const model::CausalLM* policy = nullptr);
+                            const ResliceTarget* reslice = nullptr);
 
 }  // namespace rlpt::roles::detail

@@ -19,7 +19,9 @@
 #                      checkpoint at tp = 1 reshards it (close), at tp = 2 bit-identical; SFT at tp 2
 #                      follows tp 1
 #   tp-layouts         uneven layouts: actor tp 2 x dp 2 with a tp 1 critic (GAE); every role with
-#                      the critic at tp 2; rollout on its own tp 2 ranks (weight sync slice by
+#                      the critic at tp 2; the critic's checkpoint resumed at tp 1 and at tp 2 from
+#                      the other (resharded on load, the next step close to the run that never
+#                      stopped); rollout on its own tp 2 ranks (weight sync slice by
 #                      slice) vs a colocated tp = 1 run; every role at tp 4 (replicated KV heads)
 #   zero3              tiny (2 layers) with the actor at ZeRO-3 vs ZeRO-0 on 2 DP ranks (rollout
 #                      colocated: generates from the gathered weights): same metrics, first steps;
@@ -559,18 +561,39 @@ PY
   tp-layouts)
     common=(trainer.output_dir=runs trainer.total_training_steps=2 trainer.val_before_train=false
             actor.entropy_coeff=0.05 actor.optim.lr=0.01 actor.use_kl_loss=true)
+    # GAE with rewards from step 1 on (the overlong penalty scores every response longer than one
+    # token), so the critic learns from the first update and its weights show in the metrics.
+    gae=(algorithm.adv_estimator=gae algorithm.use_kl_in_reward=true reward.overlong_buffer.enable=true
+         reward.overlong_buffer.len=3 critic.optim.lr=0.05)
     # GAE: actor/rollout/reference tp 2 x dp 2 on 4 ranks, critic tp 1 on 2 more.
-    run 1 "$src/configs/tiny.yaml" "${common[@]}" algorithm.adv_estimator=gae algorithm.use_kl_in_reward=true trainer.experiment_name=gae1 \
-      'placement.groups=[{roles: [actor, rollout, reference, critic], ranks: 1}]'
-    run 6 "$src/configs/tiny.yaml" "${common[@]}" algorithm.adv_estimator=gae algorithm.use_kl_in_reward=true trainer.experiment_name=gae6 \
+    run 1 "$src/configs/tiny.yaml" "${common[@]}" "${gae[@]}" trainer.experiment_name=gae1 \
+      trainer.save_freq=1 'placement.groups=[{roles: [actor, rollout, reference, critic], ranks: 1}]'
+    run 6 "$src/configs/tiny.yaml" "${common[@]}" "${gae[@]}" trainer.experiment_name=gae6 \
       'placement.groups=[{roles: [actor, rollout, reference], ranks: 4, model_parallel_size: 2}, {roles: [critic], ranks: 2}]'
     compare runs/gae1/metrics.jsonl runs/gae6/metrics.jsonl 1,2 2e-3 \
       response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/kl_loss critic/vf_loss critic/grad_norm
     # Every role of the group split over tp 2, the critic included.
-    run 2 "$src/configs/tiny.yaml" "${common[@]}" algorithm.adv_estimator=gae algorithm.use_kl_in_reward=true trainer.experiment_name=gae2 \
-      'placement.groups=[{roles: [actor, rollout, reference, critic], ranks: 2, model_parallel_size: 2}]'
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" "${gae[@]}" trainer.experiment_name=gae2 \
+      trainer.save_freq=1 'placement.groups=[{roles: [actor, rollout, reference, critic], ranks: 2, model_parallel_size: 2}]'
     compare runs/gae1/metrics.jsonl runs/gae2/metrics.jsonl 1,2 2e-3 \
       response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/kl_loss critic/vf_loss critic/grad_norm
+    # The critic's checkpoint reshards on load too: tp 2 -> a tp 1 critic on a rank of its own (the
+    # actor's group unchanged), and the tp 1 run's -> every role at tp 2; step 2 follows the run
+    # that never stopped.
+    run 3 "$src/configs/tiny.yaml" "${common[@]}" "${gae[@]}" \
+      trainer.experiment_name=critic2to1 trainer.resume="$PWD/runs/gae2/checkpoints/step_1" \
+      'placement.groups=[{roles: [actor, rollout, reference], ranks: 2, model_parallel_size: 2}, {roles: [critic], ranks: 1}]' \
+      | tee critic2to1.log
+    grep -q "critic: resharded checkpoint .*step_1 into tensor parallelism 1" critic2to1.log
+    compare runs/gae2/metrics.jsonl runs/critic2to1/metrics.jsonl 2 2e-3 \
+      actor/pg_loss actor/entropy actor/grad_norm critic/vf_loss critic/grad_norm critic/vpred_mean critic/values/mean
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" "${gae[@]}" \
+      trainer.experiment_name=critic1to2 trainer.resume="$PWD/runs/gae1/checkpoints/step_1" \
+      'placement.groups=[{roles: [actor, rollout, reference, critic], ranks: 2, model_parallel_size: 2}]' \
+      | tee critic1to2.log
+    grep -q "critic: resharded checkpoint .*step_1 into tensor parallelism 2" critic1to2.log
+    compare runs/gae1/metrics.jsonl runs/critic1to2/metrics.jsonl 2 2e-3 \
+      actor/pg_loss actor/entropy actor/grad_norm critic/vf_loss critic/grad_norm critic/vpred_mean critic/values/mean
     # Rollout on its own tp 2 ranks: each receives exactly its slices from the actor.
     run 1 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=colocated
     run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=split \
