@@ -12,7 +12,9 @@
 #                      follows the default run (every sequence in one batch); a budget below one
 #                      sequence is a config error naming the key
 #   resume             4 steps straight == 2 steps + resume + 2 steps (metrics and weights
-#                      bit-identical), with the checkpoint at an epoch boundary
+#                      bit-identical), with the checkpoint at an epoch boundary; DP rank 1's file
+#                      (ZeRO-0: a replica of rank 0's state) carries no parameters or optimizer
+#                      state, and the checkpoint resumes at ZeRO-2 too (close)
 #   sft                configs/sft.yaml shortened: trains and writes a HF model folder
 #   tp-invariance      tiny with actor/rollout/reference split over tp = 2 vs tp = 1: same metrics,
 #                      first steps; the exported (gathered) model generates; resuming the tp = 2
@@ -31,8 +33,10 @@
 #                      (model::HeldReshard, logged) and the metrics follow the same placement at
 #                      ZeRO-0, first steps
 #   zero-hybrid        hybrid shard (actor.optim.fsdp_size): ZeRO-2 and ZeRO-3 in shard groups of 2
-#                      of 4 DP ranks (and one group per simulated node) follow ZeRO-0; a group size
-#                      that does not divide the DP size is refused naming the key
+#                      of 4 DP ranks (and one group per simulated node) follow ZeRO-0; only the first
+#                      group's checkpoint files carry the shards, and the ZeRO-3 checkpoint resumes
+#                      at its layout bit-identically (step and export) and on 2 ranks at ZeRO-1
+#                      (close); a group size that does not divide the DP size is refused naming the key
 #   ref-sharded        the reference on 2 ranks of its own sharded (ref.zero_stage=3) vs a full
 #                      copy: identical metrics with the KL loss
 #   reshard            rollout on its own ranks with another tp than the actor's (weights move
@@ -105,6 +109,25 @@ for s in steps:
         bad += not ok
 sys.exit(1 if bad else 0)
 PY
+}
+
+# replicas_hold_no_state <step dir> <role> "<holder ranks>" "<replica ranks>": the holders' files
+# carry the engine state (HDF5 link names shards/, exp_avg...), the replicas' files none of it
+# and are under a quarter of the smallest holder's size.
+replicas_hold_no_state() {
+  local dir="$1" role="$2" min=0 k size
+  for k in $3; do
+    grep -qa exp_avg_sq "$dir/${role}_rank$k.h5"
+    size=$(stat -c %s "$dir/${role}_rank$k.h5")
+    if [ "$min" = 0 ] || [ "$size" -lt "$min" ]; then min=$size; fi
+  done
+  for k in $4; do
+    size=$(stat -c %s "$dir/${role}_rank$k.h5")
+    if grep -qa -e exp_avg -e shards "$dir/${role}_rank$k.h5" || [ $((4 * size)) -ge "$min" ]; then
+      echo "$dir/${role}_rank$k.h5 ($size bytes; holders' smallest $min) carries engine state" >&2; exit 1
+    fi
+  done
+  echo "$role files in $dir: $(cd "$dir" && stat -c '%n=%s' ${role}_rank*.h5 | tr '\n' ' ')"
 }
 
 case "$check" in
@@ -185,16 +208,27 @@ PY
   resume)
     # 24 prompts, 12 per step: an epoch is 2 steps, so the checkpoint at step 2 sits exactly on
     # an epoch boundary (verl once resumed such a checkpoint into zero training steps).
-    common=(trainer.output_dir=runs data.builtin.num_train=24 trainer.save_freq=2 trainer.val_before_train=false)
+    # The entropy bonus gives the untrained model non-zero gradients (its score is 0, so GRPO's
+    # advantages are), so the optimizer state a resume restores matters.
+    common=(trainer.output_dir=runs data.builtin.num_train=24 trainer.save_freq=2 trainer.val_before_train=false
+            actor.entropy_coeff=0.05 actor.optim.lr=0.01)
     run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=straight trainer.total_training_steps=4
     run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=resumed trainer.total_training_steps=2
     run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=resumed trainer.total_training_steps=4 \
       | tee resume.log
     grep -q "resumed from .*step_2 (step 2, epoch 0, 24 of 24" resume.log
     compare runs/straight/metrics.jsonl runs/resumed/metrics.jsonl 3,4 0 \
-      critic/score/mean actor/pg_loss actor/grad_norm training/epoch
+      critic/score/mean actor/pg_loss actor/entropy actor/grad_norm training/epoch
     cmp runs/straight/hf_model/model.safetensors runs/resumed/hf_model/model.safetensors
     echo "resumed run: steps 3-4 and final weights identical to the straight run"
+    # ZeRO-0: DP rank 1 replicates rank 0's state and wrote only its counters and RNG (rank 1
+    # read the state from rank 0's file above); at ZeRO-2 both ranks take their ranges from it.
+    replicas_hold_no_state runs/straight/checkpoints/step_2 actor 0 1
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z2 trainer.total_training_steps=4 \
+      actor.optim.zero_stage=2 trainer.resume="$PWD/runs/straight/checkpoints/step_2" | tee z2.log
+    grep -q "resumed from .*step_2" z2.log
+    compare runs/straight/metrics.jsonl runs/z2/metrics.jsonl 3,4 2e-3 \
+      critic/score/mean actor/pg_loss actor/entropy actor/grad_norm
     ;;
   sft)
     run 2 "$src/configs/sft.yaml" trainer.output_dir=runs sft.total_steps=30 sft.eval_every=15 \
@@ -533,10 +567,26 @@ PY
     run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z0
     run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=h2 actor.optim.zero_stage=2 actor.optim.fsdp_size=2
     compare runs/z0/metrics.jsonl runs/h2/metrics.jsonl 1,2 2e-3 "${keys[@]}"
-    RLPT_SIMULATE_NODES=2 run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=h3 \
-      actor.optim.zero_stage=3 actor.optim.fsdp_size=0 | tee h3.log
+    # 3 steps from here on (the third shows the restored optimizer state in the metrics).
+    h3=(actor.optim.zero_stage=3 actor.optim.fsdp_size=0 trainer.total_training_steps=3)
+    RLPT_SIMULATE_NODES=2 run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=h3 "${h3[@]}" \
+      trainer.save_freq=1 | tee h3.log
     grep -q "shard group 2 of 4 DP ranks" h3.log
     compare runs/z0/metrics.jsonl runs/h3/metrics.jsonl 1,2 2e-3 "${keys[@]}"
+    # Its checkpoint: the second group (DP ranks 2, 3) replicates the first's shards and wrote
+    # none. Resumed at the same layout (ranks 2, 3 read the first group's files): steps 2-3 and
+    # the export bit-identical; on 2 ranks at ZeRO-1: close.
+    ck="$PWD/runs/h3/checkpoints/step_1"
+    replicas_hold_no_state "$ck" actor "0 1" "2 3"
+    RLPT_SIMULATE_NODES=2 run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=h3same "${h3[@]}" \
+      trainer.resume="$ck" | tee h3same.log
+    grep -q "resumed from .*step_1" h3same.log
+    compare runs/h3/metrics.jsonl runs/h3same/metrics.jsonl 2,3 0 "${keys[@]}"
+    cmp runs/h3/hf_model/model.safetensors runs/h3same/hf_model/model.safetensors
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=h3to1 actor.optim.zero_stage=1 \
+      trainer.total_training_steps=3 trainer.resume="$ck" | tee h3to1.log
+    grep -q "written with 4 actor rank(s) on 2" h3to1.log
+    compare runs/h3/metrics.jsonl runs/h3to1/metrics.jsonl 2,3 2e-3 "${keys[@]}"
     if run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=bad actor.optim.zero_stage=3 \
       actor.optim.fsdp_size=3 > bad.log 2>&1; then exit 1; fi
     grep -q "actor.optim.fsdp_size: 3 does not divide the 4 DP ranks of the actor" bad.log
