@@ -63,7 +63,9 @@
 #                      different size for a rollout on ranks of its own is refused naming the key
 #   elastic            sharded checkpoints (every actor rank writes its own shards): a 4-rank ZeRO-3
 #                      checkpoint resumes at 4 ranks ZeRO-3 (bit-identical step and export), at 2 ranks
-#                      ZeRO-1 and at 2 ranks tp 2 (close to the run that never stopped)
+#                      ZeRO-1 and at 2 ranks tp 2 (close to the run that never stopped); a ZeRO-0
+#                      tp 2 x dp 2 checkpoint (the second DP block's files without state) resumes at
+#                      its layout (bit-identical) and at tp 1 x dp 2 (close)
 #   elastic-grow       a 2-rank ZeRO-2 checkpoint resumes at 3 ranks ZeRO-3 (close)
 #   shard-damage       a checkpoint with a missing or truncated shard file: resume=auto moves it aside
 #                      naming the file and continues bit-identically from the previous one; resuming
@@ -798,6 +800,24 @@ PY
       | tee tp2.log
     grep -q "actor: resharded checkpoint .*step_1 into tensor parallelism 2" tp2.log
     compare runs/z3x4/metrics.jsonl runs/tp2/metrics.jsonl 2 2e-3 "${keys[@]}"
+    # ZeRO-0 at tp 2 x dp 2 (3 steps): DP rank 1's block (actor ranks 2, 3) replicates DP rank 0's
+    # tp slices and wrote none of them. Resumed at that layout (ranks 2, 3 read ranks 0, 1's files):
+    # steps 2-3 and the export bit-identical; at tp 1 on 2 ranks (each tensor assembled from ranks
+    # 0, 1): close.
+    tp2x2=(trainer.total_training_steps=3
+           'placement.groups=[{roles: [actor, rollout, reference], ranks: 4, model_parallel_size: 2}]')
+    run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tpz0 "${tp2x2[@]}"
+    ck0="$PWD/runs/tpz0/checkpoints/step_1"
+    replicas_hold_no_state "$ck0" actor "0 1" "2 3"
+    run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tpz0same "${tp2x2[@]}" \
+      trainer.resume="$ck0" | tee tpz0same.log
+    grep -q "resumed from .*step_1" tpz0same.log
+    compare runs/tpz0/metrics.jsonl runs/tpz0same/metrics.jsonl 2,3 0 "${keys[@]}"
+    cmp runs/tpz0/hf_model/model.safetensors runs/tpz0same/hf_model/model.safetensors
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tpz0to1 trainer.total_training_steps=3 \
+      trainer.resume="$ck0" | tee tpz0to1.log
+    grep -q "actor: resharded checkpoint .*step_1 into tensor parallelism 1" tpz0to1.log
+    compare runs/tpz0/metrics.jsonl runs/tpz0to1/metrics.jsonl 2,3 2e-3 "${keys[@]}"
     ;;
   elastic-grow)
     common=(trainer.output_dir=runs trainer.total_training_steps=2 trainer.save_freq=1 trainer.val_before_train=false
