@@ -14,7 +14,8 @@
 #   resume             4 steps straight == 2 steps + resume + 2 steps (metrics and weights
 #                      bit-identical), with the checkpoint at an epoch boundary; DP rank 1's file
 #                      (ZeRO-0: a replica of rank 0's state) carries no parameters or optimizer
-#                      state, and the checkpoint resumes at ZeRO-2 too (close)
+#                      state, and the checkpoint resumes at ZeRO-2 too (close); the same for a
+#                      critic's (GAE) files, resumed bit-identically
 #   sft                configs/sft.yaml shortened: trains and writes a HF model folder
 #   tp-invariance      tiny with actor/rollout/reference split over tp = 2 vs tp = 1: same metrics,
 #                      first steps; the exported (gathered) model generates; resuming the tp = 2
@@ -231,6 +232,18 @@ PY
     grep -q "resumed from .*step_2" z2.log
     compare runs/straight/metrics.jsonl runs/z2/metrics.jsonl 3,4 2e-3 \
       critic/score/mean actor/pg_loss actor/entropy actor/grad_norm
+    # The critic (GAE, colocated on the 2 ranks, ZeRO-0; the KL penalty in the reward gives it
+    # non-zero targets from step 2 on): its DP rank 1 writes no state either, and resuming step 2
+    # gives steps 3-4 bit-identical.
+    gae=("${common[@]}" trainer.total_training_steps=4 algorithm.adv_estimator=gae algorithm.use_kl_in_reward=true
+         'placement.groups=[{roles: [actor, rollout, reference, critic], ranks: 2}]')
+    run 2 "$src/configs/tiny.yaml" "${gae[@]}" trainer.experiment_name=gae
+    replicas_hold_no_state runs/gae/checkpoints/step_2 critic 0 1
+    run 2 "$src/configs/tiny.yaml" "${gae[@]}" trainer.experiment_name=gae2 \
+      trainer.resume="$PWD/runs/gae/checkpoints/step_2" | tee gae2.log
+    grep -q "resumed from .*step_2" gae2.log
+    compare runs/gae/metrics.jsonl runs/gae2/metrics.jsonl 3,4 0 critic/vf_loss critic/grad_norm actor/grad_norm
+    "$py" -c 'import json; g=[json.loads(l)["critic/grad_norm"] for l in open("runs/gae2/metrics.jsonl")]; assert g[-1] > 0, g'
     ;;
   sft)
     run 2 "$src/configs/sft.yaml" trainer.output_dir=runs sft.total_steps=30 sft.eval_every=15 \
