@@ -100,15 +100,17 @@ uint64_t stream_seed(std::initializer_list<uint64_t> keys);
 
 // A training role's checkpoint (the actor's and the critic's save/load methods): this rank's file
 // `<dir>/<role>_rank<role_rank>.h5` holding the engine's state under "<role>/" (its shards,
-// TrainEngine::save_state) plus whatever `extra` writes. Save returns the manifest row (one-row
-// batch: dir, file, bytes, crc32); collective on the engine's DP communicator.
+// TrainEngine::save_state; none on a DP rank whose state replicates a lower rank's: ZeRO-0 DP
+// ranks > 0, hybrid-shard groups past the first) plus whatever `extra` writes (every rank). Save
+// returns the manifest row (one-row batch: dir, file, bytes, crc32); collective on the engine's
+// DP communicator.
 // Load: the checkpoint's layout (DP size D, tensor parallelism T) from `<role>_rank0.h5`; this
-// rank reads the files of its tp rank (`<role>_rank<d·T + mp_rank>.h5`, d < D), taking its step
-// counters and attributes from the file of its own DP block (block 0's when the checkpoint had
-// fewer blocks). At another T, `reslice` (the role's model: the actor's policy, the critic's value
-// model; null: IoError) reslices every old tp rank's files into this rank's layout
-// (resliced_checkpoint). Collective
-// on `role_comm` (the failures of opening the checkpoint are agreed) and on the engine's DP
+// rank reads the files of its tp rank (`<role>_rank<d·T + mp_rank>.h5`, d < D; the shards from
+// those that hold them, TrainEngine::load_state), taking its step counters and attributes from
+// the file of its own DP block (block 0's when the checkpoint had fewer blocks). At another T,
+// `reslice` (the role's model: the actor's policy, the critic's value model; null: IoError)
+// reslices every old tp rank's files into this rank's layout (resliced_checkpoint). Collective on
+// `role_comm` (the failures of opening the checkpoint are agreed) and on the engine's DP
 // communicator. A missing file is an IoError naming it. `extra` gets this rank's file.
 Batch save_engine_checkpoint(const engine::TrainEngine& engine, const std::string& dir, const std::string& role,
                              int role_rank, const std::function<void(ckpt::H5Writer&)>& extra = {});

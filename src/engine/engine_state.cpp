@@ -3,15 +3,20 @@
 //
 // File contents under <prefix>:
 //   engine/layout                 text: "rlpt-train-engine-state 2", zero_stage, dp_size, dp_rank,
-//                                 [tensor_parallel <size> rank <rank>], one "group" line per flat
-//                                 group, one "tensor" line per trainable parameter
+//                                 [tensor_parallel <size> rank <rank>], shard_group_size,
+//                                 [replica_of <k>], one "group" line per flat group, one
+//                                 "tensor" line per trainable parameter
 //   shards/<g>/param              [held] the group's elements [held_begin, held_end), param dtype
 //   shards/<g>/exp_avg, exp_avg_sq, master (bf16 groups)   [held] float32
 //   engine/global_step, schedule_step, applied_updates, rng_state
 // Group g's held range in the file of DP rank k: ZeRO-0 [0, numel); ZeRO-1/2/3
-// [k·shard, (k+1)·shard) clipped to [0, numel), for k < shard_group_size (the layout line; the DP
-// size today, the shard group's size under a hybrid shard-in-node layout, whose first group's
-// files then hold every shard once).
+// [k·shard, (k+1)·shard) clipped to [0, numel), for k < shard_group_size (the layout line: 1 at
+// ZeRO-0, the DP size under plain ZeRO-1/2/3, the shard group's size S under hybrid shard).
+// DP ranks k >= shard_group_size hold a replica of DP rank k mod shard_group_size's slices
+// (ZeRO-0: every rank the full state; hybrid shard: every replica group the first group's
+// shards), so their files carry no shards/ at all, only the layout (with "replica_of k") and
+// their own counters and RNG: the files of DP ranks 0 .. shard_group_size-1 hold the state once.
+// Files of an rlpt before that (every rank wrote its shards, no replica_of line) read the same way.
 #include <map>
 #include <functional>
 #include <optional>
@@ -66,6 +71,19 @@ std::pair<int64_t, int64_t> held_range(const detail::EngineState& st, const Grou
     return {b, std::min(g.own_end, g.numel)};
 }
 
+// The shard_group_size of the layout line: the files of DP ranks [0, it) hold the state once.
+int saved_group_size(const detail::EngineState& st) { return st.opts.zero_stage >= 1 ? st.shard_size : 1; }
+
+// The DP rank whose file holds the parameter and optimizer slices this rank holds a replica
+// of (ZeRO-0: rank 0, whose full copy every rank holds; hybrid shard: the rank at this rank's
+// position in the first shard group), or -1 when this rank's file holds them itself.
+int replica_of(const detail::EngineState& st) {
+    const int size = saved_group_size(st);
+    if (st.dp_rank < size) return -1;
+    RLPT_ASSERT(st.opts.zero_stage == 0 || st.dp_rank % size == st.shard_rank);
+    return st.dp_rank % size;
+}
+
 std::string tp_text(int size, int rank) { return size > 1 ? fmt::format("{} rank {}", size, rank) : ""; }
 
 std::string layout_text(const detail::EngineState& st) {
@@ -74,8 +92,9 @@ std::string layout_text(const detail::EngineState& st) {
     if (st.tp != nullptr) out += fmt::format("tensor_parallel {} rank {}\n", st.tp_size, st.tp_rank);
     // Shard k of every group is in the file of DP rank k (k < shard_group_size). Hybrid shard
     // (shards inside groups of S consecutive DP ranks, replicated across groups) records S here:
-    // the first group's files then hold every shard once.
-    out += fmt::format("shard_group_size {}\n", st.opts.zero_stage >= 1 ? st.shard_size : 1);
+    // the first group's files then hold every shard once, and the other groups' write none.
+    out += fmt::format("shard_group_size {}\n", saved_group_size(st));
+    if (const int k = replica_of(st); k >= 0) out += fmt::format("replica_of {}\n", k);
     for (size_t gi = 0; gi < st.groups.size(); ++gi) {
         const auto& g = st.groups[gi];
         out += fmt::format("group {} {} numel {} padded {} shard {}\n", gi, dtype_word(g.dtype), g.numel, g.padded,
@@ -91,6 +110,7 @@ std::string layout_text(const detail::EngineState& st) {
 struct ParsedLayout {
     SavedLayout head;
     int shard_group_size = 1;
+    int replica_of = -1;  // the file holds no shards/: DP rank replica_of's file holds them
     struct G {
         torch::ScalarType dtype = torch::kFloat32;
         int64_t numel = 0, padded = 0, shard = 0;
@@ -126,6 +146,8 @@ ParsedLayout parse_layout(const std::string& text, const std::string& where) {
             ls >> p.head.dp_rank;
         } else if (key == "shard_group_size") {
             ls >> p.shard_group_size;
+        } else if (key == "replica_of") {
+            ls >> p.replica_of;
         } else if (key == "tensor_parallel") {
             ls >> p.head.tp_size >> w1 >> p.head.tp_rank;
         } else if (key == "group" && p.head.format == kStateFormat) {
@@ -262,8 +284,10 @@ torch::Tensor ShardedState::read(Kind kind, const std::string& name, int64_t beg
     const std::string dataset = fmt::format("{}shards/{}/{}", impl_->prefix, t.group, kind_name(kind));
     const auto why = [&] { return fmt::format("elements [{}, {}) of {} of '{}'", begin, end, kind_name(kind), name); };
     if (p.head.zero_stage == 0) {
-        // Every file holds everything: this rank's own.
-        if (hi > lo) out.copy_(impl_->file(impl_->own, why()).read_tensor_range(dataset, lo, hi - lo));
+        // Every DP rank held everything: this rank's own file, unless it wrote no copy (a
+        // replica's), then DP rank 0's.
+        const size_t k = p.replica_of < 0 ? impl_->own : 0;
+        if (hi > lo) out.copy_(impl_->file(k, why()).read_tensor_range(dataset, lo, hi - lo));
         return out;
     }
     for (int64_t k = lo / g.shard; hi > lo && k * g.shard < hi; ++k) {
@@ -294,7 +318,8 @@ void TrainEngine::save_state(ckpt::H5Writer& w, const std::string& prefix_in) co
     torch::NoGradGuard no_grad;
     std::exception_ptr err;
     try {
-        for (size_t gi = 0; gi < st.groups.size(); ++gi) {
+        // A replica's slices are in the file of DP rank replica_of(st): written there only.
+        for (size_t gi = 0; gi < st.groups.size() && replica_of(st) < 0; ++gi) {
             const auto& g = st.groups[gi];
             const auto [b, e] = held_range(st, g);
             const int64_t n = e - b;

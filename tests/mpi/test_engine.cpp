@@ -492,6 +492,26 @@ TEST_F(EngineDp, HybridShardSameUpdateAsZero0) {
     }
 }
 
+// Whether a checkpoint file carries parameters or optimizer state (a replica's file does not).
+bool holds_shards(const std::string& path) { return !ckpt::H5Reader(path).list("actor/shards").empty(); }
+
+// The file an rlpt before replicas were left out wrote for replica rank `replica`'s file: its
+// counters, RNG and layout (without the replica_of line) plus the shards of `holder`'s file,
+// which that rank held identically.
+void write_pre_dedup_file(const std::string& replica, const std::string& holder, const std::string& out) {
+    ckpt::H5Reader r(replica), h(holder);
+    ckpt::H5Writer w(out);
+    for (const auto& name : h.list("actor/shards")) w.write_tensor(name, h.read_tensor(name));
+    for (const auto& name : r.list("actor/engine"))
+        if (r.kind(name) == ckpt::EntryKind::kTensor) w.write_tensor(name, r.read_tensor(name));
+    std::string layout = r.read_blob("actor/engine/layout");
+    const auto at = layout.find("replica_of ");
+    ASSERT_NE(at, std::string::npos) << layout;
+    layout.erase(at, layout.find('\n', at) + 1 - at);
+    w.write_blob("actor/engine/layout", layout);
+    w.commit();
+}
+
 // Hybrid shard checkpoints: files record the group size; a loader reads shard k from DP rank k's
 // file. Same layout: bit-identical; plain ZeRO-3 over all ranks: close. The streamed export
 // gathers over DP rank 0's shard group only and equals the gathered model.
@@ -536,17 +556,31 @@ TEST_F(EngineDp, HybridShardSaveLoadAndExport) {
             std::filesystem::remove_all(gathered);
         }
     }
-    for (bool same : {true, false}) {
+    // Only the first shard group's files carry the shards; the other groups' hold counters and RNG.
+    const size_t me = static_cast<size_t>(world_.rank());
+    world_.barrier();
+    EXPECT_EQ(holds_shards(paths[me]), me < 2);
+    // The files an rlpt wrote before that (every group its shards) load the same.
+    const auto old_paths = shared_paths("hybridold", world_);
+    if (me < 2) {
+        std::filesystem::copy_file(paths[me], old_paths[me], std::filesystem::copy_options::overwrite_existing);
+    } else {
+        write_pre_dedup_file(paths[me], paths[me % 2], old_paths[me]);
+    }
+    world_.barrier();
+    for (int variant : {0, 1, 2}) {  // same layout; plain ZeRO-3; same layout from the old files
+        const bool same = variant != 1;
         auto m = model::make_random_causal_lm(args(), 5);
         TrainEngine e(m, world_, same ? hybrid() : options(3), 3);
-        ShardedState saved(paths, static_cast<size_t>(world_.rank()), "actor/");
+        ShardedState saved(variant == 2 ? old_paths : paths, me, "actor/");
         e.load_state(saved);
         steps(e, *m, 2, kSteps + 1);
         const auto got = full_parameters(e, *m);
         ASSERT_EQ(got.size(), want.size());
         for (size_t i = 0; i < got.size(); ++i) {
             if (same) {
-                EXPECT_TRUE(torch::equal(got[i], want[i])) << "hybrid resumed at the same layout, tensor " << i;
+                EXPECT_TRUE(torch::equal(got[i], want[i])) << "hybrid resumed at the same layout, tensor " << i
+                                                           << (variant == 2 ? " (pre-deduplication files)" : "");
             } else {
                 const double err = ((got[i] - want[i]).abs() - 1e-5 * want[i].abs()).max().item<double>();
                 EXPECT_LE(err, 1e-6) << "hybrid checkpoint resumed at plain ZeRO-3, tensor " << i;
@@ -554,7 +588,64 @@ TEST_F(EngineDp, HybridShardSaveLoadAndExport) {
         }
     }
     world_.barrier();
-    std::filesystem::remove(paths[static_cast<size_t>(world_.rank())]);
+    std::filesystem::remove(paths[me]);
+    std::filesystem::remove(old_paths[me]);
+}
+
+// ZeRO-0: every DP rank holds the full state, so only DP rank 0's file carries it; the other
+// ranks' files hold their counters and RNG (a few KB). Resuming at the same layout is
+// bit-identical (ranks > 0 read rank 0's file), one replica's file alone is refused naming DP
+// rank 0, and the full copies every rank wrote before load the same.
+TEST_F(EngineDp, Zero0ReplicasWriteNoStateAndOldFullCopiesStillLoad) {
+    const int64_t d = world_.size(), share = kGlobalRows / d;
+    if (d < 2) GTEST_SKIP() << "needs two ranks";
+    const size_t me = static_cast<size_t>(world_.rank());
+    auto steps = [&](TrainEngine& e, model::CausalLM& m, int from, int to) {
+        for (int k = from; k < to; ++k) train_step(e, m, global_batch(k), world_.rank() * share, share, 2, d, &world_);
+    };
+    auto straight = model::make_random_causal_lm(args(), 21);
+    TrainEngine es(straight, world_, options(0), 0);
+    steps(es, *straight, 0, kSteps + 1);
+
+    auto first = model::make_random_causal_lm(args(), 21);
+    TrainEngine e1(first, world_, options(0), 0);
+    steps(e1, *first, 0, 2);
+    const auto paths = shared_paths("zero0", world_);
+    e1.save_state_file(paths[me], "actor/");
+    world_.barrier();
+    EXPECT_EQ(holds_shards(paths[me]), me == 0);
+    const double ratio = static_cast<double>(std::filesystem::file_size(paths[me])) /
+                         static_cast<double>(std::filesystem::file_size(paths[0]));
+    if (me > 0) EXPECT_LT(ratio, 0.25) << "a replica's file vs DP rank 0's";
+
+    const auto old_paths = shared_paths("zero0old", world_);
+    if (me == 0) {
+        std::filesystem::copy_file(paths[0], old_paths[0], std::filesystem::copy_options::overwrite_existing);
+    } else {
+        write_pre_dedup_file(paths[me], paths[0], old_paths[me]);
+    }
+    world_.barrier();
+    for (const auto* files : {&paths, &old_paths}) {
+        auto m = model::make_random_causal_lm(args(), 5);
+        TrainEngine e(m, world_, options(0), 3);
+        ShardedState saved(*files, me, "actor/");
+        e.load_state(saved);
+        steps(e, *m, 2, kSteps + 1);
+        EXPECT_TRUE(bitwise_equal(*straight, *m)) << (files == &paths ? "deduplicated" : "pre-deduplication") << " files";
+    }
+    {
+        auto m = model::make_random_causal_lm(args(), 5);
+        TrainEngine e(m, world_, options(0), 3);
+        try {
+            e.load_state(ckpt::H5Reader(paths[me]), "actor/");
+            ADD_FAILURE() << "loaded from the files without DP rank 0's";
+        } catch (const IoError& err) {
+            if (me > 0) EXPECT_NE(std::string(err.what()).find("from the file of DP rank 0"), std::string::npos) << err.what();
+        }
+    }
+    world_.barrier();
+    std::filesystem::remove(paths[me]);
+    std::filesystem::remove(old_paths[me]);
 }
 
 TEST_F(EngineDp, HybridShardGroupThatDoesNotDivideIsRefusedOnEveryRank) {

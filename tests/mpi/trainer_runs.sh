@@ -12,7 +12,10 @@
 #                      follows the default run (every sequence in one batch); a budget below one
 #                      sequence is a config error naming the key
 #   resume             4 steps straight == 2 steps + resume + 2 steps (metrics and weights
-#                      bit-identical), with the checkpoint at an epoch boundary
+#                      bit-identical), with the checkpoint at an epoch boundary; DP rank 1's file
+#                      (ZeRO-0: a replica of rank 0's state) carries no parameters or optimizer
+#                      state, and the checkpoint resumes at ZeRO-2 too (close); the same for a
+#                      critic's (GAE) files, resumed bit-identically
 #   sft                configs/sft.yaml shortened: trains and writes a HF model folder
 #   tp-invariance      tiny with actor/rollout/reference split over tp = 2 vs tp = 1: same metrics,
 #                      first steps; the exported (gathered) model generates; resuming the tp = 2
@@ -33,8 +36,10 @@
 #                      (model::HeldReshard, logged) and the metrics follow the same placement at
 #                      ZeRO-0, first steps
 #   zero-hybrid        hybrid shard (actor.optim.fsdp_size): ZeRO-2 and ZeRO-3 in shard groups of 2
-#                      of 4 DP ranks (and one group per simulated node) follow ZeRO-0; a group size
-#                      that does not divide the DP size is refused naming the key
+#                      of 4 DP ranks (and one group per simulated node) follow ZeRO-0; only the first
+#                      group's checkpoint files carry the shards, and the ZeRO-3 checkpoint resumes
+#                      at its layout bit-identically (step and export) and on 2 ranks at ZeRO-1
+#                      (close); a group size that does not divide the DP size is refused naming the key
 #   ref-sharded        the reference on 2 ranks of its own sharded (ref.zero_stage=3) vs a full
 #                      copy: identical metrics with the KL loss
 #   reshard            rollout on its own ranks with another tp than the actor's (weights move
@@ -61,7 +66,9 @@
 #                      different size for a rollout on ranks of its own is refused naming the key
 #   elastic            sharded checkpoints (every actor rank writes its own shards): a 4-rank ZeRO-3
 #                      checkpoint resumes at 4 ranks ZeRO-3 (bit-identical step and export), at 2 ranks
-#                      ZeRO-1 and at 2 ranks tp 2 (close to the run that never stopped)
+#                      ZeRO-1 and at 2 ranks tp 2 (close to the run that never stopped); a ZeRO-0
+#                      tp 2 x dp 2 checkpoint (the second DP block's files without state) resumes at
+#                      its layout (bit-identical) and at tp 1 x dp 2 (close)
 #   elastic-grow       a 2-rank ZeRO-2 checkpoint resumes at 3 ranks ZeRO-3 (close)
 #   shard-damage       a checkpoint with a missing or truncated shard file: resume=auto moves it aside
 #                      naming the file and continues bit-identically from the previous one; resuming
@@ -107,6 +114,25 @@ for s in steps:
         bad += not ok
 sys.exit(1 if bad else 0)
 PY
+}
+
+# replicas_hold_no_state <step dir> <role> "<holder ranks>" "<replica ranks>": the holders' files
+# carry the engine state (HDF5 link names shards/, exp_avg...), the replicas' files none of it
+# and are under a quarter of the smallest holder's size.
+replicas_hold_no_state() {
+  local dir="$1" role="$2" min=0 k size
+  for k in $3; do
+    grep -qa exp_avg_sq "$dir/${role}_rank$k.h5"
+    size=$(stat -c %s "$dir/${role}_rank$k.h5")
+    if [ "$min" = 0 ] || [ "$size" -lt "$min" ]; then min=$size; fi
+  done
+  for k in $4; do
+    size=$(stat -c %s "$dir/${role}_rank$k.h5")
+    if grep -qa -e exp_avg -e shards "$dir/${role}_rank$k.h5" || [ $((4 * size)) -ge "$min" ]; then
+      echo "$dir/${role}_rank$k.h5 ($size bytes; holders' smallest $min) carries engine state" >&2; exit 1
+    fi
+  done
+  echo "$role files in $dir: $(cd "$dir" && stat -c '%n=%s' ${role}_rank*.h5 | tr '\n' ' ')"
 }
 
 case "$check" in
@@ -187,16 +213,39 @@ PY
   resume)
     # 24 prompts, 12 per step: an epoch is 2 steps, so the checkpoint at step 2 sits exactly on
     # an epoch boundary (verl once resumed such a checkpoint into zero training steps).
-    common=(trainer.output_dir=runs data.builtin.num_train=24 trainer.save_freq=2 trainer.val_before_train=false)
+    # The entropy bonus gives the untrained model non-zero gradients (its score is 0, so GRPO's
+    # advantages are), so the optimizer state a resume restores matters.
+    common=(trainer.output_dir=runs data.builtin.num_train=24 trainer.save_freq=2 trainer.val_before_train=false
+            actor.entropy_coeff=0.05 actor.optim.lr=0.01)
     run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=straight trainer.total_training_steps=4
     run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=resumed trainer.total_training_steps=2
     run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=resumed trainer.total_training_steps=4 \
       | tee resume.log
     grep -q "resumed from .*step_2 (step 2, epoch 0, 24 of 24" resume.log
     compare runs/straight/metrics.jsonl runs/resumed/metrics.jsonl 3,4 0 \
-      critic/score/mean actor/pg_loss actor/grad_norm training/epoch
+      critic/score/mean actor/pg_loss actor/entropy actor/grad_norm training/epoch
     cmp runs/straight/hf_model/model.safetensors runs/resumed/hf_model/model.safetensors
     echo "resumed run: steps 3-4 and final weights identical to the straight run"
+    # ZeRO-0: DP rank 1 replicates rank 0's state and wrote only its counters and RNG (rank 1
+    # read the state from rank 0's file above); at ZeRO-2 both ranks take their ranges from it.
+    replicas_hold_no_state runs/straight/checkpoints/step_2 actor 0 1
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z2 trainer.total_training_steps=4 \
+      actor.optim.zero_stage=2 trainer.resume="$PWD/runs/straight/checkpoints/step_2" | tee z2.log
+    grep -q "resumed from .*step_2" z2.log
+    compare runs/straight/metrics.jsonl runs/z2/metrics.jsonl 3,4 2e-3 \
+      critic/score/mean actor/pg_loss actor/entropy actor/grad_norm
+    # The critic (GAE, colocated on the 2 ranks, ZeRO-0; the KL penalty in the reward gives it
+    # non-zero targets from step 2 on): its DP rank 1 writes no state either, and resuming step 2
+    # gives steps 3-4 bit-identical.
+    gae=("${common[@]}" trainer.total_training_steps=4 algorithm.adv_estimator=gae algorithm.use_kl_in_reward=true
+         'placement.groups=[{roles: [actor, rollout, reference, critic], ranks: 2}]')
+    run 2 "$src/configs/tiny.yaml" "${gae[@]}" trainer.experiment_name=gae
+    replicas_hold_no_state runs/gae/checkpoints/step_2 critic 0 1
+    run 2 "$src/configs/tiny.yaml" "${gae[@]}" trainer.experiment_name=gae2 \
+      trainer.resume="$PWD/runs/gae/checkpoints/step_2" | tee gae2.log
+    grep -q "resumed from .*step_2" gae2.log
+    compare runs/gae/metrics.jsonl runs/gae2/metrics.jsonl 3,4 0 critic/vf_loss critic/grad_norm actor/grad_norm
+    "$py" -c 'import json; g=[json.loads(l)["critic/grad_norm"] for l in open("runs/gae2/metrics.jsonl")]; assert g[-1] > 0, g'
     ;;
   sft)
     run 2 "$src/configs/sft.yaml" trainer.output_dir=runs sft.total_steps=30 sft.eval_every=15 \
@@ -535,10 +584,26 @@ PY
     run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z0
     run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=h2 actor.optim.zero_stage=2 actor.optim.fsdp_size=2
     compare runs/z0/metrics.jsonl runs/h2/metrics.jsonl 1,2 2e-3 "${keys[@]}"
-    RLPT_SIMULATE_NODES=2 run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=h3 \
-      actor.optim.zero_stage=3 actor.optim.fsdp_size=0 | tee h3.log
+    # 3 steps from here on (the third shows the restored optimizer state in the metrics).
+    h3=(actor.optim.zero_stage=3 actor.optim.fsdp_size=0 trainer.total_training_steps=3)
+    RLPT_SIMULATE_NODES=2 run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=h3 "${h3[@]}" \
+      trainer.save_freq=1 | tee h3.log
     grep -q "shard group 2 of 4 DP ranks" h3.log
     compare runs/z0/metrics.jsonl runs/h3/metrics.jsonl 1,2 2e-3 "${keys[@]}"
+    # Its checkpoint: the second group (DP ranks 2, 3) replicates the first's shards and wrote
+    # none. Resumed at the same layout (ranks 2, 3 read the first group's files): steps 2-3 and
+    # the export bit-identical; on 2 ranks at ZeRO-1: close.
+    ck="$PWD/runs/h3/checkpoints/step_1"
+    replicas_hold_no_state "$ck" actor "0 1" "2 3"
+    RLPT_SIMULATE_NODES=2 run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=h3same "${h3[@]}" \
+      trainer.resume="$ck" | tee h3same.log
+    grep -q "resumed from .*step_1" h3same.log
+    compare runs/h3/metrics.jsonl runs/h3same/metrics.jsonl 2,3 0 "${keys[@]}"
+    cmp runs/h3/hf_model/model.safetensors runs/h3same/hf_model/model.safetensors
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=h3to1 actor.optim.zero_stage=1 \
+      trainer.total_training_steps=3 trainer.resume="$ck" | tee h3to1.log
+    grep -q "written with 4 actor rank(s) on 2" h3to1.log
+    compare runs/h3/metrics.jsonl runs/h3to1/metrics.jsonl 2,3 2e-3 "${keys[@]}"
     if run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=bad actor.optim.zero_stage=3 \
       actor.optim.fsdp_size=3 > bad.log 2>&1; then exit 1; fi
     grep -q "actor.optim.fsdp_size: 3 does not divide the 4 DP ranks of the actor" bad.log
@@ -771,6 +836,24 @@ PY
       | tee tp2.log
     grep -q "actor: resharded checkpoint .*step_1 into tensor parallelism 2" tp2.log
     compare runs/z3x4/metrics.jsonl runs/tp2/metrics.jsonl 2 2e-3 "${keys[@]}"
+    # ZeRO-0 at tp 2 x dp 2 (3 steps): DP rank 1's block (actor ranks 2, 3) replicates DP rank 0's
+    # tp slices and wrote none of them. Resumed at that layout (ranks 2, 3 read ranks 0, 1's files):
+    # steps 2-3 and the export bit-identical; at tp 1 on 2 ranks (each tensor assembled from ranks
+    # 0, 1): close.
+    tp2x2=(trainer.total_training_steps=3
+           'placement.groups=[{roles: [actor, rollout, reference], ranks: 4, model_parallel_size: 2}]')
+    run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tpz0 "${tp2x2[@]}"
+    ck0="$PWD/runs/tpz0/checkpoints/step_1"
+    replicas_hold_no_state "$ck0" actor "0 1" "2 3"
+    run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tpz0same "${tp2x2[@]}" \
+      trainer.resume="$ck0" | tee tpz0same.log
+    grep -q "resumed from .*step_1" tpz0same.log
+    compare runs/tpz0/metrics.jsonl runs/tpz0same/metrics.jsonl 2,3 0 "${keys[@]}"
+    cmp runs/tpz0/hf_model/model.safetensors runs/tpz0same/hf_model/model.safetensors
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tpz0to1 trainer.total_training_steps=3 \
+      trainer.resume="$ck0" | tee tpz0to1.log
+    grep -q "actor: resharded checkpoint .*step_1 into tensor parallelism 1" tpz0to1.log
+    compare runs/tpz0/metrics.jsonl runs/tpz0to1/metrics.jsonl 2,3 2e-3 "${keys[@]}"
     ;;
   elastic-grow)
     common=(trainer.output_dir=runs trainer.total_training_steps=2 trainer.save_freq=1 trainer.val_before_train=false

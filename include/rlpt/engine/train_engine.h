@@ -243,24 +243,30 @@ class TrainEngine {
     torch::Generator generator() const;
 
     // Checkpointing under `prefix` (e.g. "actor/"), sharded (engine state format 2): every rank
-    // writes only what it holds, into its own file: under ZeRO-1/2/3 its slice [own_begin,
-    // own_end) of every flat group (parameters and optimizer state; the ZeRO-1/2 parameters are
-    // replicated, so the slices of all DP ranks together hold them once), under ZeRO-0 everything;
-    // plus its step counters and RNG. The layout blob `<prefix>engine/layout` records what the file
-    // holds: zero stage, DP size and rank, tensor-parallel size and rank, per flat group its
-    // dtype, numel, padding and shard size (file k of the DP group holds [k·shard, (k+1)·shard)
-    // of each group, clipped to numel; ZeRO-0: all of it), per tensor its group, offset and shape.
-    // No gathers: save_state is collective on `dp` only for the error agreement.
+    // writes only what it holds and no other rank writes, into its own file: under ZeRO-1/2/3
+    // its slice [own_begin, own_end) of every flat group (parameters and optimizer state; the
+    // ZeRO-1/2 parameters are replicated, so the slices of all DP ranks together hold them once),
+    // under ZeRO-0 everything, both only on DP ranks k < shard_group_size (ZeRO-0: 1; hybrid
+    // shard: S): DP rank k >= shard_group_size holds a replica of DP rank k mod
+    // shard_group_size's state and writes no parameters or optimizer state. Every rank writes its step counters and RNG. The
+    // layout blob `<prefix>engine/layout` records what the file holds: zero stage, DP size and
+    // rank, tensor-parallel size and rank, shard_group_size, "replica_of <k>" on a replica's
+    // file, per flat group its dtype, numel, padding and shard size (file k < shard_group_size
+    // holds [k·shard, (k+1)·shard) of each group, clipped to numel; ZeRO-0: all of it), per
+    // tensor its group, offset and shape. Tensor-parallel ranks hold distinct slices: each
+    // writes its own (replicas are over DP only). No gathers: save_state is collective on `dp`
+    // only for the error agreement.
     // load_state takes this rank's ranges from a SavedState: at the same layout exactly what its
     // own file holds (bit-identical), at another DP size or ZeRO stage the byte ranges of the files
     // that hold them (never the full optimizer state; ZeRO-1/2 read their slice of the parameters
     // and all-gather them, ZeRO-0 reads the whole). Everything is read and checked before anything
     // changes; a tensor of another name, shape or dtype, a missing range or file, or another
     // tensor-parallel layout is an IoError naming the file and the tensor. Collective on `dp`.
-    // load_state(reader) loads from that one file (ranges held elsewhere are an IoError).
-    // Hybrid shard (OptimOptions::shard_group_size S < DP size): the slices are over the shard
-    // group; every replica group writes its files, the layout records shard_group_size S and a
-    // loader reads shard k from DP rank k's file (k < S: the first group's).
+    // load_state(reader) loads from that one file (ranges held elsewhere, or a replica's file,
+    // are an IoError). Hybrid shard (OptimOptions::shard_group_size S < DP size): the slices are
+    // over the shard group; only the first group writes them, the layout records
+    // shard_group_size S and a loader reads shard k from DP rank k's file (k < S). Files written
+    // before replicas were left out (every rank's full copy / every group's shards) load as well.
     void save_state(ckpt::H5Writer& w, const std::string& prefix) const;
     void load_state(const ckpt::H5Reader& r, const std::string& prefix);
     void load_state(SavedState& saved);
@@ -331,7 +337,8 @@ SavedLayout saved_layout(const ckpt::H5Reader& r, const std::string& prefix);
 
 // The files of one tensor-parallel rank of a checkpoint: `dp_paths[k]` written by DP rank k
 // (all saved_layout().dp_size of them), this rank's counters and RNG from dp_paths[own]. Files
-// are opened when first needed: at the same layout only dp_paths[own]. A missing or unreadable
+// are opened when first needed: at the same layout only dp_paths[own] (and, when that is a
+// replica's file, the file of the DP rank it replicates). A missing or unreadable
 // file is an IoError naming it and what was needed from it.
 class ShardedState : public SavedState {
   public:
