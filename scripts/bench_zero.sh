@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sharded training state (issue 11): memory per rank of the ~100M model (the one bench_reshard and
-# bench_tp use; MODEL=tiny for the 396k one) at DP 1, 2, 4 x ZeRO-0/1/2/3, measured after real
+# bench_tp use; MODEL=tiny for the 396k one) at DP 1, 2, 4 x ZeRO-0/1/2/3 (fp32 and bf16), measured after real
 # training steps (rlpt_bench_train; maximum over ranks):
 #   - tensor bytes held between steps: parameters + gradients + optimizer state
 #     (TrainEngine::memory_bytes, allocated storage, padding included), against the ideal
@@ -17,7 +17,8 @@
 #
 # Usage: scripts/bench_zero.sh [path/to/rlpt_bench_train]   (builds it like bench_train.sh)
 # Environment: MODEL (100m | tiny), ITERS timed steps (1; 100m also runs 2 checked steps first),
-#   SEQ (128), BATCH (1) per rank, PREFETCH (0).
+#   SEQ (128), BATCH (1) per rank, PREFETCH (0), DTYPES of the main table ("float32 bfloat16";
+#   bfloat16: the model in bfloat16 with fp32 gradients, master weights and moments).
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 source "$here/scripts/bench_common.sh"
@@ -33,8 +34,10 @@ run() {
   echo "bench_zero.sh: np=$np $*" >&2
   OMP_NUM_THREADS=1 mpirun -np "$np" "${flags[@]}" "$bin" "${common[@]}" "$@" | grep '^{' >>"$out"
 }
-for np in 1 2 4; do
-  for z in 0 1 2 3; do run "$np" --zero "$z"; done
+for dt in ${DTYPES:-float32 bfloat16}; do
+  for np in 1 2 4; do
+    for z in 0 1 2 3; do run "$np" --zero "$z" --dtype "$dt"; done
+  done
 done
 run 2 --zero 0 --reference 1
 for np in 2 4; do run "$np" --zero 3 --reference 1; done
@@ -49,26 +52,34 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 n = rows[0]["params"]
 r0 = rows[0]
 MB = 1e6
-print(f"Model {r0['model']}: P = {n:,.0f} fp32 parameters; batch {r0['batch_per_rank']} x {r0['seq']} tokens per "
+print(f"Model {r0['model']}: P = {n:,.0f} parameters; batch {r0['batch_per_rank']} x {r0['seq']} tokens per "
       f"rank; git {r0['git_sha']}; load average after the runs {sys.argv[2]}.\n")
 
 def state(r):
     return r["state_bytes_params"] + r["state_bytes_grads"] + r["state_bytes_optimizer"]
 
-def main_row(r):
-    return r["reference"] == 0 and r["shard_group"] == r["ranks"] and r["prefetch"] == 1
+def dtype(r):  # binaries before --dtype trained float32 only
+    return r.get("dtype", "float32")
 
-print("| DP | ZeRO | params / grads / optimizer MB/rank | between steps MB/rank | ideal 16·P/dp MB | "
+def main_row(r, dt=None):
+    return (r["reference"] == 0 and r["shard_group"] == r["ranks"] and r["prefetch"] == 1
+            and (dt is None or dtype(r) == dt))
+
+# Training state per parameter, fully sharded over dp: fp32 4 param + 4 grad + 8 AdamW moments;
+# bfloat16 2 param + 4 grad (fp32) + 4 master (fp32) + 8 moments.
+IDEAL = {"float32": 16, "bfloat16": 18}
+
+print("| dtype | DP | ZeRO | params / grads / optimizer MB/rank | between steps MB/rank | ideal B·P/dp MB (B) | "
       "/ ideal | peak during step MB/rank | peak RSS steps MiB | peak RSS run MiB | bytes/param | "
       "fits 80 GB/GPU (B params) |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     if not main_row(r):
         continue
-    s, ideal = state(r), 16 * n / r["ranks"]
+    s, ideal = state(r), IDEAL[dtype(r)] * n / r["ranks"]
     bpp = s / n
-    print(f"| {r['ranks']} | {r['zero']} | {r['state_bytes_params'] / MB:.1f} / {r['state_bytes_grads'] / MB:.1f} / "
-          f"{r['state_bytes_optimizer'] / MB:.1f} | {s / MB:.1f} | {ideal / MB:.1f} | {s / ideal:.3f} | "
+    print(f"| {dtype(r)} | {r['ranks']} | {r['zero']} | {r['state_bytes_params'] / MB:.1f} / {r['state_bytes_grads'] / MB:.1f} / "
+          f"{r['state_bytes_optimizer'] / MB:.1f} | {s / MB:.1f} | {ideal / MB:.1f} ({IDEAL[dtype(r)]}) | {s / ideal:.3f} | "
           f"{r['peak_bytes'] / MB:.1f} | {r['peak_rss_steps_mib']:.0f} | {max(r['peak_rss_setup_mib'], r['peak_rss_steps_mib']):.0f} | {bpp:.2f} | "
           f"{64e9 / bpp / 1e9:.1f} |")
 
@@ -95,7 +106,7 @@ if hyb:
     for r in hyb:
         s, S, d = state(r), r["shard_group"], r["ranks"]
         ideal = {1: 8 * n + 8 * n / S, 2: 4 * n + 12 * n / S, 3: 16 * n / S}[r["zero"]]
-        plain = [p for p in rows if main_row(p) and p["ranks"] == d and p["zero"] == r["zero"]]
+        plain = [p for p in rows if main_row(p, "float32") and p["ranks"] == d and p["zero"] == r["zero"]]
         pm = f"{state(plain[0]) / MB:.1f}" if plain else "-"
         pt = f"{1e3 * plain[0]['step_s']:.0f}" if plain else "-"
         print(f"| {d} | {S} | {r['zero']} | {s / MB:.1f} | {ideal / MB:.1f} | {r['peak_bytes'] / MB:.1f} | {pm} | "
@@ -107,7 +118,7 @@ if pf:
     print("| DP | ms/step prefetch | ms/step no prefetch | ratio |")
     print("|---|---|---|---|")
     for off in pf:
-        on = [r for r in rows if main_row(r) and r["ranks"] == off["ranks"] and r["zero"] == 3]
+        on = [r for r in rows if main_row(r, "float32") and r["ranks"] == off["ranks"] and r["zero"] == 3]
         if on:
             a, b = on[0]["step_s"], off["step_s"]
             print(f"| {off['ranks']} | {1e3 * a:.1f} | {1e3 * b:.1f} | {a / b:.3f} |")
@@ -122,5 +133,7 @@ print("""
   activations and logits of the batch above.
 - fits 80 GB/GPU: P_max = 64e9 / (between-steps bytes per parameter): the training state scales
   with P at the measured bytes per parameter, 16 GB is kept for activations (with activation
-  checkpointing), the gathered layer + gradient and workspace; fp32 weights and AdamW.""")
+  checkpointing), the gathered layer + gradient and workspace; AdamW. bfloat16 rows: the model's
+  parameters in bfloat16 (model.dtype: bfloat16), gradients, master weights and moments in fp32
+  (B = 18 bytes per parameter fully sharded, against 16 for fp32).""")
 PY

@@ -27,11 +27,14 @@
 // back at once, so the figure follows the tensors). --shard-group N: hybrid shard groups of N
 // DP ranks. --reference 1: also a frozen copy of the model (the reference policy), sharded
 // ZeRO-3-style when --zero is 3 (a full copy otherwise), running one no-grad forward on the
-// batch before each step; its bytes are reported apart.
+// batch before each step; its bytes are reported apart. --dtype bfloat16: the model's parameters
+// in bfloat16 (the engine keeps fp32 gradients, master weights and AdamW moments: 18 bytes per
+// parameter unsharded, as model.dtype: bfloat16 trains).
 //
 // Usage: mpirun -np <ranks> rlpt_bench_train --model tiny|100m [--batch B] [--seq T] [--iters N]
 //                                            [--threads N] [--zero 0|1|2|3] [--prefetch 0|1]
 //                                            [--shard-group N] [--reference 0|1]
+//                                            [--dtype float32|bfloat16]
 //        mpirun -np 1 rlpt_bench_train --ceiling N [--threads N]
 #include <ATen/CPUGeneratorImpl.h>
 #include <dlfcn.h>
@@ -77,6 +80,7 @@ struct Args {
     int64_t prefetch = 1;  // ZeRO-3: start the next layer's all-gather early
     int64_t shard_group = 0;  // hybrid shard group size (0: all ranks)
     int64_t reference = 0;    // 1: also a frozen reference model
+    std::string dtype = "float32";  // the model's parameters: float32 | bfloat16 (fp32 master weights)
 };
 
 int64_t parse_int(const std::string& key, const std::string& v, int64_t min) {
@@ -118,13 +122,17 @@ Args parse(int argc, char** argv) {
             a.shard_group = parse_int(k, v, 0);
         else if (k == "--reference")
             a.reference = parse_int(k, v, 0);
+        else if (k == "--dtype")
+            a.dtype = v;
         else
             RLPT_THROW(ValueError,
                        "bench_train: unknown option {} (--model, --ceiling, --batch, --seq, --iters, "
-                       "--threads, --zero, --prefetch, --shard-group, --reference)",
+                       "--threads, --zero, --prefetch, --shard-group, --reference, --dtype)",
                        k);
     }
     RLPT_CHECK((a.ceiling > 0) != !a.model.empty(), "bench_train: give exactly one of --model and --ceiling");
+    RLPT_CHECK(a.dtype == "float32" || a.dtype == "bfloat16", "bench_train: --dtype float32 or bfloat16, got '{}'",
+               a.dtype);
     return a;
 }
 
@@ -217,7 +225,8 @@ void run_training(const Args& args, const rlpt::comm::Communicator& world) {
     RLPT_CHECK(seq <= margs.max_position_embeddings, "bench_train: --seq {} exceeds the model's {} positions",
                seq, margs.max_position_embeddings);
 
-    auto model = model::make_random_causal_lm(margs, 1);
+    const torch::Dtype dtype = args.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+    auto model = model::make_random_causal_lm(margs, 1, dtype);
     engine::OptimOptions o;
     o.lr = tiny ? 3e-3 : 1e-4;
     o.zero_stage = args.zero;
@@ -227,7 +236,7 @@ void run_training(const Args& args, const rlpt::comm::Communicator& world) {
     std::shared_ptr<model::CausalLM> ref_model;
     std::unique_ptr<engine::TrainEngine> ref;
     if (args.reference != 0) {
-        ref_model = model::make_random_causal_lm(margs, 1);
+        ref_model = model::make_random_causal_lm(margs, 1, dtype);
         for (auto& p : ref_model->parameters()) p.set_requires_grad(false);
         engine::OptimOptions ro;
         ro.zero_stage = args.zero == 3 ? 3 : 0;
@@ -325,14 +334,14 @@ void run_training(const Args& args, const rlpt::comm::Communicator& world) {
         "\"loss_first\":%.4f,\"loss_checked\":%.4f,\"prefetch\":%lld,\"state_bytes_params\":%.0f,"
         "\"state_bytes_grads\":%.0f,\"state_bytes_optimizer\":%.0f,\"peak_bytes\":%.0f,\"peak_rss_setup_mib\":%.1f,"
         "\"peak_rss_steps_mib\":%.1f,\"shard_group\":%d,\"reference\":%lld,\"ref_bytes\":%.0f,"
-        "\"ref_peak_bytes\":%.0f}\n",
+        "\"ref_peak_bytes\":%.0f,\"dtype\":\"%s\"}\n",
         RLPT_GIT_SHA, args.model.c_str(), params, world.size(), static_cast<long long>(args.threads),
         static_cast<long long>(args.zero), static_cast<long long>(batch), static_cast<long long>(seq),
         static_cast<long long>(tokens_per_step), static_cast<long long>(args.iters), step_s, median(fwd_bwd),
         median(allreduce), median(optimizer), median(allgather), tok_s, 6.0 * params * tok_s / 1e9, rss,
         state_mib, blas_core(), coretype_env(), first_loss, checked_loss, static_cast<long long>(args.prefetch),
         mem_params, mem_grads, mem_optimizer, peak_bytes, rss_setup, rss_steps, eng.shard_group_size(),
-        static_cast<long long>(args.reference), ref_bytes, ref_peak);
+        static_cast<long long>(args.reference), ref_bytes, ref_peak, args.dtype.c_str());
 }
 
 }  // namespace
