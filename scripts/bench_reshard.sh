@@ -56,8 +56,14 @@ def mpi_only(r, raw):  # binaries before single copy have no MPI-only measuremen
     return (f"{r['reshard_mpi_s']:.3f} | {r[raw]/r['reshard_mpi_s']:.2f}x" if "reshard_mpi_s" in r else "- | -")
 print("| actor tp -> rollout | ranks | MB moved (all ranks) | max MB received/rank | max MB sent/rank "
       "| reshard s | GB/s | raw p2p s | reshard / raw | MPI-only reshard s | MPI-only / raw | full bcast s "
-      "| received vs full bcast | messages/rank (single copy) | MB copied/rank | plan (agree) / copy / wait s |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+      "| received vs full bcast | messages/rank (single copy) | MB copied/rank | plan (agree) / copy / wait s "
+      "| CPU s all ranks: reshard / raw p2p (raw / reshard) | CPU s busiest rank: reshard / raw p2p (raw / reshard) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+def cpu(r, key):  # binaries before the CPU accounting print none
+    if f"reshard_{key}" not in r:
+        return "-"
+    a, b = r[f"reshard_{key}"], r[f"raw_p2p_{key}"]
+    return f"{a:.3f} / {b:.3f} ({b/a:.2f}x)"
 def plan(r):  # binaries before the one-collective agreement print no agreement time
     return f"{r.get('plan_s', 0):.3f}" + (f" ({r['agree_s']:.3f}{', cached' if r.get('reused') else ''})" if "agree_s" in r else "")
 for r in rows:
@@ -68,7 +74,8 @@ for r in rows:
           f"| {r['full_bcast_s']:.3f} | {r['max_bytes_received']/r['full_model_bytes']:.2f} "
           f"| {r.get('max_messages', '-')} ({r.get('max_single_copy_messages', 0)}) "
           f"| {r.get('max_bytes_copied', 0)/1e6:.0f} "
-          f"| {plan(r)} / {r.get('copy_s', 0):.3f} / {r.get('wait_s', 0):.3f} |")
+          f"| {plan(r)} / {r.get('copy_s', 0):.3f} / {r.get('wait_s', 0):.3f} "
+          f"| {cpu(r, 'cpu_s')} | {cpu(r, 'cpu_busiest_s')} |")
 print("\n- reshard / raw: raw p2p time over reshard time (1.0 = as fast as unplanned, unpacked messages of "
       "the same bytes; the goal is >= 0.8). reshard: the default path (single copy between same-host ranks where "
       "the probe allows it); MPI-only: WeightSyncOptions::single_copy off (MPI messages, strided ends staged).")
@@ -77,6 +84,9 @@ print("- received vs full bcast: the largest per-rank receive over the full mode
 print("- messages/rank: the most messages one rank sent or received in a sync; MB copied/rank: bytes packed into or unpacked out of "
       "buckets on the busiest rank; plan / copy / wait s: one timed sync's phases, slowest rank each (agree: the "
       "agreement collective, part of plan; cached: every rank reused the previous sync's message list).")
+print("- CPU s: CPU time of one sync (median), summed over the ranks (with more ranks than cores the wall time "
+      "cannot go below it divided by the cores) and on the busiest rank (the wall time's floor with a core per "
+      "rank); polling in waits counts.")
 print("\nColocated (the hybrid engine, model::HeldReshard): actor trained at ZeRO-3 over the DP ranks, rollout "
       "copy in another tp on the same ranks; one window = fill the rollout copy from what the ranks hold of the actor "
       "(point to point, straight into the rollout's tensors) + free it. Peers: raw MPI_Allgather of the actor bytes "

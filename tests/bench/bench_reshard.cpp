@@ -9,6 +9,9 @@
 // ranks: the receiver reads the sender's memory with process_vm_readv, comm/single_copy.h;
 // "reshard_s") and with WeightSyncOptions::single_copy off (MPI messages and staging only;
 // "reshard_mpi_s"). Checks every received slice against the tp = 1 model first, for each path.
+// Beside each wall time: the CPU seconds the reshard and raw p2p take, summed over the ranks
+// ("*_cpu_s": with more ranks than cores, the wall time cannot go below this over the cores) and
+// on the busiest rank ("*_cpu_busiest_s": the wall time's floor with a core per rank).
 // One JSON line on rank 0.
 // Usage: mpirun -np <from + blocks*to> rlpt_bench_reshard --from F --to T --blocks B [--iters N]
 //        [--bucket-mb M (64, the default weight_sync.bucket_mb)]
@@ -37,6 +40,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -69,24 +73,51 @@ Args parse(int argc, char** argv) {
     return a;
 }
 
-// Per function, the slowest rank's median time of `iters` runs, each started together after a
-// barrier. The functions take turns (one run of each per iteration), so a change of the machine's
-// load during the measurement falls on all of them alike.
-std::vector<double> timed(const comm::Communicator& world, int64_t iters, const std::vector<std::function<void()>>& fns) {
-    std::vector<std::vector<double>> ts(fns.size());
+// This process's CPU time (every thread), seconds.
+double process_cpu_seconds() {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// One function's medians over the iterations: the slowest rank's wall time, the CPU time of all
+// ranks together (what a host with fewer cores than ranks has to fit into its cores) and of the
+// busiest rank (the floor of the wall time with a core per rank).
+struct Timing {
+    double wall = 0.0, cpu_all = 0.0, cpu_busiest = 0.0;
+};
+
+// Per function, medians of `iters` runs, each started together after a barrier. The functions
+// take turns (one run of each per iteration), so a change of the machine's load during the
+// measurement falls on all of them alike.
+std::vector<Timing> timed_cpu(const comm::Communicator& world, int64_t iters,
+                              const std::vector<std::function<void()>>& fns) {
+    std::vector<std::vector<double>> wall(fns.size()), all(fns.size()), busiest(fns.size());
     for (int64_t i = 0; i < iters; ++i) {
         for (size_t f = 0; f < fns.size(); ++f) {
             world.barrier();
+            const double c0 = process_cpu_seconds();
             const auto t0 = Clock::now();
             fns[f]();
-            ts[f].push_back(world.allreduce_max(std::chrono::duration<double>(Clock::now() - t0).count()));
+            const double w = std::chrono::duration<double>(Clock::now() - t0).count(), c = process_cpu_seconds() - c0;
+            wall[f].push_back(world.allreduce_max(w));
+            busiest[f].push_back(world.allreduce_max(c));
+            all[f].push_back(world.allreduce_sum(c));
         }
     }
+    auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+    };
+    std::vector<Timing> out;
+    for (size_t f = 0; f < fns.size(); ++f) out.push_back({median(wall[f]), median(all[f]), median(busiest[f])});
+    return out;
+}
+
+// The slowest rank's median wall time per function (timed_cpu).
+std::vector<double> timed(const comm::Communicator& world, int64_t iters, const std::vector<std::function<void()>>& fns) {
     std::vector<double> out;
-    for (auto& t : ts) {
-        std::sort(t.begin(), t.end());
-        out.push_back(t[t.size() / 2]);
-    }
+    for (const Timing& t : timed_cpu(world, iters, fns)) out.push_back(t.wall);
     return out;
 }
 
@@ -200,10 +231,10 @@ void run(const Args& a, const comm::Communicator& world) {
     auto bcast = [&] {
         if (full_buffer.defined()) bcast_comm.bcast(full_buffer.data_ptr(), full_bytes, 0);
     };
-    const auto t = timed(world, a.iters,
-                         {[&] { reshards[0]->sync(plan, names, params, version); },
-                          [&] { reshards[1]->sync(plan, names, params, version); }, raw, bcast});
-    const double t_reshard = t[0], t_reshard_mpi = t[1], t_raw = t[2], t_bcast = t[3];
+    const auto t = timed_cpu(world, a.iters,
+                             {[&] { reshards[0]->sync(plan, names, params, version); },
+                              [&] { reshards[1]->sync(plan, names, params, version); }, raw, bcast});
+    const double t_reshard = t[0].wall, t_reshard_mpi = t[1].wall, t_raw = t[2].wall, t_bcast = t[3].wall;
     const auto st = reshards[0]->last_stats(), st_mpi = reshards[1]->last_stats();
 
     const auto recv = world.allgather_i64(st.bytes_received), sent = world.allgather_i64(st.bytes_sent);
@@ -225,12 +256,14 @@ void run(const Args& a, const comm::Communicator& world) {
             "\"raw_p2p_s\": %.6f, \"full_bcast_s\": %.6f, \"max_bytes_copied\": %lld, \"max_messages\": %lld, "
             "\"plan_s\": %.6f, \"copy_s\": %.6f, \"wait_s\": %.6f, \"reshard_mpi_s\": %.6f, "
             "\"max_single_copy_messages\": %lld, \"mpi_max_bytes_copied\": %lld, \"sync_s\": %.6f, "
-            "\"sync_min_s\": %.6f, \"agree_s\": %.6f, \"reused\": %lld}\n",
+            "\"sync_min_s\": %.6f, \"agree_s\": %.6f, \"reused\": %lld, \"reshard_cpu_s\": %.6f, "
+            "\"reshard_cpu_busiest_s\": %.6f, \"raw_p2p_cpu_s\": %.6f, \"raw_p2p_cpu_busiest_s\": %.6f}\n",
             RLPT_GIT_SHA, static_cast<long long>(a.bucket_mb), static_cast<long long>(a.from), static_cast<long long>(a.to),
             static_cast<long long>(a.blocks), world.size(), static_cast<long long>(st.plan_bytes),
             static_cast<long long>(full_bytes), most(recv), most(sent), t_reshard, t_raw, t_bcast, most(copied),
             most(messages), plan_s, copy_s, wait_s, t_reshard_mpi, static_cast<long long>(single_copy_messages),
-            static_cast<long long>(mpi_copied), sync_s, sync_min_s, agree_s, static_cast<long long>(reused));
+            static_cast<long long>(mpi_copied), sync_s, sync_min_s, agree_s, static_cast<long long>(reused),
+            t[0].cpu_all, t[0].cpu_busiest, t[2].cpu_all, t[2].cpu_busiest);
     }
 }
 
