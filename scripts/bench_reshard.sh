@@ -84,9 +84,8 @@ print("- received vs full bcast: the largest per-rank receive over the full mode
 print("- messages/rank: the most messages one rank sent or received in a sync; MB copied/rank: bytes packed into or unpacked out of "
       "buckets on the busiest rank; plan / copy / wait s: one timed sync's phases, slowest rank each (agree: the "
       "agreement collective, part of plan; cached: every rank reused the previous sync's message list).")
-print("- CPU s: CPU time of one sync (median), summed over the ranks (with more ranks than cores the wall time "
-      "cannot go below it divided by the cores) and on the busiest rank (the wall time's floor with a core per "
-      "rank); polling in waits counts.")
+print("- CPU s: CPU time of one sync (median; copying plus polling in waits), summed over the ranks (with more "
+      "ranks than cores, what the cores have to fit) and on the busiest rank.")
 print("\nColocated (the hybrid engine, model::HeldReshard): actor trained at ZeRO-3 over the DP ranks, rollout "
       "copy in another tp on the same ranks; one window = fill the rollout copy from what the ranks hold of the actor "
       "(point to point, straight into the rollout's tensors) + free it. Peers: raw MPI_Allgather of the actor bytes "

@@ -58,7 +58,7 @@ bool RlTrainer::try_resume() {
         const comm::RoleLayout* now = run_.topology->placement().find(role);
         if (it != man.roles.end() && now && it->second.size() != now->world_ranks.size()) {
             RLPT_LOG_INFO("resuming {} written with {} {} rank(s) on {}: each rank reads its ranges of the saved shards "
-                          "(any DP size, ZeRO stage and, for the actor, tensor parallelism)",
+                          "(any DP size, ZeRO stage and tensor parallelism)",
                           info->dir, it->second.size(), role, now->world_ranks.size());
         }
     }

@@ -129,7 +129,7 @@ ParsedLayout parse_layout(const std::string& text, const std::string& where) {
     ParsedLayout p;
     std::istringstream in(text);
     std::string line;
-    bool magic = false;
+    bool magic = false, shard_group_line = false;
     while (std::getline(in, line)) {
         std::istringstream ls(line);
         std::string key;
@@ -146,6 +146,7 @@ ParsedLayout parse_layout(const std::string& text, const std::string& where) {
             ls >> p.head.dp_rank;
         } else if (key == "shard_group_size") {
             ls >> p.shard_group_size;
+            shard_group_line = true;
         } else if (key == "replica_of") {
             ls >> p.replica_of;
         } else if (key == "tensor_parallel") {
@@ -182,6 +183,9 @@ ParsedLayout parse_layout(const std::string& text, const std::string& where) {
                     "{} holds engine state format {} (an earlier rlpt: full tensors in every rank's file); this rlpt "
                     "reads format {} (each rank's shards): resume it with the rlpt that wrote it",
                     where, p.head.format, kStateFormat);
+    // Files from before hybrid shard have no shard_group_size line: ZeRO-1/2/3 then sharded over
+    // every DP rank.
+    if (!shard_group_line) p.shard_group_size = p.head.zero_stage >= 1 ? p.head.dp_size : 1;
     return p;
 }
 

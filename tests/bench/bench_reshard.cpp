@@ -9,9 +9,10 @@
 // ranks: the receiver reads the sender's memory with process_vm_readv, comm/single_copy.h;
 // "reshard_s") and with WeightSyncOptions::single_copy off (MPI messages and staging only;
 // "reshard_mpi_s"). Checks every received slice against the tp = 1 model first, for each path.
-// Beside each wall time: the CPU seconds the reshard and raw p2p take, summed over the ranks
-// ("*_cpu_s": with more ranks than cores, the wall time cannot go below this over the cores) and
-// on the busiest rank ("*_cpu_busiest_s": the wall time's floor with a core per rank).
+// Beside each wall time: the CPU seconds the reshard and raw p2p take (copying plus polling in
+// their waits), summed over the ranks ("*_cpu_s": with more ranks than cores, the copying's share
+// of it, over the cores, bounds the wall time from below) and on the busiest rank
+// ("*_cpu_busiest_s").
 // One JSON line on rank 0.
 // Usage: mpirun -np <from + blocks*to> rlpt_bench_reshard --from F --to T --blocks B [--iters N]
 //        [--bucket-mb M (64, the default weight_sync.bucket_mb)]
@@ -82,7 +83,7 @@ double process_cpu_seconds() {
 
 // One function's medians over the iterations: the slowest rank's wall time, the CPU time of all
 // ranks together (what a host with fewer cores than ranks has to fit into its cores) and of the
-// busiest rank (the floor of the wall time with a core per rank).
+// busiest rank; polling in waits counts in both.
 struct Timing {
     double wall = 0.0, cpu_all = 0.0, cpu_busiest = 0.0;
 };

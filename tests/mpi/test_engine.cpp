@@ -495,21 +495,59 @@ TEST_F(EngineDp, HybridShardSameUpdateAsZero0) {
 // Whether a checkpoint file carries parameters or optimizer state (a replica's file does not).
 bool holds_shards(const std::string& path) { return !ckpt::H5Reader(path).list("actor/shards").empty(); }
 
-// The file an rlpt before replicas were left out wrote for replica rank `replica`'s file: its
-// counters, RNG and layout (without the replica_of line) plus the shards of `holder`'s file,
-// which that rank held identically.
-void write_pre_dedup_file(const std::string& replica, const std::string& holder, const std::string& out) {
-    ckpt::H5Reader r(replica), h(holder);
+// A checkpoint file as an earlier rlpt wrote it: the counters, RNG and layout of `engine_from`
+// with the layout line starting `drop` (e.g. "replica_of ") removed, plus the shards of
+// `shards_from`.
+void write_older_file(const std::string& engine_from, const std::string& shards_from, const std::string& out,
+                      const std::string& drop) {
+    ckpt::H5Reader r(engine_from), h(shards_from);
     ckpt::H5Writer w(out);
     for (const auto& name : h.list("actor/shards")) w.write_tensor(name, h.read_tensor(name));
     for (const auto& name : r.list("actor/engine"))
         if (r.kind(name) == ckpt::EntryKind::kTensor) w.write_tensor(name, r.read_tensor(name));
     std::string layout = r.read_blob("actor/engine/layout");
-    const auto at = layout.find("replica_of ");
+    const auto at = layout.find("\n" + drop);
     ASSERT_NE(at, std::string::npos) << layout;
-    layout.erase(at, layout.find('\n', at) + 1 - at);
+    layout.erase(at + 1, layout.find('\n', at + 1) - at);
     w.write_blob("actor/engine/layout", layout);
     w.commit();
+}
+
+// The file an rlpt before replicas were left out wrote for replica rank `replica`'s file: its
+// counters, RNG and layout (without the replica_of line) plus the shards of `holder`'s file,
+// which that rank held identically.
+void write_pre_dedup_file(const std::string& replica, const std::string& holder, const std::string& out) {
+    write_older_file(replica, holder, out, "replica_of ");
+}
+
+// Files written before hybrid shard have no shard_group_size line: their ZeRO-1/2/3 shards are
+// over every DP rank, and they load as such (bit-identical at the same layout).
+TEST_F(EngineDp, FilesWithoutAShardGroupLineAreShardedOverEveryDpRank) {
+    const int64_t d = world_.size(), share = kGlobalRows / d;
+    if (d < 2) GTEST_SKIP() << "needs two ranks";
+    const size_t me = static_cast<size_t>(world_.rank());
+    auto steps = [&](TrainEngine& e, model::CausalLM& m, int from, int to) {
+        for (int k = from; k < to; ++k) train_step(e, m, global_batch(k), world_.rank() * share, share, 2, d, &world_);
+    };
+    auto straight = model::make_random_causal_lm(args(), 21);
+    TrainEngine es(straight, world_, options(2), 0);
+    steps(es, *straight, 0, kSteps + 1);
+    auto first = model::make_random_causal_lm(args(), 21);
+    TrainEngine e1(first, world_, options(2), 0);
+    steps(e1, *first, 0, 2);
+    const auto paths = shared_paths("nogroup", world_), old_paths = shared_paths("nogroupold", world_);
+    e1.save_state_file(paths[me], "actor/");
+    write_older_file(paths[me], paths[me], old_paths[me], "shard_group_size ");
+    world_.barrier();
+    auto m = model::make_random_causal_lm(args(), 5);
+    TrainEngine e(m, world_, options(2), 3);
+    ShardedState saved(old_paths, me, "actor/");
+    e.load_state(saved);
+    steps(e, *m, 2, kSteps + 1);
+    EXPECT_TRUE(bitwise_equal(*straight, *m)) << "ZeRO-2 files without a shard_group_size line";
+    world_.barrier();
+    std::filesystem::remove(paths[me]);
+    std::filesystem::remove(old_paths[me]);
 }
 
 // Hybrid shard checkpoints: files record the group size; a loader reads shard k from DP rank k's

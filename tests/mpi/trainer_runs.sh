@@ -64,7 +64,7 @@
 #                      colocated run; SFT's greedy evaluation through a tp 2 rollout too; a ZeRO-3
 #                      checkpoint saved at tp 2 x dp 1 resumes at tp 1 x dp 2 (resharded on load); a
 #                      different size for a rollout on ranks of its own is refused naming the key
-#   elastic            sharded checkpoints (every actor rank writes its own shards): a 4-rank ZeRO-3
+#   elastic            sharded checkpoints (every actor rank writes the shards it alone holds): a 4-rank ZeRO-3
 #                      checkpoint resumes at 4 ranks ZeRO-3 (bit-identical step and export), at 2 ranks
 #                      ZeRO-1 and at 2 ranks tp 2 (close to the run that never stopped); a ZeRO-0
 #                      tp 2 x dp 2 checkpoint (the second DP block's files without state) resumes at
@@ -632,32 +632,32 @@ PY
          reward.overlong_buffer.len=3 critic.optim.lr=0.05)
     # GAE: actor/rollout/reference tp 2 x dp 2 on 4 ranks, critic tp 1 on 2 more.
     run 1 "$src/configs/tiny.yaml" "${common[@]}" "${gae[@]}" trainer.experiment_name=gae1 \
-      trainer.save_freq=1 'placement.groups=[{roles: [actor, rollout, reference, critic], ranks: 1}]'
+      trainer.save_freq=1 trainer.total_training_steps=3 'placement.groups=[{roles: [actor, rollout, reference, critic], ranks: 1}]'
     run 6 "$src/configs/tiny.yaml" "${common[@]}" "${gae[@]}" trainer.experiment_name=gae6 \
       'placement.groups=[{roles: [actor, rollout, reference], ranks: 4, model_parallel_size: 2}, {roles: [critic], ranks: 2}]'
     compare runs/gae1/metrics.jsonl runs/gae6/metrics.jsonl 1,2 2e-3 \
       response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/kl_loss critic/vf_loss critic/grad_norm
     # Every role of the group split over tp 2, the critic included.
     run 2 "$src/configs/tiny.yaml" "${common[@]}" "${gae[@]}" trainer.experiment_name=gae2 \
-      trainer.save_freq=1 'placement.groups=[{roles: [actor, rollout, reference, critic], ranks: 2, model_parallel_size: 2}]'
+      trainer.save_freq=1 trainer.total_training_steps=3 'placement.groups=[{roles: [actor, rollout, reference, critic], ranks: 2, model_parallel_size: 2}]'
     compare runs/gae1/metrics.jsonl runs/gae2/metrics.jsonl 1,2 2e-3 \
       response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/kl_loss critic/vf_loss critic/grad_norm
     # The critic's checkpoint reshards on load too: tp 2 -> a tp 1 critic on a rank of its own (the
-    # actor's group unchanged), and the tp 1 run's -> every role at tp 2; step 2 follows the run
-    # that never stopped.
+    # actor's group unchanged), and the tp 1 run's -> every role at tp 2; steps 2 and 3 follow the
+    # run that never stopped (step 3 also shows the critic's optimizer state).
     run 3 "$src/configs/tiny.yaml" "${common[@]}" "${gae[@]}" \
-      trainer.experiment_name=critic2to1 trainer.resume="$PWD/runs/gae2/checkpoints/step_1" \
+      trainer.experiment_name=critic2to1 trainer.total_training_steps=3 trainer.resume="$PWD/runs/gae2/checkpoints/step_1" \
       'placement.groups=[{roles: [actor, rollout, reference], ranks: 2, model_parallel_size: 2}, {roles: [critic], ranks: 1}]' \
       | tee critic2to1.log
     grep -q "critic: resharded checkpoint .*step_1 into tensor parallelism 1" critic2to1.log
-    compare runs/gae2/metrics.jsonl runs/critic2to1/metrics.jsonl 2 2e-3 \
+    compare runs/gae2/metrics.jsonl runs/critic2to1/metrics.jsonl 2,3 2e-3 \
       actor/pg_loss actor/entropy actor/grad_norm critic/vf_loss critic/grad_norm critic/vpred_mean critic/values/mean
     run 2 "$src/configs/tiny.yaml" "${common[@]}" "${gae[@]}" \
-      trainer.experiment_name=critic1to2 trainer.resume="$PWD/runs/gae1/checkpoints/step_1" \
+      trainer.experiment_name=critic1to2 trainer.total_training_steps=3 trainer.resume="$PWD/runs/gae1/checkpoints/step_1" \
       'placement.groups=[{roles: [actor, rollout, reference, critic], ranks: 2, model_parallel_size: 2}]' \
       | tee critic1to2.log
     grep -q "critic: resharded checkpoint .*step_1 into tensor parallelism 2" critic1to2.log
-    compare runs/gae1/metrics.jsonl runs/critic1to2/metrics.jsonl 2 2e-3 \
+    compare runs/gae1/metrics.jsonl runs/critic1to2/metrics.jsonl 2,3 2e-3 \
       actor/pg_loss actor/entropy actor/grad_norm critic/vf_loss critic/grad_norm critic/vpred_mean critic/values/mean
     # Rollout on its own tp 2 ranks: each receives exactly its slices from the actor.
     run 1 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=colocated

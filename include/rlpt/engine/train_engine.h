@@ -248,8 +248,9 @@ class TrainEngine {
     // ZeRO-1/2 parameters are replicated, so the slices of all DP ranks together hold them once),
     // under ZeRO-0 everything, both only on DP ranks k < shard_group_size (ZeRO-0: 1; hybrid
     // shard: S): DP rank k >= shard_group_size holds a replica of DP rank k mod
-    // shard_group_size's state and writes no parameters or optimizer state. Every rank writes its step counters and RNG. The
-    // layout blob `<prefix>engine/layout` records what the file holds: zero stage, DP size and
+    // shard_group_size's state and writes no parameters or optimizer state. Every rank writes
+    // its step counters and RNG. The layout blob `<prefix>engine/layout` records what the file
+    // holds: zero stage, DP size and
     // rank, tensor-parallel size and rank, shard_group_size, "replica_of <k>" on a replica's
     // file, per flat group its dtype, numel, padding and shard size (file k < shard_group_size
     // holds [k·shard, (k+1)·shard) of each group, clipped to numel; ZeRO-0: all of it), per
@@ -297,8 +298,9 @@ class TrainEngine {
 };
 
 // A saved engine state as load_state reads it, presented in the loading engine's
-// tensor-parallel layout. ShardedState reads the files of one checkpoint; the actor role wraps
-// several of them to reslice another tensor-parallel size (roles/checkpoint_io.h).
+// tensor-parallel layout. ShardedState reads the files of one checkpoint; the actor and critic
+// roles wrap several of them to reslice another tensor-parallel size (roles/model_setup.h,
+// resliced_checkpoint).
 class SavedState {
   public:
     enum class Kind { kParam, kExpAvg, kExpAvgSq, kMaster };
