@@ -520,31 +520,47 @@ void write_pre_dedup_file(const std::string& replica, const std::string& holder,
     write_older_file(replica, holder, out, "replica_of ");
 }
 
+// Resume tests at one ZeRO stage: the seed-21 model trained straight for kSteps + 1 steps over
+// `world`'s DP ranks (each its share of every global batch), and the same model after 2 steps
+// with every rank's state saved to its file of shared_paths(tag).
+struct SavedAtStep2 {
+    std::shared_ptr<model::CausalLM> straight;
+    std::vector<std::string> paths;
+};
+void dp_steps(TrainEngine& e, model::CausalLM& m, int from, int to, const comm::Communicator& world) {
+    const int64_t d = world.size(), share = kGlobalRows / d;
+    for (int k = from; k < to; ++k) train_step(e, m, global_batch(k), world.rank() * share, share, 2, d, &world);
+}
+SavedAtStep2 straight_and_saved_at_step2(const OptimOptions& opts, const std::string& tag,
+                                         const comm::Communicator& world) {
+    SavedAtStep2 out;
+    out.straight = model::make_random_causal_lm(args(), 21);
+    TrainEngine es(out.straight, world, opts, 0);
+    dp_steps(es, *out.straight, 0, kSteps + 1, world);
+    auto first = model::make_random_causal_lm(args(), 21);
+    TrainEngine e1(first, world, opts, 0);
+    dp_steps(e1, *first, 0, 2, world);
+    out.paths = shared_paths(tag, world);
+    e1.save_state_file(out.paths[static_cast<size_t>(world.rank())], "actor/");
+    return out;
+}
+
 // Files written before hybrid shard have no shard_group_size line: their ZeRO-1/2/3 shards are
 // over every DP rank, and they load as such (bit-identical at the same layout).
 TEST_F(EngineDp, FilesWithoutAShardGroupLineAreShardedOverEveryDpRank) {
-    const int64_t d = world_.size(), share = kGlobalRows / d;
-    if (d < 2) GTEST_SKIP() << "needs two ranks";
+    if (world_.size() < 2) GTEST_SKIP() << "needs two ranks";
     const size_t me = static_cast<size_t>(world_.rank());
-    auto steps = [&](TrainEngine& e, model::CausalLM& m, int from, int to) {
-        for (int k = from; k < to; ++k) train_step(e, m, global_batch(k), world_.rank() * share, share, 2, d, &world_);
-    };
-    auto straight = model::make_random_causal_lm(args(), 21);
-    TrainEngine es(straight, world_, options(2), 0);
-    steps(es, *straight, 0, kSteps + 1);
-    auto first = model::make_random_causal_lm(args(), 21);
-    TrainEngine e1(first, world_, options(2), 0);
-    steps(e1, *first, 0, 2);
-    const auto paths = shared_paths("nogroup", world_), old_paths = shared_paths("nogroupold", world_);
-    e1.save_state_file(paths[me], "actor/");
+    const auto run = straight_and_saved_at_step2(options(2), "nogroup", world_);
+    const auto& paths = run.paths;
+    const auto old_paths = shared_paths("nogroupold", world_);
     write_older_file(paths[me], paths[me], old_paths[me], "shard_group_size ");
     world_.barrier();
     auto m = model::make_random_causal_lm(args(), 5);
     TrainEngine e(m, world_, options(2), 3);
     ShardedState saved(old_paths, me, "actor/");
     e.load_state(saved);
-    steps(e, *m, 2, kSteps + 1);
-    EXPECT_TRUE(bitwise_equal(*straight, *m)) << "ZeRO-2 files without a shard_group_size line";
+    dp_steps(e, *m, 2, kSteps + 1, world_);
+    EXPECT_TRUE(bitwise_equal(*run.straight, *m)) << "ZeRO-2 files without a shard_group_size line";
     world_.barrier();
     std::filesystem::remove(paths[me]);
     std::filesystem::remove(old_paths[me]);
@@ -635,21 +651,11 @@ TEST_F(EngineDp, HybridShardSaveLoadAndExport) {
 // bit-identical (ranks > 0 read rank 0's file), one replica's file alone is refused naming DP
 // rank 0, and the full copies every rank wrote before load the same.
 TEST_F(EngineDp, Zero0ReplicasWriteNoStateAndOldFullCopiesStillLoad) {
-    const int64_t d = world_.size(), share = kGlobalRows / d;
-    if (d < 2) GTEST_SKIP() << "needs two ranks";
+    if (world_.size() < 2) GTEST_SKIP() << "needs two ranks";
     const size_t me = static_cast<size_t>(world_.rank());
-    auto steps = [&](TrainEngine& e, model::CausalLM& m, int from, int to) {
-        for (int k = from; k < to; ++k) train_step(e, m, global_batch(k), world_.rank() * share, share, 2, d, &world_);
-    };
-    auto straight = model::make_random_causal_lm(args(), 21);
-    TrainEngine es(straight, world_, options(0), 0);
-    steps(es, *straight, 0, kSteps + 1);
-
-    auto first = model::make_random_causal_lm(args(), 21);
-    TrainEngine e1(first, world_, options(0), 0);
-    steps(e1, *first, 0, 2);
-    const auto paths = shared_paths("zero0", world_);
-    e1.save_state_file(paths[me], "actor/");
+    const auto run = straight_and_saved_at_step2(options(0), "zero0", world_);
+    const auto& paths = run.paths;
+    const auto& straight = run.straight;
     world_.barrier();
     EXPECT_EQ(holds_shards(paths[me]), me == 0);
     const double ratio = static_cast<double>(std::filesystem::file_size(paths[me])) /
@@ -668,7 +674,7 @@ TEST_F(EngineDp, Zero0ReplicasWriteNoStateAndOldFullCopiesStillLoad) {
         TrainEngine e(m, world_, options(0), 3);
         ShardedState saved(*files, me, "actor/");
         e.load_state(saved);
-        steps(e, *m, 2, kSteps + 1);
+        dp_steps(e, *m, 2, kSteps + 1, world_);
         EXPECT_TRUE(bitwise_equal(*straight, *m)) << (files == &paths ? "deduplicated" : "pre-deduplication") << " files";
     }
     {

@@ -645,20 +645,17 @@ PY
     # The critic's checkpoint reshards on load too: tp 2 -> a tp 1 critic on a rank of its own (the
     # actor's group unchanged), and the tp 1 run's -> every role at tp 2; steps 2 and 3 follow the
     # run that never stopped (step 3 also shows the critic's optimizer state).
-    run 3 "$src/configs/tiny.yaml" "${common[@]}" "${gae[@]}" \
-      trainer.experiment_name=critic2to1 trainer.total_training_steps=3 trainer.resume="$PWD/runs/gae2/checkpoints/step_1" \
-      'placement.groups=[{roles: [actor, rollout, reference], ranks: 2, model_parallel_size: 2}, {roles: [critic], ranks: 1}]' \
-      | tee critic2to1.log
-    grep -q "critic: resharded checkpoint .*step_1 into tensor parallelism 1" critic2to1.log
-    compare runs/gae2/metrics.jsonl runs/critic2to1/metrics.jsonl 2,3 2e-3 \
-      actor/pg_loss actor/entropy actor/grad_norm critic/vf_loss critic/grad_norm critic/vpred_mean critic/values/mean
-    run 2 "$src/configs/tiny.yaml" "${common[@]}" "${gae[@]}" \
-      trainer.experiment_name=critic1to2 trainer.total_training_steps=3 trainer.resume="$PWD/runs/gae1/checkpoints/step_1" \
-      'placement.groups=[{roles: [actor, rollout, reference, critic], ranks: 2, model_parallel_size: 2}]' \
-      | tee critic1to2.log
-    grep -q "critic: resharded checkpoint .*step_1 into tensor parallelism 2" critic1to2.log
-    compare runs/gae1/metrics.jsonl runs/critic1to2/metrics.jsonl 2,3 2e-3 \
-      actor/pg_loss actor/entropy actor/grad_norm critic/vf_loss critic/grad_norm critic/vpred_mean critic/values/mean
+    critic_resume() {  # <ranks> <name> <run it resumes> <critic tp now> <placement>
+      run "$1" "$src/configs/tiny.yaml" "${common[@]}" "${gae[@]}" trainer.experiment_name="$2" \
+        trainer.total_training_steps=3 trainer.resume="$PWD/runs/$3/checkpoints/step_1" "$5" | tee "$2.log"
+      grep -q "critic: resharded checkpoint .*step_1 into tensor parallelism $4" "$2.log"
+      compare "runs/$3/metrics.jsonl" "runs/$2/metrics.jsonl" 2,3 2e-3 \
+        actor/pg_loss actor/entropy actor/grad_norm critic/vf_loss critic/grad_norm critic/vpred_mean critic/values/mean
+    }
+    critic_resume 3 critic2to1 gae2 1 \
+      'placement.groups=[{roles: [actor, rollout, reference], ranks: 2, model_parallel_size: 2}, {roles: [critic], ranks: 1}]'
+    critic_resume 2 critic1to2 gae1 2 \
+      'placement.groups=[{roles: [actor, rollout, reference, critic], ranks: 2, model_parallel_size: 2}]'
     # Rollout on its own tp 2 ranks: each receives exactly its slices from the actor.
     run 1 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=colocated
     run 4 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=split \
