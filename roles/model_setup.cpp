@@ -78,10 +78,10 @@ void sync_from_shards(PolicySync& sync, const protocol::WorkerContext& ctx, mode
                       const std::function<std::vector<model::HeldSlice>()>& held) {
     const auto ranks = comm::weight_exchange_ranks(ctx.topology->placement());
     if (std::find(ranks.begin(), ranks.end(), ctx.world_rank) == ranks.end()) return;
-    const comm::WeightSyncOptions opts = weight_sync_options(*ctx.config);
     if (!sync.comm.valid()) {
         sync.comm = ctx.topology->control().create_group(ranks, kWeightExchangeGroupTag);
-        sync.exchange = comm::make_region_exchange(ctx.config->rollout.weight_sync.backend, sync.comm, opts);
+        sync.exchange = comm::make_region_exchange(ctx.config->rollout.weight_sync.backend, sync.comm,
+                                                   weight_sync_options(*ctx.config));
         sync.from_shards = std::make_unique<model::HeldReshard>(m.args(), *sync.exchange);
     }
     model::HeldReshardStats st;
@@ -91,7 +91,8 @@ void sync_from_shards(PolicySync& sync, const protocol::WorkerContext& ctx, mode
     } else {
         st = sync.from_shards->run(nullptr, &m, m.tp_layout());
     }
-    sync.exchange->comm().bcast(&version, sizeof(version), 0, comm::Deadline::after_seconds(opts.timeout_s));
+    sync.exchange->comm().bcast(&version, sizeof(version), 0,
+                                comm::Deadline::after_seconds(sync.exchange->options().timeout_s));
     if (st.planned && sync.comm.rank() == 0) {
         const auto& p = ctx.topology->placement();
         RLPT_LOG_INFO("weight sync from the ZeRO-3 shards: {} actor ranks (tp {}) -> {} rollout ranks (tp {}), no full "
