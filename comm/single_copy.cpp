@@ -1,6 +1,10 @@
-// Single-copy moves between processes of one host (single_copy.h): the probe, region runs and
-// process_vm_readv.
+// Single-copy moves between processes of one host (single_copy.h): the probe, region runs,
+// mappings of peers' arenas and process_vm_readv.
 #include "single_copy.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 
 #include <climits>
 #include <unistd.h>
@@ -15,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include "rlpt/comm/shared_arena.h"
 #include "rlpt/core/log.h"
 
 namespace rlpt::comm::detail {
@@ -50,6 +55,19 @@ void advance(std::vector<iovec>& v, size_t& i, size_t n) {
             v[i].iov_len -= n;
             n = 0;
         }
+    }
+}
+
+// Copies the runs `from` into the runs `to` (the same total, each cut its own way) with memcpy.
+void copy_mapped(const std::vector<iovec>& from, const std::vector<iovec>& to) {
+    size_t fi = 0, ti = 0, fo = 0, to_off = 0;
+    while (fi < from.size() && ti < to.size()) {
+        const size_t n = std::min(from[fi].iov_len - fo, to[ti].iov_len - to_off);
+        std::memcpy(static_cast<char*>(to[ti].iov_base) + to_off, static_cast<const char*>(from[fi].iov_base) + fo, n);
+        fo += n;
+        to_off += n;
+        if (fo == from[fi].iov_len) fi++, fo = 0;
+        if (to_off == to[ti].iov_len) ti++, to_off = 0;
     }
 }
 
@@ -101,6 +119,17 @@ RegionLayout describe_region(const void* address, int64_t element_size, const in
     r.ndim = k;
     std::copy(out_sizes, out_sizes + k, r.sizes);
     std::copy(out_strides, out_strides + k, r.strides);
+    int64_t extent = element_size;  // bytes from `address` to the end of the region's last element
+    for (int64_t d = 0; d < k; ++d) {
+        if (r.strides[d] < 0) return r;  // negative strides: not described by [address, address + extent)
+        extent += (r.sizes[d] - 1) * r.strides[d] * element_size;
+    }
+    const ArenaRef a = arena_of(address, static_cast<size_t>(extent));
+    r.arena_id = a.id;
+    r.arena_inode = a.inode;
+    r.arena_base = a.base;
+    r.arena_bytes = a.bytes;
+    r.arena_fd = a.fd;
     return r;
 }
 
@@ -200,7 +229,62 @@ SingleCopy::SingleCopy(const Communicator& comm, bool enabled, const Deadline& d
     }
 }
 
-SingleCopy::~SingleCopy() = default;
+SingleCopy::~SingleCopy() {
+    for (auto& [key, m] : mappings_)
+        if (m.data != nullptr) munmap(m.data, m.bytes);
+}
+
+char* SingleCopy::mapping(int peer, const RegionLayout& there) {
+    auto [it, fresh] = mappings_.try_emplace({peer, there.arena_id});
+    Mapping& m = it->second;
+    m.used = true;
+    if (!fresh) return m.data;
+    const std::string path = fmt::format("/proc/{}/fd/{}", pids_[static_cast<size_t>(peer)], there.arena_fd);
+    std::string failure;
+    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    struct stat st {};
+    if (fd < 0) {
+        failure = std::strerror(errno);
+    } else if (fstat(fd, &st) != 0) {
+        failure = std::strerror(errno);
+    } else if (static_cast<uint64_t>(st.st_ino) != there.arena_inode ||
+               static_cast<uint64_t>(st.st_size) < there.arena_bytes) {
+        failure = "another file than the peer's arena";
+    } else {
+        void* p = mmap(nullptr, there.arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) {
+            failure = std::strerror(errno);
+        } else {
+            m.data = static_cast<char*>(p);
+            m.bytes = there.arena_bytes;
+        }
+    }
+    if (fd >= 0) close(fd);
+    if (!failure.empty() && !map_warned_) {
+        map_warned_ = true;
+        RLPT_LOG_WARN("weight transfer (mpi): cannot map rank {}'s weight arena ({}: {}); copying with "
+                      "process_vm_readv/writev instead",
+                      peer, path, failure);
+    }
+    return m.data;
+}
+
+void SingleCopy::unmap_unused() {
+    // The peers this rank copied with in this exchange (it holds their layouts).
+    auto copied_with = [this](int peer) {
+        return in_layouts_.size() > static_cast<size_t>(peer) && !in_layouts_[static_cast<size_t>(peer)].empty();
+    };
+    for (auto it = mappings_.begin(); it != mappings_.end();) {
+        Mapping& m = it->second;
+        if (!m.used && copied_with(it->first.first)) {
+            if (m.data != nullptr) munmap(m.data, m.bytes);
+            it = mappings_.erase(it);
+        } else {
+            m.used = false;
+            ++it;
+        }
+    }
+}
 
 bool SingleCopy::connects(int a, int b) const {
     const auto n = static_cast<size_t>(comm_.size());
@@ -222,6 +306,7 @@ void SingleCopy::start(std::vector<Move> moves, bool same_layouts) {
     done_requests_.assign(static_cast<size_t>(n), MPI_REQUEST_NULL);
     done_status_.assign(static_cast<size_t>(n), 0);
     out_requests_.clear();
+    mapped_moves_ = mapped_bytes_ = 0;
     for (const Move& m : moves_) {
         RLPT_CHECK(connects(m.src, m.dst) && (m.src == me) != (m.dst == me), "single copy: a move {} -> {} on rank {}",
                    m.src, m.dst, me);
@@ -280,7 +365,21 @@ void SingleCopy::copy(const Deadline& deadline) {
                 remote.clear();
                 append_runs(m.region, local);
                 append_runs(there, remote);
-                std::string why = copy_runs(static_cast<int>(pids_[i]), write, local, remote);
+                char* mapped = there.arena_id != 0 && shared_arenas_enabled() ? mapping(peer, there) : nullptr;
+                for (const iovec& v : remote) {  // every remote run inside the arena (else CMA)
+                    const auto a = reinterpret_cast<uint64_t>(v.iov_base);
+                    if (a < there.arena_base || a + v.iov_len > there.arena_base + there.arena_bytes) mapped = nullptr;
+                }
+                std::string why;
+                if (mapped != nullptr) {
+                    for (iovec& v : remote)
+                        v.iov_base = mapped + (reinterpret_cast<uint64_t>(v.iov_base) - there.arena_base);
+                    write ? copy_mapped(local, remote) : copy_mapped(remote, local);
+                    ++mapped_moves_;
+                    mapped_bytes_ += m.bytes;
+                } else {
+                    why = copy_runs(static_cast<int>(pids_[i]), write, local, remote);
+                }
                 if (!why.empty())
                     error_ = fmt::format("{} {} bytes {} rank {}: {}", write ? "writing" : "reading", m.bytes,
                                          write ? "to" : "from", peer, why);
@@ -303,6 +402,7 @@ void SingleCopy::finish(const Deadline& deadline) {
     for (size_t p = 0; p < done_status_.size() && error_.empty(); ++p) {
         if (done_status_[p] != 0) error_ = fmt::format("rank {} failed copying this rank's regions", p);
     }
+    unmap_unused();
     moves_.clear();
     out_layouts_.clear();
     out_requests_.clear();

@@ -1,9 +1,12 @@
 #pragma once
-// Single-copy moves between processes of one host (Linux cross-memory attach, CMA): one end
-// copies straight between the other end's (possibly strided) region and its own (possibly
-// strided) region with process_vm_readv / process_vm_writev; no staging on either end, one pass
-// over the bytes. Behind the "mpi" transport of WeightReshard and RegionExchange
-// (rlpt/comm/weight_reshard.h); private to rlpt_comm. Torch-free.
+// Single-copy moves between processes of one host: one end copies straight between the other
+// end's (possibly strided) region and its own (possibly strided) region; no staging on either
+// end, one pass over the bytes. When the other end's region lies in a shared weight arena
+// (rlpt/comm/shared_arena.h: the actor's parameters and shards, a separate rollout's
+// parameters), the copying end maps that arena once (cached across exchanges) and copies with
+// memcpy; otherwise with Linux cross-memory attach (CMA: process_vm_readv / process_vm_writev),
+// which costs 2-5x the CPU per byte on short runs. Behind the "mpi" transport of WeightReshard
+// and RegionExchange (rlpt/comm/weight_reshard.h); private to rlpt_comm. Torch-free.
 //
 // Which end copies (the "active" end, Move::push; the caller decides, the same on both ends:
 // move_regions in comm/weight_reshard.cpp): the end whose region alone is strided, since the
@@ -18,13 +21,19 @@
 //           every rank's moves are those of the previous exchange, same addresses, and that every
 //           rank has entered this exchange) no layouts move: the active end reuses the ones it
 //           received last time.
-//   copy:   the active end waits for the peer's layouts and copies every region, at most
-//           IOV_MAX contiguous runs per side and call (partial copies continue where they
-//           stopped), then sends "done" (with an ok flag) to that peer.
+//   copy:   the active end waits for the peer's layouts and copies every region (through its
+//           mapping of the peer's arena, else by CMA at most IOV_MAX contiguous runs per side
+//           and call, partial copies continuing where they stopped), then sends "done" (with an
+//           ok flag) to that peer.
 //   finish: a rank waits for "done" from each peer that copies from or into its memory: until
 //           then its regions must not change or be freed (a sender's) or be read (a
 //           receiver's). A failed copy (CommError naming the peer and errno) throws here on both
-//           ends, after every "done" was sent, so no peer waits for it.
+//           ends, after every "done" was sent, so no peer waits for it. The active end then
+//           unmaps each arena of a peer it copied with in this exchange that the exchange no
+//           longer used (a freed or replaced arena's pages stay allocated while mapped).
+// Mapping a peer's arena: open /proc/<pid>/fd/<fd> (the same permission as CMA), check the
+// file's inode and size against the layout's, mmap it shared, read-write. A failure (logged once)
+// leaves that arena to CMA; RLPT_SHARED_WEIGHTS=0 on the active end does the same for all.
 // Every wait polls with the deadline (TimeoutError) and reports to the WaitObserver (poll_until's
 // back-off: polling these waits with sched_yield and no sleep measured no better on the 6-rank
 // 2-core bench, within its noise, README "Weight resharding").
@@ -37,6 +46,7 @@
 #include <sys/uio.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,12 +66,15 @@ struct RegionLayout {
     int64_t ndim = 0;
     int64_t sizes[kMaxRegionDims] = {};
     int64_t strides[kMaxRegionDims] = {};
+    // The shared arena (rlpt/comm/shared_arena.h) that holds the whole region, if any (id 0: none).
+    uint64_t arena_id = 0, arena_inode = 0, arena_base = 0, arena_bytes = 0;
+    int64_t arena_fd = -1;
     int64_t bytes() const;
 };
 
 // The region as a RegionLayout: size-1 dimensions dropped and neighbouring dimensions merged
 // where they are contiguous with each other, so a column slice of a row-major matrix has two
-// dimensions and a contiguous region one.
+// dimensions and a contiguous region one. Records the shared arena that holds it, if any.
 RegionLayout describe_region(const void* address, int64_t element_size, const int64_t* sizes, const int64_t* strides,
                              int64_t ndim);
 // The region's contiguous byte runs in row-major order (one per row of a column slice).
@@ -98,8 +111,25 @@ class SingleCopy {
     void finish(const Deadline& deadline);
     // After a failure: leaves the buffers MPI may still use alive (never throws).
     void abandon() noexcept;
+    // Moves of the last exchange this rank copied through a mapping of the peer's arena (memcpy,
+    // no system call), and their bytes; the other single-copy moves it copied went by CMA.
+    int64_t mapped_moves() const { return mapped_moves_; }
+    int64_t mapped_bytes() const { return mapped_bytes_; }
+    int64_t mapped_arenas() const { return static_cast<int64_t>(mappings_.size()); }  // cached now
 
   private:
+    struct Mapping {
+        char* data = nullptr;  // null: mapping failed, use CMA
+        size_t bytes = 0;
+        bool used = false;  // by the exchange in flight
+    };
+    // This rank's mapping of `there`'s arena (of rank `peer`), made on first use; null on failure.
+    char* mapping(int peer, const RegionLayout& there);
+    void unmap_unused();
+
+    std::map<std::pair<int, uint64_t>, Mapping> mappings_;  // by (peer, arena id)
+    int64_t mapped_moves_ = 0, mapped_bytes_ = 0;
+    bool map_warned_ = false;
     const Communicator& comm_;
     std::unique_ptr<uint64_t> probe_word_;
     std::vector<int64_t> pids_;

@@ -11,6 +11,7 @@
 
 #include <fmt/ranges.h>
 
+#include "rlpt/comm/shared_arena.h"
 #include "rlpt/core/log.h"
 #include "single_copy.h"
 #include "weight_reshard_transport.h"
@@ -239,6 +240,8 @@ void move_regions(P2pTransport& transport, int me, int n, const std::vector<Regi
         const auto w0 = Clock::now();
         single->start(std::move(moves), same_layouts);
         single->copy(deadline);
+        stats.n_mapped_messages += single->mapped_moves();
+        stats.mapped_bytes += single->mapped_bytes();
         stats.wait_seconds += since(w0);
     }
     // Rounds: cut before a transfer that would take some rank's staging past one bucket.
@@ -445,7 +448,7 @@ std::vector<RegionTransfer> P2pWeightReshard::transfers(const ReshardPlan& plan,
 
 // Everything of this rank a sync's transfer list depends on, as words: first the part every rank
 // must agree on (the plan, the tensors' dtypes, a hash of the names: `*n_agreed` words), then this
-// rank's tensors' data pointers, sizes, strides and devices. Equal to a cached one exactly when the
+// rank's tensors' data pointers, shared arenas, sizes, strides and devices. Equal to a cached one exactly when the
 // cached transfer list is still this rank's list.
 std::vector<int64_t> local_state(const ReshardPlan& plan, const std::vector<std::string>& names,
                                  const std::vector<torch::Tensor>& tensors, size_t* n_agreed) {
@@ -474,6 +477,11 @@ std::vector<int64_t> local_state(const ReshardPlan& plan, const std::vector<std:
         if (!dense) continue;
         s.push_back(static_cast<int64_t>(t.device().type()));
         s.push_back(t.device().index());
+        // The shared arena the memory lies in: a new arena at a freed one's address is new memory
+        // to a peer that maps arenas (the single copy's layouts name the arena).
+        s.push_back(t.is_cpu() ? static_cast<int64_t>(
+                                     arena_of(t.data_ptr(), static_cast<size_t>(t.numel() * t.element_size())).id)
+                               : 0);
         s.insert(s.end(), t.sizes().begin(), t.sizes().end());
         s.insert(s.end(), t.strides().begin(), t.strides().end());
     }
@@ -608,6 +616,8 @@ void P2pWeightReshard::do_sync(const ReshardPlan& plan, const std::vector<std::s
         stats.n_messages = x.n_messages;
         stats.n_direct_messages = x.n_inplace_messages;
         stats.n_single_copy_messages = x.n_single_copy_messages;
+        stats.n_mapped_messages = x.n_mapped_messages;
+        stats.mapped_bytes = x.mapped_bytes;
         stats.packed_bytes = x.packed_bytes;
         stats.unpacked_bytes = x.unpacked_bytes;
         stats.pack_seconds = x.pack_seconds;

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "model_setup.h"
+#include "rlpt/comm/shared_tensor.h"
 #include "rlpt/core/log.h"
 #include "rlpt/kernels/cpu_features.h"
 #include "rlpt/rollout/generators.h"
@@ -157,6 +158,13 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     const auto device = detail::device_for(c, ctx.topology->placement(), ctx.world_rank);
     r.policy->model = detail::build_policy(c, device, args.vocab_size, detail::tensor_parallel(ctx, device));
     r.own_copy = true;
+    // Our own copy, filled by the weight sync: in a shared arena, so a same-host actor rank writes
+    // it with memcpy through a mapping (rlpt/comm/shared_arena.h). Before anything caches addresses.
+    if (device.is_cpu()) {
+        std::vector<torch::Tensor> params;
+        for (auto& p : r.policy->model->parameters()) params.push_back(p);
+        comm::share_tensors(params, "rlpt-rollout-params");
+    }
     return Batch(0);
 }
 

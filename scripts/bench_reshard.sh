@@ -2,8 +2,10 @@
 # Resharding table (issue 11): the ~100M model's weight sync from an actor block of tp F to
 # rollout blocks of tp T on other ranks (shard to shard, comm/weight_reshard.h), against raw p2p
 # of the same bytes and against a full-model MPI_Bcast to every receiver, in the same run. The
-# reshard runs twice: with single copy between same-host ranks (process_vm_readv, the default)
-# and with MPI messages only (WeightSyncOptions::single_copy off). One torch thread per rank.
+# reshard runs three ways: with single copy between same-host ranks and the tensors in shared
+# weight arenas (memcpy through a mapping, the default), with MPI messages only
+# (WeightSyncOptions::single_copy off), and with single copy from ordinary memory
+# (process_vm_readv/writev). One torch thread per rank.
 # Prints markdown on stdout, progress on stderr.
 #
 # Usage: scripts/bench_reshard.sh [path/to/rlpt_bench_reshard]
@@ -57,8 +59,14 @@ def mpi_only(r, raw):  # binaries before single copy have no MPI-only measuremen
 print("| actor tp -> rollout | ranks | MB moved (all ranks) | max MB received/rank | max MB sent/rank "
       "| reshard s | GB/s | raw p2p s | reshard / raw | MPI-only reshard s | MPI-only / raw | full bcast s "
       "| received vs full bcast | messages/rank (single copy) | MB copied/rank | plan (agree) / copy / wait s "
-      "| CPU s all ranks: reshard / raw p2p (raw / reshard) | CPU s busiest rank: reshard / raw p2p (raw / reshard) |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+      "| CPU s all ranks: reshard / raw p2p (raw / reshard) | CPU s busiest rank: reshard / raw p2p (raw / reshard) "
+      "| CMA-only reshard s | CMA-only / raw | CPU s all ranks: CMA-only (raw / CMA-only) | mapped messages (all ranks) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+def cma(r):  # binaries before shared weight arenas have no CMA-only measurement
+    if "reshard_cma_s" not in r:
+        return "- | - | - | -"
+    return (f"{r['reshard_cma_s']:.3f} | {r['raw_p2p_s']/r['reshard_cma_s']:.2f}x "
+            f"| {r['reshard_cma_cpu_s']:.3f} ({r['raw_p2p_cpu_s']/r['reshard_cma_cpu_s']:.2f}x) | {r['mapped_messages']}")
 def cpu(r, key):  # binaries before the CPU accounting print none
     if f"reshard_{key}" not in r:
         return "-"
@@ -75,10 +83,14 @@ for r in rows:
           f"| {r.get('max_messages', '-')} ({r.get('max_single_copy_messages', 0)}) "
           f"| {r.get('max_bytes_copied', 0)/1e6:.0f} "
           f"| {plan(r)} / {r.get('copy_s', 0):.3f} / {r.get('wait_s', 0):.3f} "
-          f"| {cpu(r, 'cpu_s')} | {cpu(r, 'cpu_busiest_s')} |")
+          f"| {cpu(r, 'cpu_s')} | {cpu(r, 'cpu_busiest_s')} | {cma(r)} |")
 print("\n- reshard / raw: raw p2p time over reshard time (1.0 = as fast as unplanned, unpacked messages of "
       "the same bytes; the goal is >= 0.8). reshard: the default path (single copy between same-host ranks where "
-      "the probe allows it); MPI-only: WeightSyncOptions::single_copy off (MPI messages, strided ends staged).")
+      "the probe allows it; the tensors in shared weight arenas, so the copying end memcpys through its mapping of "
+      "the peer's arena); MPI-only: WeightSyncOptions::single_copy off (MPI messages, strided ends staged); CMA-only: "
+      "single copy with the same values in ordinary memory (process_vm_readv/writev, what rlpt did before arenas). "
+      "mapped messages: single-copy messages that went through a mapping, summed over the ranks (each counted by its "
+      "copying end).")
 print("- received vs full bcast: the largest per-rank receive over the full model a broadcast sync delivers "
       "to every receiver.")
 print("- messages/rank: the most messages one rank sent or received in a sync; MB copied/rank: bytes packed into or unpacked out of "

@@ -13,6 +13,7 @@
 #include "engine/engine_impl.h"
 #include <fmt/ranges.h>
 
+#include "rlpt/comm/shared_tensor.h"
 #include "rlpt/core/error.h"
 #include "rlpt/core/log.h"
 #include "rlpt/engine/adamw.h"
@@ -235,8 +236,12 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
             g.padded = round_up(g.numel, shard_multiple);
             g.shard = st.opts.zero_stage >= 1 ? g.padded / st.shard_size : g.padded;
             auto topts = torch::TensorOptions().dtype(g.dtype).device(st.device);
-            // zeros, not empty: the pages are touched here, once, not in the first step.
-            g.flat_param = torch::zeros({g.padded}, topts);
+            // zeros, not empty: the pages are touched here, once, not in the first step. On the
+            // host, full parameters live in a shared arena: a same-host weight transfer maps it
+            // (rlpt/comm/shared_arena.h). Not at ZeRO-3: its flat_param exists only while gathered.
+            g.flat_param = st.device.is_cpu() && !st.shards_params()
+                               ? comm::shared_zeros(g.padded, g.dtype, "rlpt-params")
+                               : torch::zeros({g.padded}, topts);
             if (!st.frozen()) g.flat_grad = torch::zeros({g.padded}, topts.dtype(torch::kFloat32));
             g.grad_allocated = !st.frozen();
             for (int64_t b = 0; b < g.numel; b += bucket_elems) g.buckets.emplace_back(b, std::min(g.numel, b + bucket_elems));
@@ -287,7 +292,10 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
         if (st.shards_grads() && !st.frozen()) g.grad_shard = torch::zeros({g.shard}, f32);
         if (st.shards_params()) {
             // The module keeps its tensors (views into flat_param) but not their data.
-            g.param_shard = g.flat_param.narrow(0, g.own_begin, g.shard).clone();
+            // On the host in a shared arena (what a same-host weight transfer maps).
+            g.param_shard = st.device.is_cpu() ? comm::shared_zeros(g.shard, g.dtype, "rlpt-param-shard")
+                                               : torch::empty({g.shard}, g.flat_param.options());
+            g.param_shard.copy_(g.flat_param.narrow(0, g.own_begin, g.shard));
             detail::free_storage(g.flat_param);
             g.params_full = false;
         }

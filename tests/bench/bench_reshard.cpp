@@ -5,10 +5,13 @@
 //   full bcast - MPI_Bcast of the whole model from the first sender to every receiver (what a
 //               sync without resharding moves: every receiver gets the full model).
 // World ranks [0, from) hold the actor block (tp = from), the rest `blocks` rollout blocks of tp
-// `to`. The reshard is measured twice: as configured by default (single copy between same-host
-// ranks: the receiver reads the sender's memory with process_vm_readv, comm/single_copy.h;
-// "reshard_s") and with WeightSyncOptions::single_copy off (MPI messages and staging only;
-// "reshard_mpi_s"). Checks every received slice against the tp = 1 model first, for each path.
+// `to`. The reshard is measured three ways: as the trainer runs it (the model's tensors in a
+// shared weight arena, rlpt/comm/shared_arena.h, and single copy between same-host ranks: the
+// copying end memcpys through its mapping of the peer's arena, comm/single_copy.h;
+// "reshard_s"), with WeightSyncOptions::single_copy off (MPI messages and staging only;
+// "reshard_mpi_s"), and with single copy from a copy of the same values in ordinary memory
+// (process_vm_readv / writev; "reshard_cma_s"). Checks every received slice against the tp = 1
+// model first, for each path.
 // Beside each wall time: the CPU seconds the reshard and raw p2p take (copying plus polling in
 // their waits), summed over the ranks ("*_cpu_s": with more ranks than cores, the copying's share
 // of it, over the cores, bounds the wall time from below) and on the busiest rank
@@ -50,6 +53,7 @@
 #include "bench_models.h"
 #include "rlpt/build_config.h"
 #include "rlpt/comm/mpi.h"
+#include "rlpt/comm/shared_tensor.h"
 #include "rlpt/core/error.h"
 #include "rlpt/engine/train_engine.h"
 #include "rlpt/model/reshard_plan.h"
@@ -184,20 +188,35 @@ void run(const Args& a, const comm::Communicator& world) {
     const auto plan = model::reshard_plan(*m, m->tp_layout(), args, a.from, a.to, a.blocks, &names);
     std::vector<torch::Tensor> params;
     for (auto& p : m->named_parameters()) params.push_back(p.value());
+    // The same values in ordinary memory (the CMA measurement), then the model's own tensors
+    // moved into a shared arena, as the actor's and a separate rollout's are in the trainer.
+    std::vector<torch::Tensor> plain_params;
+    for (auto& p : params) plain_params.push_back(p.detach().clone());
+    {
+        auto shared = params;
+        RLPT_CHECK(comm::share_tensors(shared, "bench-params"), "bench_reshard: no shared arena (RLPT_SHARED_WEIGHTS=0?)");
+    }
     comm::WeightSyncOptions opts;
     opts.bucket_bytes = a.bucket_mb << 20;
-    // The reshard with single copy on and off; each warmed up and checked (receivers zeroed first).
+    // The reshard with single copy on (tensors in arenas: mapped), off (MPI only) and on with the
+    // tensors in ordinary memory (CMA); each warmed up and checked (receivers zeroed first).
     uint64_t version = sender ? 1 : 0;
     std::vector<std::unique_ptr<comm::WeightReshard>> reshards;
-    for (bool single_copy : {true, false}) {
-        opts.single_copy = single_copy;
+    for (int variant = 0; variant < 3; ++variant) {
+        opts.single_copy = variant != 1;
         reshards.push_back(comm::make_weight_reshard("mpi", world, opts));
+        auto& ps = variant == 2 ? plain_params : params;
         if (!sender) {
             torch::NoGradGuard ng;
-            for (auto& p : params) p.zero_();
+            for (auto& p : ps) p.zero_();
         }
-        reshards.back()->sync(plan, names, params, version);
-        if (!sender) check_slices(*m, args, me);
+        reshards.back()->sync(plan, names, ps, version);
+        if (!sender && variant == 2) {
+            for (size_t i = 0; i < params.size(); ++i)
+                RLPT_CHECK(torch::equal(params[i], plain_params[i]), "bench_reshard: the CMA sync differs at parameter {}", i);
+        } else if (!sender) {
+            check_slices(*m, args, me);
+        }
     }
 
     // Raw p2p of the same bytes per pair, one message each.
@@ -234,9 +253,14 @@ void run(const Args& a, const comm::Communicator& world) {
     };
     const auto t = timed_cpu(world, a.iters,
                              {[&] { reshards[0]->sync(plan, names, params, version); },
-                              [&] { reshards[1]->sync(plan, names, params, version); }, raw, bcast});
-    const double t_reshard = t[0].wall, t_reshard_mpi = t[1].wall, t_raw = t[2].wall, t_bcast = t[3].wall;
-    const auto st = reshards[0]->last_stats(), st_mpi = reshards[1]->last_stats();
+                              [&] { reshards[1]->sync(plan, names, params, version); }, raw, bcast,
+                              [&] { reshards[2]->sync(plan, names, plain_params, version); }});
+    const double t_reshard = t[0].wall, t_reshard_mpi = t[1].wall, t_raw = t[2].wall, t_bcast = t[3].wall,
+                 t_cma = t[4].wall;
+    const auto st = reshards[0]->last_stats(), st_mpi = reshards[1]->last_stats(), st_cma = reshards[2]->last_stats();
+    const int64_t mapped_messages = world.allreduce_sum_i64(st.n_mapped_messages);
+    const int64_t cma_mapped = world.allreduce_sum_i64(st_cma.n_mapped_messages);
+    RLPT_CHECK(cma_mapped == 0, "bench_reshard: {} messages of the CMA variant went through a mapping", cma_mapped);
 
     const auto recv = world.allgather_i64(st.bytes_received), sent = world.allgather_i64(st.bytes_sent);
     const auto copied = world.allgather_i64(st.packed_bytes + st.unpacked_bytes);
@@ -258,13 +282,16 @@ void run(const Args& a, const comm::Communicator& world) {
             "\"plan_s\": %.6f, \"copy_s\": %.6f, \"wait_s\": %.6f, \"reshard_mpi_s\": %.6f, "
             "\"max_single_copy_messages\": %lld, \"mpi_max_bytes_copied\": %lld, \"sync_s\": %.6f, "
             "\"sync_min_s\": %.6f, \"agree_s\": %.6f, \"reused\": %lld, \"reshard_cpu_s\": %.6f, "
-            "\"reshard_cpu_busiest_s\": %.6f, \"raw_p2p_cpu_s\": %.6f, \"raw_p2p_cpu_busiest_s\": %.6f}\n",
+            "\"reshard_cpu_busiest_s\": %.6f, \"raw_p2p_cpu_s\": %.6f, \"raw_p2p_cpu_busiest_s\": %.6f, "
+            "\"reshard_cma_s\": %.6f, \"reshard_cma_cpu_s\": %.6f, \"reshard_cma_cpu_busiest_s\": %.6f, "
+            "\"mapped_messages\": %lld}\n",
             RLPT_GIT_SHA, static_cast<long long>(a.bucket_mb), static_cast<long long>(a.from), static_cast<long long>(a.to),
             static_cast<long long>(a.blocks), world.size(), static_cast<long long>(st.plan_bytes),
             static_cast<long long>(full_bytes), most(recv), most(sent), t_reshard, t_raw, t_bcast, most(copied),
             most(messages), plan_s, copy_s, wait_s, t_reshard_mpi, static_cast<long long>(single_copy_messages),
             static_cast<long long>(mpi_copied), sync_s, sync_min_s, agree_s, static_cast<long long>(reused),
-            t[0].cpu_all, t[0].cpu_busiest, t[2].cpu_all, t[2].cpu_busiest);
+            t[0].cpu_all, t[0].cpu_busiest, t[2].cpu_all, t[2].cpu_busiest, t_cma, t[4].cpu_all, t[4].cpu_busiest,
+            static_cast<long long>(mapped_messages));
     }
 }
 

@@ -42,6 +42,8 @@
 #include <random>
 
 #include "rlpt/comm/mpi.h"
+#include "rlpt/comm/shared_arena.h"
+#include "rlpt/comm/shared_tensor.h"
 #include "rlpt/core/error.h"
 #include "rlpt/engine/train_engine.h"
 #include "rlpt/model/reshard_plan.h"
@@ -139,9 +141,20 @@ struct SingleCopyOffByEnvironment {
     ~SingleCopyOffByEnvironment() { unsetenv("RLPT_RESHARD_CMA"); }
 };
 
+// Sets RLPT_SHARED_WEIGHTS=0 for its lifetime: no arenas made, no peer's arena mapped.
+struct ArenasOffByEnvironment {
+    ArenasOffByEnvironment() { setenv("RLPT_SHARED_WEIGHTS", "0", 1); }
+    ~ArenasOffByEnvironment() { unsetenv("RLPT_SHARED_WEIGHTS"); }
+};
+
 struct Case {
     int tp_from, tp_to, n_blocks;
 };
+
+// Where a case's tensors live: ordinary memory (the single copy uses CMA); shared arenas (the
+// copying end maps the peer's arena, every single-copy message a memcpy); shared arenas with
+// RLPT_SHARED_WEIGHTS=0 during the sync (CMA into and out of arena memory).
+enum class Arenas { kNone, kShared, kSharedButOff };
 
 class WeightReshardTest : public ::testing::Test {
   protected:
@@ -149,7 +162,8 @@ class WeightReshardTest : public ::testing::Test {
     comm::Communicator world_ = comm::Communicator::world();
 
     // Runs one case (ranks beyond its need sit it out).
-    void run(const Case& c, const ModelArgs& args, comm::WeightSyncOptions opts, const std::string& what) {
+    void run(const Case& c, const ModelArgs& args, comm::WeightSyncOptions opts, const std::string& what,
+             Arenas arenas = Arenas::kNone) {
         const int used = c.tp_from + c.n_blocks * c.tp_to, me = world_.rank();
         if (used > world_.size()) GTEST_SKIP() << what << " needs " << used << " ranks";
         auto sync_comm = world_.split(me < used ? 0 : 1, me);
@@ -168,8 +182,18 @@ class WeightReshardTest : public ::testing::Test {
         auto reshard = comm::make_weight_reshard("auto", sync_comm, opts);
         std::vector<torch::Tensor> params;
         for (auto& p : model->named_parameters()) params.push_back(p.value());
+        if (arenas != Arenas::kNone) {
+            auto shared = params;
+            EXPECT_TRUE(comm::share_tensors(shared, "test-params")) << what;
+            for (const auto& p : params)
+                EXPECT_NE(comm::arena_of(p.data_ptr(), static_cast<size_t>(p.numel() * 4)).id, 0u) << what;
+        }
         uint64_t version = sender ? 7 : 0;
-        reshard->sync(plan, names, params, version);
+        {
+            std::unique_ptr<ArenasOffByEnvironment> off;
+            if (arenas == Arenas::kSharedButOff) off = std::make_unique<ArenasOffByEnvironment>();
+            reshard->sync(plan, names, params, version);
+        }
         EXPECT_EQ(version, 7u) << what;
         EXPECT_EQ(reshard->backend_name(), "mpi");
         const auto& st = reshard->last_stats();
@@ -178,6 +202,16 @@ class WeightReshardTest : public ::testing::Test {
             EXPECT_EQ(st.packed_bytes + st.unpacked_bytes, 0) << what;
         } else if (!opts.single_copy) {
             EXPECT_EQ(st.n_single_copy_messages, 0) << what;
+        }
+        // Both ends count a single-copy message, only the copying end a mapped one: with arenas
+        // every single-copy message went through a mapping, else none did.
+        const int64_t single_sum = sync_comm.allreduce_sum_i64(st.n_single_copy_messages);
+        const int64_t mapped_sum = sync_comm.allreduce_sum_i64(st.n_mapped_messages);
+        if (arenas == Arenas::kShared && single_copy) {
+            EXPECT_GT(mapped_sum, 0) << what;
+            EXPECT_EQ(2 * mapped_sum, single_sum) << what;
+        } else {
+            EXPECT_EQ(mapped_sum, 0) << what;
         }
         if (sender) {
             EXPECT_EQ(st.bytes_received, 0) << what;
@@ -215,7 +249,7 @@ class WeightReshardTest : public ::testing::Test {
         comm::WeightSyncOptions defaults;
         comm::WeightSyncOptions small;
         small.bucket_bytes = 1000;  // pieces cut by rows, rows wider than a bucket alone, many rounds
-        run(c, llama_kv2(), defaults, name + " llama kv2");
+        run(c, llama_kv2(), defaults, name + " llama kv2, shared arenas", Arenas::kShared);
         run(c, qwen2_kv1(), small, name + " qwen2 kv1 small buckets");
     }
 };
@@ -238,7 +272,13 @@ TEST_F(WeightReshardTest, WithoutSingleCopy) {
     off.single_copy = false;
     run({2, 4, 1}, llama_kv2(), off, "tp 2 -> 4 without single copy");
     off.bucket_bytes = 1000;
-    run({4, 2, 1}, qwen2_kv1(), off, "tp 4 -> 2 without single copy, small buckets");
+    run({4, 2, 1}, qwen2_kv1(), off, "tp 4 -> 2 without single copy, small buckets", Arenas::kShared);
+}
+// Tensors in shared arenas, mapping turned off in the environment: CMA moves every message.
+TEST_F(WeightReshardTest, SharedArenasOffByEnvironment) {
+    comm::WeightSyncOptions defaults;
+    run({2, 1, 1}, qwen2_kv1(), defaults, "tp 2 -> 1, arenas not mapped", Arenas::kSharedButOff);
+    run({2, 4, 1}, llama_kv2(), defaults, "tp 2 -> 4, arenas not mapped", Arenas::kSharedButOff);
 }
 
 // The plan covers every real element of every receiver exactly once, from a rank that holds it.
@@ -356,14 +396,17 @@ struct HandPlan {
 // The cached message list (a second sync of the same plan and tensors skips recomputing it and,
 // between single-copy pairs, resending the layouts) moves the right bytes, and never hides a
 // change: a re-allocated tensor on one rank makes every rank recompute; another shape or another
-// plan on one rank after cached syncs is refused on every rank, naming that rank, nothing moved.
+// plan on one rank after cached syncs is refused on every rank, naming that rank, nothing moved;
+// with the tensors in shared arenas, a new arena at a freed one's address is new memory.
 TEST_F(WeightReshardTest, CachedSyncMovesRightBytesAndNeverHidesAChange) {
     if (world_.size() < 2) GTEST_SKIP() << "needs 2 ranks";
-    for (const bool single_copy : {true, false}) {
-        const std::string mode = single_copy ? "single copy" : "MPI only";
+    for (const Arenas arenas : {Arenas::kNone, Arenas::kShared}) for (const bool single_copy : {true, false}) {
+        if (arenas == Arenas::kShared && !single_copy) continue;
+        const std::string mode = !single_copy ? "MPI only" : arenas == Arenas::kShared ? "single copy, arenas" : "single copy";
         comm::WeightSyncOptions opts;
         opts.single_copy = single_copy;
         HandPlan h(world_);
+        if (arenas == Arenas::kShared) EXPECT_TRUE(comm::share_tensors(h.tensors, "test-hand-plan")) << mode;
         const int bad = world_.size() - 1;  // a receiver
         auto reshard = comm::make_weight_reshard("mpi", world_, opts);
         uint64_t version = 0;
@@ -411,6 +454,29 @@ TEST_F(WeightReshardTest, CachedSyncMovesRightBytesAndNeverHidesAChange) {
         expect_refused(other, h.tensors, "first difference", mode + " another plan on one rank");
         // The unchanged plan and tensors: the cache of syncs 4-5 is still right.
         sync_round(7, true, mode + " cached after the refusals");
+        if (arenas != Arenas::kShared) continue;
+        reshaped.clear();
+        // A sender frees its arena and moves its tensors into a new one, which the kernel
+        // usually maps at the freed one's address (same data pointers, sizes and strides): the
+        // receivers' cached layouts and mappings name the old arena (whose pages stay alive while
+        // mapped), so every rank must recompute, and the bytes must be read from the new memory.
+        if (world_.rank() == 0) {
+            std::vector<size_t> in_arena;
+            for (size_t i = 0; i < h.tensors.size(); ++i)
+                if (comm::arena_of(h.tensors[i].data_ptr(), 4).id != 0) in_arena.push_back(i);
+            EXPECT_FALSE(in_arena.empty()) << mode;
+            const void* old_address = in_arena.empty() ? nullptr : h.tensors[in_arena[0]].data_ptr();
+            for (size_t i : in_arena) h.tensors[i] = h.tensors[i].clone();  // the old arena's last tensors go
+            EXPECT_EQ(comm::arena_of(old_address, 4).id, 0u) << mode << ": the old arena is still live";
+            std::vector<torch::Tensor> moved;
+            for (size_t i : in_arena) moved.push_back(h.tensors[i]);
+            EXPECT_TRUE(comm::share_tensors(moved, "test-hand-plan-2")) << mode;
+            const bool same = !in_arena.empty() && h.tensors[in_arena[0]].data_ptr() == old_address;
+            std::printf("[ info ] rank %d: the new arena %s the freed one's address\n", world_.rank(),
+                        same ? "reuses" : "does not reuse");
+        }
+        sync_round(8, false, mode + " after a new arena on one rank");
+        sync_round(9, true, mode + " cached with the new arena");
     }
 }
 
@@ -592,6 +658,11 @@ class DisaggregatedReshardTest : public ::testing::Test {
             EXPECT_GT(engine.peak_memory_bytes(), before.total() + xopts.bucket_bytes) << what;
         } else {
             auto rollout = make_random_causal_lm(args, 99, torch::kFloat32, torch::kCPU, tpo);
+            {  // as the rollout role keeps its own copy (roles/rollout.cpp): in a shared arena
+                std::vector<torch::Tensor> params;
+                for (auto& p : rollout->parameters()) params.push_back(p);
+                EXPECT_TRUE(comm::share_tensors(params, "test-rollout")) << what;
+            }
             int64_t real_bytes = 0;
             for (const auto& item : rollout->named_parameters()) {
                 const auto spec = shard_spec(item.key(), rollout->tp_layout());
@@ -622,6 +693,11 @@ class DisaggregatedReshardTest : public ::testing::Test {
         // Every byte sent was received, and every actor rank sent some: the shards (and, under
         // hybrid shard, the replicas of the same bytes) share the sends.
         EXPECT_EQ(group.allreduce_sum_i64(st.sent_bytes), group.allreduce_sum_i64(st.received_bytes)) << what;
+        // The actor's shards and the rollout's tensors live in shared arenas (the engine's and the
+        // rollout role's choice): the copying ends mapped them.
+        const auto& xs = exchange->last_stats();
+        const int64_t single = group.allreduce_sum_i64(xs.n_single_copy_messages);
+        if (single > 0) EXPECT_EQ(2 * group.allreduce_sum_i64(xs.n_mapped_messages), single) << what;
         if (is_actor) EXPECT_GT(st.sent_bytes, 0) << what;
     }
 };

@@ -123,6 +123,9 @@ struct WeightReshardStats {
     int64_t n_messages = 0;     // messages this rank sent or received
     int64_t n_direct_messages = 0;  // of which went straight from / into tensor memory on this end
     int64_t n_single_copy_messages = 0;  // of which one end copied from / into the other's memory
+    // Of those, the ones this rank copied itself through its mapping of the peer's shared weight
+    // arena (memcpy; rlpt/comm/shared_arena.h), and their bytes; the rest went by CMA.
+    int64_t n_mapped_messages = 0, mapped_bytes = 0;
     int64_t packed_bytes = 0;       // bytes this rank staged before sending (strided source)
     int64_t unpacked_bytes = 0;     // bytes this rank copied out of its staging (strided destination)
     // Where sync() spent its time on this rank (the rest: bookkeeping): agreeing on the plan and
@@ -199,6 +202,9 @@ struct RegionExchangeStats {
     int64_t n_messages = 0;          // transfers this rank sent or received (local copies excluded)
     int64_t n_inplace_messages = 0;  // of which went straight from / into the tensors on this end
     int64_t n_single_copy_messages = 0;  // of which one end copied from / into the other's memory (both in place)
+    // Of those, the ones this rank copied itself through its mapping of the peer's shared weight
+    // arena (memcpy; rlpt/comm/shared_arena.h), and their bytes; the rest went by CMA.
+    int64_t n_mapped_messages = 0, mapped_bytes = 0;
     int64_t n_rounds = 0;
     int64_t bytes_sent = 0, bytes_received = 0, bytes_local = 0;
     std::vector<int64_t> sent_to, received_from;  // per communicator rank
