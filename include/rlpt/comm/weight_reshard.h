@@ -59,13 +59,14 @@
 // process_vm_writev - the end whose region alone is strided (short runs are cheaper locally),
 // else the end that copies fewer bytes so far (computed from the agreed list, so idle senders
 // share a receiver's work); the other end sends one small MPI message with its regions' layouts
-// (address, sizes, strides), the copying end copies the contiguous runs of both (at most
-// IOV_MAX per call and side) and sends "done"; the other end waits for that "done" (with the
-// deadline) before it returns. When the cached list is used, the layouts do not move again (the
-// copying end keeps the ones of the sync that built the list; the all-gather of step 1 already
-// told it that every rank entered this sync): one "done" per pair and sync is all the single-copy
-// pairs exchange. Every other pair (another host, EPERM under ptrace restrictions or in a container)
-// uses MPI messages, logged once. Local pieces (src == dst) are torch copies.
+// (address, sizes, strides, and the shared weight arena that holds them, if any), the copying
+// end copies the contiguous runs of both (with memcpy through its mapping of the peer's arena,
+// rlpt/comm/shared_arena.h; else by CMA, at most IOV_MAX per call and side) and sends "done";
+// the other end waits for that "done" (with the deadline) before it returns. When the cached
+// list is used, the layouts do not move again (the copying end keeps the ones of the sync that
+// built the list; the all-gather of step 1 already told it that every rank entered this sync):
+// one "done" per pair and sync is all the single-copy pairs exchange. Every other pair (another
+// host, EPERM under ptrace restrictions or in a container) uses MPI messages, logged once. Local pieces (src == dst) are torch copies.
 // last_stats() splits the time of a sync into its phases (plan, pack, unpack, wait; the
 // single-copy reads count as wait).
 //
