@@ -58,16 +58,15 @@ void advance(std::vector<iovec>& v, size_t& i, size_t n) {
     }
 }
 
-// Copies the runs `from` into the runs `to` (the same total, each cut its own way) with memcpy.
-void copy_mapped(const std::vector<iovec>& from, const std::vector<iovec>& to) {
-    size_t fi = 0, ti = 0, fo = 0, to_off = 0;
+// Copies the runs `from` into the runs `to` (the same total, each cut its own way) with memcpy;
+// both lists are used up.
+void copy_mapped(std::vector<iovec>& from, std::vector<iovec>& to) {
+    size_t fi = 0, ti = 0;
     while (fi < from.size() && ti < to.size()) {
-        const size_t n = std::min(from[fi].iov_len - fo, to[ti].iov_len - to_off);
-        std::memcpy(static_cast<char*>(to[ti].iov_base) + to_off, static_cast<const char*>(from[fi].iov_base) + fo, n);
-        fo += n;
-        to_off += n;
-        if (fo == from[fi].iov_len) fi++, fo = 0;
-        if (to_off == to[ti].iov_len) ti++, to_off = 0;
+        const size_t n = std::min(from[fi].iov_len, to[ti].iov_len);
+        std::memcpy(to[ti].iov_base, from[fi].iov_base, n);
+        advance(from, fi, n);
+        advance(to, ti, n);
     }
 }
 
@@ -348,6 +347,7 @@ void SingleCopy::copy(const Deadline& deadline) {
     std::vector<size_t> next(static_cast<size_t>(n), 0);
     sent_status_.assign(static_cast<size_t>(n), 0);
     std::vector<iovec> local, remote;
+    const bool map_arenas = shared_arenas_enabled();  // the environment, once per exchange
     for (const Move& m : moves_) {
         if (!m.active(me)) continue;
         const bool write = m.src == me;
@@ -365,7 +365,7 @@ void SingleCopy::copy(const Deadline& deadline) {
                 remote.clear();
                 append_runs(m.region, local);
                 append_runs(there, remote);
-                char* mapped = there.arena_id != 0 && shared_arenas_enabled() ? mapping(peer, there) : nullptr;
+                char* mapped = there.arena_id != 0 && map_arenas ? mapping(peer, there) : nullptr;
                 for (const iovec& v : remote) {  // every remote run inside the arena (else CMA)
                     const auto a = reinterpret_cast<uint64_t>(v.iov_base);
                     if (a < there.arena_base || a + v.iov_len > there.arena_base + there.arena_bytes) mapped = nullptr;

@@ -161,8 +161,7 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     // Our own copy, filled by the weight sync: in a shared arena, so a same-host actor rank writes
     // it with memcpy through a mapping (rlpt/comm/shared_arena.h). Before anything caches addresses.
     if (device.is_cpu()) {
-        std::vector<torch::Tensor> params;
-        for (auto& p : r.policy->model->parameters()) params.push_back(p);
+        auto params = detail::parameter_list(*r.policy->model);
         comm::share_tensors(params, "rlpt-rollout-params");
     }
     return Batch(0);
