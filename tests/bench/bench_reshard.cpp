@@ -29,6 +29,12 @@
 // MPI_Allgather of the actor slice over the tp block) - what a gather-based fill moves; and raw
 // p2p of exactly the bytes the reshard sent between each pair of ranks, one preallocated message
 // per pair. The window is measured with single copy (default) and without ("reshard_mpi_s").
+// The all-gathers are measured twice: into preallocated, warm buffers ("raw_allgather_s", a
+// ceiling no fill that frees its copy can reach) and into output memory mapped for the call the
+// way the window's rollout copy is (2 MiB-aligned, huge-page advice) and unmapped after it
+// ("raw_allgather_fresh_s": the same work as the window, which by contract produces its copy in
+// memory freed between windows). "fresh_fill_s": memcpy of the rollout bytes from a warm buffer
+// into such fresh memory, the memory's own floor for the window.
 // Usage: mpirun -np N rlpt_bench_reshard --colocated 1 --from F --to T
 //
 // --zero3-dp D: a ZeRO-3 actor's weight sync to rollout ranks of their own. World ranks
@@ -42,10 +48,13 @@
 // Usage: mpirun -np F*D+B*T rlpt_bench_reshard --zero3-dp D --from F --to T --blocks B
 #include <torch/torch.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -77,6 +86,29 @@ Args parse(int argc, char** argv) {
                                     {"--colocated", &a.colocated}, {"--zero3-dp", &a.zero3_dp}});
     return a;
 }
+
+// `bytes` of output memory mapped for one call and unmapped with the object, 2 MiB-aligned with
+// transparent-huge-page advice: what the window's rollout copy gets (alloc_storages_together in
+// src/model/colocated_reshard.cpp).
+class FreshBlock {
+  public:
+    explicit FreshBlock(int64_t bytes) : size_(static_cast<size_t>(bytes) + kHuge) {
+        base_ = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        RLPT_CHECK(base_ != MAP_FAILED, "bench_reshard: mmap of {} bytes failed", size_);
+        data_ = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(base_) + kHuge - 1) & ~(kHuge - 1));
+        madvise(data_, static_cast<size_t>(bytes) / kHuge * kHuge, MADV_HUGEPAGE);  // advice only
+    }
+    ~FreshBlock() { munmap(base_, size_); }
+    FreshBlock(const FreshBlock&) = delete;
+    FreshBlock& operator=(const FreshBlock&) = delete;
+    void* data() const { return data_; }
+
+  private:
+    static constexpr size_t kHuge = size_t(2) << 20;
+    size_t size_;
+    void* base_ = nullptr;
+    void* data_ = nullptr;
+};
 
 // This process's CPU time (every thread), seconds.
 double process_cpu_seconds() {
@@ -356,10 +388,33 @@ void run_colocated(const Args& a, const comm::Communicator& world) {
                                          tp_gathered.data_ptr(), static_cast<int>(actor_bytes), MPI_BYTE,
                                          actor_mp.get()));
     };
+    // The same all-gathers, each into output memory of its own for this call (a DP all-gather of
+    // one rank is no gather at all: the tp all-gather then starts from the slice itself).
+    auto raw_fresh = [&] {
+        if (dp > 1) {
+            FreshBlock out(share * dp);
+            RLPT_MPI_CHECK(MPI_Allgather(send.data_ptr(), static_cast<int>(share), MPI_BYTE, out.data(),
+                                         static_cast<int>(share), MPI_BYTE, actor_dp.get()));
+        }
+        if (a.from > 1) {
+            FreshBlock out(actor_bytes * a.from);
+            RLPT_MPI_CHECK(MPI_Allgather(tp_send.data_ptr(), static_cast<int>(actor_bytes), MPI_BYTE, out.data(),
+                                         static_cast<int>(actor_bytes), MPI_BYTE, actor_mp.get()));
+        }
+    };
+    // The rollout's bytes from a warm buffer into fresh memory: the window's floor on this host.
+    const int64_t rollout_bytes = world.allreduce_max_i64(window_stats[0].dst_bytes);
+    auto warm_rollout = torch::ones({rollout_bytes}, torch::kUInt8);
+    auto fresh_fill = [&] {
+        FreshBlock out(rollout_bytes);
+        std::memcpy(out.data(), warm_rollout.data_ptr(), static_cast<size_t>(rollout_bytes));
+    };
     // Exactly the reshard's bytes per pair, one warm preallocated message each way.
     const auto p2p = raw_p2p_like(world, xs);
-    const auto t = timed(world, a.iters, {[&] { window(0); }, [&] { window(1); }, raw, p2p});
-    const double t_reshard = t[0], t_reshard_mpi = t[1], t_raw = t[2], t_p2p = t[3];
+    const auto t =
+        timed(world, a.iters, {[&] { window(0); }, [&] { window(1); }, raw, p2p, raw_fresh, fresh_fill});
+    const double t_reshard = t[0], t_reshard_mpi = t[1], t_raw = t[2], t_p2p = t[3], t_raw_fresh = t[4],
+                 t_fresh_fill = t[5];
     const auto& st = window_stats[0];
     const auto& st_mpi = window_stats[1];
     const double wait_s = world.allreduce_max(st.wait_seconds), copy_s = world.allreduce_max(st.copy_seconds);
@@ -374,13 +429,14 @@ void run_colocated(const Args& a, const comm::Communicator& world) {
             "\"actor_slice_bytes\": %lld, \"zero3_shard_bytes\": %lld, \"peak_param_bytes\": %lld, "
             "\"rollout_bytes\": %lld, \"max_bytes_received\": %lld, \"max_messages\": %lld, \"reshard_s\": %.6f, "
             "\"raw_allgather_s\": %.6f, \"raw_p2p_s\": %.6f, \"wait_s\": %.6f, \"copy_s\": %.6f, "
-            "\"reshard_mpi_s\": %.6f, \"max_single_copy_messages\": %lld, \"mpi_peak_param_bytes\": %lld}\n",
+            "\"reshard_mpi_s\": %.6f, \"max_single_copy_messages\": %lld, \"mpi_peak_param_bytes\": %lld, "
+            "\"raw_allgather_fresh_s\": %.6f, \"fresh_fill_s\": %.6f}\n",
             RLPT_GIT_SHA, static_cast<long long>(a.from), static_cast<long long>(a.to), n, static_cast<long long>(dp),
             static_cast<long long>(actor_bytes), static_cast<long long>(shard_bytes),
             static_cast<long long>(shard_bytes + max_staging), static_cast<long long>(st.dst_bytes),
             static_cast<long long>(max_recv), static_cast<long long>(max_messages), t_reshard, t_raw, t_p2p, wait_s,
             copy_s, t_reshard_mpi, static_cast<long long>(single_copy_messages),
-            static_cast<long long>(shard_bytes + mpi_max_staging));
+            static_cast<long long>(shard_bytes + mpi_max_staging), t_raw_fresh, t_fresh_fill);
     }
 }
 
