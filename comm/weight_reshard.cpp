@@ -223,12 +223,16 @@ void move_regions(P2pTransport& transport, int me, int n, const std::vector<Regi
         const RegionTransfer& t = transfers[i];
         if (t.src == t.dst || t.bytes == 0 || !single->connects(t.src, t.dst)) continue;
         via_single[i] = 1;
-        // Which end copies (the same choice on every rank, from the agreed list): the end whose
-        // region alone is strided (short runs are cheaper locally, comm/single_copy.h), else the
-        // end that copies less so far, so idle senders share the work of busy receivers.
-        const bool push = t.src_contiguous != t.dst_contiguous
-                              ? !t.src_contiguous
-                              : copying[static_cast<size_t>(t.src)] < copying[static_cast<size_t>(t.dst)];
+        // Which end copies (the same choice on every rank, from the agreed list): the end that can
+        // map the other's region when only one of them lies in an arena (memcpy through the
+        // mapping, writes into its own memory; the colocated rollout copy, fresh every window, is
+        // outside any arena); else the end whose region alone is strided (short runs are cheaper
+        // locally under CMA, comm/single_copy.h); else the end that copies less so far, so idle
+        // senders share the work of busy receivers.
+        const bool push = t.src_shared != t.dst_shared         ? t.dst_shared
+                          : t.src_contiguous != t.dst_contiguous ? !t.src_contiguous
+                                                                 : copying[static_cast<size_t>(t.src)] <
+                                                                       copying[static_cast<size_t>(t.dst)];
         copying[static_cast<size_t>(push ? t.src : t.dst)] += t.bytes;
         if (t.src != me && t.dst != me) continue;
         moves.push_back({t.src, t.dst, t.bytes, push, layout_of(t.src == me ? t.src_region : t.dst_region)});
@@ -672,7 +676,8 @@ void P2pRegionExchange::run(const std::vector<RegionTransfer>& transfers) {
     std::vector<torch::Tensor> mine;
     for (size_t i = 0; i < transfers.size(); ++i) {
         const RegionTransfer& t = transfers[i];
-        const int64_t meta[5] = {t.src, t.dst, t.bytes, t.src_contiguous ? 1 : 0, t.dst_contiguous ? 1 : 0};
+        const int64_t meta[6] = {t.src, t.dst, t.bytes, t.src_contiguous ? 1 : 0, t.dst_contiguous ? 1 : 0,
+                                 (t.src_shared ? 2 : 0) + (t.dst_shared ? 1 : 0)};
         hash = fnv1a_bytes(hash, meta, sizeof(meta));
         if (!problem.empty()) continue;
         if (t.src < 0 || t.src >= n || t.dst < 0 || t.dst >= n || t.bytes < 0 || t.bytes > kMaxMessageBytes) {

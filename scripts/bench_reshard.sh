@@ -107,16 +107,18 @@ print("\nColocated (the hybrid engine, model::HeldReshard): actor trained at ZeR
       "copy in another tp on the same ranks; one window = fill the rollout copy from what the ranks hold of the actor "
       "(point to point, straight into the rollout's tensors, in memory mapped for the window) + free it. Peers: raw "
       "MPI_Allgather of the actor bytes (over DP; plus over the tp block when actor tp > 1: what a gather-based fill "
-      "moves) into preallocated warm buffers (a ceiling: no fill that frees its copy between windows writes into warm "
-      "memory) and into output memory mapped for the call like the rollout copy (fresh: the same work as the window); "
-      "raw p2p of exactly the bytes the window moved between each pair of ranks (one preallocated message per pair "
-      "and direction); fresh fill: memcpy of the rollout bytes from a warm buffer into such fresh memory (the memory's "
-      "own floor). One line per process.\n")
+      "moves) into preallocated warm buffers, measured on their own before the windows (a ceiling: no fill that frees "
+      "its copy between windows writes into warm memory; taking turns with the windows the same all-gather runs "
+      "right after a window has unmapped its copy and measured 3-4x slower here, shown as 'in turns' but not used) "
+      "and into output memory mapped for the call like the rollout copy (fresh: the same work as the window, taking "
+      "turns with it); raw p2p of exactly the bytes the window moved between each pair of ranks (one preallocated "
+      "message per pair and direction, on its own); fresh fill: memcpy of the rollout bytes from a warm buffer into "
+      "such fresh memory (the memory's own floor). window GB/s: rollout bytes filled per rank over the window's time. One line per process.\n")
 print("| actor (ZeRO-3) -> rollout | ranks | actor slice MB | ZeRO-3 shard MB/rank | peak param MB/rank during fill "
-      "| rollout MB/rank | max MB received/rank | messages/rank (single copy) | window s | raw all-gather s "
-      "| window / raw all-gather | raw all-gather into fresh memory s | window / that | fresh fill s "
+      "| rollout MB/rank | max MB received/rank | messages/rank (single copy) | window s | window GB/s | raw all-gather s "
+      "(in turns) | window / raw all-gather | raw all-gather into fresh memory s | window / that | fresh fill s "
       "| raw p2p (same pairs, same bytes) s | window / raw p2p | MPI-only window s | MPI-only / raw p2p | copy / wait s |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 def fresh(r, key):  # binaries before the fresh-memory peers print none
     return "-" if key not in r else f"{r[key]:.3f}"
 def row_name(r):
@@ -126,7 +128,9 @@ for r in sorted(colocated, key=lambda r: (-r["dp"], r["from"])):
     print(f"| {row_name(r)} | {r['ranks']} | {r['actor_slice_bytes']/1e6:.0f} "
           f"| {r['zero3_shard_bytes']/1e6:.0f} | {r['peak_param_bytes']/1e6:.0f} | {r['rollout_bytes']/1e6:.0f} "
           f"| {r['max_bytes_received']/1e6:.0f} | {r['max_messages']} ({r.get('max_single_copy_messages', 0)}) "
-          f"| {r['reshard_s']:.3f} | {r['raw_allgather_s']:.3f} | **{r['raw_allgather_s']/r['reshard_s']:.2f}x** "
+          f"| {r['reshard_s']:.3f} | {r['rollout_bytes']/r['reshard_s']/1e9:.2f} | {r['raw_allgather_s']:.3f} "
+          f"({fresh(r, 'raw_allgather_in_turns_s')}) "
+          f"| **{r['raw_allgather_s']/r['reshard_s']:.2f}x** "
           f"| {fresh(r, 'raw_allgather_fresh_s')} | **{fresh_ratio}** | {fresh(r, 'fresh_fill_s')} "
           f"| {r['raw_p2p_s']:.3f} | {r['raw_p2p_s']/r['reshard_s']:.2f}x | {mpi_only(r, 'raw_p2p_s')} "
           f"| {r['copy_s']:.3f} / {r['wait_s']:.3f} |")

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "model/weights_io.h"
+#include "rlpt/comm/shared_arena.h"
 #include "rlpt/core/error.h"
 #include "rlpt/core/fnv.h"
 #include "rlpt/model/reshard_plan.h"
@@ -167,7 +168,10 @@ std::vector<Rect> rows_of_range(int64_t x, int64_t y, int64_t cols) {
 }
 
 // Per rank of the exchange, all-gathered: a head, then [begin, end) of every parameter held.
-enum Head : size_t { kOk, kHasSrc, kSrcTp, kSrcRank, kHasDst, kDstTp, kDstRank, kSignature, kHeadSize };
+// kSrcShared / kDstShared: every held slice / destination parameter of the rank lies in a shared
+// weight arena (the copying end of a pair is then chosen to map it, comm::RegionTransfer).
+enum Head : size_t { kOk, kHasSrc, kSrcTp, kSrcRank, kHasDst, kDstTp, kDstRank, kSignature, kSrcShared, kDstShared,
+                     kHeadSize };
 
 // One parameter as this rank sees it (from its destination module and/or its held slices).
 struct Param {
@@ -242,6 +246,7 @@ struct PlannedTransfer {
     int src = 0, dst = 0;
     int64_t bytes = 0;
     bool src_contiguous = true, dst_contiguous = true;
+    bool src_shared = false, dst_shared = false;
     RegionRef from, to;  // on this rank's end only
 };
 struct PaddingRange {
@@ -402,6 +407,8 @@ class Planner {
                 t.bytes = h * w * es;
                 t.src_contiguous = h == 1 || w == c.cols;
                 t.dst_contiguous = h == 1 || w == d.cols;
+                t.src_shared = at(s.holder, kSrcShared) != 0;
+                t.dst_shared = at(r, kDstShared) != 0;
                 const auto p = static_cast<int64_t>(i);
                 if (s.holder == me_)
                     t.from = {p, (r0 - c.row_off) * c.cols + (q.c0 - c.col_off) - s.begin, h, w, c.cols};
@@ -437,10 +444,33 @@ std::vector<comm::RegionTransfer> bound_transfers(const std::vector<PlannedTrans
         t.bytes = p.bytes;
         t.src_contiguous = p.src_contiguous;
         t.dst_contiguous = p.dst_contiguous;
+        t.src_shared = p.src_shared;
+        t.dst_shared = p.dst_shared;
         if (p.src == me) t.src_region = region(src->held[static_cast<size_t>(p.from.param)].data, p.from);
         if (p.dst == me) t.dst_region = region(params[static_cast<size_t>(p.to.param)].dst, p.to);
         out.push_back(std::move(t));
     }
+    return out;
+}
+
+// Whether every non-empty tensor of `ts` lies in a live shared weight arena of this process.
+bool in_arenas(const std::vector<torch::Tensor>& ts) {
+    for (const auto& t : ts) {
+        const auto bytes = static_cast<size_t>(t.numel()) * t.element_size();
+        if (bytes > 0 && comm::arena_of(t.data_ptr(), bytes).id == 0) return false;
+    }
+    return true;
+}
+std::vector<torch::Tensor> held_data(const HeldSource& src) {
+    std::vector<torch::Tensor> out;
+    for (const auto& h : src.held)
+        if (h.data.defined()) out.push_back(h.data);
+    return out;
+}
+std::vector<torch::Tensor> dst_tensors(const std::vector<Param>& params) {
+    std::vector<torch::Tensor> out;
+    for (const auto& p : params)
+        if (p.dst.defined()) out.push_back(p.dst);
     return out;
 }
 
@@ -490,6 +520,8 @@ HeldReshardStats HeldReshard::run(const HeldSource* src, torch::nn::Module* dst,
     mine[kDstTp] = dst ? dst_layout.tp : 0;
     mine[kDstRank] = dst ? dst_layout.rank : 0;
     mine[kSignature] = signature(params, dtypes);
+    mine[kSrcShared] = src != nullptr && in_arenas(held_data(*src));
+    mine[kDstShared] = dst != nullptr && in_arenas(dst_tensors(params));
     for (size_t i = 0; i < params.size(); ++i) {
         const bool held = src != nullptr && i < src->held.size();
         mine.push_back(held ? src->held[i].begin : 0);

@@ -570,6 +570,14 @@ class ColocatedReshardTest : public ::testing::Test {
         if (single_copy) {
             EXPECT_EQ(xs.n_single_copy_messages, xs.n_messages) << what;
             EXPECT_EQ(xs.packed_bytes + xs.unpacked_bytes + xs.staging_bytes, 0) << what;
+            // The actor's parameters / shards are in arenas, the rollout copy is not: every
+            // message is copied by its rollout (receiving) end through its mapping of the actor's
+            // arena (counted by both ends as single copy, by the copying end as mapped), none
+            // pushed by CMA into the fresh rollout copy.
+            if (comm::shared_arenas_enabled())
+                EXPECT_EQ(2 * world_.allreduce_sum_i64(xs.n_mapped_messages),
+                          world_.allreduce_sum_i64(xs.n_single_copy_messages))
+                    << what;
         } else if (!c.single_copy) {
             EXPECT_EQ(xs.n_single_copy_messages, 0) << what;
         }

@@ -175,14 +175,17 @@ class WeightReshard {
 //
 // One transfer moves `bytes` bytes from a region of a tensor on rank `src` to a region of the
 // same shape and dtype on rank `dst` (communicator ranks; src == dst is a local copy). Every rank
-// passes the same list (src, dst, bytes, contiguity, in the same order: checked by one all-gather
+// passes the same list (src, dst, bytes, contiguity and arena flags, in the same order: checked by one all-gather
 // of a hash and an ok flag per rank, a CommError on every rank otherwise naming the ranks and
 // their problems, nothing moved); the regions are given on their own rank only (undefined
 // elsewhere). A region flagged contiguous must be one contiguous range of memory on the
 // transport's device: it is sent from / received into in place. A strided one goes through a
 // staging buffer on that end (a torch copy), except between single-copy pairs (WeightReshard
 // above), where both regions are used in place whatever the flags say (the flags help choose
-// which end copies). Both ends are read / written in
+// which end copies: when exactly one end's region lies in a shared weight arena, the other end
+// copies, through its mapping of that arena, with memcpy into or out of its own memory; a push
+// into memory outside an arena would go by CMA, which also has to fault in the other process's
+// fresh pages). Both ends are read / written in
 // row-major order. Each transfer must fit kMaxMessageBytes.
 //
 // Schedule of run(): single-copy pairs first (no staging), then the other pairs: the list is cut into rounds so that no rank stages more than
@@ -196,6 +199,9 @@ struct RegionTransfer {
     int src = 0, dst = 0;
     int64_t bytes = 0;
     bool src_contiguous = true, dst_contiguous = true;
+    // The region lies in a shared weight arena on its rank (rlpt/comm/shared_arena.h); a hint for
+    // the choice of the copying end, the same on every rank like the rest of the list.
+    bool src_shared = false, dst_shared = false;
     torch::Tensor src_region, dst_region;  // on this rank's end only
 };
 
