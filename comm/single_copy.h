@@ -9,10 +9,12 @@
 // and RegionExchange (rlpt/comm/weight_reshard.h); private to rlpt_comm. Torch-free.
 //
 // Which end copies (the "active" end, Move::push; the caller decides, the same on both ends:
-// move_regions in comm/weight_reshard.cpp): the end whose region alone is strided, since the
-// kernel pins the remote process's pages run by run and the many short runs of a column slice
-// cost less on the local side (measured on this VM: 6 KiB runs 3.6 GB/s remote against 4.4 GB/s
-// local, 1.5 KiB runs 1.7 against 2.4 GB/s); otherwise the end with less to copy so far.
+// move_regions in comm/weight_reshard.cpp): the end that can map the other's region when only one
+// of the two lies in an arena (RegionTransfer::src_shared / dst_shared); else the end whose
+// region alone is strided, since the kernel pins the remote process's pages run by run and the
+// many short runs of a column slice cost less on the local side (measured on this VM: 6 KiB runs
+// 3.6 GB/s remote against 4.4 GB/s local, 1.5 KiB runs 1.7 against 2.4 GB/s); otherwise the end
+// with less to copy so far.
 // Protocol of one exchange (every rank of the communicator calls start(), copy() and finish(),
 // in that order; between copy() and finish() the rank may do other point-to-point work):
 //   start:  the passive end of each move posts one message per peer with the layouts of its
