@@ -54,16 +54,16 @@ void alloc_storage(const torch::Tensor& t) {
     s->set_nbytes(bytes);
 }
 
-namespace {
+HostBlock::HostBlock(size_t bytes) : mapped_(bytes + kHugePage) {
+    base_ = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base_ == MAP_FAILED) throw std::bad_alloc();
+    data_ = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(base_) + kHugePage - 1) & ~(kHugePage - 1));
+    advise_huge_pages(data_, bytes);
+}
 
-// Host memory of one mmap, freed when the last storage that points into it lets go.
-struct HostBlock {
-    void* base = nullptr;
-    size_t bytes = 0;
-    ~HostBlock() {
-        if (base != nullptr) munmap(base, bytes);
-    }
-};
+HostBlock::~HostBlock() { munmap(base_, mapped_); }
+
+namespace {
 
 // alloc_storage for every tensor of `ts`, the host ones without storage placed in one block,
 // 2 MiB-aligned and advised as huge pages as a whole: allocated one by one, tensors under 4 MiB
@@ -89,13 +89,8 @@ void alloc_storages_together(const std::vector<torch::Tensor>& ts) {
         }
     }
     if (together.empty()) return;
-    auto block = std::make_shared<HostBlock>();
-    block->bytes = total + kHugePage;
-    void* base = mmap(nullptr, block->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) throw std::bad_alloc();
-    block->base = base;
-    char* at = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(base) + kHugePage - 1) & ~(kHugePage - 1));
-    advise_huge_pages(at, total);
+    auto block = std::make_shared<HostBlock>(total);  // freed with the last storage pointing into it
+    char* at = block->data();
     for (const torch::Tensor* t : together) {
         c10::StorageImpl* s = t->storage().unsafeGetStorageImpl();
         auto* owner = new std::shared_ptr<HostBlock>(block);
@@ -453,25 +448,10 @@ std::vector<comm::RegionTransfer> bound_transfers(const std::vector<PlannedTrans
     return out;
 }
 
-// Whether every non-empty tensor of `ts` lies in a live shared weight arena of this process.
-bool in_arenas(const std::vector<torch::Tensor>& ts) {
-    for (const auto& t : ts) {
-        const auto bytes = static_cast<size_t>(t.numel()) * t.element_size();
-        if (bytes > 0 && comm::arena_of(t.data_ptr(), bytes).id == 0) return false;
-    }
-    return true;
-}
-std::vector<torch::Tensor> held_data(const HeldSource& src) {
-    std::vector<torch::Tensor> out;
-    for (const auto& h : src.held)
-        if (h.data.defined()) out.push_back(h.data);
-    return out;
-}
-std::vector<torch::Tensor> dst_tensors(const std::vector<Param>& params) {
-    std::vector<torch::Tensor> out;
-    for (const auto& p : params)
-        if (p.dst.defined()) out.push_back(p.dst);
-    return out;
+// Whether `t` (undefined or empty: trivially) lies in a live shared weight arena of this process.
+bool in_arena(const torch::Tensor& t) {
+    const auto bytes = t.defined() ? static_cast<size_t>(t.numel()) * t.element_size() : 0;
+    return bytes == 0 || comm::arena_of(t.data_ptr(), bytes).id != 0;
 }
 
 // Every rank's head and held ranges (collective, with the deadline); InternalError on every
@@ -520,8 +500,10 @@ HeldReshardStats HeldReshard::run(const HeldSource* src, torch::nn::Module* dst,
     mine[kDstTp] = dst ? dst_layout.tp : 0;
     mine[kDstRank] = dst ? dst_layout.rank : 0;
     mine[kSignature] = signature(params, dtypes);
-    mine[kSrcShared] = src != nullptr && in_arenas(held_data(*src));
-    mine[kDstShared] = dst != nullptr && in_arenas(dst_tensors(params));
+    mine[kSrcShared] = src != nullptr && std::all_of(src->held.begin(), src->held.end(),
+                                                     [](const HeldSlice& h) { return in_arena(h.data); });
+    mine[kDstShared] = dst != nullptr &&
+                       std::all_of(params.begin(), params.end(), [](const Param& p) { return in_arena(p.dst); });
     for (size_t i = 0; i < params.size(); ++i) {
         const bool held = src != nullptr && i < src->held.size();
         mine.push_back(held ? src->held[i].begin : 0);

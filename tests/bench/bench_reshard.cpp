@@ -32,7 +32,7 @@
 // The all-gathers are measured into preallocated, warm buffers ("raw_allgather_s", on their own
 // with raw p2p, before the windows: a ceiling no fill that frees its copy can reach; and again
 // taking turns with the windows, "raw_allgather_in_turns_s") and into output memory mapped for
-// the call the way the window's rollout copy is (2 MiB-aligned, huge-page advice) and unmapped
+// the call as the window's rollout copy is (model::HostBlock: 2 MiB-aligned, huge-page advice), unmapped
 // after it ("raw_allgather_fresh_s": the same work as the window, which by contract produces its
 // copy in memory freed between windows). "fresh_fill_s": memcpy of the rollout bytes from a warm
 // buffer into such fresh memory, the memory's own floor for the window.
@@ -48,8 +48,6 @@
 // their persistent state, and the sync time; peer: raw p2p of the from-shards bytes per pair.
 // Usage: mpirun -np F*D+B*T rlpt_bench_reshard --zero3-dp D --from F --to T --blocks B
 #include <torch/torch.h>
-
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -87,29 +85,6 @@ Args parse(int argc, char** argv) {
                                     {"--colocated", &a.colocated}, {"--zero3-dp", &a.zero3_dp}});
     return a;
 }
-
-// `bytes` of output memory mapped for one call and unmapped with the object, 2 MiB-aligned with
-// transparent-huge-page advice: what the window's rollout copy gets (alloc_storages_together in
-// src/model/colocated_reshard.cpp).
-class FreshBlock {
-  public:
-    explicit FreshBlock(int64_t bytes) : size_(static_cast<size_t>(bytes) + kHuge) {
-        base_ = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        RLPT_CHECK(base_ != MAP_FAILED, "bench_reshard: mmap of {} bytes failed", size_);
-        data_ = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(base_) + kHuge - 1) & ~(kHuge - 1));
-        madvise(data_, static_cast<size_t>(bytes) / kHuge * kHuge, MADV_HUGEPAGE);  // advice only
-    }
-    ~FreshBlock() { munmap(base_, size_); }
-    FreshBlock(const FreshBlock&) = delete;
-    FreshBlock& operator=(const FreshBlock&) = delete;
-    void* data() const { return data_; }
-
-  private:
-    static constexpr size_t kHuge = size_t(2) << 20;
-    size_t size_;
-    void* base_ = nullptr;
-    void* data_ = nullptr;
-};
 
 // This process's CPU time (every thread), seconds.
 double process_cpu_seconds() {
@@ -393,12 +368,12 @@ void run_colocated(const Args& a, const comm::Communicator& world) {
     // one rank is no gather at all: the tp all-gather then starts from the slice itself).
     auto raw_fresh = [&] {
         if (dp > 1) {
-            FreshBlock out(share * dp);
+            model::HostBlock out(static_cast<size_t>(share * dp));
             RLPT_MPI_CHECK(MPI_Allgather(send.data_ptr(), static_cast<int>(share), MPI_BYTE, out.data(),
                                          static_cast<int>(share), MPI_BYTE, actor_dp.get()));
         }
         if (a.from > 1) {
-            FreshBlock out(actor_bytes * a.from);
+            model::HostBlock out(static_cast<size_t>(actor_bytes * a.from));
             RLPT_MPI_CHECK(MPI_Allgather(tp_send.data_ptr(), static_cast<int>(actor_bytes), MPI_BYTE, out.data(),
                                          static_cast<int>(actor_bytes), MPI_BYTE, actor_mp.get()));
         }
@@ -407,7 +382,7 @@ void run_colocated(const Args& a, const comm::Communicator& world) {
     const int64_t rollout_bytes = world.allreduce_max_i64(window_stats[0].dst_bytes);
     auto warm_rollout = torch::ones({rollout_bytes}, torch::kUInt8);
     auto fresh_fill = [&] {
-        FreshBlock out(rollout_bytes);
+        model::HostBlock out(static_cast<size_t>(rollout_bytes));
         std::memcpy(out.data(), warm_rollout.data_ptr(), static_cast<size_t>(rollout_bytes));
     };
     // Exactly the reshard's bytes per pair, one warm preallocated message each way.

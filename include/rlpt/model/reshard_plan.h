@@ -57,6 +57,24 @@ comm::ReshardPlan reshard_plan(const torch::nn::Module& local, const TpLayout& l
 void free_storage(const torch::Tensor& t);
 void alloc_storage(const torch::Tensor& t);
 
+// Host memory of one anonymous mmap of at least `bytes`, 2 MiB-aligned and advised as transparent
+// huge pages, unmapped when the object goes (std::bad_alloc when mmap fails). The colocated
+// rollout copy lives in one for a generation window (HeldReshard::run allocates it, the last of
+// its parameters' storages to be freed unmaps it).
+class HostBlock {
+  public:
+    explicit HostBlock(size_t bytes);
+    ~HostBlock();
+    HostBlock(const HostBlock&) = delete;
+    HostBlock& operator=(const HostBlock&) = delete;
+    char* data() const { return data_; }
+
+  private:
+    void* base_ = nullptr;
+    size_t mapped_ = 0;
+    char* data_ = nullptr;
+};
+
 // What one rank holds of one parameter of the source model: elements [begin, end) of its local
 // tensor (this rank's slice in the source tp layout, of local shape `shape`) flattened
 // row-major, as a 1-D tensor `data` of end - begin elements (TrainEngine::held_parameters).
