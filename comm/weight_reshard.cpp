@@ -678,7 +678,7 @@ void P2pRegionExchange::run(const std::vector<RegionTransfer>& transfers) {
         const RegionTransfer& t = transfers[i];
         const int64_t meta[6] = {t.src, t.dst, t.bytes, t.src_contiguous ? 1 : 0, t.dst_contiguous ? 1 : 0,
                                  (t.src_shared ? 2 : 0) + (t.dst_shared ? 1 : 0)};
-        hash = fnv1a_bytes(hash, meta, sizeof(meta));
+        if (t.src != t.dst) hash = fnv1a_bytes(hash, meta, sizeof(meta));  // local copies are the rank's own
         if (!problem.empty()) continue;
         if (t.src < 0 || t.src >= n || t.dst < 0 || t.dst >= n || t.bytes < 0 || t.bytes > kMaxMessageBytes) {
             problem = fmt::format("transfer {} ({} -> {}, {} bytes) is outside the {} ranks or the message limit", i,

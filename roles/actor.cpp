@@ -48,6 +48,7 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
         streams::actor_engine_seed(c.trainer.seed),
         detail::engine_tp_info(ctx, *a.policy->model, a.policy->model->tp_layout()));
     a.policy->held = [engine = a.engine.get()] { return engine->held_parameters(); };
+    a.policy->lend_scratch = [engine = a.engine.get()] { return engine->lend_gradient_memory(); };
     a.policy->comm = &ctx.comms->role;
     ctx.shared->put(detail::kSharedPolicy, a.policy);
     int64_t params = 0;

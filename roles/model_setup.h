@@ -107,6 +107,9 @@ struct SharedPolicy {
     // its whole tp slice) and the actor's role communicator (every actor rank): what a colocated
     // rollout with another tensor-parallel size reshards from (model::HeldReshard).
     std::function<std::vector<model::HeldSlice>()> held;
+    // The actor's gradient buffers as scratch memory until its next zero_grad() (TrainEngine::
+    // lend_gradient_memory): where that rollout places its copy for a generation window.
+    std::function<model::ScratchMemory()> lend_scratch;
     const comm::Communicator* comm = nullptr;
 };
 

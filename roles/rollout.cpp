@@ -58,14 +58,20 @@ class ReshardedWindow {
         }
         const auto& src_layout = r.actor->model->tp_layout();
         const model::HeldSource src{r.actor->held(), src_layout.tp, src_layout.rank};
-        const auto st = r.resharder->run(&src, &m, m.tp_layout());
+        // The copy lives in the actor's gradient buffers (unused until its next zero_grad, which
+        // the window's end makes possible again by releasing the copy): warm memory, no second
+        // allocation on top of the training state.
+        const auto st = r.resharder->run(&src, &m, m.tp_layout(),
+                                         r.actor->lend_scratch ? r.actor->lend_scratch() : model::ScratchMemory{});
         r.policy->version = r.actor->version;
         active_ = true;
         if (ctx.comms->role_rank == 0 && !r.logged_reshard) {
-            RLPT_LOG_INFO("rollout: hybrid engine resharded the actor (tp {}) into the rollout layout (tp {}): {:.1f} MB "
-                          "of rollout parameters on this rank, {:.1f} MB of them received from other ranks, {:.3f} s; "
-                          "freed after each generation",
-                          src.tp, m.tp_layout().tp, st.dst_bytes / 1e6, st.received_bytes / 1e6, st.seconds);
+            RLPT_LOG_INFO("rollout: hybrid engine resharded the actor (tp {}) into the rollout layout (tp {}): {:.3f} MB "
+                          "of rollout parameters on this rank ({:.3f} MB of them the actor's own memory, {:.3f} MB "
+                          "in its gradient buffers), {:.3f} MB received from other ranks, {:.3f} s; freed after each "
+                          "generation",
+                          src.tp, m.tp_layout().tp, st.dst_bytes / 1e6, st.aliased_bytes / 1e6,
+                          st.scratch_bytes / 1e6, st.received_bytes / 1e6, st.seconds);
             r.logged_reshard = true;
         }
     }

@@ -31,7 +31,7 @@ for c in "2 1 1" "1 2 1" "2 1 2" "2 4 1"; do
 done
 # The hybrid engine: actor (ZeRO-3, tp F) and rollout (tp T) on the same 2 ranks, in REPEAT
 # processes each, rows taking turns: on a VM the speed of a buffer depends on the host memory
-# behind it, which a process keeps for its whole run (see "Where the 0.8 goal stands").
+# behind it, which a process keeps for its whole run (README "Where the 0.8 goal stands").
 for rep in $(seq "${REPEAT:-3}"); do
   for c in "1 2" "2 1"; do
     set -- $c
@@ -105,46 +105,54 @@ print("- CPU s: CPU time of one sync (median; copying plus polling in waits), su
       "ranks than cores, what the cores have to fit) and on the busiest rank.")
 print("\nColocated (the hybrid engine, model::HeldReshard): actor trained at ZeRO-3 over the DP ranks, rollout "
       "copy in another tp on the same ranks; one window = fill the rollout copy from what the ranks hold of the actor "
-      "(point to point, straight into the rollout's tensors, in memory mapped for the window) + free it. Peers: raw "
-      "MPI_Allgather of the actor bytes (over DP; plus over the tp block when actor tp > 1: what a gather-based fill "
-      "moves) into preallocated warm buffers, measured on their own before the windows (a ceiling: no fill that frees "
-      "its copy between windows writes into warm memory; taking turns with the windows the same all-gather runs "
-      "right after a window has unmapped its copy and measured 3-4x slower here, shown as 'in turns' but not used) "
-      "and into output memory mapped for the call like the rollout copy (fresh: the same work as the window, taking "
-      "turns with it); raw p2p of exactly the bytes the window moved between each pair of ranks (one preallocated "
-      "message per pair and direction, on its own); fresh fill: memcpy of the rollout bytes from a warm buffer into "
-      "such fresh memory (the memory's own floor). window GB/s: rollout bytes filled per rank over the window's time. One line per process.\n")
-print("| actor (ZeRO-3) -> rollout | ranks | actor slice MB | ZeRO-3 shard MB/rank | peak param MB/rank during fill "
-      "| rollout MB/rank | max MB received/rank | messages/rank (single copy) | window s | window GB/s | raw all-gather s "
-      "(in turns) | window / raw all-gather | raw all-gather into fresh memory s | window / that | fresh fill s "
-      "| raw p2p (same pairs, same bytes) s | window / raw p2p | MPI-only window s | MPI-only / raw p2p | copy / wait s |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-def fresh(r, key):  # binaries before the fresh-memory peers print none
+      "(point to point, straight into the rollout's tensors) + free it, as the trainer runs it: the rollout tensors a "
+      "rank holds whole are its own held memory (aliased: row slices inside its ZeRO-3 shard, nothing copied), the "
+      "rest lands in the actor's gradient buffers (lent until its next zero_grad, which follows each window, timed "
+      "on its own). Peers: raw MPI_Allgather of the actor bytes (over DP; plus over the tp block when actor tp > 1: "
+      "what a gather-based fill moves) into preallocated warm buffers and raw p2p of exactly the bytes the window "
+      "moved between each pair of ranks, taking turns with the window (nothing in that group maps or unmaps memory) "
+      "and, in brackets, on their own before it. Then, taking turns with each other: the window into a fresh block "
+      "instead of the lent buffers (what rlpt did before lending), the all-gather into output memory mapped per call "
+      "(fresh) and a memcpy of the rollout bytes into such memory (fresh fill). window GB/s: rollout bytes per rank "
+      "over the window's time. One line per process.\n")
+print("| actor (ZeRO-3) -> rollout | ranks | actor slice MB | ZeRO-3 shard MB/rank | rollout MB/rank "
+      "| aliased MB (min rank) | in lent gradient buffers MB (min rank) | fresh MB (max rank) | max MB received/rank "
+      "| messages/rank (single copy) | window s | window GB/s | raw all-gather s (alone) | window / raw all-gather "
+      "| raw p2p s (alone) | window / raw p2p | zero_grad s after it / after a fresh window | MPI-only window s "
+      "| window into a fresh block s | raw all-gather into fresh memory s | fresh fill s | copy / wait s |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+def fresh(r, key):  # binaries before a measurement print none of it
     return "-" if key not in r else f"{r[key]:.3f}"
+def mb(r, key):
+    return "-" if key not in r else f"{r[key]/1e6:.0f}"
 def row_name(r):
     return f"tp {r['from']} x dp {r['dp']} -> tp {r['to']}"
 for r in sorted(colocated, key=lambda r: (-r["dp"], r["from"])):
-    fresh_ratio = f"{r['raw_allgather_fresh_s']/r['reshard_s']:.2f}x" if "raw_allgather_fresh_s" in r else "-"
     print(f"| {row_name(r)} | {r['ranks']} | {r['actor_slice_bytes']/1e6:.0f} "
-          f"| {r['zero3_shard_bytes']/1e6:.0f} | {r['peak_param_bytes']/1e6:.0f} | {r['rollout_bytes']/1e6:.0f} "
+          f"| {r['zero3_shard_bytes']/1e6:.0f} | {r['rollout_bytes']/1e6:.0f} | {mb(r, 'min_aliased_bytes')} "
+          f"| {mb(r, 'min_scratch_bytes')} | {mb(r, 'max_fresh_bytes')} "
           f"| {r['max_bytes_received']/1e6:.0f} | {r['max_messages']} ({r.get('max_single_copy_messages', 0)}) "
-          f"| {r['reshard_s']:.3f} | {r['rollout_bytes']/r['reshard_s']/1e9:.2f} | {r['raw_allgather_s']:.3f} "
-          f"({fresh(r, 'raw_allgather_in_turns_s')}) "
+          f"| {r['reshard_s']:.3f} | {r['rollout_bytes']/r['reshard_s']/1e9:.2f} "
+          f"| {r['raw_allgather_s']:.3f} ({fresh(r, 'raw_allgather_alone_s')}) "
           f"| **{r['raw_allgather_s']/r['reshard_s']:.2f}x** "
-          f"| {fresh(r, 'raw_allgather_fresh_s')} | **{fresh_ratio}** | {fresh(r, 'fresh_fill_s')} "
-          f"| {r['raw_p2p_s']:.3f} | {r['raw_p2p_s']/r['reshard_s']:.2f}x | {mpi_only(r, 'raw_p2p_s')} "
-          f"| {r['copy_s']:.3f} / {r['wait_s']:.3f} |")
+          f"| {r['raw_p2p_s']:.3f} ({fresh(r, 'raw_p2p_alone_s')}) | {r['raw_p2p_s']/r['reshard_s']:.2f}x "
+          f"| {fresh(r, 'zero_grad_after_lent_s')} / {fresh(r, 'zero_grad_after_fresh_s')} "
+          f"| {r['reshard_mpi_s']:.3f} | {fresh(r, 'reshard_fresh_s')} | {fresh(r, 'raw_allgather_fresh_s')} "
+          f"| {fresh(r, 'fresh_fill_s')} | {r['copy_s']:.3f} / {r['wait_s']:.3f} |")
 print("\nPer colocated row over its processes (window / peer; goal >= 0.8): min / median / max.\n")
-print("| row | processes | / raw all-gather (warm) | / raw all-gather into fresh memory | / raw p2p | window s (min-max) |")
-print("|---|---|---|---|---|---|")
+print("| row | processes | / raw all-gather (in turns) | / raw all-gather (alone) | / raw p2p (in turns) "
+      "| window s (min-max) | window into a fresh block s (min-max) |")
+print("|---|---|---|---|---|---|---|")
 for name in dict.fromkeys(row_name(r) for r in sorted(colocated, key=lambda r: (-r["dp"], r["from"]))):
     rs = [r for r in colocated if row_name(r) == name]
     def spread(key):
         v = sorted(r[key] / r["reshard_s"] for r in rs if key in r)
         return "-" if not v else f"{v[0]:.2f} / {v[len(v)//2]:.2f} / {v[-1]:.2f}"
-    w = [r["reshard_s"] for r in rs]
-    print(f"| {name} | {len(rs)} | {spread('raw_allgather_s')} | {spread('raw_allgather_fresh_s')} "
-          f"| {spread('raw_p2p_s')} | {min(w):.3f}-{max(w):.3f} |")
+    def span(key):
+        w = [r[key] for r in rs if key in r]
+        return "-" if not w else f"{min(w):.3f}-{max(w):.3f}"
+    print(f"| {name} | {len(rs)} | {spread('raw_allgather_s')} | {spread('raw_allgather_alone_s')} "
+          f"| {spread('raw_p2p_s')} | {span('reshard_s')} | {span('reshard_fresh_s')} |")
 print("\nZeRO-3 actor -> rollout ranks of their own (send_weights): gathered = every actor rank holds the full "
       "parameters (hold_full_parameters) and the first block sends shard to shard, what rlpt did before; from shards = "
       "model::HeldReshard, every actor rank sends what it holds. Peak: the actor ranks' engine memory during the sync "

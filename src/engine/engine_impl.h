@@ -103,6 +103,12 @@ struct EngineState {
     model::Backbone* backbone = nullptr;
     std::shared_ptr<ZeroHooks> hooks;
     int hold_count = 0;  // active hold_full_parameters() handles
+    // lend_gradient_memory(): the lease (expired once every storage placed in the buffers is
+    // freed), and whether the buffers hold something else than gradients until zero_grad().
+    std::weak_ptr<void> grad_lease;
+    bool grads_lent = false;
+    // ZeRO-2/3: every group's grad_shard is a view into this one buffer (what is lent).
+    torch::Tensor grad_shards;
 
     bool shards_grads() const { return opts.zero_stage >= 2; }
     bool shards_params() const { return opts.zero_stage >= 3; }

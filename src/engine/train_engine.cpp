@@ -289,7 +289,6 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
         g.exp_avg_sq = torch::zeros({own}, f32);
         if (!g.fp32() && !st.frozen())
             g.master = g.flat_param.narrow(0, g.own_begin, own).to(torch::kFloat32).contiguous();
-        if (st.shards_grads() && !st.frozen()) g.grad_shard = torch::zeros({g.shard}, f32);
         if (st.shards_params()) {
             // The module keeps its tensors (views into flat_param) but not their data.
             // On the host in a shared arena (what a same-host weight transfer maps).
@@ -298,6 +297,17 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
             g.param_shard.copy_(g.flat_param.narrow(0, g.own_begin, g.shard));
             detail::free_storage(g.flat_param);
             g.params_full = false;
+        }
+    }
+    if (st.shards_grads() && !st.frozen()) {
+        // One buffer for every slice: lend_gradient_memory() lends it as one span.
+        int64_t total = 0;
+        for (const auto& g : st.groups) total += g.shard;
+        st.grad_shards = torch::zeros({total}, torch::TensorOptions().dtype(torch::kFloat32).device(st.device));
+        int64_t at = 0;
+        for (auto& g : st.groups) {
+            g.grad_shard = st.grad_shards.narrow(0, at, g.shard);
+            at += g.shard;
         }
     }
     detail::install_hooks(st);
@@ -324,6 +334,10 @@ TrainEngine::~TrainEngine() {
 void TrainEngine::zero_grad() {
     auto& st = *impl_;
     RLPT_CHECK(!st.frozen(), "TrainEngine: zero_grad() on a frozen engine (it only runs forwards)");
+    RLPT_CHECK_KIND(InternalError, st.grad_lease.expired(),
+                    "TrainEngine: zero_grad() while the gradient memory is lent (lend_gradient_memory): what was "
+                    "placed in it (the hybrid engine's rollout copy) must be released first");
+    st.grads_lent = false;
     torch::NoGradGuard no_grad;
     for (auto& s : st.slots) {
         auto& grad = s.param.mutable_grad();
@@ -333,6 +347,29 @@ void TrainEngine::zero_grad() {
         if (g.grad_allocated) g.flat_grad.zero_();
         if (g.grad_shard.defined()) g.grad_shard.zero_();
     }
+}
+
+model::ScratchMemory TrainEngine::lend_gradient_memory() {
+    auto& st = *impl_;
+    model::ScratchMemory out;
+    if (st.frozen()) return out;
+    RLPT_CHECK_KIND(InternalError, st.grad_lease.expired(),
+                    "TrainEngine: lend_gradient_memory() while an earlier lease is still held");
+    const auto as_bytes = [](const torch::Tensor& t) {
+        return torch::from_blob(t.data_ptr(), {t.numel() * t.element_size()}, t.options().dtype(torch::kUInt8));
+    };
+    if (st.shards_grads()) out.spans.push_back(as_bytes(st.grad_shards));
+    for (const auto& g : st.groups)
+        if (g.grad_allocated && g.flat_grad.defined()) out.spans.push_back(as_bytes(g.flat_grad));
+    // The lease keeps the buffers' storages alive as long as anything placed in them lives.
+    auto keep = std::make_shared<std::vector<torch::Tensor>>();
+    if (st.grad_shards.defined()) keep->push_back(st.grad_shards);
+    for (const auto& g : st.groups)
+        if (g.grad_allocated && g.flat_grad.defined()) keep->push_back(g.flat_grad);
+    out.owner = keep;
+    st.grad_lease = out.owner;
+    st.grads_lent = true;
+    return out;
 }
 
 // ---- the step -------------------------------------------------------------------------------
@@ -347,6 +384,9 @@ StepResult TrainEngine::step(bool advance_schedule) {
     const auto t_begin = Clock::now();
     auto& st = *impl_;
     RLPT_CHECK(!st.frozen(), "TrainEngine: step() on a frozen engine (it only runs forwards)");
+    RLPT_CHECK_KIND(InternalError, !st.grads_lent,
+                    "TrainEngine: step() after lend_gradient_memory() without zero_grad(): the gradient buffers were "
+                    "lent and hold something else");
     torch::NoGradGuard no_grad;
     std::exception_ptr err;
     try {
@@ -485,8 +525,9 @@ TrainEngine::MemoryBytes TrainEngine::memory_bytes() const {
     MemoryBytes m;
     for (const auto& g : impl_->groups) {
         m.params += bytes(g.flat_param) + bytes(g.param_shard);
-        m.grads += bytes(g.flat_grad) + bytes(g.grad_shard);
+        m.grads += bytes(g.flat_grad);
     }
+    m.grads += bytes(impl_->grad_shards);  // every group's grad_shard is a view into it
     m.optimizer = optimizer_state_bytes();
     return m;
 }
@@ -506,10 +547,11 @@ int64_t EngineState::note_memory() {
     };
     int64_t total = 0;
     for (const auto& g : groups) {
-        total += bytes(g.flat_param) + bytes(g.param_shard) + bytes(g.flat_grad) + bytes(g.grad_shard);
+        total += bytes(g.flat_param) + bytes(g.param_shard) + bytes(g.flat_grad);
         total += (g.exp_avg.numel() + g.exp_avg_sq.numel()) * 4;
         if (g.master.defined()) total += g.master.numel() * 4;
     }
+    total += bytes(grad_shards);  // every group's grad_shard is a view into it
     peak_bytes = std::max(peak_bytes, total);
     return total;
 }

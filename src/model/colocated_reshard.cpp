@@ -65,15 +65,29 @@ HostBlock::~HostBlock() { munmap(base_, mapped_); }
 
 namespace {
 
-// alloc_storage for every tensor of `ts`, the host ones without storage placed in one block,
-// 2 MiB-aligned and advised as huge pages as a whole: allocated one by one, tensors under 4 MiB
-// (at hidden 768 every attention projection) get no advice and fault in 4 KiB pages at every
-// generation window. The block is freed when every one of those storages is (free_storage).
-void alloc_storages_together(const std::vector<torch::Tensor>& ts) {
+// alloc_storage for every tensor of `ts` without storage: first in the spans of `scratch` (same
+// device, first with room, in order; each such storage keeps scratch.owner alive), the host ones
+// left over in one block, 2 MiB-aligned and advised as huge pages as a whole (allocated one by
+// one, tensors under 4 MiB, at hidden 768 every attention projection, would get no advice and
+// fault in 4 KiB pages at every generation window; the block is freed when every one of those
+// storages is, free_storage), the device ones left over from their allocator. Returns the bytes
+// placed in scratch.
+int64_t alloc_storages_together(const std::vector<torch::Tensor>& ts, const ScratchMemory& scratch) {
     auto need_bytes = [](const torch::Tensor& t) {
         return static_cast<size_t>(t.storage_offset() + t.numel()) * t.element_size();
     };
     constexpr size_t kAlign = 64;
+    const auto rounded = [](size_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
+    // Points `t`'s storage at `at`, keeping `owner` (copied into the DataPtr's context) alive.
+    const auto place = [&](const torch::Tensor& t, char* at, const std::shared_ptr<void>& owner) {
+        c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+        auto* ctx = new std::shared_ptr<void>(owner);
+        s->set_data_ptr_noswap(at::DataPtr(
+            at, ctx, [](void* o) { delete static_cast<std::shared_ptr<void>*>(o); }, t.device()));
+        s->set_nbytes(need_bytes(t));
+    };
+    std::vector<size_t> used(scratch.spans.size(), 0);  // bytes taken from each span (aligned)
+    int64_t placed = 0;
     size_t total = 0;
     std::vector<const torch::Tensor*> together;
     std::vector<const c10::StorageImpl*> seen;  // tied weights: one storage under two names
@@ -81,24 +95,36 @@ void alloc_storages_together(const std::vector<torch::Tensor>& ts) {
         const c10::StorageImpl* st = t.storage().unsafeGetStorageImpl();
         if (std::find(seen.begin(), seen.end(), st) != seen.end()) continue;
         seen.push_back(st);
-        if (t.is_cpu() && st->nbytes() < need_bytes(t)) {
+        if (st->nbytes() >= need_bytes(t)) continue;
+        bool done = false;
+        for (size_t i = 0; i < scratch.spans.size() && !done; ++i) {
+            const torch::Tensor& span = scratch.spans[i];
+            auto* base = static_cast<char*>(span.data_ptr());
+            // The first aligned address at or after what is used (span starts need not be aligned).
+            const size_t skip = (kAlign - reinterpret_cast<uintptr_t>(base + used[i]) % kAlign) % kAlign;
+            const size_t at = used[i] + skip;
+            if (span.device() != t.device() || at + need_bytes(t) > static_cast<size_t>(span.nbytes())) continue;
+            place(t, base + at, scratch.owner);
+            used[i] = at + need_bytes(t);
+            placed += static_cast<int64_t>(need_bytes(t));
+            done = true;
+        }
+        if (done) continue;
+        if (t.is_cpu()) {
             together.push_back(&t);
-            total += (need_bytes(t) + kAlign - 1) / kAlign * kAlign;
+            total += rounded(need_bytes(t));
         } else {
             alloc_storage(t);
         }
     }
-    if (together.empty()) return;
+    if (together.empty()) return placed;
     auto block = std::make_shared<HostBlock>(total);  // freed with the last storage pointing into it
     char* at = block->data();
     for (const torch::Tensor* t : together) {
-        c10::StorageImpl* s = t->storage().unsafeGetStorageImpl();
-        auto* owner = new std::shared_ptr<HostBlock>(block);
-        s->set_data_ptr_noswap(at::DataPtr(
-            at, owner, [](void* o) { delete static_cast<std::shared_ptr<HostBlock>*>(o); }, t->device()));
-        s->set_nbytes(need_bytes(*t));
-        at += (need_bytes(*t) + kAlign - 1) / kAlign * kAlign;
+        place(*t, at, block);
+        at += rounded(need_bytes(*t));
     }
+    return placed;
 }
 
 // A parameter seen as a matrix: rows = size(0), columns = the product of the other sizes (a
@@ -174,6 +200,7 @@ struct Param {
     std::vector<int64_t> full;  // the whole tensor's shape
     int64_t element_size = 0;
     torch::Tensor dst;  // this rank's destination tensor (undefined on a source-only rank)
+    bool aliased = false;  // dst's storage is the part of this rank's held slice it needs (no copy)
 };
 
 // FNV-1a over the names, dtypes and full shapes: every rank of the exchange must agree on it.
@@ -189,19 +216,70 @@ int64_t signature(const std::vector<Param>& params, const std::vector<torch::Sca
     return static_cast<int64_t>(h);
 }
 
+// The part of held slice `h` (source layout `src_layout`) that is exactly this rank's destination
+// slice of the parameter (layout `dst_layout`, full shape `full`), when it lies there whole and
+// in the destination's row-major order: a view of the held data; undefined otherwise (padding
+// in the destination, part of it not held here, or its rows not contiguous in the held slice).
+torch::Tensor held_part_as_dst(const std::string& name, const std::vector<int64_t>& full, const TpLayout& src_layout,
+                               const TpLayout& dst_layout, const HeldSlice& h) {
+    const Slice2 d = slice2(name, dst_layout, full), s = slice2(name, src_layout, full);
+    const Rect whole{d.row_off, d.row_off + d.rows, d.col_off, d.col_off + d.cols};
+    const Rect inside = intersect(whole, s.real);
+    const auto same = [](const Rect& a, const Rect& b) { return a.r0 == b.r0 && a.r1 == b.r1 && a.c0 == b.c0 && a.c1 == b.c1; };
+    if (whole.empty() || !same(d.real, whole) || !same(inside, whole)) return {};
+    if (d.rows > 1 && d.cols != s.cols) return {};  // its rows are apart in the source's slice
+    const int64_t start = (d.row_off - s.row_off) * s.cols + (d.col_off - s.col_off), count = d.rows * d.cols;
+    if (start < h.begin || start + count > h.end) return {};
+    return h.data.narrow(0, start - h.begin, count);
+}
+
+// Points the storage of `t` (contiguous, offset 0, without storage) at `part`'s memory, keeping
+// `part` alive until the storage is freed.
+void alias_storage(const torch::Tensor& t, const torch::Tensor& part) {
+    c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+    auto* keep = new torch::Tensor(part);
+    s->set_data_ptr_noswap(at::DataPtr(
+        part.data_ptr(), keep, [](void* k) { delete static_cast<torch::Tensor*>(k); }, t.device()));
+    s->set_nbytes(static_cast<size_t>(t.numel()) * t.element_size());
+}
+
 // This rank's parameter list and, in `problem`, why it cannot take part (empty: it can). Local.
 std::vector<Param> local_params(const HeldSource* src, torch::nn::Module* dst, const TpLayout& dst_layout,
-                                const ModelArgs& args, std::vector<torch::ScalarType>& dtypes, std::string& problem) {
+                                const ScratchMemory& scratch, const ModelArgs& args,
+                                std::vector<torch::ScalarType>& dtypes, std::string& problem,
+                                int64_t& scratch_bytes) {
     std::vector<Param> out;
     if (dst != nullptr) {
         std::vector<torch::Tensor> storage_for;
-        for (const auto& p : dst->named_parameters(/*recurse=*/true)) storage_for.push_back(p.value());
-        alloc_storages_together(storage_for);
-        for (const auto& p : dst->named_parameters(/*recurse=*/true)) {
+        const auto dst_params = dst->named_parameters(/*recurse=*/true);
+        std::vector<char> aliased(dst_params.size(), 0);
+        if (src != nullptr && src->held.size() == dst_params.size()) {
+            // A destination tensor that is whole, in order, inside what this rank holds of the
+            // same parameter takes that memory instead of a copy of it: the held slices are not
+            // written while the rollout copy lives (the source trains only after it is freed).
+            const TpLayout src_layout = tp_layout(args, src->tp, src->tp_rank);
+            for (size_t i = 0; i < dst_params.size(); ++i) {
+                const torch::Tensor& t = dst_params[i].value();
+                const HeldSlice& h = src->held[i];
+                if (h.name != dst_params[i].key() || !t.is_contiguous() || t.storage_offset() != 0 ||
+                    t.storage().nbytes() != 0 || !h.data.defined() || h.data.dim() != 1 ||
+                    !h.data.is_contiguous() || h.data.numel() != h.end - h.begin ||
+                    h.data.scalar_type() != t.scalar_type() || h.data.device() != t.device())
+                    continue;
+                const auto full = full_shape(shard_spec(h.name, dst_layout), t.sizes().vec());
+                const torch::Tensor part = held_part_as_dst(h.name, full, src_layout, dst_layout, h);
+                if (!part.defined() || part.numel() != t.numel()) continue;
+                alias_storage(t, part);
+                aliased[i] = 1;
+            }
+        }
+        for (const auto& p : dst_params) storage_for.push_back(p.value());
+        scratch_bytes = alloc_storages_together(storage_for, scratch);
+        for (const auto& p : dst_params) {
             if (problem.empty() && !p.value().is_contiguous())
                 problem = fmt::format("destination parameter '{}' is not contiguous", p.key());
             out.push_back({p.key(), full_shape(shard_spec(p.key(), dst_layout), p.value().sizes().vec()),
-                           static_cast<int64_t>(p.value().element_size()), p.value()});
+                           static_cast<int64_t>(p.value().element_size()), p.value(), aliased[out.size()] != 0});
             dtypes.push_back(p.value().scalar_type());
         }
     }
@@ -433,6 +511,14 @@ std::vector<comm::RegionTransfer> bound_transfers(const std::vector<PlannedTrans
     std::vector<comm::RegionTransfer> out;
     out.reserve(planned.size());
     for (const PlannedTransfer& p : planned) {
+        if (p.dst == me && params[static_cast<size_t>(p.to.param)].aliased) {
+            // Its bytes are where they belong already; nobody else may write the source's memory.
+            RLPT_CHECK_KIND(InternalError, p.src == me,
+                            "held reshard: rank {} would receive part of '{}' from rank {}, but that tensor is "
+                            "its own held slice",
+                            me, params[static_cast<size_t>(p.to.param)].name, p.src);
+            continue;
+        }
         comm::RegionTransfer t;
         t.src = p.src;
         t.dst = p.dst;
@@ -482,7 +568,8 @@ std::vector<int64_t> gather_info(const comm::Communicator& comm, const std::vect
 
 HeldReshard::HeldReshard(const ModelArgs& args, comm::RegionExchange& exchange) : args_(args), exchange_(exchange) {}
 
-HeldReshardStats HeldReshard::run(const HeldSource* src, torch::nn::Module* dst, const TpLayout& dst_layout) {
+HeldReshardStats HeldReshard::run(const HeldSource* src, torch::nn::Module* dst, const TpLayout& dst_layout,
+                                  const ScratchMemory& scratch) {
     const auto t0 = std::chrono::steady_clock::now();
     torch::NoGradGuard no_grad;
     HeldReshardStats stats;
@@ -490,7 +577,8 @@ HeldReshardStats HeldReshard::run(const HeldSource* src, torch::nn::Module* dst,
     const auto deadline = comm::Deadline::after_seconds(exchange_.options().timeout_s);
     std::vector<torch::ScalarType> dtypes;
     std::string problem;
-    const std::vector<Param> params = local_params(src, dst, dst_layout, args_, dtypes, problem);
+    const std::vector<Param> params =
+        local_params(src, dst, dst_layout, scratch, args_, dtypes, problem, stats.scratch_bytes);
     std::vector<int64_t> mine(kHeadSize, 0);
     mine[kOk] = problem.empty();
     mine[kHasSrc] = src != nullptr;
@@ -515,8 +603,10 @@ HeldReshardStats HeldReshard::run(const HeldSource* src, torch::nn::Module* dst,
         plan_ = std::make_shared<Plan>(Planner(args_, info, comm.size(), comm.rank(), max_bytes, params).build());
         stats.planned = true;
     }
-    for (const Param& p : params)
+    for (const Param& p : params) {
         if (p.dst.defined()) stats.dst_bytes += p.dst.numel() * p.element_size;
+        if (p.aliased) stats.aliased_bytes += p.dst.numel() * p.element_size;
+    }
     for (const PaddingRange& z : plan_->padding)
         params[static_cast<size_t>(z.param)].dst.view({-1}).narrow(0, z.at, z.count).zero_();
     exchange_.run(bound_transfers(plan_->transfers, src, params, comm.rank()));

@@ -20,22 +20,25 @@
 // Usage: mpirun -np <from + blocks*to> rlpt_bench_reshard --from F --to T --blocks B [--iters N]
 //        [--bucket-mb M (64, the default weight_sync.bucket_mb)]
 //
-// --colocated 1: the hybrid engine instead (model::HeldReshard, every rank source and destination). Every rank holds the actor
-// (tp F, trained by a ZeRO-3 TrainEngine over the ranks / F DP ranks) and a rollout copy of tp T
-// with its storage released; one measurement is a whole generation window: fill the rollout
-// copy from what the ranks hold of the actor (point to point, straight into the rollout's
-// tensors), then free it. Peers: a raw MPI_Allgather over the DP ranks of the actor bytes
-// (each rank's share of its actor slice, into one preallocated buffer; plus for F > 1 an
-// MPI_Allgather of the actor slice over the tp block) - what a gather-based fill moves; and raw
-// p2p of exactly the bytes the reshard sent between each pair of ranks, one preallocated message
-// per pair. The window is measured with single copy (default) and without ("reshard_mpi_s").
-// The all-gathers are measured into preallocated, warm buffers ("raw_allgather_s", on their own
-// with raw p2p, before the windows: a ceiling no fill that frees its copy can reach; and again
-// taking turns with the windows, "raw_allgather_in_turns_s") and into output memory mapped for
-// the call as the window's rollout copy is (model::HostBlock: 2 MiB-aligned, huge-page advice), unmapped
-// after it ("raw_allgather_fresh_s": the same work as the window, which by contract produces its
-// copy in memory freed between windows). "fresh_fill_s": memcpy of the rollout bytes from a warm
-// buffer into such fresh memory, the memory's own floor for the window.
+// --colocated 1: the hybrid engine instead (model::HeldReshard, every rank source and
+// destination). Every rank holds the actor (tp F, trained by a ZeRO-3 TrainEngine over the ranks
+// / F DP ranks) and a rollout copy of tp T with its storage released; one measurement is a whole
+// generation window: fill the rollout copy from what the ranks hold of the actor (point to
+// point, straight into the rollout's tensors), then free it. As the trainer runs it
+// ("reshard_s"): the rollout tensors a rank holds whole are its held memory (aliased, nothing
+// copied), the rest lands in the actor's gradient buffers (TrainEngine::lend_gradient_memory),
+// zero_grad() after each window. Also without single copy ("reshard_mpi_s") and into a fresh
+// block instead of the lent buffers ("reshard_fresh_s", what rlpt did before lending).
+// Peers: a raw MPI_Allgather over the DP ranks of the actor bytes (each rank's share of its actor
+// slice, into one preallocated buffer; plus for F > 1 an MPI_Allgather of the actor slice over
+// the tp block) - what a gather-based fill moves; and raw p2p of exactly the bytes the reshard
+// sent between each pair of ranks, one preallocated message per pair. The all-gathers into
+// preallocated, warm buffers: taking turns with the trainer's window ("raw_allgather_s",
+// "raw_p2p_s"; neither maps nor unmaps memory), on their own before everything
+// ("*_alone_s"), and taking turns with the fresh-memory measurements ("raw_allgather_in_turns_s",
+// a witness). Into output memory mapped for the call (model::HostBlock: 2 MiB-aligned, huge-page
+// advice) and unmapped after it: "raw_allgather_fresh_s"; "fresh_fill_s": memcpy of the rollout
+// bytes from a warm buffer into such memory.
 // Usage: mpirun -np N rlpt_bench_reshard --colocated 1 --from F --to T
 //
 // --zero3-dp D: a ZeRO-3 actor's weight sync to rollout ranks of their own. World ranks
@@ -334,21 +337,31 @@ void run_colocated(const Args& a, const comm::Communicator& world) {
     // list computed at the warm-up and reused); each warmed up and checked.
     std::vector<std::unique_ptr<comm::RegionExchange>> exchanges;
     std::vector<std::unique_ptr<model::HeldReshard>> resharders;
-    std::vector<model::HeldReshardStats> window_stats(2);
-    auto window = [&](size_t k) {
+    // Stats per way: 0 single copy and 1 MPI-only, both as the trainer runs them (the rollout copy
+    // in the actor's gradient buffers, TrainEngine::lend_gradient_memory); 2 and 3 the same into a
+    // fresh block (what rlpt did before lending).
+    std::vector<model::HeldReshardStats> window_stats(4);
+    auto window = [&](size_t k, bool lend) {
         const model::HeldSource src{engine.held_parameters(), src_layout.tp, src_layout.rank};
-        window_stats[k] = resharders[k]->run(&src, rollout.get(), rollout->tp_layout());
+        window_stats[k + (lend ? 0 : 2)] = resharders[k]->run(&src, rollout.get(), rollout->tp_layout(),
+                                                               lend ? engine.lend_gradient_memory() : model::ScratchMemory{});
         model::release_parameter_storage(*rollout);
     };
+    // What the trainer does before the next backward; the lease must be gone by then.
+    auto zero_grad = [&] { engine.zero_grad(); };
     for (bool single_copy : {true, false}) {
         xopts.single_copy = single_copy;
         exchanges.push_back(comm::make_region_exchange("mpi", world, xopts));
         resharders.push_back(std::make_unique<model::HeldReshard>(args, *exchanges.back()));
-        window(resharders.size() - 1);
-        const model::HeldSource src{engine.held_parameters(), src_layout.tp, src_layout.rank};
-        resharders.back()->run(&src, rollout.get(), rollout->tp_layout());
-        check_slices(*rollout, args, me);
-        model::release_parameter_storage(*rollout);
+        window(resharders.size() - 1, false);
+        for (bool lend : {false, true}) {
+            const model::HeldSource src{engine.held_parameters(), src_layout.tp, src_layout.rank};
+            resharders.back()->run(&src, rollout.get(), rollout->tp_layout(),
+                                   lend ? engine.lend_gradient_memory() : model::ScratchMemory{});
+            check_slices(*rollout, args, me);
+            model::release_parameter_storage(*rollout);
+            engine.zero_grad();
+        }
     }
     const auto xs = exchanges[0]->last_stats();  // the warm-up's bytes per pair
     // The same bytes through raw all-gathers into preallocated buffers.
@@ -379,7 +392,7 @@ void run_colocated(const Args& a, const comm::Communicator& world) {
         }
     };
     // The rollout's bytes from a warm buffer into fresh memory: the window's floor on this host.
-    const int64_t rollout_bytes = world.allreduce_max_i64(window_stats[0].dst_bytes);
+    const int64_t rollout_bytes = world.allreduce_max_i64(window_stats[2].dst_bytes);
     auto warm_rollout = torch::ones({rollout_bytes}, torch::kUInt8);
     auto fresh_fill = [&] {
         model::HostBlock out(static_cast<size_t>(rollout_bytes));
@@ -387,16 +400,28 @@ void run_colocated(const Args& a, const comm::Communicator& world) {
     };
     // Exactly the reshard's bytes per pair, one warm preallocated message each way.
     const auto p2p = raw_p2p_like(world, xs);
-    // The warm peers first, on their own: right after a window (which unmaps its rollout copy)
-    // the same warm all-gather measured 3-4x slower on the dev VM (scripts/bench_reshard.sh), so
-    // taking turns with the window would flatter the window. Then the window and the peers that
-    // map fresh memory as it does, taking turns, with the warm all-gather again as a witness.
-    const auto t_warm = timed(world, a.iters, {raw, p2p});
-    const auto t = timed(world, a.iters, {[&] { window(0); }, [&] { window(1); }, raw_fresh, fresh_fill, raw});
-    const double t_reshard = t[0], t_reshard_mpi = t[1], t_raw = t_warm[0], t_p2p = t_warm[1], t_raw_fresh = t[2],
-                 t_fresh_fill = t[3], t_raw_turns = t[4];
+    // The warm peers first, on their own ("*_alone_s"). Then the window as the trainer runs it
+    // (its copy in the actor's lent gradient buffers and its own held memory, nothing mapped or
+    // unmapped) taking turns with the same warm peers, each window followed by the zero_grad()
+    // of the next training step (timed on its own: the gradient buffers are zeroed at every step
+    // whether or not they were lent). Last, the windows and peers that map fresh memory, taking
+    // turns, with the warm all-gather again as a witness: right after something unmaps a
+    // rollout-sized block the same warm all-gather measured 3-4x slower on the dev VM
+    // (scripts/bench_reshard.sh), so these are kept apart from the headline group.
+    const auto t_alone = timed(world, a.iters, {raw, p2p});
+    const auto t_lent = timed(world, a.iters, {[&] { window(0, true); }, zero_grad, raw, p2p});
+    const auto t = timed(world, a.iters,
+                         {[&] { window(1, true); }, zero_grad, [&] { window(0, false); }, zero_grad, raw_fresh,
+                          fresh_fill, raw});
+    const double t_reshard = t_lent[0], t_zero_lent = t_lent[1], t_raw = t_lent[2], t_p2p = t_lent[3],
+                 t_reshard_mpi = t[0], t_reshard_fresh = t[2], t_zero_fresh = t[3], t_raw_fresh = t[4],
+                 t_fresh_fill = t[5], t_raw_turns = t[6], t_raw_alone = t_alone[0], t_p2p_alone = t_alone[1];
     const auto& st = window_stats[0];
     const auto& st_mpi = window_stats[1];
+    const int64_t min_scratch = world.allreduce_min_i64(st.scratch_bytes);
+    const int64_t min_aliased = world.allreduce_min_i64(st.aliased_bytes);
+    // Bytes of the lent window's copy in fresh memory (neither aliased nor in the lent buffers).
+    const int64_t max_fresh = world.allreduce_max_i64(st.dst_bytes - st.aliased_bytes - st.scratch_bytes);
     const double wait_s = world.allreduce_max(st.wait_seconds), copy_s = world.allreduce_max(st.copy_seconds);
     const int64_t max_recv = world.allreduce_max_i64(st.received_bytes);
     const int64_t max_staging = world.allreduce_max_i64(st.staging_bytes);
@@ -412,14 +437,18 @@ void run_colocated(const Args& a, const comm::Communicator& world) {
             "\"raw_allgather_s\": %.6f, \"raw_p2p_s\": %.6f, \"wait_s\": %.6f, \"copy_s\": %.6f, "
             "\"reshard_mpi_s\": %.6f, \"max_single_copy_messages\": %lld, \"mpi_peak_param_bytes\": %lld, "
             "\"raw_allgather_fresh_s\": %.6f, \"fresh_fill_s\": %.6f, \"raw_allgather_in_turns_s\": %.6f, "
-            "\"mapped_messages\": %lld}\n",
+            "\"mapped_messages\": %lld, \"reshard_fresh_s\": %.6f, \"zero_grad_after_lent_s\": %.6f, "
+            "\"zero_grad_after_fresh_s\": %.6f, \"min_scratch_bytes\": %lld, \"min_aliased_bytes\": %lld, "
+            "\"max_fresh_bytes\": %lld, \"raw_allgather_alone_s\": %.6f, \"raw_p2p_alone_s\": %.6f}\n",
             RLPT_GIT_SHA, static_cast<long long>(a.from), static_cast<long long>(a.to), n, static_cast<long long>(dp),
             static_cast<long long>(actor_bytes), static_cast<long long>(shard_bytes),
             static_cast<long long>(shard_bytes + max_staging), static_cast<long long>(st.dst_bytes),
             static_cast<long long>(max_recv), static_cast<long long>(max_messages), t_reshard, t_raw, t_p2p, wait_s,
             copy_s, t_reshard_mpi, static_cast<long long>(single_copy_messages),
             static_cast<long long>(shard_bytes + mpi_max_staging), t_raw_fresh, t_fresh_fill, t_raw_turns,
-            static_cast<long long>(mapped_messages));
+            static_cast<long long>(mapped_messages), t_reshard_fresh, t_zero_lent, t_zero_fresh,
+            static_cast<long long>(min_scratch), static_cast<long long>(min_aliased), static_cast<long long>(max_fresh),
+            t_raw_alone, t_p2p_alone);
     }
 }
 

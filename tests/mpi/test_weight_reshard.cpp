@@ -37,6 +37,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <random>
@@ -45,6 +46,7 @@
 #include "rlpt/comm/shared_arena.h"
 #include "rlpt/comm/shared_tensor.h"
 #include "rlpt/core/error.h"
+#include "rlpt/engine/policy_ops.h"
 #include "rlpt/engine/train_engine.h"
 #include "rlpt/model/reshard_plan.h"
 #include "rlpt/model/tensor_parallel.h"
@@ -551,8 +553,24 @@ class ColocatedReshardTest : public ::testing::Test {
             real_bytes += (spec.dim < 0 ? p.numel() : p.numel() / spec.length * spec.real()) * p.element_size();
         }
         EXPECT_EQ(st.dst_bytes, rollout_bytes) << what;
-        EXPECT_EQ(st.copied_bytes, real_bytes) << what;  // every real element once, padding zeroed
+        // Every real element once (copied, or the rank's own held memory), padding zeroed.
+        EXPECT_EQ(st.copied_bytes + st.aliased_bytes, real_bytes) << what;
         EXPECT_EQ(allocated_parameter_bytes(*rollout), rollout_bytes) << what;
+        // Aliased: the rollout tensors whose memory is inside what the rank holds (by address).
+        const auto held_now = engine.held_parameters();
+        const auto inside_held = [&](const torch::Tensor& t) {
+            const auto* p = static_cast<const char*>(t.data_ptr());
+            return std::any_of(held_now.begin(), held_now.end(), [&](const HeldSlice& h) {
+                const auto* b = static_cast<const char*>(h.data.data_ptr());
+                return h.data.numel() > 0 && p >= b && p + t.nbytes() <= b + h.data.nbytes();
+            });
+        };
+        int64_t aliased = 0;
+        for (const auto& p : rollout->parameters())
+            if (inside_held(p)) aliased += p.numel() * p.element_size();
+        EXPECT_EQ(st.aliased_bytes, aliased) << what;
+        // Row slices of a tp 1 actor lie whole in its tensors (ZeRO-0) or, for some, in a shard.
+        if (c.tp_a == 1 && c.tp_r > 1) EXPECT_GT(world_.allreduce_sum_i64(st.aliased_bytes), 0) << what;
         // Nothing gathered: the engine allocated nothing, the staging stayed within one bucket.
         EXPECT_EQ(engine.memory_bytes().params, before) << what;
         EXPECT_LE(engine.peak_memory_bytes(), engine.memory_bytes().total()) << what;
@@ -591,8 +609,81 @@ class ColocatedReshardTest : public ::testing::Test {
         // regions bound to the new storage) gives the same values.
         const auto again = resharder.run(&src, rollout.get(), rollout->tp_layout());
         EXPECT_FALSE(again.planned) << what;
-        EXPECT_EQ(again.copied_bytes, real_bytes) << what;
+        EXPECT_EQ(again.copied_bytes + again.aliased_bytes, real_bytes) << what;
         expect_slices_of(*rollout, *whole, what + " again");
+        release_parameter_storage(*rollout);
+        check_lent_windows(c, what, *actor, engine, *rollout, rollout_tp, resharder, *whole, actor_mp, actor_dp,
+                           real_bytes);
+    }
+
+    // The window as the trainer runs it (roles/rollout.cpp): the rollout copy in the actor's lent
+    // gradient buffers, released before the next zero_grad(). Training interleaved with such
+    // windows must follow an engine that never lent anything bit for bit, and the last window
+    // must equal a fill from that engine.
+    void check_lent_windows(const ColocatedCase& c, const std::string& what, CausalLM& actor,
+                            engine::TrainEngine& engine, CausalLM& rollout,
+                            std::shared_ptr<const TensorParallel> rollout_tp, HeldReshard& resharder, CausalLM& whole,
+                            const comm::Communicator& actor_mp, const comm::Communicator& actor_dp,
+                            int64_t real_bytes) {
+        const auto& src_layout = actor.tp_layout();
+        auto twin = make_random_causal_lm(actor.args(), 11, torch::kFloat32, torch::kCPU,
+                                          c.tp_a > 1 ? TensorParallel::over(actor_mp, torch::kCPU) : nullptr);
+        auto twin_engine = actor_engine(twin, actor_dp, actor_mp, c.zero_stage, c.shard_group);
+        engine::SequenceBatch seq;
+        seq.input_ids = torch::tensor({{3, 4, 5, 6, 1}, {0, 0, 7, 2, 9}}, torch::kInt64);
+        seq.attention_mask = torch::tensor({{1, 1, 1, 1, 1}, {0, 0, 1, 1, 1}}, torch::kInt64);
+        seq.position_ids = (seq.attention_mask.cumsum(1) - 1).clamp_min(0);
+        seq.response_length = 3;
+        const auto train = [&](CausalLM& m, engine::TrainEngine& e) {  // through the vocabulary-parallel head
+            e.zero_grad();
+            (engine::compute_log_probs(m, seq, 1.0, false).log_probs.sum() * -0.1).backward();
+            e.step();
+        };
+        const auto lent_window = [&](const std::string& when) {
+            const HeldSource src{engine.held_parameters(), src_layout.tp, src_layout.rank};
+            auto lease = engine.lend_gradient_memory();
+            ASSERT_FALSE(lease.spans.empty()) << what;
+            int64_t lent = 0;
+            for (const auto& sp : lease.spans) lent += sp.numel();
+            const auto st = resharder.run(&src, &rollout, rollout.tp_layout(), lease);
+            EXPECT_EQ(st.copied_bytes + st.aliased_bytes, real_bytes) << what << when;
+            EXPECT_GT(st.scratch_bytes, 0) << what << when;
+            // What is not aliased lands in the lent buffers while they have room (64-byte aligned).
+            if (st.dst_bytes - st.aliased_bytes + 64 * 64 <= lent)
+                EXPECT_EQ(st.scratch_bytes, st.dst_bytes - st.aliased_bytes) << what << when;
+            EXPECT_THROW(engine.lend_gradient_memory(), InternalError) << what << when;
+        };
+        for (int step = 0; step < 2; ++step) {
+            const std::string when = " lent window " + std::to_string(step);
+            lent_window(when);
+            if (step == 0) expect_slices_of(rollout, whole, what + when);
+            // The copy lives in the gradient buffers: zeroing them now is refused, on each rank.
+            EXPECT_THROW(engine.zero_grad(), InternalError) << what << when;
+            release_parameter_storage(rollout);
+            if (step == 1) {  // lent and released, but not zeroed: the step refuses
+                engine.lend_gradient_memory();
+                EXPECT_THROW(engine.step(), InternalError) << what << when;
+            }
+            train(actor, engine);
+            train(*twin, *twin_engine);
+            const auto a = engine.held_parameters(), b = twin_engine->held_parameters();
+            ASSERT_EQ(a.size(), b.size()) << what;
+            for (size_t i = 0; i < a.size(); ++i)
+                EXPECT_TRUE(torch::equal(a[i].data, b[i].data)) << what << when << " then a step: " << a[i].name;
+        }
+        lent_window(" after training");
+        auto rollout_twin = std::make_shared<CausalLM>(actor.args(), torch::kFloat32, torch::kCPU, rollout_tp);
+        release_parameter_storage(*rollout_twin);
+        comm::WeightSyncOptions xopts;
+        auto exchange = comm::make_region_exchange("mpi", world_, xopts);
+        HeldReshard twin_resharder(actor.args(), *exchange);
+        const HeldSource twin_src{twin_engine->held_parameters(), src_layout.tp, src_layout.rank};
+        twin_resharder.run(&twin_src, rollout_twin.get(), rollout_twin->tp_layout());
+        auto want = rollout_twin->named_parameters();
+        for (const auto& item : rollout.named_parameters())
+            EXPECT_TRUE(torch::equal(item.value(), want[item.key()])) << what << " after training: " << item.key();
+        release_parameter_storage(rollout);
+        engine.zero_grad();
     }
 };
 

@@ -60,7 +60,8 @@
 #                      the trained response length never counts the appended characters
 #   hybrid             the hybrid engine (rollout.tensor_model_parallel_size, model::HeldReshard):
 #                      actor tp 1 at ZeRO-3 over 2 DP ranks with the rollout at tp 2 on the same 2
-#                      ranks, and actor tp 2 with two rollout tp 1 ranks, follow the plain
+#                      ranks (its copy partly the actor's shard memory itself, the rest in the
+#                      actor's lent gradient buffers), and actor tp 2 with two rollout tp 1 ranks, follow the plain
 #                      colocated run; SFT's greedy evaluation through a tp 2 rollout too; a ZeRO-3
 #                      checkpoint saved at tp 2 x dp 1 resumes at tp 1 x dp 2 (resharded on load); a
 #                      different size for a rollout on ranks of its own is refused naming the key
@@ -769,11 +770,15 @@ PY
     run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=z3r2 actor.optim.zero_stage=3 \
       rollout.tensor_model_parallel_size=2 | tee z3r2.log
     grep -q "hybrid engine resharded the actor (tp 1) into the rollout layout (tp 2)" z3r2.log
+    # The copy lives in the actor's own memory (row slices of its shards) and its lent gradient buffers.
+    grep "own memory, .* MB in its gradient buffers" z3r2.log | grep -v " 0.000 MB of them the actor's own memory" \
+      | grep -vq " 0.000 MB in its gradient buffers"
     grep -q "rollout .*dp=1 mp=2" z3r2.log
     compare runs/plain/metrics.jsonl runs/z3r2/metrics.jsonl 1,2,3 2e-3 "${keys[@]}"
     run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=a2r1 rollout.tensor_model_parallel_size=1 \
       'placement.groups=[{roles: [actor, rollout, reference], ranks: 2, model_parallel_size: 2}]' | tee a2r1.log
     grep -q "hybrid engine resharded the actor (tp 2) into the rollout layout (tp 1)" a2r1.log
+    grep "MB in its gradient buffers" a2r1.log | grep -vq " 0.000 MB in its gradient buffers"
     compare runs/plain/metrics.jsonl runs/a2r1/metrics.jsonl 1,2,3 2e-3 "${keys[@]}"
     # SFT: the greedy evaluation generates through a tp 2 rollout resharded from the ZeRO-3 actor.
     sft=(trainer.output_dir=runs sft.total_steps=4 sft.eval_every=2)

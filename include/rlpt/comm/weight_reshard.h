@@ -175,7 +175,8 @@ class WeightReshard {
 //
 // One transfer moves `bytes` bytes from a region of a tensor on rank `src` to a region of the
 // same shape and dtype on rank `dst` (communicator ranks; src == dst is a local copy). Every rank
-// passes the same list (src, dst, bytes, contiguity and arena flags, in the same order: checked
+// passes the same list of transfers between two ranks (local copies are each rank's own: a rank
+// may list its own that others do not; src, dst, bytes, contiguity and arena flags, in the same order: checked
 // by one all-gather of a hash and an ok flag per rank, a CommError on every rank otherwise naming the ranks and
 // their problems, nothing moved); the regions are given on their own rank only (undefined
 // elsewhere). A region flagged contiguous must be one contiguous range of memory on the

@@ -187,7 +187,19 @@ class TrainEngine {
     TrainEngine& operator=(const TrainEngine&) = delete;
 
     // Zeroes the flat gradient buffer (and re-attaches the .grad views if they were dropped).
+    // After lend_gradient_memory(): InternalError while the lease is held (a storage placed in
+    // the buffers not freed yet); otherwise the buffers are gradients again from here on.
     void zero_grad();
+    // The gradient buffers as scratch memory until the next zero_grad(): between step() and the
+    // next zero_grad() they hold nothing anybody reads, and the hybrid engine's rollout copy
+    // lives in them during a generation window (HeldReshard::run's `scratch`) instead of in
+    // memory mapped and faulted in for every window. The spans are 1-D uint8 views of every
+    // buffer that holds gradients between steps (ZeRO-2/3: this rank's slices, one buffer; else
+    // the full flat buffers of each dtype), on the parameters' device; `owner` is the lease,
+    // held by every storage placed in them. Their values are undefined from here on: step()
+    // before the next zero_grad() is an InternalError, as is a second lend while the first lease
+    // is held. A frozen engine lends nothing (empty spans). Local.
+    model::ScratchMemory lend_gradient_memory();
     // step() == step(true). step(false) leaves the learning-rate schedule where it is: verl
     // steps its scheduler once per training step, after the last mini-batch, so an actor with
     // several mini-batches per training step calls step(false) per mini-batch and

@@ -43,12 +43,13 @@ comm::ReshardPlan reshard_plan(const torch::nn::Module& local, const TpLayout& l
 // each from one holder: itself when it holds them, else among the ranks holding the same bytes
 // (replicated tensors, shared KV heads, DP replicas under hybrid shard) the one that has been
 // given the fewest bytes to send so far (ties: the first after the destination), so the sends
-// spread. Nothing is gathered: no ZeRO-3 unit, no full tensor. A piece lands in the destination
-// tensor in place when it is contiguous there (row slices, whole tensors, a column slice into a
-// rank that keeps exactly those columns) and is sent in place when it is contiguous in the
-// holder's shard; the other ends are staged, at most one bucket at a time. Padding rows of a
-// vocabulary slice are zeroed. Peak memory per rank: what it holds + its destination parameters
-// + one bucket (no gathered copy on top). verl's sharding managers do the colocated job with FSDP's
+// spread; a destination tensor the rank holds whole is that memory (run). Nothing is gathered:
+// no ZeRO-3 unit, no full tensor. A piece lands in the destination tensor in place when it is
+// contiguous there (row slices, whole tensors, a column slice into a rank that keeps exactly
+// those columns) and is sent in place when it is contiguous in the holder's shard; the other
+// ends are staged, at most one bucket at a time. Padding rows of a vocabulary slice are zeroed.
+// Peak memory per rank: what it holds + its destination parameters not aliased to it (in lent
+// scratch memory when the caller has some) + one bucket (no gathered copy on top). verl's sharding managers do the colocated job with FSDP's
 // full state dict per layer.
 
 // Storage of `t` freed (metadata, shape and views kept; data pointer null) / allocated again if
@@ -75,6 +76,14 @@ class HostBlock {
     char* data_ = nullptr;
 };
 
+// Memory a destination may be placed in instead of fresh memory (TrainEngine::
+// lend_gradient_memory: the actor's gradient buffers, unused while the rollout generates):
+// 1-D uint8 tensors, and an owner every storage placed in them keeps alive until it is freed.
+struct ScratchMemory {
+    std::vector<torch::Tensor> spans;
+    std::shared_ptr<void> owner;
+};
+
 // What one rank holds of one parameter of the source model: elements [begin, end) of its local
 // tensor (this rank's slice in the source tp layout, of local shape `shape`) flattened
 // row-major, as a 1-D tensor `data` of end - begin elements (TrainEngine::held_parameters).
@@ -94,7 +103,9 @@ struct HeldSource {
 
 struct HeldReshardStats {
     int64_t dst_bytes = 0;       // bytes of the destination's parameters (this rank; 0: no destination)
-    int64_t copied_bytes = 0;    // bytes landed in them (== dst_bytes minus vocabulary padding)
+    int64_t scratch_bytes = 0;   // of which were placed in `scratch` in this call (storage allocated here)
+    int64_t aliased_bytes = 0;   // of which are this rank's held memory itself (nothing copied)
+    int64_t copied_bytes = 0;    // bytes landed in them (+ aliased_bytes == dst_bytes minus vocabulary padding)
     int64_t received_bytes = 0;  // of which came from other ranks
     int64_t sent_bytes = 0;      // bytes this rank sent to others
     int64_t staged_bytes = 0;    // bytes this rank packed or unpacked (strided pieces)
@@ -123,7 +134,17 @@ class HeldReshard {
     // be split over the same tp, and every element of it must be held by some rank (InternalError
     // naming the first one missing). Deadline: exchange.options().timeout_s for the all-gathers
     // (TimeoutError) and the exchange itself. Runs under NoGradGuard.
-    HeldReshardStats run(const HeldSource* src, torch::nn::Module* dst, const TpLayout& dst_layout);
+    // Storage of destination parameters that have none: on a rank that is both, a parameter
+    // whose destination slice lies whole, in its row-major order and without padding, inside
+    // what the rank holds of it (a row slice of a row-split weight inside a ZeRO-3 shard, a
+    // replicated norm) gets that memory itself, nothing copied (aliased_bytes; the held slice
+    // must not change while the destination lives: the colocated actor trains only after the
+    // rollout copy is released). The rest are placed, in order, in the first span of `scratch`
+    // (on their device) with room left, 64-byte aligned; what is left (host) shares one fresh
+    // HostBlock or (device) comes from the tensors' allocator. Storages placed in scratch hold
+    // scratch.owner, aliased ones the held tensor, until they are freed (release_parameter_storage).
+    HeldReshardStats run(const HeldSource* src, torch::nn::Module* dst, const TpLayout& dst_layout,
+                         const ScratchMemory& scratch = {});
 
     struct Plan;  // the cached transfer list (src/model/colocated_reshard.cpp)
 
