@@ -570,6 +570,22 @@ HeldReshard::HeldReshard(const ModelArgs& args, comm::RegionExchange& exchange) 
 
 HeldReshardStats HeldReshard::run(const HeldSource* src, torch::nn::Module* dst, const TpLayout& dst_layout,
                                   const ScratchMemory& scratch) {
+    // The storage this call gives the destination holds no complete copy if the call fails: it is
+    // freed then, which also ends any borrowing of held or lent memory.
+    std::vector<torch::Tensor> given;
+    if (dst != nullptr)
+        for (const auto& p : dst->parameters(/*recurse=*/true))
+            if (p.storage().nbytes() == 0) given.push_back(p);
+    try {
+        return fill(src, dst, dst_layout, scratch);
+    } catch (...) {
+        for (const auto& t : given) free_storage(t);
+        throw;
+    }
+}
+
+HeldReshardStats HeldReshard::fill(const HeldSource* src, torch::nn::Module* dst, const TpLayout& dst_layout,
+                                   const ScratchMemory& scratch) {
     const auto t0 = std::chrono::steady_clock::now();
     torch::NoGradGuard no_grad;
     HeldReshardStats stats;

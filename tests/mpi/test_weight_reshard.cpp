@@ -684,6 +684,15 @@ class ColocatedReshardTest : public ::testing::Test {
             EXPECT_TRUE(torch::equal(item.value(), want[item.key()])) << what << " after training: " << item.key();
         release_parameter_storage(rollout);
         engine.zero_grad();
+        // A fill that fails (rank 0's held slices under another name) is refused on every rank and
+        // frees what it gave the rollout copy: the lease ends, zero_grad() works.
+        auto held = engine.held_parameters();
+        if (world_.rank() == 0) held[0].name = "not." + held[0].name;
+        const HeldSource bad{held, src_layout.tp, src_layout.rank};
+        EXPECT_THROW(resharder.run(&bad, &rollout, rollout.tp_layout(), engine.lend_gradient_memory()), InternalError)
+            << what;
+        EXPECT_EQ(allocated_parameter_bytes(rollout), 0) << what;
+        EXPECT_NO_THROW(engine.zero_grad()) << what;
     }
 };
 

@@ -143,12 +143,15 @@ class HeldReshard {
     // (on their device) with room left, 64-byte aligned; what is left (host) shares one fresh
     // HostBlock or (device) comes from the tensors' allocator. Storages placed in scratch hold
     // scratch.owner, aliased ones the held tensor, until they are freed (release_parameter_storage).
+    // When the call throws, the storage it gave the destination is freed again.
     HeldReshardStats run(const HeldSource* src, torch::nn::Module* dst, const TpLayout& dst_layout,
                          const ScratchMemory& scratch = {});
 
     struct Plan;  // the cached transfer list (src/model/colocated_reshard.cpp)
 
   private:
+    HeldReshardStats fill(const HeldSource* src, torch::nn::Module* dst, const TpLayout& dst_layout,
+                          const ScratchMemory& scratch);
     ModelArgs args_;
     comm::RegionExchange& exchange_;
     std::shared_ptr<Plan> plan_;
