@@ -58,9 +58,10 @@ class ReshardedWindow {
         }
         const auto& src_layout = r.actor->model->tp_layout();
         const model::HeldSource src{r.actor->held(), src_layout.tp, src_layout.rank};
-        // The copy lives in the actor's gradient buffers (unused until its next zero_grad, which
-        // the window's end makes possible again by releasing the copy): warm memory, no second
-        // allocation on top of the training state.
+        // What this rank holds whole of a rollout tensor is that memory (HeldReshard::run); the
+        // rest lives in the actor's gradient buffers, unused until its next zero_grad(), which
+        // the window's end makes possible again by releasing the copy: warm memory, nothing
+        // allocated on top of the training state while it fits.
         const auto st = r.resharder->run(&src, &m, m.tp_layout(),
                                          r.actor->lend_scratch ? r.actor->lend_scratch() : model::ScratchMemory{});
         r.policy->version = r.actor->version;
