@@ -59,9 +59,10 @@ void free_storage(const torch::Tensor& t);
 void alloc_storage(const torch::Tensor& t);
 
 // Host memory of one anonymous mmap of at least `bytes`, 2 MiB-aligned and advised as transparent
-// huge pages, unmapped when the object goes (std::bad_alloc when mmap fails). The colocated
-// rollout copy lives in one for a generation window (HeldReshard::run allocates it, the last of
-// its parameters' storages to be freed unmaps it).
+// huge pages, unmapped when the object goes (std::bad_alloc when mmap fails). What of the
+// colocated rollout copy is neither aliased nor placed in lent scratch memory lives in one for a
+// generation window (HeldReshard::run allocates it, the last of its parameters' storages to be
+// freed unmaps it).
 class HostBlock {
   public:
     explicit HostBlock(size_t bytes);
