@@ -355,18 +355,15 @@ model::ScratchMemory TrainEngine::lend_gradient_memory() {
     if (st.frozen()) return out;
     RLPT_CHECK_KIND(InternalError, st.grad_lease.expired(),
                     "TrainEngine: lend_gradient_memory() while an earlier lease is still held");
-    const auto as_bytes = [](const torch::Tensor& t) {
-        return torch::from_blob(t.data_ptr(), {t.numel() * t.element_size()}, t.options().dtype(torch::kUInt8));
-    };
-    if (st.shards_grads()) out.spans.push_back(as_bytes(st.grad_shards));
-    for (const auto& g : st.groups)
-        if (g.grad_allocated && g.flat_grad.defined()) out.spans.push_back(as_bytes(g.flat_grad));
     // The lease keeps the buffers' storages alive as long as anything placed in them lives.
-    auto keep = std::make_shared<std::vector<torch::Tensor>>();
-    if (st.grad_shards.defined()) keep->push_back(st.grad_shards);
+    auto buffers = std::make_shared<std::vector<torch::Tensor>>();
+    if (st.grad_shards.defined()) buffers->push_back(st.grad_shards);
     for (const auto& g : st.groups)
-        if (g.grad_allocated && g.flat_grad.defined()) keep->push_back(g.flat_grad);
-    out.owner = keep;
+        if (g.grad_allocated && g.flat_grad.defined()) buffers->push_back(g.flat_grad);
+    for (const auto& b : *buffers)
+        out.spans.push_back(torch::from_blob(b.data_ptr(), {b.numel() * b.element_size()},
+                                             b.options().dtype(torch::kUInt8)));
+    out.owner = buffers;
     st.grad_lease = out.owner;
     st.grads_lent = true;
     return out;

@@ -41,11 +41,16 @@ void advise_huge_pages(void* data, size_t bytes) {
     if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);  // advice only
 }
 
+// Bytes `t`'s storage must have: up to its last element.
+size_t need_bytes(const torch::Tensor& t) {
+    return static_cast<size_t>(t.storage_offset() + t.numel()) * t.element_size();
+}
+
 }  // namespace
 
 void alloc_storage(const torch::Tensor& t) {
     c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
-    const size_t bytes = static_cast<size_t>(t.storage_offset() + t.numel()) * t.element_size();
+    const size_t bytes = need_bytes(t);
     if (s->nbytes() >= bytes) return;
     RLPT_CHECK_KIND(InternalError, s->allocator() != nullptr, "alloc_storage: the tensor's storage has no allocator");
     at::DataPtr data = s->allocator()->allocate(bytes);
@@ -72,22 +77,36 @@ namespace {
 // fault in 4 KiB pages at every generation window; the block is freed when every one of those
 // storages is, free_storage), the device ones left over from their allocator. Returns the bytes
 // placed in scratch.
+// Points `t`'s storage at `data` (need_bytes(t) of them), keeping `owner` alive until the
+// storage is freed (free_storage) or pointed elsewhere.
+void point_storage_at(const torch::Tensor& t, void* data, std::shared_ptr<void> owner) {
+    c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+    auto* ctx = new std::shared_ptr<void>(std::move(owner));
+    s->set_data_ptr_noswap(
+        at::DataPtr(data, ctx, [](void* o) { delete static_cast<std::shared_ptr<void>*>(o); }, t.device()));
+    s->set_nbytes(need_bytes(t));
+}
+
 int64_t alloc_storages_together(const std::vector<torch::Tensor>& ts, const ScratchMemory& scratch) {
-    auto need_bytes = [](const torch::Tensor& t) {
-        return static_cast<size_t>(t.storage_offset() + t.numel()) * t.element_size();
-    };
     constexpr size_t kAlign = 64;
     const auto rounded = [](size_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
-    // Points `t`'s storage at `at`, keeping `owner` (copied into the DataPtr's context) alive.
-    const auto place = [&](const torch::Tensor& t, char* at, const std::shared_ptr<void>& owner) {
-        c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
-        auto* ctx = new std::shared_ptr<void>(owner);
-        s->set_data_ptr_noswap(at::DataPtr(
-            at, ctx, [](void* o) { delete static_cast<std::shared_ptr<void>*>(o); }, t.device()));
-        s->set_nbytes(need_bytes(t));
-    };
     std::vector<size_t> used(scratch.spans.size(), 0);  // bytes taken from each span (aligned)
     int64_t placed = 0;
+    // `t` in the first span of scratch on its device with room left; false when none has.
+    const auto place_in_scratch = [&](const torch::Tensor& t) {
+        for (size_t i = 0; i < scratch.spans.size(); ++i) {
+            const torch::Tensor& span = scratch.spans[i];
+            auto* base = static_cast<char*>(span.data_ptr());
+            // The first aligned address at or after what is used (span starts need not be aligned).
+            const size_t at = used[i] + (kAlign - reinterpret_cast<uintptr_t>(base + used[i]) % kAlign) % kAlign;
+            if (span.device() != t.device() || at + need_bytes(t) > static_cast<size_t>(span.nbytes())) continue;
+            point_storage_at(t, base + at, scratch.owner);
+            used[i] = at + need_bytes(t);
+            placed += static_cast<int64_t>(need_bytes(t));
+            return true;
+        }
+        return false;
+    };
     size_t total = 0;
     std::vector<const torch::Tensor*> together;
     std::vector<const c10::StorageImpl*> seen;  // tied weights: one storage under two names
@@ -95,21 +114,7 @@ int64_t alloc_storages_together(const std::vector<torch::Tensor>& ts, const Scra
         const c10::StorageImpl* st = t.storage().unsafeGetStorageImpl();
         if (std::find(seen.begin(), seen.end(), st) != seen.end()) continue;
         seen.push_back(st);
-        if (st->nbytes() >= need_bytes(t)) continue;
-        bool done = false;
-        for (size_t i = 0; i < scratch.spans.size() && !done; ++i) {
-            const torch::Tensor& span = scratch.spans[i];
-            auto* base = static_cast<char*>(span.data_ptr());
-            // The first aligned address at or after what is used (span starts need not be aligned).
-            const size_t skip = (kAlign - reinterpret_cast<uintptr_t>(base + used[i]) % kAlign) % kAlign;
-            const size_t at = used[i] + skip;
-            if (span.device() != t.device() || at + need_bytes(t) > static_cast<size_t>(span.nbytes())) continue;
-            place(t, base + at, scratch.owner);
-            used[i] = at + need_bytes(t);
-            placed += static_cast<int64_t>(need_bytes(t));
-            done = true;
-        }
-        if (done) continue;
+        if (st->nbytes() >= need_bytes(t) || place_in_scratch(t)) continue;
         if (t.is_cpu()) {
             together.push_back(&t);
             total += rounded(need_bytes(t));
@@ -121,7 +126,7 @@ int64_t alloc_storages_together(const std::vector<torch::Tensor>& ts, const Scra
     auto block = std::make_shared<HostBlock>(total);  // freed with the last storage pointing into it
     char* at = block->data();
     for (const torch::Tensor* t : together) {
-        place(*t, at, block);
+        point_storage_at(*t, at, block);
         at += rounded(need_bytes(*t));
     }
     return placed;
@@ -233,16 +238,6 @@ torch::Tensor held_part_as_dst(const std::string& name, const std::vector<int64_
     return h.data.narrow(0, start - h.begin, count);
 }
 
-// Points the storage of `t` (contiguous, offset 0, without storage) at `part`'s memory, keeping
-// `part` alive until the storage is freed.
-void alias_storage(const torch::Tensor& t, const torch::Tensor& part) {
-    c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
-    auto* keep = new torch::Tensor(part);
-    s->set_data_ptr_noswap(at::DataPtr(
-        part.data_ptr(), keep, [](void* k) { delete static_cast<torch::Tensor*>(k); }, t.device()));
-    s->set_nbytes(static_cast<size_t>(t.numel()) * t.element_size());
-}
-
 // This rank's parameter list and, in `problem`, why it cannot take part (empty: it can). Local.
 std::vector<Param> local_params(const HeldSource* src, torch::nn::Module* dst, const TpLayout& dst_layout,
                                 const ScratchMemory& scratch, const ModelArgs& args,
@@ -269,7 +264,7 @@ std::vector<Param> local_params(const HeldSource* src, torch::nn::Module* dst, c
                 const auto full = full_shape(shard_spec(h.name, dst_layout), t.sizes().vec());
                 const torch::Tensor part = held_part_as_dst(h.name, full, src_layout, dst_layout, h);
                 if (!part.defined() || part.numel() != t.numel()) continue;
-                alias_storage(t, part);
+                point_storage_at(t, part.data_ptr(), std::make_shared<torch::Tensor>(part));  // keeps it alive
                 aliased[i] = 1;
             }
         }
