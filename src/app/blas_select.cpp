@@ -1,5 +1,6 @@
 #include "blas_select.h"
 
+#include <ATen/Version.h>
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -63,7 +64,15 @@ void maybe_select_blas_core(int argc, char** argv) {
 
 std::string blas_description() {
     const char* core = openblas_core();
-    if (core == nullptr) return "not OpenBLAS (reference BLAS is ~30x slower: install libopenblas0-openmp)";
+    if (core == nullptr) {
+        // LibTorch's own BLAS (the pip wheels and libtorch zips link MKL on x86-64): its build
+        // settings name it.
+        const std::string config = at::show_config();
+        const auto at = config.find("BLAS_INFO=");
+        if (at == std::string::npos) return "LibTorch's built-in BLAS";
+        const auto end = config.find_first_of(", \n", at);
+        return config.substr(at + 10, end - at - 10) + " (LibTorch's BLAS)";
+    }
     std::string who = std::getenv("RLPT_BLAS_REEXECUTED") ? "chosen by rlpt for this AVX-512 CPU"
                       : std::getenv("OPENBLAS_CORETYPE") ? "from OPENBLAS_CORETYPE"
                                                          : "autodetected";

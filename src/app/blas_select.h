@@ -14,7 +14,8 @@
 namespace rlpt::app {
 
 void maybe_select_blas_core(int argc, char** argv);
-// "OpenBLAS <core> (<who chose it>)" or "reference BLAS (slow: install libopenblas0)".
+// "OpenBLAS core <core> (<who chose it>)" when LibTorch uses a system OpenBLAS (Debian's
+// libtorch), else the BLAS LibTorch was built with, e.g. "mkl (LibTorch's BLAS)" (pip wheels).
 std::string blas_description();
 
 }  // namespace rlpt::app

@@ -1,6 +1,7 @@
 // Logits against scripts/reference_forward.py, an independent float64 PyTorch implementation
-// (Debian has no python3-transformers, so HF's own classes can't be used here). Skipped when
-// /usr/bin/python3 with torch is not available.
+// (no transformers is installed, so HF's own classes can't be used here). It runs with the Python
+// whose torch provided rlpt's LibTorch (RLPT_TORCH_PYTHON: scripts/setup.sh's .venv, with numpy);
+// skipped when that Python lacks torch or numpy (a build from a libtorch zip).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -9,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "rlpt/build_config.h"
 #include "rlpt/model/transformer.h"
 #include "rlpt/model/value_model.h"
 #include "test_model_helpers.h"
@@ -20,8 +22,10 @@ using rlpt::model::testing::TempDir;
 
 namespace {
 
+std::string python() { return RLPT_TORCH_PYTHON[0] != '\0' ? RLPT_TORCH_PYTHON : "python3"; }
+
 bool python_torch_available() {
-    return std::system("/usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1") == 0;
+    return std::system((python() + " -c 'import torch, numpy' >/dev/null 2>&1").c_str()) == 0;
 }
 
 // Runs the reference on `dir` and returns its output shaped `shape`.
@@ -39,7 +43,7 @@ torch::Tensor reference(const std::string& dir, const Batch& b, std::vector<int6
     in["position_ids"] = rows(b.pos);
     const std::string in_path = dir + "/ref_input.json", out_path = dir + "/ref_output.bin";
     std::ofstream(in_path) << in.dump();
-    const std::string cmd = fmt::format("/usr/bin/python3 {}/scripts/reference_forward.py {} {} {}",
+    const std::string cmd = fmt::format("{} {}/scripts/reference_forward.py {} {} {}", python(),
                                         rlpt::model::testing::source_dir(), dir, in_path, out_path);
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
     std::ifstream f(out_path, std::ios::binary);
@@ -89,7 +93,7 @@ class ReferenceForward : public ::testing::Test {
   protected:
     void SetUp() override {
         if (!python_torch_available())
-            GTEST_SKIP() << "/usr/bin/python3 with torch+numpy is not available (Debian python3-torch); "
+            GTEST_SKIP() << python() << " with torch+numpy is not available (RLPT_TORCH_PYTHON); "
                             "the independent reference forward cannot run";
     }
 };
