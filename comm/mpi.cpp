@@ -3,8 +3,10 @@
 #include <sched.h>
 #include <time.h>
 
+#include <atomic>
 #include <cstring>
 #include <limits>
+#include <thread>
 #include <utility>
 
 namespace rlpt::comm {
@@ -141,19 +143,54 @@ int wait_any(std::vector<MPI_Request>& reqs, MPI_Status* status, const Deadline&
 
 // ---- runtime ----------------------------------------------------------------------------
 
+namespace {
+std::atomic<std::thread::id>& mpi_thread() {
+    static std::atomic<std::thread::id> id{std::thread::id()};
+    return id;
+}
+
+const char* thread_level_name(int level) {
+    switch (level) {
+        case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+        case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+        case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+        case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+    }
+    return "an unknown thread level";
+}
+}  // namespace
+
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
     int initialized = 0;
     MPI_Initialized(&initialized);
+    int provided = 0;
     if (!initialized) {
-        int provided = 0;
-        int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+        int rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
         if (rc != MPI_SUCCESS) throw CommError("MPI_Init_thread failed: " + mpi_error_string(rc));
         owns_ = true;
+    } else {
+        RLPT_MPI_CHECK(MPI_Query_thread(&provided));
     }
     RLPT_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    if (provided < MPI_THREAD_SERIALIZED && owns_) MPI_Finalize();  // the throw below skips the destructor
+    RLPT_CHECK_KIND(CommError, provided >= MPI_THREAD_SERIALIZED,
+                    "the MPI library provides {} but rlpt needs MPI_THREAD_SERIALIZED (on a GPU, autograd's "
+                    "device thread runs collectives while the main thread waits in backward()); use an MPI built "
+                    "with thread support (Open MPI and MPICH provide it by default)",
+                    thread_level_name(provided));
+    mpi_thread().store(std::this_thread::get_id());
 }
 
+int MpiRuntime::thread_level() {
+    int provided = MPI_THREAD_SINGLE;
+    RLPT_MPI_CHECK(MPI_Query_thread(&provided));
+    return provided;
+}
+
+bool on_mpi_thread() { return mpi_thread().load() == std::this_thread::get_id(); }
+
 MpiRuntime::~MpiRuntime() {
+    mpi_thread().store(std::thread::id());
     if (!owns_ || failed_) return;
     int finalized = 0;
     MPI_Finalized(&finalized);

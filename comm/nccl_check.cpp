@@ -1,10 +1,11 @@
-// NCCL/CUDA error checks and RAII owners (comm/nccl_check.h). Built only with NCCL.
+// NCCL error checks, RAII owners and the NCCL bootstrap (comm/nccl_check.h). Built only with NCCL.
 #include "nccl_check.h"
 
 #include <fmt/format.h>
 
-#include <cstdio>
+#include <cstring>
 
+#include "rlpt/comm/bootstrap.h"
 #include "rlpt/comm/nccl_env.h"
 
 namespace rlpt::comm::detail {
@@ -19,12 +20,6 @@ void throw_nccl_error(NcclComm* comm, ncclResult_t result, const char* call, con
         msg += " (NCCL communicator aborted)";
     }
     throw CommError(msg, file, line, call);
-}
-
-void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
-    throw CudaError(fmt::format("CUDA error: {} ({})", cudaGetErrorString(err),
-                                cudaGetErrorName(err)),
-                    file, line, call);
 }
 
 // ---- NcclComm ---------------------------------------------------------------------------
@@ -86,7 +81,7 @@ std::string NcclComm::last_error() const {
 
 void NcclComm::wait_ready(const Deadline& deadline, const std::string& what) {
     RLPT_ASSERT(comm_ != nullptr);
-    Backoff backoff;
+    Backoff backoff(&what);
     for (;;) {
         ncclResult_t state = ncclSuccess;
         RLPT_NCCL_CHECK(this, ncclCommGetAsyncError(comm_, &state));
@@ -102,6 +97,14 @@ void NcclComm::wait_ready(const Deadline& deadline, const std::string& what) {
                        what);
         }
         backoff.pause();
+    }
+}
+
+void NcclComm::enqueued(ncclResult_t r, const char* call, const Deadline& deadline) {
+    if (r == ncclInProgress) {
+        wait_ready(deadline, fmt::format("{} (enqueue)", call));
+    } else if (r != ncclSuccess) {
+        throw_nccl_error(this, r, call, __FILE__, __LINE__);
     }
 }
 
@@ -164,7 +167,9 @@ void wait_cuda(NcclComm& comm, Query&& query, const Deadline& deadline, const st
         if (q == cudaSuccess) return;
         if (q != cudaErrorNotReady) {
             comm.abort();
-            throw_cuda_error(q, what.c_str(), __FILE__, __LINE__);
+            throw CudaError(fmt::format("CUDA error {} while waiting for {}: {} (NCCL communicator aborted)",
+                                        cudaGetErrorName(q), what, cudaGetErrorString(q)),
+                            __FILE__, __LINE__, "cudaStreamQuery / cudaEventQuery");
         }
         if (deadline.expired()) {
             comm.abort();
@@ -187,36 +192,39 @@ void wait_event(NcclComm& comm, cudaEvent_t event, const Deadline& deadline, con
     wait_cuda(comm, [&] { return cudaEventQuery(event); }, deadline, what);
 }
 
-NcclComm nccl_bootstrap(const Communicator& comm, int device, const char* name, NcclBootstrapMessage& msg,
-                        const Deadline& deadline, int64_t* n_nodes) {
-    // Node count: one leader per shared-memory domain.
-    Communicator node = comm.split_shared();
-    int64_t nodes = node.rank() == 0 ? 1 : 0;
-    comm.allreduce(&nodes, 1, MPI_INT64_T, MPI_SUM, deadline);
-    apply_nccl_ifname_policy(static_cast<int>(nodes));
-    if (n_nodes) *n_nodes = nodes;
+static_assert(sizeof(ncclUniqueId) == kBootstrapIdBytes, "rlpt/comm/bootstrap.h: kBootstrapIdBytes");
 
-    RLPT_CUDA_CHECK(cudaSetDevice(device));
-    msg = NcclBootstrapMessage();
-    if (comm.rank() == 0) {
-        const ncclResult_t r = ncclGetUniqueId(&msg.id);
-        msg.ok = r == ncclSuccess ? 1 : 0;
-        if (!msg.ok) {
-            std::snprintf(msg.error, sizeof(msg.error), "ncclGetUniqueId: %s: %s", ncclGetErrorString(r),
-                          ncclGetLastError(nullptr));
-        }
+NcclComm nccl_bootstrap(const Communicator& comm, int device, const char* name, const Deadline& deadline,
+                        int64_t* n_nodes) {
+    std::string not_ready;
+    if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+        not_ready = fmt::format("cudaSetDevice({}): {} ({})", device, cudaGetErrorString(e), cudaGetErrorName(e));
+        cudaGetLastError();  // clear it: the error is reported through the rendezvous
     }
-    comm.bcast(&msg, sizeof(msg), 0, deadline);
-    RLPT_CHECK_KIND(CommError, msg.ok, "NCCL bootstrap failed on the sync root: {}", msg.error);
+    const BootstrapResult agreed = bootstrap_rendezvous(
+        comm, name, not_ready,
+        [](int64_t nodes, BootstrapId& id) {
+            apply_nccl_ifname_policy(static_cast<int>(nodes));  // before this process's first NCCL call
+            ncclUniqueId unique{};
+            const ncclResult_t r = ncclGetUniqueId(&unique);
+            if (r != ncclSuccess) return fmt::format("ncclGetUniqueId: {}: {}", ncclGetErrorString(r), ncclGetLastError(nullptr));
+            std::memcpy(id.data(), &unique, sizeof(unique));
+            return std::string();
+        },
+        deadline);
+    if (comm.rank() != 0) apply_nccl_ifname_policy(static_cast<int>(agreed.n_nodes));
+    if (n_nodes) *n_nodes = agreed.n_nodes;
 
+    ncclUniqueId unique{};
+    std::memcpy(&unique, agreed.id.data(), sizeof(unique));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // init and calls return at once; we poll against the deadline
     config.commName = name;
     ncclComm_t raw = nullptr;
-    const ncclResult_t r = ncclCommInitRankConfig(&raw, comm.size(), msg.id, comm.rank(), &config);
+    const ncclResult_t r = ncclCommInitRankConfig(&raw, comm.size(), unique, comm.rank(), &config);
     NcclComm out(raw);
     if (r != ncclSuccess && r != ncclInProgress) throw_nccl_error(&out, r, "ncclCommInitRankConfig", __FILE__, __LINE__);
-    out.wait_ready(deadline, "ncclCommInitRankConfig (NCCL bootstrap)");
+    out.wait_ready(deadline, fmt::format("ncclCommInitRankConfig of {} (NCCL bootstrap)", name));
     return out;
 }
 

@@ -1,12 +1,12 @@
 #pragma once
-// NCCL and CUDA error checks and move-only RAII owners. Private to rlpt_comm; included only
-// by comm/nccl_*.cpp (compiled only in builds with NCCL).
+// NCCL error checks, move-only RAII owners and the one NCCL bootstrap. Private to rlpt_comm;
+// included only by comm/nccl_*.cpp (compiled only in builds with NCCL).
 //
 // RLPT_NCCL_CHECK(owner, call): on a result other than ncclSuccess / ncclInProgress (the
 //   latter is how a non-blocking communicator says "queued", see wait_ready()), aborts
 //   `owner` (an NcclComm*, may be null) and throws CommError with ncclGetErrorString, the
 //   communicator's ncclGetLastError text and the call text (Horovod NCCLContext::ErrorCheck).
-// RLPT_CUDA_CHECK(call): throws CudaError with cudaGetErrorString and the call text.
+// CUDA results: RLPT_CUDA_CHECK (rlpt/core/cuda_check.h, included here).
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -14,6 +14,7 @@
 #include <string>
 
 #include "rlpt/comm/mpi.h"
+#include "rlpt/core/cuda_check.h"
 #include "rlpt/core/error.h"
 
 namespace rlpt::comm::detail {
@@ -21,7 +22,6 @@ namespace rlpt::comm::detail {
 class NcclComm;
 [[noreturn]] void throw_nccl_error(NcclComm* comm, ncclResult_t result, const char* call,
                                    const char* file, int line);
-[[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line);
 
 // Owns an ncclComm_t: ncclCommFinalize + ncclCommDestroy on destruction when healthy,
 // ncclCommAbort after abort() or when finalizing fails.
@@ -43,8 +43,11 @@ class NcclComm {
     std::string last_error() const;
     // Polls ncclCommGetAsyncError until the communicator is no longer ncclInProgress
     // (non-blocking init or a queued call). Aborts and throws CommError on an error or at
-    // the deadline (`what` names the operation).
+    // the deadline (`what` names the operation; the wait is reported to the WaitObserver).
     void wait_ready(const Deadline& deadline, const std::string& what);
+    // After an NCCL call `call` on this communicator returned `r`: waits (wait_ready) when it
+    // is ncclInProgress, aborts and throws CommError when it failed.
+    void enqueued(ncclResult_t r, const char* call, const Deadline& deadline);
 
   private:
     ncclComm_t comm_ = nullptr;
@@ -101,21 +104,17 @@ void wait_stream(NcclComm& comm, cudaStream_t stream, const Deadline& deadline,
 // The same for one recorded event.
 void wait_event(NcclComm& comm, cudaEvent_t event, const Deadline& deadline, const std::string& what);
 
-// The root's unique id travels with a status, so a root that cannot create one fails every
-// rank instead of leaving them waiting.
-struct NcclBootstrapMessage {
-    int64_t ok = 0;
-    ncclUniqueId id{};
-    char error[256] = {0};
-};
-
-// A non-blocking NCCL communicator over `comm` on CUDA `device` (collective on `comm`): node
-// count from MPI_Comm_split_type, apply_nccl_ifname_policy(), ncclGetUniqueId on rank 0
-// broadcast over MPI through `msg` (the caller keeps it alive, and leaks it should the
-// broadcast fail), ncclCommInitRankConfig polled against the deadline. `n_nodes` (optional)
-// receives the node count.
-NcclComm nccl_bootstrap(const Communicator& comm, int device, const char* name, NcclBootstrapMessage& msg,
-                        const Deadline& deadline, int64_t* n_nodes = nullptr);
+// The one NCCL bootstrap of rlpt: a non-blocking NCCL communicator over `comm` on CUDA `device`
+// (collective on `comm`), called `name` in every message and in NCCL's own logs (`name` must
+// outlive the communicator). Inside bootstrap_rendezvous (rlpt/comm/bootstrap.h): every rank
+// reports whether cudaSetDevice(device) worked, so a rank that cannot take part is named on
+// every rank; the root applies the interface policy (apply_nccl_ifname_policy, rlpt/comm/
+// nccl_env.h) and creates the unique id; the others apply the policy when the id arrives, before
+// their first NCCL call. Then ncclCommInitRankConfig (blocking = 0) polled against `deadline`.
+// CommError / TimeoutError name the communicator and the rank(s) at fault. `n_nodes`
+// (optional) receives the node count.
+NcclComm nccl_bootstrap(const Communicator& comm, int device, const char* name, const Deadline& deadline,
+                        int64_t* n_nodes = nullptr);
 
 }  // namespace rlpt::comm::detail
 
@@ -125,13 +124,5 @@ NcclComm nccl_bootstrap(const Communicator& comm, int device, const char* name, 
         if (rlpt_nccl_rc_ != ncclSuccess && rlpt_nccl_rc_ != ncclInProgress) {              \
             ::rlpt::comm::detail::throw_nccl_error((owner), rlpt_nccl_rc_, #call, __FILE__,  \
                                                    __LINE__);                               \
-        }                                                                                   \
-    } while (0)
-
-#define RLPT_CUDA_CHECK(call)                                                               \
-    do {                                                                                    \
-        cudaError_t rlpt_cuda_rc_ = (call);                                                 \
-        if (rlpt_cuda_rc_ != cudaSuccess) {                                                 \
-            ::rlpt::comm::detail::throw_cuda_error(rlpt_cuda_rc_, #call, __FILE__, __LINE__); \
         }                                                                                   \
     } while (0)

@@ -26,21 +26,20 @@ class NcclP2p final : public P2pTransport {
     ~NcclP2p() override {
         for (cudaEvent_t e : events_) cudaEventDestroy(e);
         for (cudaEvent_t e : spare_) cudaEventDestroy(e);
-        if (abandoned_) bootstrap_.release();  // a failed broadcast may still write into it
     }
 
     const char* name() const override { return "nccl"; }
     torch::Device device() const override { return torch::Device(torch::kCUDA, static_cast<int8_t>(device_)); }
 
     void begin(const Deadline& deadline) override {
-        RLPT_CUDA_CHECK(cudaSetDevice(device_));
         if (!nccl_) {
-            nccl_ = nccl_bootstrap(comm_, device_, "rlpt_weight_reshard", *bootstrap_, deadline);
+            nccl_ = nccl_bootstrap(comm_, device_, "rlpt_weight_reshard", deadline);  // sets the device
             stream_ = CudaStream::create();
             if (comm_.rank() == 0) {
                 RLPT_LOG_INFO("weight reshard: NCCL communicator ready ({} ranks, cuda:{})", comm_.size(), device_);
             }
         }
+        RLPT_CUDA_CHECK(cudaSetDevice(device_));
     }
 
     void start(bool send, void* data, int64_t bytes, int peer, const Deadline& deadline) override {
@@ -49,11 +48,7 @@ class NcclP2p final : public P2pTransport {
                                                stream_.get())
                                     : ncclRecv(data, static_cast<size_t>(bytes), ncclUint8, peer, nccl_.get(),
                                                stream_.get());
-        if (r == ncclInProgress) {
-            nccl_.wait_ready(deadline, send ? "ncclSend (enqueue)" : "ncclRecv (enqueue)");
-        } else if (r != ncclSuccess) {
-            throw_nccl_error(&nccl_, r, send ? "ncclSend" : "ncclRecv", __FILE__, __LINE__);
-        }
+        nccl_.enqueued(r, send ? "ncclSend" : "ncclRecv", deadline);
         cudaEvent_t e = nullptr;
         if (spare_.empty()) {
             RLPT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -73,10 +68,7 @@ class NcclP2p final : public P2pTransport {
         spare_.push_back(e);
     }
 
-    void abandon() noexcept override {
-        abandoned_ = true;
-        nccl_.abort();
-    }
+    void abandon() noexcept override { nccl_.abort(); }
 
   private:
     const Communicator& comm_;
@@ -85,8 +77,6 @@ class NcclP2p final : public P2pTransport {
     CudaStream stream_;
     std::deque<cudaEvent_t> events_;
     std::vector<cudaEvent_t> spare_;
-    std::unique_ptr<NcclBootstrapMessage> bootstrap_ = std::make_unique<NcclBootstrapMessage>();
-    bool abandoned_ = false;
 };
 
 }  // namespace

@@ -8,10 +8,9 @@
 // sync() synchronizes the device once on entry (the optimizer step / generation that touch
 // the tensors must be finished) and its stream is idle when it returns.
 //
-// Bootstrap (first sync, collective on the sync communicator): node count from
-// MPI_Comm_split_type, apply_nccl_ifname_policy(), ncclGetUniqueId on the root, broadcast
-// over MPI, ncclCommInitRankConfig with blocking = 0 polled against the deadline, so a
-// bootstrap that cannot connect becomes a CommError instead of a silent hang.
+// Bootstrap (first sync, collective on the sync communicator): nccl_bootstrap (comm/nccl_check.h)
+// with the sync's deadline, so a rank that cannot take part is named on every rank and a
+// bootstrap that cannot connect becomes an error instead of a silent hang.
 #include <cstring>
 
 #include "nccl_check.h"
@@ -46,7 +45,6 @@ class NcclWeightSync final : public WeightSync {
             // these, so keep them rather than free memory a late write could land in.
             for (auto& b : buffers_) b.leak();
             header_.release();
-            bootstrap_.release();
         }
     }
 
@@ -77,7 +75,6 @@ class NcclWeightSync final : public WeightSync {
     CudaStream stream_;
     std::vector<DeviceBuffer> buffers_;
     std::unique_ptr<WireHeader> header_ = std::make_unique<WireHeader>();
-    std::unique_ptr<NcclBootstrapMessage> bootstrap_ = std::make_unique<NcclBootstrapMessage>();
     bool broken_ = false;
     std::string broken_reason_;
 };
@@ -103,7 +100,7 @@ std::string NcclWeightSync::pick_device(const std::vector<torch::Tensor>& tensor
 
 void NcclWeightSync::bootstrap(const Deadline& deadline) {
     int64_t n_nodes = 1;
-    nccl_ = nccl_bootstrap(comm_, device_, "rlpt_weight_sync", *bootstrap_, deadline, &n_nodes);
+    nccl_ = nccl_bootstrap(comm_, device_, "rlpt_weight_sync", deadline, &n_nodes);
     stream_ = CudaStream::create();
     if (comm_.rank() == 0) {
         RLPT_LOG_INFO("weight sync: NCCL communicator ready ({} ranks, {} node(s), cuda:{})",
@@ -122,13 +119,9 @@ char* NcclWeightSync::buffer(int slot, int64_t bytes, WeightSyncStats& stats) {
 }
 
 void NcclWeightSync::broadcast(char* data, int64_t bytes, const Deadline& deadline) {
-    const ncclResult_t r = ncclBroadcast(data, data, static_cast<size_t>(bytes), ncclUint8, 0,
-                                         nccl_.get(), stream_.get());
-    if (r == ncclInProgress) {
-        nccl_.wait_ready(deadline, "ncclBroadcast (enqueue)");
-    } else if (r != ncclSuccess) {
-        throw_nccl_error(&nccl_, r, "ncclBroadcast", __FILE__, __LINE__);
-    }
+    nccl_.enqueued(
+        ncclBroadcast(data, data, static_cast<size_t>(bytes), ncclUint8, 0, nccl_.get(), stream_.get()),
+        "ncclBroadcast", deadline);
 }
 
 void NcclWeightSync::transfer(const SyncPlan& plan, std::vector<torch::Tensor>& tensors,

@@ -365,7 +365,7 @@ std::unique_ptr<P2pTransport> choose_transport(const std::string& backend, const
     const bool all_cuda = all[0] != 0;
     std::unique_ptr<P2pTransport> transport;
 #if RLPT_HAVE_NCCL
-    if (backend == "nccl" || (backend == "auto" && all_cuda)) {
+    if (weights_over_nccl(backend, true, device_collectives(), all_cuda)) {
         RLPT_CHECK_KIND(ConfigError, all_cuda,
                         "{} backend 'nccl' needs every rank's tensors on a CUDA device; use 'mpi' or 'auto'", what);
         transport = make_nccl_p2p(comm, cuda_device);
@@ -802,13 +802,7 @@ void check_backend(const std::string& backend, const Communicator& comm, const W
                    const char* what) {
     detail::check_options(options);
     RLPT_CHECK_KIND(ConfigError, comm.valid(), "{}: the communicator is null", what);
-    RLPT_CHECK_KIND(ConfigError, backend == "auto" || backend == "mpi" || backend == "nccl",
-                    "unknown weight_sync backend '{}' (expected auto, mpi or nccl)", backend);
-#if !RLPT_HAVE_NCCL
-    RLPT_CHECK_KIND(ConfigError, backend != "nccl",
-                    "weight_sync backend 'nccl' is not available: this rlpt was built without NCCL; use 'mpi' or "
-                    "'auto'");
-#endif
+    check_weight_backend(backend, RLPT_HAVE_NCCL, device_collectives(), "weight_sync");
 }
 }  // namespace
 

@@ -245,18 +245,15 @@ class AutoWeightSync final : public WeightSync {
 
   private:
     void resolve(const std::vector<torch::Tensor>& tensors) {
-        int64_t local_nccl = 0;
-#if RLPT_HAVE_NCCL
-        local_nccl = !tensors.empty() && cuda_device_count() > 0 ? 1 : 0;
+        int64_t all_cuda = tensors.empty() ? 0 : 1;
         for (const auto& t : tensors) {
-            if (!t.defined() || !t.is_cuda()) local_nccl = 0;
+            if (!t.defined() || !t.is_cuda()) all_cuda = 0;
         }
-#endif
         const Deadline deadline = Deadline::after_seconds(options().timeout_s);
         const bool root = comm_.rank() == 0;
-        comm_.allreduce(&local_nccl, 1, MPI_INT64_T, MPI_MIN, deadline);
+        comm_.allreduce(&all_cuda, 1, MPI_INT64_T, MPI_MIN, deadline);
 #if RLPT_HAVE_NCCL
-        if (local_nccl) {
+        if (weights_over_nccl("auto", true, device_collectives(), all_cuda != 0)) {
             inner_ = make_nccl_weight_sync(std::move(comm_), options());
         }
 #endif
@@ -297,32 +294,47 @@ std::unique_ptr<WeightSync> make_weight_sync(const std::string& backend, const C
     detail::check_options(options);
     RLPT_CHECK_KIND(ConfigError, comm.valid(),
                     "make_weight_sync: the sync communicator is null (is this rank a member?)");
+    check_weight_backend(backend, RLPT_HAVE_NCCL, device_collectives(), "weight_sync");
     if (backend == "mpi") return detail::make_mpi_weight_sync(comm.dup(), options);
     if (backend == "auto") return std::make_unique<detail::AutoWeightSync>(comm.dup(), options);
-    if (backend == "nccl") {
 #if RLPT_HAVE_NCCL
-        // Collective check, so every rank fails alike when any rank lacks a GPU.
-        const int64_t n_devices = detail::cuda_device_count();
-        auto all = comm.allgather_i64(n_devices);
-        std::string without;
-        for (size_t r = 0; r < all.size(); ++r) {
-            if (all[r] == 0) without += (without.empty() ? "" : ", ") + std::to_string(r);
-        }
-        RLPT_CHECK_KIND(ConfigError, without.empty(),
-                        "weight_sync backend 'nccl' needs a CUDA device on every rank, but "
-                        "sync-communicator rank(s) {} see none (no GPU or no driver); use "
-                        "backend 'mpi' or 'auto'",
-                        without);
-        return detail::make_nccl_weight_sync(comm.dup(), options);
-#else
-        RLPT_THROW(ConfigError,
-                   "weight_sync backend 'nccl' is not available: this rlpt was built without "
-                   "NCCL (CUDA and NCCL were not found at configure time); use backend 'mpi' "
-                   "or 'auto'");
-#endif
+    // "nccl". Collective check, so every rank fails alike when any rank lacks a GPU.
+    const int64_t n_devices = detail::cuda_device_count();
+    auto all = comm.allgather_i64(n_devices);
+    std::string without;
+    for (size_t r = 0; r < all.size(); ++r) {
+        if (all[r] == 0) without += (without.empty() ? "" : ", ") + std::to_string(r);
     }
-    RLPT_THROW(ConfigError, "unknown weight_sync backend '{}' (expected auto, mpi or nccl)",
-               backend);
+    RLPT_CHECK_KIND(ConfigError, without.empty(),
+                    "weight_sync backend 'nccl' needs a CUDA device on every rank, but "
+                    "sync-communicator rank(s) {} see none (no GPU or no driver); use "
+                    "backend 'mpi' or 'auto'",
+                    without);
+    return detail::make_nccl_weight_sync(comm.dup(), options);
+#else
+    RLPT_THROW(InternalError, "check_weight_backend accepted '{}' in a build without NCCL", backend);
+#endif
+}
+
+void check_weight_backend(const std::string& backend, bool nccl_built, DeviceCollectives collectives,
+                          const char* what) {
+    RLPT_CHECK_KIND(ConfigError, backend == "auto" || backend == "mpi" || backend == "nccl",
+                    "unknown {} backend '{}' (expected auto, mpi or nccl)", what, backend);
+    if (backend != "nccl") return;
+    RLPT_CHECK_KIND(ConfigError, nccl_built,
+                    "{} backend 'nccl' is not available: this rlpt was built without NCCL (its LibTorch is "
+                    "CPU-only, or it was configured without NCCL); use backend 'mpi' or 'auto'",
+                    what);
+    RLPT_CHECK_KIND(ConfigError, collectives == DeviceCollectives::kNccl,
+                    "{} backend 'nccl' conflicts with device collectives '{}' (trainer.device_collectives): "
+                    "ranks whose collectives on GPU tensors go over MPI (ranks sharing a GPU) cannot use NCCL for "
+                    "weights; use backend 'mpi' or 'auto', or set trainer.device_collectives=nccl",
+                    what, device_collectives_name(collectives));
+}
+
+bool weights_over_nccl(const std::string& backend, bool nccl_built, DeviceCollectives collectives, bool all_cuda) {
+    if (backend == "nccl") return true;
+    return backend == "auto" && nccl_built && collectives == DeviceCollectives::kNccl && all_cuda;
 }
 
 uint64_t weights_checksum(const std::vector<torch::Tensor>& tensors) {

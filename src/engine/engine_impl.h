@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/transport.h"
+#include "rlpt/comm/collectives.h"
 #include "rlpt/comm/mpi.h"
 #include "rlpt/core/error.h"
 #include "rlpt/engine/train_engine.h"
@@ -79,18 +79,18 @@ struct EngineState {
     int tp_size = 1;
     OptimOptions opts;
     torch::Device device = torch::kCPU;
-    std::unique_ptr<Transport> transport;  // over dp: gradient all-reduce (ZeRO-0/1), broadcast
+    std::unique_ptr<comm::Collectives> transport;  // over dp: gradient all-reduce (ZeRO-0/1), broadcast
     // The ZeRO shard group (OptimOptions::shard_group_size): shards are padded / shard_size
     // elements and this rank owns shard number shard_rank. Without hybrid shard it is the DP
     // group (shard_comm == dp, shard_tx == transport).
     int shard_rank = 0;
     int shard_size = 1;
     const comm::Communicator* shard_comm = nullptr;  // null: a one-rank shard group
-    Transport* shard_tx = nullptr;                   // all-gathers and reduce-scatters
+    comm::Collectives* shard_tx = nullptr;           // all-gathers and reduce-scatters
     // Hybrid shard only: the owned group communicators and transports. replica_tx all-reduces
     // a ZeRO-2/3 gradient slice over the ranks at the same position in every shard group.
     comm::Communicator own_shard_comm, replica_comm;
-    std::unique_ptr<Transport> own_shard_tx, replica_tx;
+    std::unique_ptr<comm::Collectives> own_shard_tx, replica_tx;
     int64_t peak_bytes = 0;  // TrainEngine::peak_memory_bytes()
     std::vector<ParamSlot> slots;
     std::vector<Group> groups;

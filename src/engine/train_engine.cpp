@@ -1,5 +1,5 @@
 // TrainEngine: set-up (flat buffers, agreement, initial broadcast) and the optimizer step.
-// Checkpointing is in engine_state.cpp, the collectives in transport.cpp / nccl_transport.cpp.
+// Checkpointing is in engine_state.cpp, the collectives in comm/ (rlpt/comm/collectives.h).
 #include "rlpt/engine/train_engine.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -42,14 +42,6 @@ std::string options_line(const OptimOptions& o) {
                        o.num_cycles, o.total_steps, o.clip_grad, o.zero_stage, o.grad_bucket_bytes,
                        o.shard_group_size > 0 ? fmt::format(" shard_group={}", o.shard_group_size) : "",
                        o.frozen ? " frozen" : "");
-}
-
-// A transport over `c` for tensors on `device` (self when `c` is null or has one rank).
-std::unique_ptr<detail::Transport> make_transport(const comm::Communicator* c, const torch::Device& device) {
-    if (c == nullptr || c->size() == 1) return detail::make_self_transport();
-    if (device.is_cpu()) return detail::make_mpi_transport(*c);
-    RLPT_CHECK(device.is_cuda(), "TrainEngine: parameters on {} are not supported (cpu, cuda)", device.str());
-    return detail::make_nccl_transport(*c, device.index());
 }
 
 // Trainable parameters in named_parameters() order, each tensor once (tied weights are
@@ -213,7 +205,7 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
     err = nullptr;
     try {
         torch::NoGradGuard no_grad;
-        const int64_t shard_multiple = st.opts.zero_stage >= 1 ? st.shard_size * detail::kShardAlign : 1;
+        const int64_t shard_multiple = st.opts.zero_stage >= 1 ? st.shard_size * comm::kShardAlign : 1;
         const auto units = parameter_units(st);
         for (auto& s : st.slots) {
             const auto dt = s.param.scalar_type();
@@ -260,12 +252,12 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
         RLPT_CHECK(!st.shards_params() || st.backbone != nullptr,
                    "TrainEngine: zero_stage 3 shards parameters layer by layer and needs a transformer model "
                    "(CausalLM, ValueModel); this module has no model::Backbone");
-        st.transport = make_transport(st.dp, st.device);
+        st.transport = comm::make_collectives(st.dp, st.device, "the TrainEngine's data-parallel group");
         st.shard_tx = st.transport.get();
         if (st.shard_size < st.dp_size) {
-            st.own_shard_tx = make_transport(st.shard_comm, st.device);
+            st.own_shard_tx = comm::make_collectives(st.shard_comm, st.device, "the TrainEngine's shard group");
             st.shard_tx = st.own_shard_tx.get();
-            st.replica_tx = make_transport(&st.replica_comm, st.device);
+            st.replica_tx = comm::make_collectives(&st.replica_comm, st.device, "the TrainEngine's replica group");
         }
     } catch (...) {
         err = std::current_exception();

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "engine/transport.h"
+#include "rlpt/comm/collectives.h"
 #include "model/weights_io.h"
 #include "rlpt/comm/mpi.h"
 #include <fmt/ranges.h>
@@ -22,12 +22,7 @@ std::shared_ptr<TensorParallel> TensorParallel::over(const comm::Communicator& m
     std::shared_ptr<TensorParallel> tp(new TensorParallel());
     tp->rank_ = mp.rank();
     tp->size_ = mp.size();
-    if (tp->size_ == 1)
-        tp->transport_ = engine::detail::make_self_transport();
-    else if (device.is_cpu())
-        tp->transport_ = engine::detail::make_mpi_transport(mp);
-    else
-        tp->transport_ = engine::detail::make_nccl_transport(mp, device.index());
+    tp->collectives_ = comm::make_collectives(&mp, device, "the tensor-parallel block");
     return tp;
 }
 
@@ -41,8 +36,8 @@ void TensorParallel::allreduce_sum_(const torch::Tensor& t) const {
     auto flat = buf.view({-1});
     const int64_t chunk = comm::kMaxMessageBytes / 4;
     for (int64_t b = 0; b < flat.numel(); b += chunk)
-        transport_->start_allreduce_sum(flat.narrow(0, b, std::min(chunk, flat.numel() - b)));
-    transport_->finish_allreduces("tensor-parallel all-reduce");
+        collectives_->start_allreduce_sum(flat.narrow(0, b, std::min(chunk, flat.numel() - b)));
+    collectives_->finish_allreduces("tensor-parallel all-reduce");
     if (!buf.is_same(t)) t.copy_(buf);
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -68,9 +63,9 @@ void TensorParallel::allgather_into(const torch::Tensor& local, const torch::Ten
     RLPT_CHECK_KIND(InternalError,
                     local.defined() && out.defined() && out.is_contiguous() && local.dim() == out.dim() && dim >= 0 &&
                         dim < out.dim() && local.scalar_type() == out.scalar_type() && local.device() == out.device(),
-                    "TensorParallel::allgather_into: a {} {} slice into a contiguous {} {} along dim {}",
-                    local.sizes(), c10::toString(local.scalar_type()), out.sizes(), c10::toString(out.scalar_type()),
-                    dim);
+                    "TensorParallel::allgather_into: a {} {} slice on {} into a contiguous {} {} on {} along dim {}",
+                    local.sizes(), c10::toString(local.scalar_type()), local.device().str(), out.sizes(),
+                    c10::toString(out.scalar_type()), out.device().str(), dim);
     for (int64_t d = 0; d < out.dim(); ++d)
         RLPT_CHECK_KIND(InternalError, d == dim || local.size(d) == out.size(d),
                         "TensorParallel::allgather_into: slice {} and destination {} differ outside dim {}",
@@ -93,12 +88,12 @@ void TensorParallel::allgather_into(const torch::Tensor& local, const torch::Ten
                         "TensorParallel::allgather_into: slices [{}, {}) and [{}, {}) overlap", regions[i - 1].first,
                         regions[i - 1].second, regions[i].first, regions[i].second);
     const auto src = local.contiguous();
-    if (!transport_->allgather_slices(src, out, dim, starts, counts)) {
+    if (!collectives_->allgather_slices(src, out, dim, starts, counts)) {
         // Every rank's whole slice into one contiguous buffer (always placeable), then copies.
         auto all = torch::empty({size_, src.numel()}, src.options());
         std::vector<int64_t> rows, ones(static_cast<size_t>(size_), 1);
         for (int64_t r = 0; r < size_; ++r) rows.push_back(r);
-        transport_->allgather_slices(src.view({1, src.numel()}), all, 0, rows, ones);
+        collectives_->allgather_slices(src.view({1, src.numel()}), all, 0, rows, ones);
         for (int64_t r = 0; r < size_; ++r) {
             const auto i = static_cast<size_t>(r);
             if (counts[i] > 0)

@@ -82,7 +82,9 @@ Batch WorkerHost::run(int role_index, uint16_t method, const Batch& in, int64_t 
     maybe_inject_fault(m, step);
     WorkerContext& ctx = contexts_.at(role_index);
     ctx.step = step;
-    return m.handler(*it->second, ctx, in);
+    // The one place batches cross between host and device (role_spec.h, "Devices").
+    const Batch out = m.handler(*it->second, ctx, in.to(handler_device()));
+    return out.to(torch::kCPU);
 }
 
 namespace {
@@ -110,7 +112,9 @@ void WorkerHost::on_wait(const std::string& what, double waited_s) {
                        in_call_.method, in_call_.step, waited_s, what, topo_.placement().controller_rank);
         comm::MpiRuntime::abort(kWatchdogExitCode);
     }
-    if (waited_s >= 0.5 && now - last_heartbeat_ >= 1.0) send_heartbeat(what, waited_s);
+    // Heartbeats only from the MPI thread: a wait on autograd's device thread (a GPU backward)
+    // sends none; the backstop above still holds there (rlpt/comm/mpi.h, "Threads").
+    if (waited_s >= 0.5 && now - last_heartbeat_ >= 1.0 && comm::on_mpi_thread()) send_heartbeat(what, waited_s);
 }
 
 void WorkerHost::send_heartbeat(const std::string& what, double waited_s) {

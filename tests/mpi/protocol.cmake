@@ -9,3 +9,5 @@ rlpt_add_failure_test(mpi_protocol_worker_error_aborts_np4 NP 4 TARGET rlpt_mpi_
 rlpt_add_failure_test(mpi_protocol_silent_worker_times_out_np3 NP 3 TARGET rlpt_mpi_tests
   FILTER "ProtocolAbort.SilentWorkerTimesOut" MAX_SECONDS 60
   REGEX "did not answer within 2 s")
+# Heartbeats never leave a worker from a thread other than the MPI thread (rlpt/comm/mpi.h, "Threads").
+rlpt_add_mpi_test(mpi_protocol_threads_np3 NP 3 TARGET rlpt_mpi_tests FILTER "ProtocolThreads.*:MpiThreads.*" TIMEOUT 120)

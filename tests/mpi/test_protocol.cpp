@@ -4,8 +4,10 @@
 #include <time.h>
 
 #include <chrono>
+#include <exception>
 #include <thread>
 
+#include "mpi_thread_probe.h"
 #include "rlpt/comm/topology.h"
 #include "rlpt/core/log.h"
 #include "rlpt/protocol/runtime.h"
@@ -15,7 +17,18 @@ using namespace rlpt::protocol;
 
 namespace {
 
-enum class TestMethod : uint16_t { kEcho, kRoleSum, kWhoAll, kEach, kNothing, kFail, kMetrics, kSleep, kCount };
+enum class TestMethod : uint16_t {
+    kEcho,
+    kRoleSum,
+    kWhoAll,
+    kEach,
+    kNothing,
+    kFail,
+    kMetrics,
+    kSleep,
+    kWaitOffThread,
+    kCount
+};
 
 class TestWorker : public RoleWorker {};
 
@@ -61,6 +74,35 @@ Batch sleep_ms(RoleWorker&, WorkerContext&, const Batch& in) {
     return Batch(0);
 }
 
+// Waits 1.6 s on a helper thread (as autograd's device thread waits in a GPU backward's
+// collectives), then 1.6 s on the MPI thread. Returns the MPI calls made off the MPI thread during
+// the first (the worker's heartbeats must not be among them) and the sends on the MPI thread during
+// the second (its heartbeats: the observer is live).
+Batch wait_off_thread(RoleWorker&, WorkerContext&, const Batch&) {
+    auto wait_for = [](double s, const std::string& what) {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(s);
+        comm::poll_until([&] { return std::chrono::steady_clock::now() >= until; }, comm::Deadline::never(), what);
+    };
+    const int64_t off_before = test::mpi_calls_off_the_mpi_thread();
+    std::exception_ptr error;
+    std::thread helper([&] {
+        try {
+            wait_for(1.6, "a wait on a helper thread");
+        } catch (...) {
+            error = std::current_exception();
+        }
+    });
+    helper.join();
+    if (error) std::rethrow_exception(error);
+    const int64_t off = test::mpi_calls_off_the_mpi_thread() - off_before;
+    const int64_t sends_before = test::mpi_sends_on_the_mpi_thread();
+    wait_for(1.6, "a wait on the MPI thread");
+    Batch out(1);
+    out.set_ints("off_thread_calls", {off});
+    out.set_ints("heartbeat_sends", {test::mpi_sends_on_the_mpi_thread() - sends_before});
+    return out;
+}
+
 int sources_max(const comm::RoleLayout& L) {
     auto s = L.output_sources();
     return *std::max_element(s.begin(), s.end());
@@ -84,6 +126,8 @@ RoleSpec test_spec(const std::string& name) {
         method(TestMethod::kFail, "fail", fail),
         method(TestMethod::kMetrics, "metrics", metrics).split_over_dp().unpadded().takes(tensors("x")).concat_outputs({}),
         method(TestMethod::kSleep, "sleep", sleep_ms).takes({protocol::meta_field("ms")}),
+        method(TestMethod::kWaitOffThread, "wait_off_thread", wait_off_thread)
+            .every_output({protocol::int_field("off_thread_calls"), protocol::int_field("heartbeat_sends")}),
     };
     return s;
 }
@@ -285,6 +329,21 @@ TEST(Protocol, TableMismatchIsCaught) {
     reg3[0].methods[0].inputs.clear();
     EXPECT_THROW(validate_registry(reg3), InternalError);  // dp_split without a row input
     EXPECT_NE(registry_hash(test_registry()), registry_hash(reg));
+}
+
+// A worker waiting on a thread other than the MPI thread (autograd's device thread in a GPU
+// backward) sends no heartbeat from there: no MPI call at all off the MPI thread.
+TEST(ProtocolThreads, WorkersSendHeartbeatsOnlyFromTheMpiThread) {
+    run({"placement.groups=[{roles: [actor, rollout], ranks: auto}]"}, [&](Controller& ctl, Env& env) {
+        const auto& L = env.topo.placement().at("actor");
+        Controller::Pending p = ctl.submit(TestMethod::kWaitOffThread, Batch(0));
+        auto all = ctl.wait_all(p);
+        ASSERT_EQ(static_cast<int>(all.size()), L.size());
+        for (size_t r = 0; r < all.size(); ++r) {
+            EXPECT_EQ(all[r].ints("off_thread_calls")[0], 0) << "MPI calls off the MPI thread on rank " << L.world_ranks[r];
+            EXPECT_GE(all[r].ints("heartbeat_sends")[0], 1) << "no heartbeat on the MPI thread of rank " << L.world_ranks[r];
+        }
+    });
 }
 
 // Not a normal test: the worker error must end the whole job. Registered through

@@ -20,6 +20,21 @@
 // flight; on a worker the WorkerHost observes its waits inside a call, tells the controller it
 // is alive and what it waits for (heartbeats), and ends the job itself should the controller
 // not do so (rlpt/protocol/runtime.h).
+//
+// Threads: MPI runs at MPI_THREAD_SERIALIZED (MpiRuntime refuses less): any thread may call MPI,
+// never two at once. rlpt calls it from the thread that created the MpiRuntime (the MPI thread,
+// on_mpi_thread()) with one exception: during a backward() on a GPU, autograd runs the backward
+// functions and hooks of CUDA tensors on its own device thread while the MPI thread blocks in
+// backward() until they are done. Those are collectives (tensor parallelism's backward all-reduce,
+// the ZeRO-3 hooks' gathers and reduce-scatters: rlpt/comm/collectives.h), over MPI when device
+// collectives are MPI, and their waits (over MPI or NCCL) report to the WaitObserver from that
+// thread. Serialized holds because one rank drives one device and its models live there: no
+// backward function that communicates runs on the MPI thread concurrently (CPU parameters run
+// their backward on the MPI thread itself, and then autograd starts no device thread). Beyond
+// that rule no rlpt thread calls MPI (the timeline writer, loaders and logging never do). A
+// WaitObserver runs on the waiting thread: the worker's sends only heartbeats on the MPI thread
+// (a stall handler never sends from a foreign thread; the controller's receives and its
+// TimeoutError are legal there under the rule above).
 
 #include <mpi.h>
 
@@ -76,7 +91,8 @@ void set_poll_policy(const PollPolicy& p);
 const PollPolicy& poll_policy();
 
 // Sees every wait of this process (see the top of this file). on_wait() runs on the waiting
-// thread from inside the wait, never re-entered (a wait inside on_wait() is not reported); it
+// thread from inside the wait (the MPI thread, or autograd's device thread: on_mpi_thread() tells
+// which; see "Threads" above), never re-entered (a wait inside on_wait() is not reported); it
 // may throw, which abandons the wait (the exception leaves the wait as if the wait had thrown).
 class WaitObserver {
   public:
@@ -103,8 +119,11 @@ int wait_any(std::vector<MPI_Request>& reqs, MPI_Status* status, const Deadline&
 
 // ---- runtime ----------------------------------------------------------------------------
 
-// Initialises MPI (MPI_THREAD_FUNNELED: one MPI thread per rank; blocking MPI calls from
-// several threads collapse to ms per message on Open MPI) and finalises it on destruction.
+// Initialises MPI at MPI_THREAD_SERIALIZED (see "Threads" above; not MPI_THREAD_MULTIPLE, under
+// which blocking MPI calls from several threads collapse to ms per message on Open MPI) and
+// finalises it on destruction. Throws CommError when the library provides a lower thread level
+// (also when MPI was initialised before, by someone else, at a lower level). The constructing
+// thread becomes the MPI thread.
 class MpiRuntime {
   public:
     MpiRuntime(int* argc, char*** argv);
@@ -116,11 +135,17 @@ class MpiRuntime {
     // After abort-worthy errors the runtime must not call MPI_Finalize (it would hang
     // waiting for peers): mark_failed() makes the destructor skip it.
     void mark_failed() { failed_ = true; }
+    // The thread level MPI provides (MPI_Query_thread): MPI_THREAD_SERIALIZED or higher.
+    static int thread_level();
 
   private:
     bool failed_ = false;
     bool owns_ = false;
 };
+
+// True on the thread that created the live MpiRuntime (the MPI thread); false on every other
+// thread, and everywhere while no MpiRuntime exists.
+bool on_mpi_thread();
 
 // ---- communicators ----------------------------------------------------------------------
 

@@ -48,8 +48,8 @@
 //
 // Transport (chosen at the first sync, like WeightSync's "auto"): "mpi" - host memory, by
 // MPI_Isend/Irecv or single copy; "nccl" - ncclSend/ncclRecv of device memory on the tensors'
-// CUDA device (builds with NCCL, every rank's tensors on CUDA); "auto" - nccl when possible, mpi
-// otherwise. Packing and unpacking are torch copies (narrow + copy_), so tensors may be strided.
+// CUDA device (builds with NCCL, device collectives NCCL, every rank's tensors on CUDA); "auto" -
+// nccl when possible (weights_over_nccl, rlpt/comm/weight_sync.h), mpi otherwise. Packing and unpacking are torch copies (narrow + copy_), so tensors may be strided.
 // Single copy ("mpi" only, comm/single_copy.h): at the first sync, when every rank's tensors are
 // on the host and WeightSyncOptions::single_copy is set (default; RLPT_RESHARD_CMA=0 turns it
 // off per rank), the ranks exchange pids and host identities and each reads a known word of

@@ -36,7 +36,7 @@
 // buffers alive rather than free memory a pending broadcast could still write. The job is
 // expected to abort (STYLE §3.5).
 //
-// Thread safety: none; one thread per rank drives sync() (MPI_THREAD_FUNNELED).
+// Thread safety: none; one thread per rank drives sync() (the MPI thread, rlpt/comm/mpi.h).
 
 #include <torch/torch.h>
 
@@ -45,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "rlpt/comm/device.h"
 #include "rlpt/comm/mpi.h"
 
 namespace rlpt::comm {
@@ -129,17 +130,31 @@ class WeightSync {
 // Builds a weight sync over a duplicate of `comm` (collective on `comm`; every member must
 // pass the same backend and options). backend:
 //   "mpi"  - MPI_Ibcast of host buffers; tensors on any device (staged through the CPU).
-//   "nccl" - ncclBroadcast on device buffers; needs a build with NCCL and a CUDA device on
-//            every rank, otherwise ConfigError (on every rank) saying which is missing.
+//   "nccl" - ncclBroadcast on device buffers; needs a build with NCCL, device collectives
+//            NCCL (trainer.device_collectives, rlpt/comm/device.h) and a CUDA device on every
+//            rank, otherwise ConfigError (on every rank) saying which is missing or conflicting.
 //            The NCCL communicator is bootstrapped at the first sync, on the CUDA device of
-//            the tensors (all tensors of one rank on one device), after
-//            apply_nccl_ifname_policy() (rlpt/comm/nccl_env.h).
-//   "auto" - decided collectively at the first sync: "nccl" when built with NCCL and every
-//            rank's tensors are all on CUDA, "mpi" otherwise.
+//            the tensors (all tensors of one rank on one device), by nccl_bootstrap (the
+//            interface policy of rlpt/comm/nccl_env.h, bounded by options.timeout_s).
+//   "auto" - decided collectively at the first sync: "nccl" when weights_over_nccl() says so
+//            (NCCL built, device collectives NCCL, every rank's tensors all on CUDA), "mpi"
+//            otherwise.
 // Anything else, or invalid options (bucket_bytes < 1 or > 1 GiB, n_buffers < 1) ->
 // ConfigError.
 std::unique_ptr<WeightSync> make_weight_sync(const std::string& backend, const Communicator& comm,
                                              const WeightSyncOptions& options = {});
+
+// ---- the backend of weights on CUDA devices (weight sync, WeightReshard, RegionExchange) ----
+
+// Throws ConfigError (naming `what`, e.g. "weight_sync") when `backend` cannot be used: not one
+// of auto, mpi, nccl; "nccl" in a build without NCCL (`nccl_built` false); "nccl" while device
+// collectives are MPI (the two settings conflict: ranks that share a GPU cannot use NCCL). Pure.
+void check_weight_backend(const std::string& backend, bool nccl_built, DeviceCollectives collectives,
+                          const char* what);
+// For a backend that passed check_weight_backend: whether NCCL moves the weights. "nccl": yes;
+// "mpi": no; "auto": when NCCL is built, device collectives are NCCL and `all_cuda` (every rank's
+// tensors are all on CUDA; the callers agree on it collectively). Pure.
+bool weights_over_nccl(const std::string& backend, bool nccl_built, DeviceCollectives collectives, bool all_cuda);
 
 // 64-bit FNV-1a over the tensors' bytes in order, mixed with each tensor's byte count (so
 // [ab][c] and [a][bc] differ) and processed a 64-bit little-endian word at a time (tail

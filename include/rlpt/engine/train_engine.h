@@ -75,9 +75,13 @@
 // micro-batch. Per parameter element and rank, persistent memory is
 //   fp32: 4 (param) + 4 (grad) + 8 (moments)              = 16 bytes, ZeRO-1: 8 + 8/dp
 //   bf16: 2 (param) + 4 (grad) + 4 (master) + 8 (moments)  = 18 bytes, ZeRO-1: 6 + 12/dp
-// Collective transport: no communication when the DP group has one rank (or `dp` is an invalid
-// Communicator, which means exactly that: a single-process engine for tools and tests); MPI for
-// CPU parameters; NCCL for CUDA parameters in builds with NCCL (ValueError otherwise).
+// Collectives (rlpt/comm/collectives.h): no communication when the DP group has one rank (or `dp` is
+// an invalid Communicator, which means exactly that: a single-process engine for tools and tests);
+// MPI for CPU parameters; for CUDA parameters NCCL, or MPI through host copies when device
+// collectives are MPI (trainer.device_collectives, rlpt/comm/device.h) or the build has no NCCL.
+// The constructor bootstraps the NCCL communicators (collective on `dp`; bounded by
+// comm::kNcclBootstrapTimeoutS). On a GPU, backward() runs the ZeRO-3 hooks on autograd's device
+// thread, which then calls MPI (rlpt/comm/mpi.h, "Threads").
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -290,7 +294,8 @@ class TrainEngine {
     // somewhere: under ZeRO-3 the slices are sent to DP rank `root` only (point to point, one
     // tensor at a time; other ranks get an undefined tensor), otherwise the parameter itself on
     // every rank (no communication). Collective on `dp` under ZeRO-3 (every rank calls it with
-    // the same index, in the same order). CPU tensor on `root` under ZeRO-3.
+    // the same index, in the same order). On the parameters' device (under ZeRO-3 the slices
+    // travel through host memory and the assembled tensor is moved there).
     torch::Tensor gather_parameter(size_t index, int root);
     size_t num_parameter_tensors() const;
     // What this rank holds of every trainable parameter, in named_parameters() order, without

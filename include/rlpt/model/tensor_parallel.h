@@ -26,7 +26,7 @@
 //    padded rows take part in the softmax; vLLM masks them as here). Without padding nothing
 //    changes.
 //  * Activations of a bf16 model are all-reduced in fp32 (one rounding instead of one per
-//    rank), the engine's transports being fp32-only; Megatron reduces in the model dtype.
+//    rank), the collectives' all-reduce being fp32-only; Megatron reduces in the model dtype.
 //  * Sampling gathers the last position's logits of the block ([rows, V] per decode step, as
 //    vLLM's logits processor does) and every rank runs the same sampler on them, so the
 //    sampled token is the one tp = 1 picks with the same per-row random streams; log-probs and
@@ -48,10 +48,8 @@
 
 namespace rlpt::comm {
 class Communicator;
-}
-namespace rlpt::engine::detail {
-class Transport;
-}
+class Collectives;
+}  // namespace rlpt::comm
 
 namespace rlpt::model {
 
@@ -60,8 +58,10 @@ namespace rlpt::model {
 class TensorParallel {
   public:
     // The block `mp` (this rank's model-parallel communicator; it must outlive the object) for
-    // tensors on `device`: MPI for CPU tensors, NCCL for CUDA tensors (builds with NCCL).
-    // Collective on `mp` (NCCL bootstraps a communicator).
+    // tensors on `device`, with comm::make_collectives: MPI for CPU tensors; NCCL for CUDA
+    // tensors, or MPI through host copies when device collectives are MPI. Collective on `mp`
+    // (NCCL bootstraps a communicator). On a GPU, the backward functions of tp_copy / tp_reduce
+    // run these collectives on autograd's device thread (rlpt/comm/mpi.h, "Threads").
     static std::shared_ptr<TensorParallel> over(const comm::Communicator& mp, torch::Device device);
     ~TensorParallel();
     TensorParallel(const TensorParallel&) = delete;
@@ -92,7 +92,7 @@ class TensorParallel {
   private:
     TensorParallel() = default;
     int64_t rank_ = 0, size_ = 1;
-    std::unique_ptr<engine::detail::Transport> transport_;
+    std::unique_ptr<comm::Collectives> collectives_;
     mutable double seconds_ = 0;
 };
 

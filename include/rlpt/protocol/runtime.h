@@ -26,13 +26,14 @@
 // naming the rank(s) that stopped answering, the phase (sending the inputs, waiting for
 // replies) and the ranks that were waiting for them in a collective. Workers tell the two
 // apart: a worker waiting inside a call (a collective, its inputs) sends a heartbeat with what
-// it waits for about every second; a rank with neither a reply nor a recent heartbeat is the
-// one that stopped. A worker whose wait inside a call outlives the call's deadline plus a
+// it waits for about every second (from the MPI thread only: waits on autograd's device thread
+// during a GPU backward send none, rlpt/comm/mpi.h "Threads"); a rank with neither a reply nor a
+// recent heartbeat is the one that stopped. A worker whose wait inside a call outlives the call's deadline plus a
 // grace (worker_grace_s) ends the job itself (MPI_Abort, kWatchdogExitCode): the controller
 // itself is stopped then. Not watched: a worker idle between calls (the controller's own work
 // between calls has no bound) and start-up before the Controller exists.
 //
-// Threading: single MPI thread per rank; neither class is thread-safe.
+// Threading: one MPI thread per rank (rlpt/comm/mpi.h, "Threads"); neither class is thread-safe.
 
 #include <algorithm>
 #include <cstdint>
