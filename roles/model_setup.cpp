@@ -7,19 +7,17 @@
 
 #include "rlpt/ckpt/h5_store.h"
 
+#include "rlpt/comm/device.h"
 #include "rlpt/core/log.h"
 #include "rlpt/model/reshard_plan.h"
 
 namespace rlpt::roles::detail {
 
-torch::Device device_for(const Config& c, const comm::Placement& p, int world_rank) {
-    bool cuda = torch::cuda::is_available();
-    if (c.model.device == "cuda" && !cuda) {
-        throw ConfigError("model.device=cuda but this rank sees no CUDA device (or LibTorch was built without CUDA)");
-    }
-    if (c.model.device == "cpu" || !cuda) return torch::Device(torch::kCPU);
-    int n = static_cast<int>(torch::cuda::device_count());
-    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(p.local_rank(world_rank) % n));
+torch::Device rank_device() {
+    // The GPU map was decided and bound once at start-up (app/job.cpp, rlpt/comm/device.h).
+    const int index = comm::rank_device_index();
+    if (index < 0) return torch::Device(torch::kCPU);
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
 torch::Dtype dtype_for(const Config& c) { return c.model.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32; }

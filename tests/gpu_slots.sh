@@ -18,5 +18,10 @@ if [ -n "${CTEST_RESOURCE_GROUP_COUNT:-}" ]; then
   done
   CUDA_VISIBLE_DEVICES=$(IFS=,; echo "${ids[*]}")
   export CUDA_VISIBLE_DEVICES
+  # Fewer cards than ranks: NCCL cannot connect two ranks on one card, so device collectives go
+  # over MPI (trainer.device_collectives=auto reads this; rlpt/comm/device.h).
+  if [ "${#ids[@]}" -lt "$CTEST_RESOURCE_GROUP_COUNT" ] && [ -z "${RLPT_DEVICE_COLLECTIVES:-}" ]; then
+    export RLPT_DEVICE_COLLECTIVES=mpi
+  fi
 fi
 exec "$@"

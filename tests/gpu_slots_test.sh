@@ -24,6 +24,14 @@ got=$(env -u CUDA_VISIBLE_DEVICES CTEST_RESOURCE_GROUP_COUNT=3 CTEST_RESOURCE_GR
       CTEST_RESOURCE_GROUP_1_GPUS=id:0,slots:1 CTEST_RESOURCE_GROUP_2_GPUS=id:2,slots:1 \
       "$src/tests/gpu_slots.sh" sh -c 'echo "$CUDA_VISIBLE_DEVICES"')
 [ "$got" = "2,0" ] || { echo "CUDA_VISIBLE_DEVICES=$got, expected 2,0" >&2; exit 1; }
+# Three ranks on two cards: device collectives over MPI (NCCL cannot share a card); one card each: unset.
+got=$(env -u RLPT_DEVICE_COLLECTIVES CTEST_RESOURCE_GROUP_COUNT=3 CTEST_RESOURCE_GROUP_0_GPUS=id:2,slots:1 \
+      CTEST_RESOURCE_GROUP_1_GPUS=id:0,slots:1 CTEST_RESOURCE_GROUP_2_GPUS=id:2,slots:1 \
+      "$src/tests/gpu_slots.sh" sh -c 'echo "${RLPT_DEVICE_COLLECTIVES-unset}"')
+[ "$got" = "mpi" ] || { echo "shared cards: RLPT_DEVICE_COLLECTIVES=$got, expected mpi" >&2; exit 1; }
+got=$(env -u RLPT_DEVICE_COLLECTIVES CTEST_RESOURCE_GROUP_COUNT=2 CTEST_RESOURCE_GROUP_0_GPUS=id:1,slots:1 \
+      CTEST_RESOURCE_GROUP_1_GPUS=id:0,slots:1 "$src/tests/gpu_slots.sh" sh -c 'echo "${RLPT_DEVICE_COLLECTIVES-unset}"')
+[ "$got" = "unset" ] || { echo "own cards: RLPT_DEVICE_COLLECTIVES=$got, expected unset" >&2; exit 1; }
 got=$(env -u CUDA_VISIBLE_DEVICES -u CTEST_RESOURCE_GROUP_COUNT "$src/tests/gpu_slots.sh" sh -c 'echo "${CUDA_VISIBLE_DEVICES-unset}"')
 [ "$got" = "unset" ] || { echo "wrapper set CUDA_VISIBLE_DEVICES=$got without ctest resources" >&2; exit 1; }
 echo "gpu scheduling pieces OK"

@@ -15,6 +15,7 @@
 #include "modes.h"
 #include "run_dir.h"
 #include "rlpt/app/registry.h"
+#include "rlpt/comm/device.h"
 #include "rlpt/comm/topology.h"
 #include "rlpt/core/cpu_cores.h"
 #include "rlpt/core/debug_env.h"
@@ -159,6 +160,20 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
             }
             return kExitConfig;
         }
+    }
+
+    // Devices: every rank agrees on the GPU map (or on why it does not fit), then makes its own
+    // GPU current once, before any role builds a model (rlpt/comm/device.h).
+    try {
+        const comm::GpuMap gpus = comm::setup_rank_devices(world, placement, config.model.device,
+                                                           config.trainer.device_collectives);
+        if (world.rank() == 0 && gpus.cuda) {
+            RLPT_LOG_INFO("GPUs: {}; device collectives over {}", gpus.describe(),
+                          comm::device_collectives_name(comm::device_collectives()));
+        }
+    } catch (const ConfigError& e) {
+        if (world.rank() == 0) RLPT_LOG_ERROR("{}", e.message());
+        return kExitConfig;
     }
 
     comm::PollPolicy poll;

@@ -243,8 +243,11 @@ Batch Batch::index(const std::vector<int64_t>& indices) const {
     }
     Batch out(static_cast<int64_t>(indices.size()));
     if (!columns_.empty()) {
-        auto idx = torch::tensor(indices, torch::kInt64);
-        for (const auto& [k, t] : columns_) out.columns_[k] = t.index_select(0, idx.to(t.device()));
+        auto idx = torch::tensor(indices, torch::kInt64);  // moved once to the columns' device
+        for (const auto& [k, t] : columns_) {
+            if (idx.device() != t.device()) idx = idx.to(t.device());
+            out.columns_[k] = t.index_select(0, idx);
+        }
     }
     for (const auto& [k, v] : strings_) out.strings_[k] = take(v, indices);
     for (const auto& [k, v] : ints_) out.ints_[k] = take(v, indices);
@@ -315,6 +318,8 @@ Batch Batch::concat(const std::vector<Batch>& parts) {
                        "concat: column '{}' is {}{} in part {} but {}{} in part 0", k,
                        c10::toString(t.scalar_type()), shape_str(t), p, c10::toString(t0.scalar_type()),
                        shape_str(t0));
+            RLPT_CHECK(t.device() == t0.device(), "concat: column '{}' is on {} in part {} but on {} in part 0", k,
+                       t.device().str(), p, t0.device().str());
             ts.push_back(t);
         }
         out.columns_[k] = parts.size() == 1 ? t0 : torch::cat(ts, 0);
@@ -372,6 +377,23 @@ Batch Batch::repeat_interleave(int64_t n) const {
     for (int64_t i = 0; i < size_; ++i)
         for (int64_t j = 0; j < n; ++j) idx.push_back(i);
     return index(idx);
+}
+
+Batch Batch::to(const torch::Device& device) const {
+    Batch out = *this;
+    for (auto& [name, t] : out.columns_) {
+        if (t.device() != device) t = t.to(device);
+    }
+    return out;
+}
+
+std::vector<torch::Device> Batch::devices() const {
+    std::vector<torch::Device> out;
+    for (const auto& [name, t] : columns_) {
+        if (std::find(out.begin(), out.end(), t.device()) == out.end()) out.push_back(t.device());
+    }
+    if (out.empty()) out.emplace_back(torch::kCPU);
+    return out;
 }
 
 void Batch::update(const Batch& other) {

@@ -163,6 +163,7 @@ void validate(const Config& c) {
     k.positive(t.max_checkpoints, "trainer.max_checkpoints");
     k.require(t.critic_warmup >= 0, "trainer.critic_warmup", "must be >= 0 (got {})", t.critic_warmup);
     k.one_of(t.log_level, "trainer.log_level", {"trace", "debug", "info", "warn", "error", "off"});
+    k.one_of(t.device_collectives, "trainer.device_collectives", {"auto", "nccl", "mpi"});
     k.require(t.threads_per_rank >= 0, "trainer.threads_per_rank", "must be >= 0 (got {})", t.threads_per_rank);
     k.require(t.call_timeout_s > 0, "trainer.call_timeout_s", "must be > 0 (got {})", t.call_timeout_s);
     k.require(t.stall_warn_s > 0, "trainer.stall_warn_s", "must be > 0 (got {})", t.stall_warn_s);

@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include "rlpt/comm/device.h"
+
 namespace rlpt::protocol {
 
 const char* distribute_name(Distribute d) {
@@ -76,6 +78,11 @@ uint64_t registry_hash(const std::vector<RoleSpec>& registry) {
         }
     }
     return h;
+}
+
+torch::Device handler_device() {
+    const int index = comm::rank_device_index();
+    return index < 0 ? torch::Device(torch::kCPU) : torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
 int find_role(const std::vector<RoleSpec>& registry, const std::string& role) {

@@ -14,10 +14,12 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "rlpt/app/registry.h"
+#include "rlpt/comm/device.h"
 #include "rlpt/comm/placement.h"
 #include "rlpt/comm/topology.h"
 #include "rlpt/config/config.h"
@@ -78,14 +80,22 @@ TEST(RoleHandlers, EveryMethodOfEveryRoleRunsOnASmallBatch) {
         world.size() >= 2 ? "placement.groups=[{roles: [actor, reference, critic, reward_model], ranks: 1}, "
                             "{roles: [rollout], ranks: auto}]"
                           : "placement.groups=[{roles: [actor, rollout, reference, critic, reward_model], ranks: auto}]";
-    Config c = load_config(source_dir() + "/configs/tiny.yaml",
-                           {groups, "reward_model.enable=true", "reward_model.model_path=" + rm_dir,
-                            "critic.enable=true", "actor.optim.lr=0.05", "trainer.log_level=warn", "trainer.threads_per_rank=1"});
+    std::vector<std::string> overrides{groups, "reward_model.enable=true", "reward_model.model_path=" + rm_dir,
+                                       "critic.enable=true", "actor.optim.lr=0.05", "trainer.log_level=warn",
+                                       "trainer.threads_per_rank=1"};
+    // RLPT_TEST_OVERRIDES="model.device=cuda" (scripts/gpu_check.sh) runs every handler on the GPU.
+    if (const char* more = std::getenv("RLPT_TEST_OVERRIDES")) {
+        std::istringstream words(more);
+        for (std::string w; words >> w;) overrides.push_back(w);
+    }
+    Config c = load_config(source_dir() + "/configs/tiny.yaml", overrides);
     set_log_level(parse_log_level(c.trainer.log_level));
     torch::set_num_threads(1);
     std::vector<std::string> all_roles;
     for (const auto& spec : app::role_registry()) all_roles.push_back(spec.name);
     auto placement = comm::compute_placement(c.placement, world.size(), comm::detect_node_labels(world, ""), all_roles);
+    // The start-up device step of app/job.cpp: handlers get their batches on this rank's device.
+    comm::setup_rank_devices(world, placement, c.model.device, c.trainer.device_collectives);
     comm::Topology topo = comm::Topology::build(world, std::move(placement));
     protocol::WorkerHost host(app::role_registry(), c, topo);
     if (!topo.is_controller()) {

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "rlpt/build_config.h"
+#include "rlpt/comm/device.h"
 #include "rlpt/comm/mpi.h"
 #include "rlpt/comm/weight_sync.h"
 
@@ -342,20 +343,27 @@ TEST(WeightSync, AutoResolvesToMpiForCpuTensors) {
 // ---- NCCL: compiled and linked here, run only where every rank has a GPU ---------------
 
 namespace {
-// Collective: true when this build has NCCL and every rank's LibTorch sees a CUDA device.
-bool nccl_runnable(const Communicator& comm) {
-    int64_t ok = RLPT_HAVE_NCCL && torch::cuda::is_available() ? 1 : 0;
-    return comm.allreduce_min_i64(ok) == 1;
+// Collective: this rank's own GPU (its index among the ranks on its node), or -1 on every rank
+// unless this build has NCCL and every rank has a GPU of its own (NCCL cannot connect two ranks
+// on one GPU). The GPU is made current, as app/job.cpp does at start-up.
+int nccl_device(const Communicator& comm) {
+    const int local = comm.split_shared().rank();
+    const int gpus = RLPT_HAVE_NCCL && torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+    if (comm.allreduce_min_i64(local < gpus ? 1 : 0) != 1) return -1;
+    rlpt::comm::bind_rank_device(local);
+    return local;
 }
+bool nccl_runnable(const Communicator& comm) { return nccl_device(comm) >= 0; }
+torch::Device my_gpu() { return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(rlpt::comm::rank_device_index())); }
 }  // namespace
 
 TEST(WeightSyncNccl, SyncsCudaTensorsAndMatchesTheRoot) {
     auto world = Communicator::world();
     if (!nccl_runnable(world)) {
-        GTEST_SKIP() << "needs a build with NCCL and a CUDA device (with a CUDA LibTorch) on "
-                        "every rank; this machine has none";
+        GTEST_SKIP() << "needs a build with NCCL and a CUDA device of its own (with a CUDA LibTorch) for "
+                        "every rank; this machine has fewer";
     }
-    const torch::Device dev(torch::kCUDA, 0);
+    const torch::Device dev = my_gpu();
     std::vector<Spec> specs = {{{4, 5}, torch::kFloat32}, {{7}, torch::kBFloat16},
                                {{100, 100}, torch::kFloat32}, {{0}, torch::kInt64},
                                {{40}, torch::kInt64}};
@@ -372,16 +380,16 @@ TEST(WeightSyncNccl, SyncsCudaTensorsAndMatchesTheRoot) {
 
 TEST(WeightSyncNccl, AutoPicksNcclForCudaTensors) {
     auto world = Communicator::world();
-    if (!nccl_runnable(world)) GTEST_SKIP() << "needs NCCL and a GPU on every rank";
+    if (!nccl_runnable(world)) GTEST_SKIP() << "needs NCCL and a GPU of its own for every rank";
     auto ws = make_weight_sync("auto", world, small_buckets(1024, 512));
-    sync_once(*ws, world, {{{300}, torch::kFloat32}}, 405, 1, torch::Device(torch::kCUDA, 0));
+    sync_once(*ws, world, {{{300}, torch::kFloat32}}, 405, 1, my_gpu());
     EXPECT_EQ(ws->backend_name(), "nccl");
 }
 
 TEST(WeightSyncNccl, LayoutMismatchIsCleanOnEveryRank) {
     auto world = Communicator::world();
-    if (!nccl_runnable(world)) GTEST_SKIP() << "needs NCCL and a GPU on every rank";
-    const torch::Device dev(torch::kCUDA, 0);
+    if (!nccl_runnable(world)) GTEST_SKIP() << "needs NCCL and a GPU of its own for every rank";
+    const torch::Device dev = my_gpu();
     std::vector<Spec> good = {{{16, 4}, torch::kFloat32}};
     std::vector<Spec> mine = good;
     if (world.rank() == world.size() - 1) mine[0].shape = {4, 16};

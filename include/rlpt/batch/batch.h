@@ -104,7 +104,8 @@ class Batch {
                  const std::vector<std::string>& fields = {}) const;
     // Rows [begin, end) as views.
     Batch slice(int64_t begin, int64_t end) const;
-    // Rows by int64 indices (any order, repeats allowed) or by a bool mask of length size().
+    // Rows by int64 indices (any order, repeats allowed) or by a bool mask of length size();
+    // the indices or mask may be on any device, each column stays on its own.
     Batch index(const torch::Tensor& indices_or_mask) const;
     Batch index(const std::vector<int64_t>& indices) const;
     // n consecutive parts. Refuses size() % n != 0 unless allow_uneven (then the first
@@ -113,7 +114,7 @@ class Batch {
     // Parts of `rows` rows each (the last may be shorter).
     std::vector<Batch> split(int64_t rows) const;
     // Rows of all parts in order. Parts must have the same columns (names, dtypes, trailing
-    // shapes) and fields; an empty list gives an empty batch.
+    // shapes, devices) and fields; an empty list gives an empty batch.
     static Batch concat(const std::vector<Batch>& parts);
     // Pads to a multiple of k by repeating the first rows (verl's convention: real data,
     // so no NaNs from all-masked padding rows); returns the number of rows added.
@@ -122,6 +123,12 @@ class Batch {
     void unpad(int64_t pad);
     // Each row repeated n times consecutively (n samples per prompt).
     Batch repeat_interleave(int64_t n) const;
+    // The same batch with every column on `device` (a column already there is shared, not
+    // copied; a copy to the CPU waits for the device). Fields, meta and metrics are copied.
+    // The protocol's one device crossing (rlpt/protocol/role_spec.h, "Devices").
+    Batch to(const torch::Device& device) const;
+    // Devices the columns live on, each once, in column order ("cpu" for a batch without columns).
+    std::vector<torch::Device> devices() const;
     // Union with a batch of the same rows: adds its columns/fields/meta/metrics. A name in
     // both must hold equal values (torch::equal / ==), else ValueError.
     void update(const Batch& other);

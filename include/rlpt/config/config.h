@@ -390,6 +390,11 @@ struct TrainerConfig {
     int64_t seed = 1;
     std::string log_level = "info";
     int64_t threads_per_rank = 0;       // torch intra-op threads; 0: cores on the node / ranks on the node
+    // How collectives on GPU tensors move (gradients, tensor parallelism, weight sync, resharding):
+    // nccl | mpi (staged through host memory) | auto (nccl in builds with NCCL, else mpi). NCCL
+    // needs each GPU rank on its own GPU; mpi also lets several ranks share one GPU (a one-GPU node
+    // running a multi-rank layout). include/rlpt/comm/device.h has the GPU map's rules.
+    std::string device_collectives = "auto";
     double call_timeout_s = 3600.0;     // a role call that takes longer aborts the job
     double stall_warn_s = 60.0;         // warn, naming the silent ranks, after this long
     // Where metrics go (verl's trainer.logger): console (a progress line per step), jsonl

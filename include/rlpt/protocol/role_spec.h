@@ -25,6 +25,14 @@
 // Every method is sent to every rank of its role, which runs the handler; a handler that uses
 // the role communicator (an update's gradient all-reduce) therefore always has all its peers.
 //
+// Devices: a handler receives its input Batch with every column on the rank's device
+// (handler_device(): the GPU app/job.cpp bound at start-up, rlpt/comm/device.h, or the CPU), and
+// may return columns on any device. WorkerHost::run moves the input there before the handler and
+// the output to the host after it: the one place where batches cross between host and device,
+// for remote calls and for the controller's calls to roles it hosts alike. Handlers never move
+// batch columns to or from the device themselves; host code inside a handler that reads values
+// (tokenizers, reward functions, loops over data_ptr) takes `.cpu()` of what it reads.
+//
 // A table row reads as words, built with method() and the MethodSpec setters:
 //     method(ActorMethod::kUpdate, "update", update).split_over_dp().unpadded()
 //         .takes({ids, mask, ...}).takes(args_schema<ActorUpdateArgs>()).concat_outputs({})
@@ -174,6 +182,9 @@ void validate_registry(const std::vector<RoleSpec>& registry);
 uint64_t registry_hash(const std::vector<RoleSpec>& registry);
 // Index of the spec named `role`, or -1.
 int find_role(const std::vector<RoleSpec>& registry, const std::string& role);
+
+// The device handlers get their inputs on (see "Devices" above): cuda:<bound index> or the CPU.
+torch::Device handler_device();
 
 // Checks that `b` carries every non-optional field of `schema`; ValueError naming
 // what is missing, for which role/method and direction.

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Can this build of rlpt train on this node's GPUs? Run it on a GPU node after building:
+#   scripts/gpu_check.sh [--build DIR] [--demo] [--only REGEX]
+# Prints one line per check, "PASS|FAIL|SKIP  <check>  <seconds>  <detail>", then a summary, and
+# exits 1 when any check failed (0 otherwise). Each check's full output goes to
+# <build>/gpu_check/<check>.log. Checks, in order:
+#   build          rlpt --version: CUDA kernels built, LibTorch with CUDA (NCCL reported)
+#   gpus           nvidia-smi sees at least one GPU
+#   kernels        the GPU kernel tests (tests/kernels: fused log-prob vs the CPU reference;
+#                  CPU vs GPU log-probs of one fp32 batch within 1e-4, greedy tokens identical,
+#                  sampled output independent of the slot) — a skipped test is a failure here
+#   handlers-np1   every handler of every role's table on the GPU, through the real protocol
+#                  (tests/mpi RoleHandlers, all roles colocated on one rank)
+#   handlers-np2   the same with the rollout on a rank of its own (weights synced actor -> rollout)
+#   grpo-fp32      configs/tiny.yaml, 3 GRPO steps on the GPU in fp32: every metric finite and the
+#                  on-policy actor/ppo_kl ~ 0 (|x| < 1e-4)
+#   grpo-bf16      the same in bfloat16 (|ppo_kl| < 1e-2)
+#   sft, ppo       SFT, and PPO with a critic (GAE), as tests/mpi/trainer_runs.sh runs them
+#   layout-*       multi-rank layouts on the GPUs (tests/mpi/trainer_runs.sh): DP 2
+#                  (dp-invariance), tensor parallel 2 (tp-invariance), ZeRO-3 with an HF export
+#                  (zero3), the rollout on ranks of its own with another tp (reshard). With
+#                  fewer GPUs than ranks the ranks share cards and their collectives go over MPI
+#                  (RLPT_DEVICE_COLLECTIVES=mpi); NCCL cannot connect two ranks on one card.
+#   nccl-*         the same layouts over NCCL, when the node has a GPU per rank (else SKIP)
+#   demo           (--demo) scripts/demo.sh on the GPU: SFT then GRPO; passes when GRPO raises the
+#                  held-out accuracy
+set -uo pipefail
+cd "$(dirname "$0")/.."
+src=$PWD build=build demo=0 only=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) build="$2"; shift 2;;
+    --demo) demo=1; shift;;
+    --only) only="$2"; shift 2;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0;;
+    *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2;;
+  esac
+done
+build=$(cd "$build" 2>/dev/null && pwd) || { echo "gpu_check.sh: no build directory (build rlpt first)" >&2; exit 2; }
+rlpt=$build/src/rlpt
+logs=$build/gpu_check; mkdir -p "$logs"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+export RLPT_SOURCE_DIR=$src RLPT_BINARY_DIR=$build
+mpi_flags=(--oversubscribe --bind-to none)
+[ "$(id -u)" -eq 0 ] && mpi_flags+=(--allow-run-as-root)
+py=python3; [ -x /usr/bin/python3 ] && py=/usr/bin/python3
+
+passed=0 failed=0 skipped=0 failures=()
+report() {  # report <PASS|FAIL|SKIP> <name> <seconds> <detail>
+  printf '%-4s  %-22s %5ss  %s\n' "$1" "$2" "$3" "$4"
+  case "$1" in PASS) passed=$((passed + 1));; FAIL) failed=$((failed + 1)); failures+=("$2");; *) skipped=$((skipped + 1));; esac
+}
+# check <name> <command...>: runs the command with its output in the log; PASS when it exits 0.
+# The command may print "DETAIL: text" to fill the detail column.
+check() {
+  local name=$1; shift
+  if [ -n "$only" ] && ! [[ $name =~ $only ]]; then return; fi
+  local log=$logs/$name.log t0=$SECONDS rc
+  "$@" >"$log" 2>&1; rc=$?
+  local detail; detail=$(grep -a '^DETAIL: ' "$log" | tail -1 | cut -c9-)
+  if [ $rc -eq 0 ]; then
+    report PASS "$name" $((SECONDS - t0)) "${detail:-ok}"
+  else
+    [ -z "$detail" ] && detail="exit $rc: $(grep -av '^DETAIL: ' "$log" | grep -aiE 'error|fail|fatal' | head -1 | cut -c1-110)"
+    report FAIL "$name" $((SECONDS - t0)) "$detail (log: $log)"
+  fi
+}
+skip() { if [ -z "$only" ] || [[ $1 =~ $only ]]; then report SKIP "$1" 0 "$2"; fi; }
+
+# ---- checks ------------------------------------------------------------------------------
+build_flags() {
+  local v; v=$("$rlpt" --version) || return 1
+  echo "$v"
+  local line; line=$(echo "$v" | grep '^LibTorch:')
+  echo "DETAIL: $(echo "$v" | head -1 | sed 's/^rlpt [^ ]* //'); $line"
+  echo "$v" | grep -q 'CUDA kernels built' && echo "$line" | grep -q '(CUDA'
+}
+
+gpu_count() { nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true; }
+gpus() {
+  nvidia-smi -L || return 1
+  local n; n=$(gpu_count)
+  echo "DETAIL: $n GPU(s): $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | sed 's/^ *//' | paste -sd';')"
+  [ "$n" -ge 1 ]
+}
+
+kernels() {
+  local out; out=$("$build/tests/rlpt_kernel_tests" 2>&1); local rc=$?
+  echo "$out"
+  local n; n=$(echo "$out" | grep -c '^\[       OK \]')
+  if echo "$out" | grep -q '^\[  SKIPPED \]'; then echo "DETAIL: tests skipped (no usable GPU?)"; return 1; fi
+  echo "DETAIL: $n GPU kernel/parity tests passed"
+  return $rc
+}
+
+handlers() {  # handlers <np>
+  RLPT_TEST_OVERRIDES="model.device=cuda $EXTRA" mpirun -np "$1" "${mpi_flags[@]}" "$build/tests/rlpt_mpi_tests" \
+    --gtest_filter='RoleHandlers.*'
+}
+
+# finite_metrics <metrics.jsonl> <max |ppo_kl|>
+finite_metrics() {
+  "$py" - "$@" <<'PY'
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+bound = float(sys.argv[2])
+bad = [(r["step"], k, v) for r in rows for k, v in r.items() if isinstance(v, float) and not math.isfinite(v)]
+kl = [abs(r["actor/ppo_kl"]) for r in rows if "actor/ppo_kl" in r]
+print(f"DETAIL: {len(rows)} steps, {sum(len(r) for r in rows)} values, max |actor/ppo_kl| {max(kl) if kl else 'n/a'}")
+if bad: print("non-finite:", bad[:10])
+sys.exit(1 if bad or not kl or max(kl) >= bound else 0)
+PY
+}
+
+grpo() {  # grpo <dtype> <kl bound>
+  local out=$logs/run-grpo-$1
+  rm -rf "$out"
+  mpirun -np 1 "${mpi_flags[@]}" "$rlpt" "$src/configs/tiny.yaml" model.device=cuda model.dtype="$1" \
+    trainer.total_training_steps=3 trainer.output_dir="$out" trainer.experiment_name=grpo $EXTRA || return 1
+  finite_metrics "$out/grpo/metrics.jsonl" "$2"
+}
+
+trainer_run() {  # trainer_run <trainer_runs.sh check>
+  RLPT_TEST_OVERRIDES="model.device=cuda $EXTRA" bash "$src/tests/mpi/trainer_runs.sh" "$rlpt" "$src" "$1"
+}
+
+demo_run() {
+  local out; out=$(scripts/demo.sh --no-setup --name gpu-demo model.device=cuda sft.model.device=cuda 2>&1)
+  local rc=$?
+  echo "$out"
+  local line; line=$(echo "$out" | grep -E 'after SFT .* after GRPO' | tail -1)
+  echo "DETAIL: ${line:-no accuracy line}"
+  [ $rc -eq 0 ] && echo "$line" | grep -qE '\+[0-9]'
+}
+
+# ---- run ---------------------------------------------------------------------------------
+EXTRA=""
+check build build_flags
+check gpus gpus
+n_gpus=$(gpu_count)
+if [ "$n_gpus" -lt 1 ]; then
+  echo "no GPU: the remaining checks need one"
+else
+  check kernels kernels
+  check handlers-np1 handlers 1
+  # Layouts with more ranks than GPUs share cards: collectives over MPI.
+  shared() { [ "$n_gpus" -lt "$1" ] && echo mpi || echo ""; }
+  RLPT_DEVICE_COLLECTIVES=$(shared 2) check handlers-np2 handlers 2
+  check grpo-fp32 grpo float32 1e-4
+  check grpo-bf16 grpo bfloat16 1e-2
+  check sft trainer_run sft
+  check ppo trainer_run ppo
+  # check name -> trainer_runs.sh check, and the most GPU ranks one of its jobs uses.
+  layouts=("dp-invariance 2" "tp-invariance 2" "zero3 3" "reshard 4")
+  for l in "${layouts[@]}"; do
+    set -- $l
+    RLPT_DEVICE_COLLECTIVES=mpi check "layout-$1" trainer_run "$1"
+  done
+  for l in "${layouts[@]}"; do
+    set -- $l
+    if [ "$n_gpus" -ge "$2" ]; then
+      RLPT_DEVICE_COLLECTIVES=nccl check "nccl-$1" trainer_run "$1"
+    else
+      skip "nccl-$1" "needs $2 GPUs (this node has $n_gpus)"
+    fi
+  done
+  if [ "$demo" -eq 1 ]; then
+    if [ "$n_gpus" -lt 3 ]; then export RLPT_DEVICE_COLLECTIVES=mpi; fi
+    check demo demo_run
+  fi
+fi
+echo "gpu_check: $passed passed, $failed failed, $skipped skipped${failures:+ (failed: ${failures[*]})}"
+[ "$failed" -eq 0 ]
