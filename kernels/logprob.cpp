@@ -10,12 +10,19 @@
 #include "rlpt/build_config.h"
 #include "rlpt/core/error.h"
 
+#if RLPT_HAVE_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
 namespace rlpt::kernels {
 namespace {
 
 // ---- CUDA dispatch: the one place that depends on RLPT_HAVE_CUDA -----------------------------
 // (logprob_cuda.h only declares the launchers; their definitions exist with CUDA only.)
 #if RLPT_HAVE_CUDA
+// Each launch makes the tensors' device current for its duration (c10::cuda::CUDAGuard): the
+// autograd engine may run the backward on a thread whose current device is another, and the
+// guard restores the previous device without creating a context on it.
 template <typename T>
 const T* ptr_or_null(const torch::Tensor& t) {
     return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
@@ -23,6 +30,7 @@ const T* ptr_or_null(const torch::Tensor& t) {
 
 void forward_cuda(const torch::Tensor& x, const torch::Tensor& y, float inv_t, float* logp,
                   float* entropy, float* lse) {
+    const c10::cuda::CUDAGuard guard(x.device());
     const int device = x.device().index();
     if (x.scalar_type() == torch::kFloat) {
         detail::logprob_forward_cuda(device, x.data_ptr<float>(), y.data_ptr<int64_t>(), x.size(0),
@@ -37,6 +45,7 @@ void forward_cuda(const torch::Tensor& x, const torch::Tensor& y, float inv_t, f
 void backward_cuda(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& lse,
                    const torch::Tensor& entropy, const torch::Tensor& grad_logp,
                    const torch::Tensor& grad_entropy, float inv_t, const torch::Tensor& out) {
+    const c10::cuda::CUDAGuard guard(x.device());
     const int device = x.device().index();
     if (x.scalar_type() == torch::kFloat) {
         detail::logprob_backward_cuda(device, x.data_ptr<float>(), y.data_ptr<int64_t>(),

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "cuda_check.h"
+#include "rlpt/core/cuda_check.h"
 #include "logprob_cuda.h"
 
 namespace rlpt::kernels::detail {
@@ -146,24 +146,16 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-// Switches to `device` for the launch and restores the caller's device afterwards.
-class DeviceScope {
-  public:
-    explicit DeviceScope(int device) {
-        RLPT_CUDA_CHECK(cudaGetDevice(&prev_));
-        if (prev_ != device) RLPT_CUDA_CHECK(cudaSetDevice(device));
-        changed_ = prev_ != device;
-    }
-    ~DeviceScope() {
-        if (changed_) cudaSetDevice(prev_);
-    }
-    DeviceScope(const DeviceScope&) = delete;
-    DeviceScope& operator=(const DeviceScope&) = delete;
-
-  private:
-    int prev_ = 0;
-    bool changed_ = false;
-};
+// The launch goes to the current device, which the caller made `device` (logprob.cpp holds a
+// c10::cuda::CUDAGuard: it restores the caller's device afterwards without creating a context on
+// a device that had none, which a cudaSetDevice back to the previous device here would do for a
+// thread that never chose one). A mismatch would run the kernel against another GPU's pointers.
+void check_current_device(int device) {
+    int current = -1;
+    RLPT_CUDA_CHECK(cudaGetDevice(&current));
+    RLPT_CHECK_KIND(InternalError, current == device,
+                    "logprob (CUDA): a launch for cuda:{} while cuda:{} is the current device", device, current);
+}
 
 void check_rows(int64_t n) {
     RLPT_CHECK(n <= int64_t(0x7fffffff), "logprob (CUDA): {} rows exceed the grid limit of 2^31-1",
@@ -175,7 +167,7 @@ void launch_forward(int device, const T* logits, const int64_t* labels, int64_t 
                     float inv_t, float* logp, float* entropy, float* lse) {
     if (n == 0) return;
     check_rows(n);
-    DeviceScope scope(device);
+    check_current_device(device);
     forward_kernel<T><<<unsigned(n), kThreads>>>(logits, labels, v, inv_t, logp, entropy, lse);
     RLPT_CUDA_CHECK(cudaGetLastError());
 }
@@ -186,7 +178,7 @@ void launch_backward(int device, const T* logits, const int64_t* labels, const f
                      int64_t n, int64_t v, float inv_t, T* grad_logits) {
     if (n == 0) return;
     check_rows(n);
-    DeviceScope scope(device);
+    check_current_device(device);
     backward_kernel<T><<<unsigned(n), kThreads>>>(logits, labels, lse, entropy, grad_logp,
                                                   grad_entropy, v, inv_t, grad_logits);
     RLPT_CUDA_CHECK(cudaGetLastError());

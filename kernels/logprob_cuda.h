@@ -1,8 +1,10 @@
 #pragma once
 // Launchers of the CUDA kernels in kernels/logprob.cu (built only with RLPT_HAVE_CUDA). Torch-free
 // and CUDA-header-free so the C++ glue can call them: pointers are device pointers on `device`,
-// with the same contracts as the CPU reference in logprob_ref.h. The kernels run on the legacy
-// default stream of `device`; the previous current device is restored. Launch errors throw
+// with the same contracts as the CPU reference in logprob_ref.h. `device` must be the current
+// device (the caller switches with c10::cuda::CUDAGuard, which restores its previous device
+// without creating a context there; a launcher finding another device current throws
+// InternalError). The kernels run on the legacy default stream of `device`. Launch errors throw
 // CudaError (RLPT_CUDA_CHECK on cudaGetLastError after each launch); the launch is asynchronous.
 
 #include <cstdint>

@@ -57,7 +57,8 @@ std::vector<std::vector<int64_t>> micro_batches(const Batch& mini, int64_t micro
         }
         return out;
     }
-    auto lens_t = mini.at("attention_mask").sum(1).to(torch::kInt64).contiguous();
+    // Read on the host (the batch may be on the GPU).
+    auto lens_t = mini.at("attention_mask").sum(1).to(torch::kCPU, torch::kInt64).contiguous();
     std::vector<int64_t> lens(lens_t.data_ptr<int64_t>(), lens_t.data_ptr<int64_t>() + n);
     int64_t local = algo::local_num_micro_batches(lens, max_tokens);
     algo::MicroBatchOptions opts;

@@ -29,7 +29,8 @@ torch::Tensor first_columns(const torch::Tensor& t, int64_t r);
 torch::Tensor pad_response_columns(const torch::Tensor& t, int64_t R);
 
 // Micro-batches of a local mini-batch: fixed size, or token-budget (use_dynamic_bsz) with the
-// count agreed over the DP communicator. Returns row index lists.
+// count agreed over the DP communicator. Returns row index lists (read on the host; the batch
+// may be on any device).
 std::vector<std::vector<int64_t>> micro_batches(const Batch& mini, int64_t micro_size, bool dynamic,
                                                 int64_t max_tokens, const comm::Communicator& dp);
 

@@ -34,8 +34,9 @@ OtbTerms otb_terms(const torch::Tensor& rewards, const torch::Tensor& mask, cons
     detail::outcome_scores(rewards, mask, where);
     detail::check_float(old_log_probs, where, "old_log_probs");
     detail::check_float(sum_pi_squared, where, "sum_pi_squared");
-    detail::check_same_shape(rewards, "token_level_rewards", old_log_probs, "old_log_probs", where);
-    detail::check_same_shape(rewards, "token_level_rewards", sum_pi_squared, "sum_pi_squared", where);
+    detail::check_like(rewards, "token_level_rewards", old_log_probs, "old_log_probs", where);
+    detail::check_like(rewards, "token_level_rewards", sum_pi_squared, "sum_pi_squared", where);
+    // On the host (group loops), whatever the inputs' device; the callers move the result back.
     const auto f64 = torch::kFloat64;
     OtbTerms t;
     t.m = mask.detach().to(torch::kCPU, f64);
@@ -75,17 +76,19 @@ AdvantageOutput compute_gdpo(const torch::Tensor& reward_components, const torch
     RLPT_CHECK(weights.empty() || static_cast<int64_t>(weights.size()) == k,
                "{}: {} weights for {} reward components", kWhere, weights.size(), k);
     RLPT_CHECK(t >= 1, "{}: the response mask has no columns", kWhere);
+    detail::check_same_device(response_mask, "response_mask", reward_components, "reward_components", kWhere);
+    // On the host (the group statistics are host work), the result moved back.
     auto comps = reward_components.detach().to(torch::kCPU, torch::kFloat64);
+    auto m = response_mask.detach().to(torch::kCPU, torch::kFloat64);
     auto total = torch::zeros({b, t}, torch::kFloat64);
     for (int64_t j = 0; j < k; ++j) {
         // A row's token rewards summing to its component score: GRPO's per-sample score.
         auto r = torch::zeros({b, t}, torch::kFloat64);
         r.select(1, 0).copy_(comps[j]);
-        auto a = compute_grpo(r, response_mask, index, epsilon, norm_by_std).advantages;
+        auto a = compute_grpo(r, m, index, epsilon, norm_by_std).advantages;
         total += (weights.empty() ? 1.0 : weights[static_cast<size_t>(j)]) * a;
     }
-    auto m = response_mask.detach().to(torch::kCPU, torch::kFloat64);
-    auto adv = masked_whiten(total, m) * m;
+    auto adv = (masked_whiten(total, m) * m).to(response_mask.device());
     return {adv, adv};
 }
 
@@ -110,8 +113,8 @@ AdvantageOutput compute_optimal_token_baseline(const torch::Tensor& token_level_
             zero_tail(baselines, rows, lens);
         }
     }
-    auto dt = token_level_rewards.scalar_type();
-    return {((t.returns - baselines) * t.m).to(dt), t.returns.to(dt)};
+    const auto like = token_level_rewards.options();
+    return {((t.returns - baselines) * t.m).to(like), t.returns.to(like)};
 }
 
 AdvantageOutput compute_tir_optimal_token_baseline(const torch::Tensor& token_level_rewards,
@@ -159,8 +162,8 @@ AdvantageOutput compute_tir_optimal_token_baseline(const torch::Tensor& token_le
         const auto& pos = positions[static_cast<size_t>(i)];
         if (pos.numel() > 0) adv[i].index_copy_(0, pos, all_adv[i].slice(0, 0, pos.numel()));
     }
-    auto dt = token_level_rewards.scalar_type();
-    return {(adv * t.m).to(dt), t.returns.to(dt)};
+    const auto like = token_level_rewards.options();
+    return {(adv * t.m).to(like), t.returns.to(like)};
 }
 
 }  // namespace rlpt::algo

@@ -52,7 +52,7 @@ namespace detail {
 torch::Tensor outcome_scores(const torch::Tensor& rewards, const torch::Tensor& mask, const char* where) {
     check_float(rewards, where, "token_level_rewards");
     check_2d(rewards, where, "token_level_rewards");
-    check_same_shape(rewards, "token_level_rewards", mask, "response_mask", where);
+    check_like(rewards, "token_level_rewards", mask, "response_mask", where);
     return rewards.sum(-1);
 }
 

@@ -13,7 +13,7 @@ AdvantageOutput compute_gae(const torch::Tensor& token_level_rewards, const torc
     constexpr const char* kWhere = "compute_gae";
     detail::outcome_scores(token_level_rewards, response_mask, kWhere);
     detail::check_float(values, kWhere, "values");
-    detail::check_same_shape(token_level_rewards, "token_level_rewards", values, "values", kWhere);
+    detail::check_like(token_level_rewards, "token_level_rewards", values, "values", kWhere);
     const auto& r = token_level_rewards;
     auto v = values.to(r.scalar_type());
     auto m = detail::mask_as(response_mask, r);
@@ -61,7 +61,7 @@ AdvantageOutput compute_reinforce_plus_plus_baseline(const torch::Tensor& token_
     constexpr const char* kWhere = "compute_reinforce_plus_plus_baseline";
     auto s = detail::outcome_scores(token_level_rewards, response_mask, kWhere);
     auto st = detail::group_stats(s, index, kWhere);
-    auto centred = (st.scores - st.mean.index_select(0, st.index.ids)).to(s.scalar_type());
+    auto centred = (st.scores - st.mean.index_select(0, st.index.ids)).to(s.options());
     auto m = detail::mask_as(response_mask, token_level_rewards);
     auto tiled = centred.unsqueeze(-1) * m;
     auto adv = masked_whiten(tiled, response_mask) * m;
@@ -77,6 +77,7 @@ AdvantageOutput compute_remax(const torch::Tensor& token_level_rewards, const to
     RLPT_CHECK(reward_baselines.dim() == 1 && reward_baselines.size(0) == token_level_rewards.size(0),
                "{}: reward_baselines must have shape [{}], got {}", kWhere, token_level_rewards.size(0),
                detail::shape_str(reward_baselines));
+    detail::check_same_device(token_level_rewards, "token_level_rewards", reward_baselines, "reward_baselines", kWhere);
     auto m = detail::mask_as(response_mask, token_level_rewards);
     auto returns = (token_level_rewards * m).flip({-1}).cumsum(-1).flip({-1});
     auto advantages = returns - reward_baselines.to(token_level_rewards.scalar_type()).unsqueeze(-1) * m;

@@ -53,7 +53,7 @@ torch::Tensor agg_loss(const torch::Tensor& loss_mat, const torch::Tensor& loss_
     constexpr const char* kWhere = "agg_loss";
     detail::check_float(loss_mat, kWhere, "loss_mat");
     detail::check_2d(loss_mat, kWhere, "loss_mat");
-    detail::check_same_shape(loss_mat, "loss_mat", loss_mask, "loss_mask", kWhere);
+    detail::check_like(loss_mat, "loss_mat", loss_mask, "loss_mask", kWhere);
     RLPT_CHECK(info.dp_size >= 1, "agg_loss: dp_size must be >= 1, got {}", info.dp_size);
     const double dp = static_cast<double>(info.dp_size);
     auto mask = detail::mask_as(loss_mask, loss_mat);

@@ -29,11 +29,21 @@ inline void check_2d(const torch::Tensor& t, const char* where, const char* name
     RLPT_CHECK(t.dim() == 2, "{}: tensor '{}' must be 2-D (B x T), got shape {}", where, name, shape_str(t));
 }
 
-inline void check_same_shape(const torch::Tensor& a, const char* a_name, const torch::Tensor& b,
-                             const char* b_name, const char* where) {
+// `b` must be on `a`'s device: the inputs of one call meet in the same kernels, all on the host
+// or all on one GPU (torch's own error names neither the tensors nor the function).
+inline void check_same_device(const torch::Tensor& a, const char* a_name, const torch::Tensor& b, const char* b_name,
+                              const char* where) {
+    RLPT_CHECK(a.device() == b.device(), "{}: '{}' is on {} but '{}' is on {} (the inputs must be on one device)",
+               where, b_name, b.device().str(), a_name, a.device().str());
+}
+
+// `b` must be defined, shaped like `a` and on `a`'s device.
+inline void check_like(const torch::Tensor& a, const char* a_name, const torch::Tensor& b, const char* b_name,
+                       const char* where) {
     RLPT_CHECK(b.defined(), "{}: tensor '{}' is required but was not given", where, b_name);
     RLPT_CHECK(a.sizes() == b.sizes(), "{}: '{}' has shape {} but '{}' has shape {}", where, a_name,
                shape_str(a), b_name, shape_str(b));
+    check_same_device(a, a_name, b, b_name, where);
 }
 
 // Mask as a tensor of `like`'s dtype (bool/int masks become 0/1).

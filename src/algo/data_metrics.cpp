@@ -30,20 +30,19 @@ std::map<std::string, double> compute_data_metrics(const DataMetricsInputs& in) 
     detail::check_2d(in.token_level_scores, kWhere, "token_level_scores");
     const auto& ref = in.token_level_scores;
     detail::check_float(in.token_level_rewards, kWhere, "token_level_rewards");
-    detail::check_same_shape(ref, "token_level_scores", in.token_level_rewards, "token_level_rewards",
-                             kWhere);
+    detail::check_like(ref, "token_level_scores", in.token_level_rewards, "token_level_rewards", kWhere);
     detail::check_float(in.advantages, kWhere, "advantages");
-    detail::check_same_shape(ref, "token_level_scores", in.advantages, "advantages", kWhere);
+    detail::check_like(ref, "token_level_scores", in.advantages, "advantages", kWhere);
     detail::check_float(in.returns, kWhere, "returns");
-    detail::check_same_shape(ref, "token_level_scores", in.returns, "returns", kWhere);
-    detail::check_same_shape(ref, "token_level_scores", in.response_mask, "response_mask", kWhere);
+    detail::check_like(ref, "token_level_scores", in.returns, "returns", kWhere);
+    detail::check_like(ref, "token_level_scores", in.response_mask, "response_mask", kWhere);
     if (in.values.defined()) {
         detail::check_float(in.values, kWhere, "values");
-        detail::check_same_shape(ref, "token_level_scores", in.values, "values", kWhere);
+        detail::check_like(ref, "token_level_scores", in.values, "values", kWhere);
     }
     if (in.response_attention_mask.defined())
-        detail::check_same_shape(ref, "token_level_scores", in.response_attention_mask,
-                                 "response_attention_mask", kWhere);
+        detail::check_like(ref, "token_level_scores", in.response_attention_mask, "response_attention_mask",
+                           kWhere);
     detail::check_2d(in.prompt_mask, kWhere, "prompt_mask");
     RLPT_CHECK(in.prompt_mask.size(0) == ref.size(0), "{}: prompt_mask has {} rows but the batch has {}",
                kWhere, in.prompt_mask.size(0), ref.size(0));

@@ -62,7 +62,7 @@ KlType parse_kl_type(const std::string& name) {
 torch::Tensor kl_penalty(const torch::Tensor& log_prob, const torch::Tensor& ref_log_prob, KlType type) {
     detail::check_float(log_prob, "kl_penalty", "log_prob");
     detail::check_float(ref_log_prob, "kl_penalty", "ref_log_prob");
-    detail::check_same_shape(log_prob, "log_prob", ref_log_prob, "ref_log_prob", "kl_penalty");
+    detail::check_like(log_prob, "log_prob", ref_log_prob, "ref_log_prob", "kl_penalty");
     auto forward = kl_forward(log_prob, ref_log_prob, type.estimator);
     if (!type.straight_through) return forward;
     auto k2 = 0.5 * (log_prob - ref_log_prob).square();
@@ -104,9 +104,8 @@ KlRewardResult apply_kl_penalty(const torch::Tensor& token_level_scores, const t
     constexpr const char* kWhere = "apply_kl_penalty";
     detail::check_float(token_level_scores, kWhere, "token_level_scores");
     detail::check_2d(token_level_scores, kWhere, "token_level_scores");
-    detail::check_same_shape(token_level_scores, "token_level_scores", old_log_prob, "old_log_prob", kWhere);
-    detail::check_same_shape(token_level_scores, "token_level_scores", response_mask, "response_mask",
-                             kWhere);
+    detail::check_like(token_level_scores, "token_level_scores", old_log_prob, "old_log_prob", kWhere);
+    detail::check_like(token_level_scores, "token_level_scores", response_mask, "response_mask", kWhere);
     auto kld = kl_penalty(old_log_prob, ref_log_prob, kl_type) * detail::mask_as(response_mask, old_log_prob);
     const double beta = controller.value();
     KlRewardResult out;

@@ -8,7 +8,7 @@ namespace {
 
 torch::Tensor masked_product(const torch::Tensor& values, const torch::Tensor& mask, const char* where) {
     detail::check_float(values, where, "values");
-    detail::check_same_shape(values, "values", mask, "mask", where);
+    detail::check_like(values, "values", mask, "mask", where);
     auto zero = torch::zeros({}, values.options());
     return torch::where(mask.to(torch::kBool), values, zero) * detail::mask_as(mask, values);
 }
@@ -101,6 +101,7 @@ torch::Tensor logprobs_from_logits(const torch::Tensor& logits, const torch::Ten
     detail::check_float(logits, "logprobs_from_logits", "logits");
     RLPT_CHECK(labels.defined() && labels.scalar_type() == torch::kInt64,
                "logprobs_from_logits: labels must be an int64 tensor");
+    detail::check_same_device(logits, "logits", labels, "labels", "logprobs_from_logits");
     RLPT_CHECK(logits.dim() == labels.dim() + 1 && logits.sizes().slice(0, labels.dim()) == labels.sizes(),
                "logprobs_from_logits: logits {} must be labels {} plus a vocabulary dimension",
                detail::shape_str(logits), detail::shape_str(labels));

@@ -17,12 +17,12 @@ void check_policy_inputs(const PolicyLossInputs& in, const char* where) {
     check_2d(in.log_prob, where, "log_prob");
     check_float(in.old_log_prob, where, "old_log_prob");
     check_float(in.advantages, where, "advantages");
-    check_same_shape(in.log_prob, "log_prob", in.old_log_prob, "old_log_prob", where);
-    check_same_shape(in.log_prob, "log_prob", in.advantages, "advantages", where);
-    check_same_shape(in.log_prob, "log_prob", in.response_mask, "response_mask", where);
+    check_like(in.log_prob, "log_prob", in.old_log_prob, "old_log_prob", where);
+    check_like(in.log_prob, "log_prob", in.advantages, "advantages", where);
+    check_like(in.log_prob, "log_prob", in.response_mask, "response_mask", where);
     if (in.rollout_is_weights.defined()) {
         check_float(in.rollout_is_weights, where, "rollout_is_weights");
-        check_same_shape(in.log_prob, "log_prob", in.rollout_is_weights, "rollout_is_weights", where);
+        check_like(in.log_prob, "log_prob", in.rollout_is_weights, "rollout_is_weights", where);
     }
 }
 

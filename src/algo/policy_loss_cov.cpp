@@ -14,6 +14,10 @@ PolicyLossOutput compute_policy_loss_clip_cov(const PolicyLossInputs& in, const 
     RLPT_CHECK(in.generator.has_value(),
                "{}: draws a random subset of tokens and needs a seeded generator (PolicyLossInputs::generator); "
                "torch's global RNG would make resumed runs differ", kWhere);
+    RLPT_CHECK(in.generator->device().is_cpu(),
+               "{}: the generator must be a CPU generator (the draws are made on the host whatever the inputs' "
+               "device), got one on {}",
+               kWhere, in.generator->device().str());
     detail::check_clip_ratios(cfg, kWhere);
     RLPT_CHECK(cfg.clip_cov_ratio > 0.0, "{}: clip_cov_ratio must be > 0, got {}", kWhere,
                cfg.clip_cov_ratio);
@@ -37,8 +41,9 @@ PolicyLossOutput compute_policy_loss_clip_cov(const PolicyLossInputs& in, const 
         auto flat_idx = torch::nonzero(candidates.reshape({-1})).reshape({-1});
         corr = torch::ones_like(a);
         if (flat_idx.numel() > 0) {
-            auto perm =
-                torch::randperm(flat_idx.numel(), in.generator, torch::TensorOptions().dtype(torch::kLong));
+            // Drawn on the host from the (CPU) generator, then moved: the same subset on any device.
+            auto perm = torch::randperm(flat_idx.numel(), in.generator, torch::TensorOptions().dtype(torch::kLong))
+                            .to(flat_idx.device());
             auto chosen = flat_idx.index_select(0, perm.slice(0, 0, std::min(clip_num, flat_idx.numel())));
             corr.reshape({-1}).index_fill_(0, chosen, 0.0);
         }
@@ -69,7 +74,7 @@ PolicyLossOutput compute_policy_loss_kl_cov(const PolicyLossInputs& in, const Po
         torch::NoGradGuard no_grad;
         auto valid = in.response_mask.to(torch::kBool).reshape({-1});
         auto valid_idx = torch::nonzero(valid).reshape({-1});
-        selected = torch::zeros({valid.numel()}, torch::kBool);
+        selected = torch::zeros({valid.numel()}, valid.options());
         const int64_t n = valid_idx.numel();
         if (n > 0) {
             auto adv_v = a.detach().reshape({-1}).index_select(0, valid_idx).to(torch::kFloat64);

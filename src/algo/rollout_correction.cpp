@@ -124,8 +124,8 @@ RolloutCorrectionOutput compute_rollout_correction(const Tensor& old_log_prob, c
     detail::check_float(old_log_prob, kWhere, "old_log_prob");
     detail::check_float(rollout_log_prob, kWhere, "rollout_log_prob");
     detail::check_2d(old_log_prob, kWhere, "old_log_prob");
-    detail::check_same_shape(old_log_prob, "old_log_prob", rollout_log_prob, "rollout_log_prob", kWhere);
-    detail::check_same_shape(old_log_prob, "old_log_prob", response_mask, "response_mask", kWhere);
+    detail::check_like(old_log_prob, "old_log_prob", rollout_log_prob, "rollout_log_prob", kWhere);
+    detail::check_like(old_log_prob, "old_log_prob", response_mask, "response_mask", kWhere);
     RLPT_CHECK(!p.rollout_is || *p.rollout_is == "token" || *p.rollout_is == "sequence",
                "{}: rollout_is must be token, sequence or null, got '{}'", kWhere, *p.rollout_is);
     RolloutCorrectionOutput out;

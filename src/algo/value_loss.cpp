@@ -14,9 +14,9 @@ ValueLossOutput compute_value_loss(const torch::Tensor& vpreds, const torch::Ten
     detail::check_2d(vpreds, kWhere, "vpreds");
     detail::check_float(returns, kWhere, "returns");
     detail::check_float(values, kWhere, "values");
-    detail::check_same_shape(vpreds, "vpreds", returns, "returns", kWhere);
-    detail::check_same_shape(vpreds, "vpreds", values, "values", kWhere);
-    detail::check_same_shape(vpreds, "vpreds", response_mask, "response_mask", kWhere);
+    detail::check_like(vpreds, "vpreds", returns, "returns", kWhere);
+    detail::check_like(vpreds, "vpreds", values, "values", kWhere);
+    detail::check_like(vpreds, "vpreds", response_mask, "response_mask", kWhere);
     RLPT_CHECK(cliprange_value >= 0.0, "{}: cliprange_value must be >= 0, got {}", kWhere, cliprange_value);
     auto r = returns.to(vpreds.scalar_type());
     auto v = values.to(vpreds.scalar_type());
@@ -46,7 +46,7 @@ PolicyLossOutput compute_actor_loss(const ActorLossInputs& in, const ActorLossCo
     out.metrics["actor/pg_loss"] = out.loss.detach().item<double>();
     torch::Tensor loss = out.loss;
     if (in.entropy.defined()) {
-        detail::check_same_shape(in.policy.log_prob, "log_prob", in.entropy, "entropy", "compute_actor_loss");
+        detail::check_like(in.policy.log_prob, "log_prob", in.entropy, "entropy", "compute_actor_loss");
         auto ent = entropy_loss(in.entropy, mask, mode, info);
         loss = loss - cfg.entropy_coeff * ent;
         out.metrics["actor/entropy_loss"] = ent.detach().item<double>();

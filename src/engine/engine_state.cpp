@@ -502,7 +502,7 @@ torch::Tensor TrainEngine::gather_parameter(size_t index, int root) {
     const Group& g = st.groups[s.group];
     torch::NoGradGuard no_grad;
     detail::finish_gathers(st);  // no prefetch may be in flight under the point-to-point messages
-    if (st.shard_size == 1) return g.param_shard.narrow(0, s.offset, s.numel).view(s.shape).to(torch::kCPU);
+    if (st.shard_size == 1) return g.param_shard.narrow(0, s.offset, s.numel).view(s.shape);
     const std::string what = fmt::format("gathering parameter '{}' to DP rank {}", s.name, root);
     // Shard position k of the group holds [k·shard, (k+1)·shard); this tensor is [offset, offset +
     // numel). Only root's shard group (consecutive DP ranks; hybrid shard) takes part.
@@ -532,7 +532,9 @@ torch::Tensor TrainEngine::gather_parameter(size_t index, int root) {
         comm::isend_bytes(mine.data_ptr(), (b - a) * es, root, kGatherTag, st.dp->get(), reqs);
     }
     comm::wait_all(reqs, comm::Deadline::never(), what);
-    return st.dp_rank == root ? out.view(s.shape) : torch::Tensor();
+    // Assembled on the host (the slices travel as MPI messages); returned on the parameters' device,
+    // where a tensor-parallel export all-gathers it next.
+    return st.dp_rank == root ? out.view(s.shape).to(st.device) : torch::Tensor();
 }
 
 }  // namespace rlpt::engine

@@ -1,6 +1,7 @@
 // Resharding from what the ranks hold (rlpt/model/reshard_plan.h): a destination layout filled
 // point to point from the source's held slices (the hybrid engine's colocated reshard and the
 // ZeRO-3 actor's sync to separate rollout ranks), and the storage management around it.
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/StorageImpl.h>
 #include <sys/mman.h>
 
@@ -46,6 +47,14 @@ size_t need_bytes(const torch::Tensor& t) {
     return static_cast<size_t>(t.storage_offset() + t.numel()) * t.element_size();
 }
 
+// A device allocator allocates on the current device: make it the tensor's for the call (the
+// current device need not be the one the tensor lives on, e.g. on a thread that never chose one).
+at::DataPtr allocate_on_device_of(const torch::Tensor& t, c10::Allocator& allocator, size_t bytes) {
+    if (t.is_cpu()) return allocator.allocate(bytes);
+    const c10::DeviceGuard on_device(t.device());
+    return allocator.allocate(bytes);
+}
+
 }  // namespace
 
 void alloc_storage(const torch::Tensor& t) {
@@ -53,7 +62,9 @@ void alloc_storage(const torch::Tensor& t) {
     const size_t bytes = need_bytes(t);
     if (s->nbytes() >= bytes) return;
     RLPT_CHECK_KIND(InternalError, s->allocator() != nullptr, "alloc_storage: the tensor's storage has no allocator");
-    at::DataPtr data = s->allocator()->allocate(bytes);
+    at::DataPtr data = allocate_on_device_of(t, *s->allocator(), bytes);
+    RLPT_CHECK_KIND(InternalError, data.device() == t.device(), "alloc_storage: memory for a tensor on {} came from {}",
+                    t.device().str(), data.device().str());
     if (t.is_cpu()) advise_huge_pages(data.get(), bytes);
     s->set_data_ptr_noswap(std::move(data));
     s->set_nbytes(bytes);

@@ -97,9 +97,14 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
                    slots ? "binds" : "holds", slots ? cache->bound_slots().size(0) : cache->batch_size(),
                    cache->n_layers(), b, args_.num_hidden_layers);
     const auto device = embed_weight_.device();
-    RLPT_CHECK(input_ids.device() == device && (slot_decode || attention_mask.device() == device) &&
-                   position_ids.device() == device,
-               "forward: inputs must be on the model's device {}", device.str());
+    const auto check_device = [&](const torch::Tensor& t, const char* name) {
+        RLPT_CHECK(t.device() == device,
+                   "forward: {} is on {} but the model is on {} (inputs must be on the model's device)", name,
+                   t.device().str(), device.str());
+    };
+    check_device(input_ids, "input_ids");
+    if (!slot_decode) check_device(attention_mask, "attention_mask");
+    check_device(position_ids, "position_ids");
     {
         auto lo_hi = torch::aminmax(input_ids);
         const int64_t lo = std::get<0>(lo_hi).item<int64_t>(), hi = std::get<1>(lo_hi).item<int64_t>();

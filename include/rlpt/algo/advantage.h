@@ -17,6 +17,9 @@
 // where this deliberately differs from verl).
 // Group statistics (means, standard deviations) are computed in float64 and the result is cast
 // back to the rewards' dtype, so identical scores in a group give exactly 0 after centring.
+// Devices: the tensor inputs on one device, the host or a GPU (ValueError naming two that differ;
+// `index` may be anywhere); the group statistics and the per-group loops run on the host, and
+// both outputs are on the inputs' device.
 
 #include <torch/torch.h>
 

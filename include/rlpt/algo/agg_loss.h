@@ -10,6 +10,7 @@
 //   * gradients (and loss values) are SUMMED over the micro-batches of a rank;
 //   * the per-rank results are AVERAGED over the D ranks (the usual gradient all-reduce mean).
 // Then (1/D) Σ_r Σ_mb agg_loss(mb) == agg_loss(whole mini-batch, dp_size = 1).
+// Devices: loss_mat and loss_mask on one device (ValueError otherwise); the loss is on it.
 
 #include <torch/torch.h>
 

@@ -1,6 +1,7 @@
 #pragma once
 // KL penalties (ALGORITHMS.md §1.4): per-token estimators, the in-reward penalty with its
 // controller, and the KL loss term of the actor objective.
+// Devices: the tensors of one call on one device (ValueError naming two that differ); results on it.
 
 #include <torch/torch.h>
 

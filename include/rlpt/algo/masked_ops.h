@@ -5,6 +5,7 @@
 //  * `values` are floating point (float32 or float64; reduced precision is accepted where noted).
 //  * `mask` has the same shape as `values` and any dtype (bool, int, float); a non-zero entry
 //    marks a valid element. Numeric masks are also used as weights (values * mask), as verl does.
+//  * Tensor arguments on one device (ValueError naming the two otherwise); results on it.
 //  * Results keep the dtype of `values`. Normalisers follow torch's promotion of
 //    `mask.sum() + 1e-8`, exactly as verl: a bool/integer mask gives a float32 count, in which
 //    the epsilon rounds away for any count >= 1 (so 3 of 13 -> exactly 3/13); a float64 mask keeps

@@ -12,6 +12,8 @@
 // clip_ratio), agg = agg_loss(·, response_mask, config.loss_agg_mode, config.global_batch_info).
 // Metric values are plain doubles under verl's final names ("actor/pg_clipfrac", ...); the loss
 // tensor is the only thing with a graph.
+// Devices: the B×T inputs on one device, the host or a GPU (ValueError naming the two tensors
+// otherwise); the loss is on that device.
 
 #include <torch/torch.h>
 
@@ -51,7 +53,9 @@ struct PolicyLossInputs {
     torch::Tensor response_mask;
     torch::Tensor rollout_is_weights;  // optional
     // Losses that draw random numbers (clip_cov) draw them from this generator and refuse to run
-    // without one: never from torch's global RNG, so a resumed run repeats the same draws.
+    // without one: never from torch's global RNG, so a resumed run repeats the same draws. A CPU
+    // generator, whatever the inputs' device: the draws are made on the host and moved, so the
+    // host and a GPU pick the same tokens.
     c10::optional<at::Generator> generator;
 };
 

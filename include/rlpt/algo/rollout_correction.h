@@ -16,8 +16,8 @@
 // Rejection sampling (rollout_rs) ANDs a keep mask per option into the response mask.
 // Metrics: verl's rollout_corr/* names (§6.5), from the pre-normalisation weights.
 // Everything is computed in float64; the weights come back in old_log_prob's dtype, detached.
-// Throws ValueError on differing shapes, or when the mask has no valid token (B = 0 excepted:
-// then nothing changes and there are no metrics).
+// Inputs on one device, outputs on it. Throws ValueError on differing shapes or devices, or when
+// the mask has no valid token (B = 0 excepted: then nothing changes and there are no metrics).
 
 #include <torch/torch.h>
 

@@ -1,5 +1,7 @@
 #pragma once
 // Critic value loss and the actor's full objective (ALGORITHMS.md §1.5, §1.6).
+// Devices: every tensor input on one device, the host or a GPU (ValueError naming two that
+// differ); the loss is on that device.
 
 #include <torch/torch.h>
 

@@ -6,12 +6,20 @@
 // and R = responses.size(1). Response token t of row i is input_ids[i, P + t]; it is
 // predicted from position P + t - 1.
 //
-// Log-probs are computed micro-batch by micro-batch without materialising more than one
-// micro-batch of logits: hidden states of the R predicting positions -> logits [mb, R, V] ->
+// Log-probs: hidden states of the R predicting positions [B·R, H] -> the LM head in fp32 ->
 // fused log-softmax-gather + entropy (kernels/logprob) with the logits divided by temperature.
+// With tp = 1 the head is model::chunked_head_logprob (model/chunked_head.h): it never holds more
+// than one chunk of rows' [rows, V] fp32 logits (kHeadChunkBudgetBytes, 256 MiB; twice that in the
+// backward) and saves no logits for the backward; when all B·R rows fit one chunk the arithmetic is
+// the unchunked path's. With tp > 1 the rank's [B·R, V / tp] logits slice is materialised (and kept
+// for the backward) as before.
 // The head matmul runs in fp32 whatever the model dtype: for a bf16 model the [V, H] output
 // weight is cast to fp32 on every call (a transient V·H·4 bytes, e.g. 545 MB for Qwen2.5-0.5B).
 // Positions whose token is padding get finite values; callers mask them.
+// Devices: every input tensor (the SequenceBatch's three, sft_token_nll_sum's four) must be on
+// the model's device (model.device(): the host or the rank's GPU; a tensor elsewhere is a
+// ValueError naming it and both devices), and every result is on that device. The roles get
+// their batches there (protocol::WorkerHost moves them before the handler runs).
 // Tensor-parallel models: each rank computes the logits of its vocabulary slice only and the
 // block exchanges per-row statistics (model::vocab_parallel_logprob_entropy); every function
 // here is then collective on the block and returns the same values on every rank.

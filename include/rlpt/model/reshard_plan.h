@@ -54,7 +54,8 @@ comm::ReshardPlan reshard_plan(const torch::nn::Module& local, const TpLayout& l
 
 // Storage of `t` freed (metadata, shape and views kept; data pointer null) / allocated again if
 // freed (values undefined). How FSDP frees a gathered parameter while autograd holds views; the
-// training engine's ZeRO-3 buffers use the same two calls.
+// training engine's ZeRO-3 buffers use the same two calls. The memory comes from the storage's
+// allocator on `t`'s device, whichever device is current (InternalError if it came from another).
 void free_storage(const torch::Tensor& t);
 void alloc_storage(const torch::Tensor& t);
 
