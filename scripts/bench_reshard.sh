@@ -31,7 +31,8 @@ for c in "2 1 1" "1 2 1" "2 1 2" "2 4 1"; do
 done
 # The hybrid engine: actor (ZeRO-3, tp F) and rollout (tp T) on the same 2 ranks, in REPEAT
 # processes each, rows taking turns: on a VM the speed of a buffer depends on the host memory
-# behind it, which a process keeps for its whole run (README "Where the 0.8 goal stands").
+# behind it, which a process keeps for its whole run (docs/benchmarks/results/2026-11-28-reshard.md,
+# "Where the 0.8 goal stands").
 for rep in $(seq "${REPEAT:-3}"); do
   for c in "1 2" "2 1"; do
     set -- $c

@@ -9,7 +9,7 @@
 # others to the GRPO stage (e.g. trainer.total_training_steps=10). Runs go to runs/NAME-sft and
 # runs/NAME-grpo (NAME defaults to "demo"), replaced on each run. --no-setup skips
 # scripts/setup.sh (for scripts/demo_robustness.sh, which runs several demos at once).
-# RLPT_DEMO_RANKS changes the number of ranks (4); the figures in the README are for 4.
+# RLPT_DEMO_RANKS changes the number of ranks (4); the figures in docs/benchmarks/demo.md are for 4.
 # --sft-config / --grpo-config replace the two stages' configs and --plot-keys the curves drawn
 # (scripts/demo_agent.sh runs the agent demo this way); a run with a tool_agent rollout also prints
 # the held-out tool-call rate.

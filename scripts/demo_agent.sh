@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The agent demo (README "Agentic RL"): scripts/demo.sh with the agent configs. Installs what is
+# The agent demo (docs/agents.md): scripts/demo.sh with the agent configs. Installs what is
 # missing, builds, then
 #   1. SFT (configs/agent_sft.yaml): the tiny built-in transformer learns 2-digit products from
 #      demonstrations of which only a share call the calculator tool (the rest answer directly),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes a small JSONL task in the shapes a new user brings (README "Your own task"):
+"""Writes a small JSONL task in the shapes a new user brings (docs/your-own-task.md):
 
   sft.jsonl   {"prompt": ..., "response": ..., "data_source": ...}   SFT demonstrations
   rl.jsonl    {"prompt": ..., "answer": ..., "data_source": ...}     RL prompts with answers

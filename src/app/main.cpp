@@ -11,6 +11,7 @@
 #include "init_model.h"
 #include "rlpt/app/job.h"
 #include "rlpt/build_config.h"
+#include "rlpt/config/reference.h"
 #include "rlpt/core/error.h"
 #include "rlpt/rollout/generate_cli.h"
 
@@ -28,13 +29,13 @@ Usage:
                                                   a model from scratch as a Hugging Face folder
   rlpt generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--greedy] [--output json] ...
                                                   sample from a model folder (no MPI)
-  rlpt --help-config                              every config key with its default value
+  rlpt --help-config[=markdown]                   every config key with its default and meaning
   rlpt --help | --version                         (each subcommand takes --help)
 
   key=value overrides any config key by its dotted path; values are YAML:
     trainer.total_training_steps=10  actor.optim.lr=1e-6  'reward.scorers={my/task: number}'
 
-Keys used most (defaults and meanings: rlpt --help-config, include/rlpt/config/config.h):
+Keys used most (defaults and meanings: rlpt --help-config, docs/config-reference.md):
   trainer.mode rl|sft, trainer.total_training_steps, trainer.experiment_name, trainer.output_dir,
     trainer.save_freq, trainer.test_freq, trainer.resume auto|disable|DIR,
     trainer.logger [console, jsonl, tensorboard]
@@ -52,7 +53,7 @@ Keys used most (defaults and meanings: rlpt --help-config, include/rlpt/config/c
   placement.groups [{roles: [actor, rollout, reference], ranks: auto}], placement.controller_hosts_roles
 
 See configs/ for ready configs (configs/own_task_sft.yaml + own_task_grpo.yaml: your own JSONL task)
-and README.md ("Your own task", "Rewards").
+and docs/ (docs/your-own-task.md, docs/rewards.md).
 
 Exit codes: 0 done, 1 error, 2 bad config/command line/layout, 3 a worker failed,
 4 a rank stopped answering, 75 stopped by SIGTERM/SIGUSR1 after saving a checkpoint.
@@ -67,17 +68,27 @@ int main(int argc, char** argv) {
         return argc < 2 ? kExitConfig : kExitOk;
     }
     if (!std::strcmp(argv[1], "--version")) {
-        std::printf("rlpt %s (git %s, CUDA kernels %s, NCCL %s)\nBLAS: %s\n", RLPT_VERSION_STRING, RLPT_GIT_SHA,
-                    RLPT_HAVE_CUDA ? "built" : "not built", RLPT_HAVE_NCCL ? "built" : "not built",
+        std::printf("rlpt %s (git %s, CUDA kernels %s, NCCL %s)\nLibTorch: %s (%s)\nBLAS: %s\n",
+                    RLPT_VERSION_STRING, RLPT_GIT_SHA, RLPT_HAVE_CUDA ? "built" : "not built",
+                    RLPT_HAVE_NCCL ? "built" : "not built", RLPT_TORCH_VERSION,
+                    std::strcmp(RLPT_TORCH_CUDA, "CPU") == 0 ? "CPU only" : "CUDA " RLPT_TORCH_CUDA,
                     blas_description().c_str());
         return kExitOk;
     }
     if (!std::strcmp(argv[1], "generate")) return rollout::generate_command(argc - 1, argv + 1);
     if (!std::strcmp(argv[1], "check")) return check_command(argc - 1, argv + 1);
     if (!std::strcmp(argv[1], "init-model")) return init_model_command(argc - 1, argv + 1);
-    if (!std::strcmp(argv[1], "--help-config")) {
-        std::printf("# every config key with its default (meanings: include/rlpt/config/config.h)\n%s",
-                    to_yaml(Config{}).c_str());
+    if (!std::strncmp(argv[1], "--help-config", 13)) {
+        // Every key with its default and meaning: commented YAML, or docs/config-reference.md.
+        const std::string format = argv[1] + 13;
+        if (format.empty() || format == "=yaml") {
+            std::fputs(config_reference_yaml().c_str(), stdout);
+        } else if (format == "=markdown") {
+            std::fputs(config_reference_markdown().c_str(), stdout);
+        } else {
+            std::fprintf(stderr, "rlpt: unknown option '%s' (--help-config takes =yaml or =markdown)\n", argv[1]);
+            return kExitConfig;
+        }
         return kExitOk;
     }
     JobOptions opts;

@@ -112,33 +112,33 @@ class Loader : public Visitor {
         }
     }
 
-    void value(const char* key, bool& v) override { guarded([&] { scalar(key, v, "true or false"); }); }
-    void value(const char* key, int64_t& v) override { guarded([&] { scalar(key, v, "an integer"); }); }
-    void value(const char* key, double& v) override { guarded([&] { scalar(key, v, "a number"); }); }
-    void value(const char* key, std::string& v) override { guarded([&] { scalar(key, v, "a string"); }); }
-    void value(const char* key, std::optional<int64_t>& v) override {
+    void value(const char* key, bool& v, const char*) override { guarded([&] { scalar(key, v, "true or false"); }); }
+    void value(const char* key, int64_t& v, const char*) override { guarded([&] { scalar(key, v, "an integer"); }); }
+    void value(const char* key, double& v, const char*) override { guarded([&] { scalar(key, v, "a number"); }); }
+    void value(const char* key, std::string& v, const char*) override { guarded([&] { scalar(key, v, "a string"); }); }
+    void value(const char* key, std::optional<int64_t>& v, const char*) override {
         guarded([&] { optional(key, v, "an integer or null"); });
     }
-    void value(const char* key, std::optional<double>& v) override {
+    void value(const char* key, std::optional<double>& v, const char*) override {
         guarded([&] { optional(key, v, "a number or null"); });
     }
-    void value(const char* key, std::optional<std::string>& v) override {
+    void value(const char* key, std::optional<std::string>& v, const char*) override {
         guarded([&] { optional(key, v, "a string or null"); });
     }
-    void value(const char* key, std::vector<int64_t>& v) override {
+    void value(const char* key, std::vector<int64_t>& v, const char*) override {
         guarded([&] { sequence(key, v, "a list of integers"); });
     }
-    void value(const char* key, std::vector<double>& v) override {
+    void value(const char* key, std::vector<double>& v, const char*) override {
         guarded([&] { sequence(key, v, "a list of numbers"); });
     }
-    void value(const char* key, std::vector<std::string>& v) override {
+    void value(const char* key, std::vector<std::string>& v, const char*) override {
         guarded([&] { sequence(key, v, "a list of strings"); });
     }
-    void value(const char* key, std::map<std::string, std::string>& v) override {
+    void value(const char* key, std::map<std::string, std::string>& v, const char*) override {
         guarded([&] { mapping(key, v); });
     }
 
-    void section(const char* key, const std::function<void(Visitor&)>& body) override {
+    void section(const char* key, const char*, const std::function<void(Visitor&)>& body) override {
         guarded([&] {
             YAML::Node n = child(key);
             Loader sub(n, join_path(path_, key), origins_);
@@ -147,7 +147,7 @@ class Loader : public Visitor {
         });
     }
 
-    void list(const char* key, size_t current_size, const std::function<void(size_t)>& resize,
+    void list(const char* key, const char*, size_t current_size, const std::function<void(size_t)>& resize,
               const std::function<void(Visitor&, size_t)>& item) override {
         guarded([&] { list_items(key, current_size, resize, item); });
     }
@@ -331,44 +331,44 @@ class Loader : public Visitor {
 class Dumper : public Visitor {
   public:
     explicit Dumper(YAML::Emitter& out) : out_(out) {}
-    void value(const char* key, bool& v) override { out_ << YAML::Key << key << YAML::Value << v; }
-    void value(const char* key, int64_t& v) override {
+    void value(const char* key, bool& v, const char*) override { out_ << YAML::Key << key << YAML::Value << v; }
+    void value(const char* key, int64_t& v, const char*) override {
         out_ << YAML::Key << key << YAML::Value << static_cast<long long>(v);
     }
-    void value(const char* key, double& v) override {
+    void value(const char* key, double& v, const char*) override {
         out_ << YAML::Key << key << YAML::Value << fmt::format("{}", v);
     }
-    void value(const char* key, std::string& v) override {
+    void value(const char* key, std::string& v, const char*) override {
         out_ << YAML::Key << key << YAML::Value << YAML::DoubleQuoted << v;
     }
-    void value(const char* key, std::optional<int64_t>& v) override {
+    void value(const char* key, std::optional<int64_t>& v, const char*) override {
         out_ << YAML::Key << key << YAML::Value;
         if (v) out_ << static_cast<long long>(*v); else out_ << YAML::Null;
     }
-    void value(const char* key, std::optional<double>& v) override {
+    void value(const char* key, std::optional<double>& v, const char*) override {
         out_ << YAML::Key << key << YAML::Value;
         if (v) out_ << fmt::format("{}", *v); else out_ << YAML::Null;
     }
-    void value(const char* key, std::optional<std::string>& v) override {
+    void value(const char* key, std::optional<std::string>& v, const char*) override {
         out_ << YAML::Key << key << YAML::Value;
         if (v) out_ << YAML::DoubleQuoted << *v; else out_ << YAML::Null;
     }
-    void value(const char* key, std::vector<int64_t>& v) override {
+    void value(const char* key, std::vector<int64_t>& v, const char*) override {
         out_ << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
         for (auto x : v) out_ << static_cast<long long>(x);
         out_ << YAML::EndSeq;
     }
-    void value(const char* key, std::vector<double>& v) override {
+    void value(const char* key, std::vector<double>& v, const char*) override {
         out_ << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
         for (auto x : v) out_ << fmt::format("{}", x);
         out_ << YAML::EndSeq;
     }
-    void value(const char* key, std::vector<std::string>& v) override {
+    void value(const char* key, std::vector<std::string>& v, const char*) override {
         out_ << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
         for (auto& x : v) out_ << YAML::DoubleQuoted << x;
         out_ << YAML::EndSeq;
     }
-    void value(const char* key, std::map<std::string, std::string>& v) override {
+    void value(const char* key, std::map<std::string, std::string>& v, const char*) override {
         out_ << YAML::Key << key << YAML::Value << YAML::BeginMap;
         for (auto& [name, text] : v) {
             out_ << YAML::Key << YAML::DoubleQuoted << name << YAML::Value;
@@ -378,12 +378,12 @@ class Dumper : public Visitor {
         }
         out_ << YAML::EndMap;
     }
-    void section(const char* key, const std::function<void(Visitor&)>& body) override {
+    void section(const char* key, const char*, const std::function<void(Visitor&)>& body) override {
         out_ << YAML::Key << key << YAML::Value << YAML::BeginMap;
         body(*this);
         out_ << YAML::EndMap;
     }
-    void list(const char* key, size_t n, const std::function<void(size_t)>&,
+    void list(const char* key, const char*, size_t n, const std::function<void(size_t)>&,
               const std::function<void(Visitor&, size_t)>& item) override {
         out_ << YAML::Key << key << YAML::Value << YAML::BeginSeq;
         for (size_t i = 0; i < n; ++i) {
