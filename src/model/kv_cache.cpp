@@ -30,7 +30,7 @@ KVCache::KVCache(int64_t n_layers, int64_t batch_size, int64_t n_kv_heads, int64
 void KVCache::reset() {
     length_ = 0;
     std::fill(slot_len_.begin(), slot_len_.end(), int64_t{0});
-    bound_ = bound_len_ = bound_dev_ = ext_prefix_ = ext_new_ = torch::Tensor();
+    bound_ = bound_len_ = bound_dev_ = bound_len_dev_ = bound_pos_dev_ = ext_prefix_ = ext_new_ = torch::Tensor();
 }
 
 void KVCache::keep_rows(const torch::Tensor& rows) {
@@ -145,9 +145,8 @@ std::pair<torch::Tensor, torch::Tensor> KVCache::store(int64_t layer, const torc
             }
             return {kb, vb};
         }
-        const auto pos = (bound_len_ - 1).to(kb.device());  // each row's slot length
-        kb.index_put_({bound_dev_, torch::indexing::Slice(), pos}, k.select(2, 0));
-        vb.index_put_({bound_dev_, torch::indexing::Slice(), pos}, v.select(2, 0));
+        kb.index_put_({bound_dev_, torch::indexing::Slice(), bound_pos_dev_}, k.select(2, 0));
+        vb.index_put_({bound_dev_, torch::indexing::Slice(), bound_pos_dev_}, v.select(2, 0));
         return {kb, vb};
     }
     RLPT_CHECK(!slotted_, "KVCache::store: the cache holds slots; bind_slots before each forward");
@@ -164,7 +163,7 @@ void KVCache::advance(int64_t n_new) {
         const auto* s = bound_.data_ptr<int64_t>();
         const int64_t* n = extending() ? ext_new_.data_ptr<int64_t>() : nullptr;
         for (int64_t i = 0; i < bound_.size(0); ++i) slot_len_[static_cast<size_t>(s[i])] += n ? n[i] : n_new;
-        bound_ = bound_len_ = bound_dev_ = ext_prefix_ = ext_new_ = torch::Tensor();
+        bound_ = bound_len_ = bound_dev_ = bound_len_dev_ = bound_pos_dev_ = ext_prefix_ = ext_new_ = torch::Tensor();
         return;
     }
     RLPT_CHECK(n_new >= 0 && length_ + n_new <= max_length_, "KVCache::advance: {} + {} exceeds max_length {}", length_,
@@ -201,6 +200,8 @@ void KVCache::bind_slots(const std::vector<int64_t>& slots) {
     bound_ = torch::tensor(slots, torch::kInt64);
     bound_len_ = torch::tensor(lens, torch::kInt64);
     bound_dev_ = bound_.to(k_[0].device());
+    bound_len_dev_ = bound_len_.to(k_[0].device());
+    bound_pos_dev_ = bound_len_dev_ - 1;
 }
 
 void KVCache::bind_slots(const std::vector<int64_t>& slots, const std::vector<int64_t>& new_lengths) {

@@ -105,7 +105,10 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
     check_device(input_ids, "input_ids");
     if (!slot_decode) check_device(attention_mask, "attention_mask");
     check_device(position_ids, "position_ids");
-    {
+    // Token and position ranges (two host reads, a device sync on a GPU): checked for every forward
+    // but the decode steps of a slotted cache, whose ids are the sampler's (in [0, V) by
+    // construction) and whose prompts were checked by their prefill.
+    if (!slot_decode) {
         auto lo_hi = torch::aminmax(input_ids);
         const int64_t lo = std::get<0>(lo_hi).item<int64_t>(), hi = std::get<1>(lo_hi).item<int64_t>();
         RLPT_CHECK(lo >= 0 && hi < args_.vocab_size, "forward: token ids must be in [0, {}), got [{}, {}]",
@@ -119,8 +122,9 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
     if (slot_decode) {
         // Row b sees its slot's positions [0, bound_lengths[b]) out of the longest row's.
         const auto& lens = cache->bound_lengths();
-        auto k_pos = torch::arange(lens.max().item<int64_t>(), i64);
-        masked_out = (k_pos.unsqueeze(0) >= lens.to(device).unsqueeze(1)).view({b, 1, 1, 1, k_pos.size(0)});
+        auto k_pos = torch::arange(lens.max().item<int64_t>(), i64);  // lens is on the host: no sync
+        masked_out = (k_pos.unsqueeze(0) >= cache->bound_lengths_on_device().unsqueeze(1))
+                         .view({b, 1, 1, 1, k_pos.size(0)});
     } else if (slots && cache->extending()) {
         // Row b's query i sits at position prefix[b] + i and sees keys [0, prefix[b] + i] that
         // are real (< prefix[b] + new[b]), out of the longest row's prefix + new.

@@ -88,6 +88,10 @@ class KVCache {
     // [B] int64 CPU: the keys each bound row attends to in a decode step (slot length + 1).
     const torch::Tensor& bound_lengths() const { return bound_len_; }
     const torch::Tensor& bound_slots_on_device() const { return bound_dev_; }  // bound_slots() on the cache's device
+    // bound_lengths() on the cache's device, and each bound row's write position (length - 1) there:
+    // uploaded once per bind_slots, not once per layer (defined for a decode binding only).
+    const torch::Tensor& bound_lengths_on_device() const { return bound_len_dev_; }
+    const torch::Tensor& bound_positions_on_device() const { return bound_pos_dev_; }
     int64_t slot_length(int64_t slot) const;
     // Shortens a slot to `length` <= slot_length(slot) positions (0 frees it).
     void set_slot_length(int64_t slot, int64_t length);
@@ -122,6 +126,7 @@ class KVCache {
     std::vector<int64_t> slot_len_;               // per row, slot use only
     bool slotted_ = false;                        // bind_slots was called: no shared-length use
     torch::Tensor bound_, bound_len_, bound_dev_;  // the bound slots (undefined: none)
+    torch::Tensor bound_len_dev_, bound_pos_dev_;  // decode binding: lengths and write positions on the device
     torch::Tensor ext_prefix_, ext_new_;           // extend binding (undefined: none)
     std::vector<torch::Tensor> scratch_;           // scratch(): flat float32 buffers
 };
