@@ -74,7 +74,6 @@
 #   shard-damage       a checkpoint with a missing or truncated shard file: resume=auto moves it aside
 #                      naming the file and continues bit-identically from the previous one; resuming
 #                      it by path is an error naming the file
-#   ppo                configs/ppo.yaml shortened (critic + GAE) on top of the sft model
 #   agent              rollout.generator tool_agent: GRPO with an environment (scripts/examples/
 #                      retry_env.py; every token ends a turn, so each sample answers, is told it is
 #                      wrong, answers again: exact turn/observation/model-token metrics, the score is
