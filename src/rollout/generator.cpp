@@ -76,8 +76,8 @@ class Engine {
         while (true) {
             if (queued_ < order_.size() && (limits_.continuous || active_.empty())) admit();
             if (active_.empty()) break;
-            // [b, V] fp32. Tensor-parallel: gathered over the block; every rank then draws the
-            // same tokens from the same per-row streams.
+            // [b, V] fp32 on the model's device. Tensor-parallel: gathered over the block; every
+            // rank then draws the same tokens from the same per-row streams.
             auto logits = model_.gathered_logits(hidden_);
             if (!params_.greedy) {
                 uniforms.resize(active_.size());
@@ -87,6 +87,8 @@ class Engine {
                         uniform_draw(seeds_[row], static_cast<int64_t>(results_[row].tokens.size()));
                 }
             }
+            // On a GPU the logits stay there: only the chosen ids and log-probs come back (the
+            // stop checks below need nothing else; choose_tokens dispatches, sampler.h).
             const TokenChoices chosen = choose_tokens(logits, params_, uniforms);
             next.clear();
             tokens.clear();

@@ -11,6 +11,7 @@
 
 #include "rlpt/core/error.h"
 #include "rlpt/kernels/logprob.h"
+#include "rlpt/rollout/device_sampler.h"
 
 namespace rlpt::rollout {
 namespace {
@@ -268,6 +269,8 @@ uint64_t sample_seed(uint64_t run_seed, int64_t step, int64_t global_index) {
 
 TokenChoices choose_tokens(const torch::Tensor& logits_in, const SamplingParams& params,
                            const std::vector<double>& uniforms) {
+    // GPU logits stay on the GPU: only the chosen ids and log-probs come back (device_sampler.h).
+    if (logits_in.defined() && logits_in.is_cuda()) return choose_tokens_on_device(logits_in, params, uniforms);
     RLPT_CHECK(logits_in.defined() && logits_in.dim() == 2 && logits_in.size(1) > 0,
                "choose_tokens: logits must be [b, V] with V >= 1, got {}",
                logits_in.defined() ? logits_in.sizes() : torch::IntArrayRef{});

@@ -50,8 +50,10 @@ struct TokenChoices {
     std::vector<float> log_probs;  // [b] log_softmax(z / T)[token]
 };
 
-// Chooses one token per row of `logits` ([b, V] float32 on the CPU; other dtypes/devices are
-// converted). Rows run in parallel on LibTorch's intra-op threads; each row's result does not
+// Chooses one token per row of `logits` ([b, V] float32 on the CPU; other dtypes are converted).
+// CUDA logits are sampled on their device by choose_tokens_on_device (rollout/device_sampler.h: the
+// same rule in torch ops, one [2, b] download per call; it may differ from this CPU path only where
+// a draw or a nucleus boundary sits within double rounding of a running sum). Rows run in parallel on LibTorch's intra-op threads; each row's result does not
 // depend on the thread count or on the other rows. `uniforms` holds one draw per row (ignored when params.greedy; may then be
 // empty). Only the sampling fields of `params` are read (temperature, top_p, top_k, greedy);
 // they must be valid (see validate_sampling_params).
