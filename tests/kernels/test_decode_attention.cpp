@@ -8,6 +8,7 @@
 
 #include "rlpt/core/error.h"
 #include "rlpt/kernels/decode_attention.h"
+#include "../unit/test_tolerance.h"
 
 namespace {
 
@@ -24,8 +25,31 @@ torch::Tensor torch_attention(const torch::Tensor& q, const torch::Tensor& k, co
     return torch::matmul(torch::softmax(scores, -1).to(q.scalar_type()), v);
 }
 
-double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
-    return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+// Two computations of softmax(scale·q·kᵀ, masked)·v with float32 arithmetic, per output element
+// (tests/unit/test_tolerance.h): each score is an hd-term dot product, within
+// e_j = γ_{hd+1}(u32)·scale·|q|·|k_j| of exact; scores off by e move each probability by at most
+// 2·max e relative (Δp_j = p_j·(Δs_j − Σ_i p_i·Δs_i)); the softmax's own exp (<= 1 ulp), sum of
+// S terms and division, and the output's sum over the S keys, γ_{2S+4}; `p_roundings` more if the
+// probabilities are rounded (to bfloat16: LibTorch's expression does); all relative to
+// Σ_j p_j·|v_j|. Each side's rounding of the output to its type adds u_out of its magnitude.
+void expect_attention_close(const torch::Tensor& got, const torch::Tensor& want, const torch::Tensor& q,
+                            const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& masked, double scale,
+                            double p_rounding = 0) {
+    const double u32 = rlpt::tol::kUnitRoundoffFp32;
+    const int64_t hd = q.size(-1), s = k.size(2);
+    const auto q64 = q.to(torch::kDouble), k64 = k.to(torch::kDouble);
+    const auto key_masked = masked.view({masked.size(0), 1, 1, masked.size(1)});
+    auto scores = torch::matmul(q64, k64.transpose(2, 3)) * scale;
+    scores.masked_fill_(key_masked, std::numeric_limits<float>::lowest());
+    const auto p = torch::softmax(scores, -1);
+    const auto score_err = torch::matmul(q64.abs(), k64.abs().transpose(2, 3)).masked_fill(key_masked, 0) *
+                           (scale * rlpt::tol::gamma(hd + 1, u32));
+    const auto rel = 2 * std::get<0>(score_err.max(-1, true)) + rlpt::tol::gamma(2 * s + 4, u32) + p_rounding;
+    const auto bound = rel * torch::matmul(p, v.to(torch::kDouble).abs());
+    auto g = got.to(torch::kDouble), w = want.to(torch::kDouble);
+    const double u_out = rlpt::tol::unit_roundoff(want.scalar_type());
+    EXPECT_LE(((g - w).abs() - bound - u_out * (g.abs() + w.abs())).max().item<double>(), 0.0)
+        << "max |diff| " << (g - w).abs().max().item<double>();
 }
 
 TEST(DecodeAttention, MatchesReferenceOnOddShapesAndCacheViews) {
@@ -46,8 +70,8 @@ TEST(DecodeAttention, MatchesReferenceOnOddShapesAndCacheViews) {
                         const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
                         auto want = decode_attention_reference(q, k, v, masked, scale);
                         auto got = decode_attention(q, k, v, masked, scale);
-                        EXPECT_LT(max_diff(got, want), 2e-5);
-                        EXPECT_LT(max_diff(want, torch_attention(q, k, v, masked, scale)), 2e-5);
+                        expect_attention_close(got, want, q, k, v, masked, scale);
+                        expect_attention_close(torch_attention(q, k, v, masked, scale), want, q, k, v, masked, scale);
                     }
                 }
             }
@@ -63,12 +87,15 @@ TEST(DecodeAttention, BFloat16AndFullyMaskedRows) {
     masked[0].narrow(0, 0, 4).fill_(true);
     auto got = decode_attention(q, k, v, masked, 0.17);
     ASSERT_EQ(got.scalar_type(), torch::kBFloat16);
-    EXPECT_LT(max_diff(got, decode_attention_reference(q, k, v, masked, 0.17)), 2e-2);
-    EXPECT_LT(max_diff(got, torch_attention(q, k, v, masked, 0.17)), 3e-2);
+    const auto want = decode_attention_reference(q, k, v, masked, 0.17);
+    expect_attention_close(got, want, q, k, v, masked, 0.17);
+    expect_attention_close(torch_attention(q, k, v, masked, 0.17), want, q, k, v, masked, 0.17,
+                           rlpt::tol::kUnitRoundoffBf16);
     // Every key masked: the uniform average of v, as softmax over equal scores gives.
     auto qf = torch::randn({1, 1, 2, 8}), kf = torch::randn({1, 1, 4, 8}), vf = torch::randn({1, 1, 4, 8});
     auto all = torch::ones({1, 4}, torch::kBool);
-    EXPECT_LT(max_diff(decode_attention(qf, kf, vf, all, 1.0), vf.mean(2, true).expand({1, 1, 2, 8})), 1e-6);
+    expect_attention_close(decode_attention(qf, kf, vf, all, 1.0), vf.mean(2, true).expand({1, 1, 2, 8}), qf, kf, vf,
+                           all, 1.0);
 }
 
 TEST(DecodeAttention, Errors) {
@@ -96,11 +123,10 @@ TEST(DecodeAttention, SlotsReadTheirOwnSlotAndLength) {
             const double scale = 0.3;
             auto got = decode_attention_slots(q, kbuf, vbuf, slots, lengths, scale);
             auto want = decode_attention_slots_reference(q, kbuf, vbuf, slots, lengths, scale);
-            EXPECT_LT(max_diff(got, want), dtype == torch::kFloat32 ? 2e-5 : 2e-2);
             auto k = kbuf.index_select(0, slots), v = vbuf.index_select(0, slots);
             auto masked = torch::arange(t).unsqueeze(0) >= lengths.unsqueeze(1);
-            EXPECT_LT(max_diff(got, decode_attention_reference(q, k, v, masked, scale)),
-                      dtype == torch::kFloat32 ? 2e-5 : 2e-2);
+            expect_attention_close(got, want, q, k, v, masked, scale);
+            expect_attention_close(got, decode_attention_reference(q, k, v, masked, scale), q, k, v, masked, scale);
             // Garbage past a slot's length is never read.
             auto poisoned = kbuf.clone();
             poisoned[3].narrow(1, 1, t - 1).fill_(std::numeric_limits<float>::quiet_NaN());

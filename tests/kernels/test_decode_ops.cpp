@@ -9,14 +9,11 @@
 #include "rlpt/core/error.h"
 #include "rlpt/kernels/decode_ops.h"
 #include "rlpt/kernels/small_matmul.h"
+#include "../unit/test_tolerance.h"
 
 namespace {
 
 using rlpt::kernels::MatmulTarget;
-
-double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
-    return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
 
 template <class F>
 void expect_value_error(F&& f, const std::string& needle) {
@@ -42,9 +39,19 @@ TEST(DecodeOps, RmsNormMatchesReferenceAndLibTorch) {
             auto got = torch::empty({m, h}), want = torch::empty({m, h});
             rlpt::kernels::rms_norm_into(x, w, 1e-5, got);
             rlpt::kernels::rms_norm_into_reference(x, w, 1e-5, want);
-            // One float rounding of the scale and two of the products: a few ulps.
-            EXPECT_LT(max_diff(got, want), 1e-6 * (1 + want.abs().max().item<double>()));
-            EXPECT_LT(max_diff(want, torch_rms_norm(x, w, 1e-5)), 1e-5 * (1 + want.abs().max().item<double>()));
+            // The mean of h squares (positive terms: γ_h relative to it), + eps, the reciprocal square
+            // root (halves that, one rounding) and two products: within γ_{h+4}(u32) relative of the
+            // exact value per element, whatever the order; the reference is exact, then rounded;
+            // LibTorch's expression is another float32 order of the same.
+            const auto rel = rlpt::tol::gamma(h + 4, rlpt::tol::kUnitRoundoffFp32);
+            const auto mag = want.abs().to(torch::kDouble);
+            EXPECT_TRUE(((got - want).abs().to(torch::kDouble) <= (rel + rlpt::tol::kUnitRoundoffFp32) * mag)
+                            .all()
+                            .item<bool>());
+            EXPECT_TRUE(((torch_rms_norm(x, w, 1e-5) - want).abs().to(torch::kDouble) <=
+                         (rel + rlpt::tol::kUnitRoundoffFp32) * mag)
+                            .all()
+                            .item<bool>());
             // In place (out = x) and rows with a stride (a column slice of a wider buffer).
             auto wide = torch::zeros({m, h + 5});
             wide.narrow(1, 2, h).copy_(x);
@@ -77,7 +84,14 @@ TEST(DecodeOps, RotaryIsTheLibTorchExpressionBitForBit) {
                 auto got = x.clone(), want = x.clone();
                 rlpt::kernels::rotary_inplace(got, cos, sin, hd);
                 rlpt::kernels::rotary_inplace_reference(want, cos, sin, hd);
-                EXPECT_LT(max_diff(got, want), 1e-6 * (1 + want.abs().max().item<double>()));
+                // x·cos ± x'·sin: two products and a sum, γ_3(u32) of |x·cos| + |x'·sin|, against the
+                // exact reference rounded once.
+                const auto x4 = x.abs().to(torch::kDouble).view({m, heads, hd});
+                const auto rot = torch::cat({x4.narrow(-1, hd / 2, hd / 2), x4.narrow(-1, 0, hd / 2)}, -1);
+                const auto mag = (x4 * cos.abs().unsqueeze(1) + rot * sin.abs().unsqueeze(1)).view({m, heads * hd});
+                const auto bound = rlpt::tol::gamma(3, rlpt::tol::kUnitRoundoffFp32) * mag +
+                                   rlpt::tol::kUnitRoundoffFp32 * want.abs().to(torch::kDouble);
+                EXPECT_TRUE(((got - want).abs().to(torch::kDouble) <= bound).all().item<bool>());
                 EXPECT_TRUE(torch::equal(got, torch_rotary(x, cos, sin, hd)));
             }
         }
@@ -141,9 +155,17 @@ TEST(SmallMatmulInto, EachTargetIsSmallMatmulBitForBit) {
                 }
                 auto r1 = torch::empty({m, 37}), r2 = torch::empty({m, 5}), r3 = residual.clone();
                 rlpt::kernels::small_matmul_into_reference(x, {{w1, {}, r1}, {w2, b2, r2}, {w3, {}, r3, true}});
-                EXPECT_LT(max_diff(y1, r1), 1e-4);
-                EXPECT_LT(max_diff(y2, r2), 1e-4);
-                EXPECT_LT(max_diff(y3, r3), 1e-4);
+                // Each element a float32 dot product (the residual one more term) against the exact
+                // reference rounded once (tests/unit/test_tolerance.h).
+                const double u = rlpt::tol::kUnitRoundoffFp32;
+                const auto within = [&](const torch::Tensor& y, const torch::Tensor& r, const torch::Tensor& bound) {
+                    return ((y - r).abs().to(torch::kDouble) <= bound + u * r.abs().to(torch::kDouble))
+                        .all()
+                        .item<bool>();
+                };
+                EXPECT_TRUE(within(y1, r1, rlpt::tol::matmul_error_bound(x, w1)));
+                EXPECT_TRUE(within(y2, r2, rlpt::tol::matmul_error_bound(x, w2, b2)));
+                EXPECT_TRUE(within(y3, r3, rlpt::tol::matmul_error_bound(x, w3, residual) * (1 + u)));
             }
         }
     }

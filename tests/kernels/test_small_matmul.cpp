@@ -9,6 +9,7 @@
 
 #include "rlpt/core/error.h"
 #include "rlpt/kernels/small_matmul.h"
+#include "../unit/test_tolerance.h"
 
 namespace {
 
@@ -24,13 +25,18 @@ std::vector<SmallMatmulIsa> isas() {
     return out;
 }
 
-// |got − want| <= atol + rtol·|want| element-wise, with want from the double reference.
-void expect_close(const torch::Tensor& got, const torch::Tensor& want, double atol, double rtol) {
+// got and want both compute x·wᵀ + b (x [..., K], w [N, K]): a float32 accumulation of the K
+// products and the bias, in any order (every instruction set, every BLAS), is within
+// γ_{K+1}(u32)·Σ|terms| of the exact value, and each side's rounding to the output type adds
+// u_out of its magnitude (the double reference is exact to far below that, then rounded).
+void expect_matmul_close(const torch::Tensor& got, const torch::Tensor& want, const torch::Tensor& x,
+                         const torch::Tensor& w, const torch::Tensor& b) {
     ASSERT_EQ(got.sizes(), want.sizes());
     ASSERT_EQ(got.scalar_type(), want.scalar_type());
-    auto g = got.to(torch::kDouble), w = want.to(torch::kDouble);
-    auto excess = ((g - w).abs() - (atol + rtol * w.abs())).max().item<double>();
-    EXPECT_LE(excess, 0.0) << "max |diff| " << (g - w).abs().max().item<double>();
+    auto g = got.to(torch::kDouble), r = want.to(torch::kDouble);
+    const auto bound =
+        rlpt::tol::matmul_error_bound(x, w, b) + rlpt::tol::unit_roundoff(want.scalar_type()) * (g.abs() + r.abs());
+    EXPECT_LE(((g - r).abs() - bound).max().item<double>(), 0.0) << "max |diff| " << (g - r).abs().max().item<double>();
 }
 
 TEST(SmallMatmul, MatchesReferenceOnOddShapes) {
@@ -45,8 +51,7 @@ TEST(SmallMatmul, MatchesReferenceOnOddShapes) {
                     for (auto isa : isas()) {
                         SCOPED_TRACE(testing::Message() << "m " << m << " k " << k << " n " << n << " bias "
                                                         << with_bias << " isa " << static_cast<int>(isa));
-                        // fp32 dot products of length k with O(1) terms: error ~ sqrt(k) * 6e-8.
-                        expect_close(small_matmul(x, w, bias, isa), want, 2e-5, 1e-5);
+                        expect_matmul_close(small_matmul(x, w, bias, isa), want, x, w, bias);
                     }
                 }
             }
@@ -57,8 +62,8 @@ TEST(SmallMatmul, MatchesReferenceOnOddShapes) {
 TEST(SmallMatmul, ReferenceAgreesWithTorchLinear) {
     torch::manual_seed(4);
     auto x = torch::randn({5, 3, 29}), w = torch::randn({11, 29}), b = torch::randn({11});
-    expect_close(small_matmul_reference(x, w, b), torch::linear(x, w, b), 1e-5, 1e-5);
-    expect_close(small_matmul_reference(x, w, {}), torch::linear(x, w), 1e-5, 1e-5);
+    expect_matmul_close(small_matmul_reference(x, w, b), torch::linear(x, w, b), x, w, b);
+    expect_matmul_close(small_matmul_reference(x, w, {}), torch::linear(x, w), x, w, {});
 }
 
 TEST(SmallMatmul, LeadingDimsAndStridedInput) {
@@ -68,14 +73,15 @@ TEST(SmallMatmul, LeadingDimsAndStridedInput) {
     auto x3 = torch::randn({6, 1, 40});
     auto y3 = small_matmul(x3, w, b);
     EXPECT_EQ(y3.sizes(), (std::vector<int64_t>{6, 1, 21}));
-    expect_close(y3, small_matmul_reference(x3, w, b), 2e-5, 1e-5);
+    expect_matmul_close(y3, small_matmul_reference(x3, w, b), x3, w, b);
     // Rows with a stride larger than K (a column slice) and a transposed (non-row-major) x.
     auto wide = torch::randn({7, 64});
     auto sliced = wide.narrow(1, 8, 40);
-    expect_close(small_matmul(sliced, w, b), small_matmul_reference(sliced.contiguous(), w, b), 2e-5, 1e-5);
+    expect_matmul_close(small_matmul(sliced, w, b), small_matmul_reference(sliced.contiguous(), w, b), sliced, w, b);
     auto transposed = torch::randn({40, 7}).t();
     ASSERT_FALSE(transposed.is_contiguous());
-    expect_close(small_matmul(transposed, w, b), small_matmul_reference(transposed.contiguous(), w, b), 2e-5, 1e-5);
+    expect_matmul_close(small_matmul(transposed, w, b), small_matmul_reference(transposed.contiguous(), w, b),
+                        transposed, w, b);
     // Nothing beyond y is written: y is fresh and exactly [M, N]; a 1-D x gives [N].
     EXPECT_EQ(small_matmul(torch::randn({40}), w, b).sizes(), (std::vector<int64_t>{21}));
     // K = 0: the bias alone.
@@ -89,13 +95,14 @@ TEST(SmallMatmul, BFloat16WeightsWidenedExactly) {
         auto x = torch::randn({m, 83}).to(torch::kBFloat16);
         auto w = torch::randn({19, 83}).to(torch::kBFloat16);
         auto b = torch::randn({19}).to(torch::kBFloat16);
-        // The reference sums the exact products of the bf16 values in double; one bf16 rounding
-        // of the result separates them.
+        // The reference sums the exact products of the bf16 values in double; the kernels
+        // accumulate them in fp32; one bf16 rounding of each result.
         const auto want = small_matmul_reference(x, w, b);
         ASSERT_EQ(want.scalar_type(), torch::kBFloat16);
-        for (auto isa : isas()) expect_close(small_matmul(x, w, b, isa), want, 1e-2, 8e-3);
-        expect_close(want, torch::linear(x.to(torch::kFloat), w.to(torch::kFloat), b.to(torch::kFloat))
-                               .to(torch::kBFloat16), 1e-2, 8e-3);
+        for (auto isa : isas()) expect_matmul_close(small_matmul(x, w, b, isa), want, x, w, b);
+        expect_matmul_close(
+            torch::linear(x.to(torch::kFloat), w.to(torch::kFloat), b.to(torch::kFloat)).to(torch::kBFloat16), want, x,
+            w, b);
     }
 }
 

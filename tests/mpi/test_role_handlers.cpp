@@ -32,6 +32,7 @@
 #include "rlpt/roles/reference.h"
 #include "rlpt/roles/reward_model.h"
 #include "rlpt/roles/rollout.h"
+#include "unit/test_tolerance.h"
 
 namespace rlpt {
 namespace {
@@ -175,14 +176,21 @@ TEST(RoleHandlers, EveryMethodOfEveryRoleRunsOnASmallBatch) {
     gen_args.seed = 7;
     Batch gen = call("rollout", "generate", protocol::with_args(prompts, gen_args))[0];
     // The largest gap between the rollout's sampling log-probs and the actor's log-probs of the
-    // same tokens: ~0 when the rollout generates with the actor's weights.
+    // same tokens, over the bound of two fp32 forwards of the same weights that sum in other orders
+    // (the rollout's KV-cache decode, the actor's full forward): below 1 when the rollout generates
+    // with the actor's weights (tests/unit/test_tolerance.h; kVocab >= the tokenizer's symbols).
+    const auto model_args = model::builtin_model_args(c.model.builtin, kVocab);
+    const double order_bound =
+        tol::fp32_order_bound(tol::transformer_logit_terms(model_args, kPrompt + gen_args.max_new_tokens));
     auto rollout_vs_actor = [&](const Batch& g) {
         Batch s = columns(g, {"input_ids", "attention_mask", "position_ids", "responses"});
         Batch a = call("actor", "compute_log_prob", protocol::with_args(s, roles::ActorLogProbArgs{1.0, false}))[0];
         auto mask = g.at("response_mask").to(torch::kBool);
-        return (a.at("old_log_probs") - g.at("rollout_log_probs")).abs().masked_select(mask).max().item<double>();
+        const auto want = a.at("old_log_probs").masked_select(mask);
+        return tol::max_abs_diff(g.at("rollout_log_probs").masked_select(mask), want) /
+               (order_bound * tol::scale_of(want));
     };
-    EXPECT_LT(rollout_vs_actor(gen), 1e-4);
+    EXPECT_LT(rollout_vs_actor(gen), 1.0);
     ASSERT_EQ(gen.size(), kRows);
     const Batch seq = columns(gen, {"input_ids", "attention_mask", "position_ids", "responses"});
 
@@ -221,9 +229,9 @@ TEST(RoleHandlers, EveryMethodOfEveryRoleRunsOnASmallBatch) {
     // old ones until the next sync, then with the new ones.
     gen_args.seed = 8;
     if (world.size() >= 2)
-        EXPECT_GT(rollout_vs_actor(call("rollout", "generate", protocol::with_args(prompts, gen_args))[0]), 1e-3);
+        EXPECT_GT(rollout_vs_actor(call("rollout", "generate", protocol::with_args(prompts, gen_args))[0]), 1.0);
     sync_weights();
-    EXPECT_LT(rollout_vs_actor(call("rollout", "generate", protocol::with_args(prompts, gen_args))[0]), 1e-4);
+    EXPECT_LT(rollout_vs_actor(call("rollout", "generate", protocol::with_args(prompts, gen_args))[0]), 1.0);
 
     const std::string ckpt = dir + "/ckpt";
     fs::create_directories(ckpt);

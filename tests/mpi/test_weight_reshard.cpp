@@ -4,7 +4,8 @@
 // model (seed 11) split over tp_from, the next ranks hold "rollout" blocks of tp_to ranks built
 // from another seed; after one sync every rollout parameter must equal its slice of the tp = 1
 // model bit for bit, and the rollout's logits and greedy generations must match the whole
-// model's (logits within 1e-5, tokens identical). Ranks beyond the pair's need sit the case out.
+// model's (logits within the fp32 order bound, tokens identical). Ranks beyond the pair's need sit
+// the case out.
 //
 // ColocatedReshardTest, at 2, 4 and 8 ranks: the hybrid engine's colocated resharding
 // (HeldReshard with every rank a source and a destination). Every rank holds the actor (a seed-11 model split over blocks of tp_a
@@ -52,6 +53,7 @@
 #include "rlpt/model/tensor_parallel.h"
 #include "rlpt/model/transformer.h"
 #include "rlpt/rollout/generator.h"
+#include "unit/test_tolerance.h"
 
 namespace rlpt::model {
 namespace {
@@ -81,10 +83,14 @@ ModelArgs qwen2_kv1() {
     return a;
 }
 
-void expect_close(const torch::Tensor& got, const torch::Tensor& ref, double tol, const std::string& what) {
+// fp32 forwards of one model at two tp layouts: the same sums cut into tp partial sums and added
+// in another order, so within fp32_order_bound of the terms along the path of a logit of a
+// sequence of `seq_len` tokens, relative to max(1, max|ref|) (tests/unit/test_tolerance.h).
+void expect_same_forward(const torch::Tensor& got, const torch::Tensor& ref, const ModelArgs& args, int64_t seq_len,
+                         const std::string& what) {
     ASSERT_EQ(got.sizes(), ref.sizes()) << what;
-    const double scale = std::max(1.0, ref.abs().max().item<double>());
-    EXPECT_LE((got.to(torch::kFloat64) - ref.to(torch::kFloat64)).abs().max().item<double>(), tol * scale) << what;
+    const double bound = tol::fp32_order_bound(tol::transformer_logit_terms(args, seq_len));
+    EXPECT_LE(tol::max_abs_diff(got, ref), bound * tol::scale_of(ref)) << what;
 }
 
 // This rank's slice of `full` in `layout` (padding rows zero), as the split model holds it.
@@ -114,7 +120,8 @@ void expect_same_greedy(CausalLM& m, CausalLM& whole, const std::string& what) {
     auto a = rollout::generate(m, prompts, {1, 2, 3}, sp);
     auto b = rollout::generate(whole, prompts, {1, 2, 3}, sp);
     EXPECT_TRUE(torch::equal(a.responses, b.responses)) << what << " greedy tokens";
-    expect_close(a.rollout_log_probs, b.rollout_log_probs, 1e-5, what + " rollout log-probs");
+    expect_same_forward(a.rollout_log_probs, b.rollout_log_probs, whole.args(), 4 + sp.max_new_tokens,
+                        what + " rollout log-probs");
 }
 
 // Whether every rank of `comm` can read every other rank's memory with process_vm_readv (the
@@ -240,8 +247,8 @@ class WeightReshardTest : public ::testing::Test {
         auto ids = torch::tensor({{3, 4, 5, 6, 1}, {0, 0, 7, 2, 9}}, torch::kInt64);
         auto mask = torch::tensor({{1, 1, 1, 1, 1}, {0, 0, 1, 1, 1}}, torch::kInt64);
         auto pos = (mask.cumsum(1) - 1).clamp_min(0);
-        expect_close(model->forward_logits(ids, mask, pos), whole->forward_logits(ids, mask, pos), 1e-5,
-                     what + " logits");
+        expect_same_forward(model->forward_logits(ids, mask, pos), whole->forward_logits(ids, mask, pos), whole->args(),
+                            ids.size(1), what + " logits");
         expect_same_greedy(*model, *whole, what);
     }
 

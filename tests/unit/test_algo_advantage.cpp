@@ -3,6 +3,7 @@
 // exactly these inputs, then cross-checked by hand where the arithmetic is short (comments).
 #include "rlpt/algo/advantage.h"
 #include "test_algo_util.h"
+#include "test_tolerance.h"
 
 namespace rlpt::algo {
 namespace {
@@ -20,6 +21,12 @@ struct OutcomeFixture : ::testing::Test {
     torch::Tensor index = torch::tensor({7, 7, 7, 3, 3, 9}, torch::kInt64);
 };
 
+// OutcomeFixture's float32 estimators against float64 hand values (tests/unit/test_tolerance.h):
+// the scores rounded to float (0.7: u32), the group statistics in float64, the result rounded to
+// float: u32·(|s| + |μ|)/σ + u32·|A| <= 2·u32·(2 + 1.5)/0.5 (largest score and mean, smallest σ
+// here), plus 5e-12 for the 12 significant digits of the literals.
+const double kFp32Tol = 2 * rlpt::tol::kUnitRoundoffFp32 * (2.0 + 1.5) / 0.5 + 5e-12;
+
 // Per-sample value broadcast over the row's mask.
 std::vector<double> tile(const std::vector<double>& per_row, const torch::Tensor& mask) {
     auto m = test::to_vec(mask);
@@ -34,14 +41,13 @@ TEST_F(OutcomeFixture, Grpo) {
     // singleton -> 0.7/(1+1e-6).
     auto out = compute_grpo(rewards, mask, index);
     EXPECT_EQ(out.advantages.scalar_type(), torch::kFloat32);
-    expect_close(
-        out.advantages,
-        tile({0.999997973442, -0.999997973442, 0.0, -0.707105755806, 0.707105755806, 0.699999332428}, mask),
-        1e-6);
+    expect_close(out.advantages,
+                 tile({0.999997973442, -0.999997973442, 0.0, -0.707105755806, 0.707105755806, 0.699999332428}, mask),
+                 kFp32Tol);
     EXPECT_TRUE(torch::equal(out.advantages, out.returns));
     // Dr.GRPO: no std normalisation.
     auto dr = compute_grpo(rewards, mask, index, 1e-6, /*norm_by_std=*/false);
-    expect_close(dr.advantages, tile({0.5, -0.5, 0.0, -0.5, 0.5, 0.7}, mask), 1e-6);
+    expect_close(dr.advantages, tile({0.5, -0.5, 0.0, -0.5, 0.5, 0.7}, mask), kFp32Tol);
 }
 
 TEST(Grpo, SingletonUsesExactConstantsInFloat64) {
@@ -76,9 +82,9 @@ TEST_F(OutcomeFixture, PassK) {
     // hand: group 7 best row 0: (1-0.5)/(0.5+1e-6); group 3 best row 4: (2-1)/(√0.5+1e-6).
     auto r5 = rewards.slice(0, 0, 5), m5 = mask.slice(0, 0, 5), i5 = index.slice(0, 0, 5);
     auto out = compute_grpo_passk(r5, m5, i5);
-    expect_close(out.advantages, tile({0.999997973442, 0, 0, 0, 1.41421151161}, m5), 1e-6);
+    expect_close(out.advantages, tile({0.999997973442, 0, 0, 0, 1.41421151161}, m5), kFp32Tol);
     auto raw = compute_grpo_passk(r5, m5, i5, 1e-6, false);
-    expect_close(raw.advantages, tile({0.5, 0, 0, 0, 1.0}, m5), 1e-7);
+    expect_close(raw.advantages, tile({0.5, 0, 0, 0, 1.0}, m5), kFp32Tol);
     test::expect_value_error([&] { compute_grpo_passk(rewards, mask, index); }, "at least 2 samples");
 }
 
@@ -93,7 +99,7 @@ TEST(PassK, OnlyTheBestSampleGetsTheGap) {
 TEST_F(OutcomeFixture, Rloo) {
     // hand: s - mean(others): 1-0.25, 0-0.75, 0.5-0.5 | 1-2, 2-1 | singleton: raw score (choice).
     auto out = compute_rloo(rewards, mask, index);
-    expect_close(out.advantages, tile({0.75, -0.75, 0.0, -1.0, 1.0, 0.7}, mask), 1e-6);
+    expect_close(out.advantages, tile({0.75, -0.75, 0.0, -1.0, 1.0, 0.7}, mask), kFp32Tol);
     // "rloo_vectorized" maps to the same function (verl's vectorised variant would give 0 for row 5).
     AdvantageInputs in{rewards, mask, {}, index, {}};
     EXPECT_TRUE(torch::equal(compute_advantage("rloo_vectorized", in).advantages, out.advantages));
@@ -102,12 +108,12 @@ TEST_F(OutcomeFixture, Rloo) {
 TEST_F(OutcomeFixture, Opo) {
     // hand: group 7 lengths 3,2,1: b = (3·1 + 0 + 0.5)/6; group 3 lengths 3,2: b = 7/5; singleton b=0.
     auto out = compute_opo(rewards, mask, index);
-    expect_close(out.advantages, tile({1 - 3.5 / 6, -3.5 / 6, 0.5 - 3.5 / 6, -0.4, 0.6, 0.7}, mask), 1e-6);
+    expect_close(out.advantages, tile({1 - 3.5 / 6, -3.5 / 6, 0.5 - 3.5 / 6, -0.4, 0.6, 0.7}, mask), kFp32Tol);
     expect_close(out.advantages,
                  tile({0.416666686535, -0.583333313465, -0.0833333134651, -0.399999976158, 0.600000023842,
                        0.699999988079},
                       mask),
-                 1e-6);
+                 kFp32Tol);
 }
 
 TEST(Opo, AllRowsOfGroupMaskedGivesZeroNotNan) {
@@ -119,18 +125,18 @@ TEST(Opo, AllRowsOfGroupMaskedGivesZeroNotNan) {
 TEST_F(OutcomeFixture, Gpg) {
     // hand: 5 non-zero scores of 6 -> α = 1.2; A = 1.2·(s - μ_g); singleton 1.2·0.7.
     auto out = compute_gpg(rewards, mask, index);
-    expect_close(out.advantages, tile({0.6, -0.6, 0.0, -0.6, 0.6, 0.84}, mask), 1e-6);
+    expect_close(out.advantages, tile({0.6, -0.6, 0.0, -0.6, 0.6, 0.84}, mask), kFp32Tol);
     auto half = compute_gpg(rewards, mask, index, 2.0);
-    expect_close(half.advantages, tile({0.3, -0.3, 0.0, -0.3, 0.3, 0.42}, mask), 1e-6);
+    expect_close(half.advantages, tile({0.3, -0.3, 0.0, -0.3, 0.3, 0.42}, mask), kFp32Tol);
 }
 
 TEST_F(OutcomeFixture, ReinforcePlusPlusBaseline) {
     auto out = compute_reinforce_plus_plus_baseline(rewards, mask, index);
     expect_close(out.advantages,
-                 {0.744809925556, 0.744809925556, 0.744809925556, -1.15372514725, -1.15372514725, 0,
-                  -0.204457640648, 0, 0, -1.15372514725, -1.15372514725, -1.15372514725, 0.744809925556,
-                  0.744809925556, 0, 1.12451696396, 1.12451696396, 0},
-                 1e-6);
+                 {0.744809925556, 0.744809925556, 0.744809925556, -1.15372514725, -1.15372514725, 0, -0.204457640648, 0,
+                  0, -1.15372514725, -1.15372514725, -1.15372514725, 0.744809925556, 0.744809925556, 0, 1.12451696396,
+                  1.12451696396, 0},
+                 kFp32Tol);
 }
 
 TEST(Gae, HandCase) {

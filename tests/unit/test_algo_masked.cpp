@@ -6,6 +6,7 @@
 
 #include "rlpt/algo/masked_ops.h"
 #include "test_algo_util.h"
+#include "test_tolerance.h"
 
 namespace rlpt::algo {
 namespace {
@@ -98,11 +99,17 @@ TEST(MaskedOps, ChunkedEntropyMatchesAndIsFloat32) {
     torch::manual_seed(3);
     auto z = torch::randn({3, 5, 11}, torch::kFloat64) * 3.0;
     auto full = entropy_from_logits(z);
+    // float32 against float64: the logits rounded (u32·|z|, moving H by at most 2u32·max|z|) and the
+    // logsumexp's and E_p[z]'s sums of V = 11 terms of one sign with the exp's and log's roundings,
+    // γ_{V+8}(u32) relative to 1 + max|z| (tests/unit/test_tolerance.h).
+    const double max_z = z.abs().max().item<double>();
+    const double bound = rlpt::tol::gamma(z.size(-1) + 8, rlpt::tol::kUnitRoundoffFp32) * (1 + max_z) +
+                         2 * rlpt::tol::kUnitRoundoffFp32 * max_z;
     for (int64_t chunk : {1, 2, 7, 15, 100}) {
         auto chunked = entropy_from_logits_chunked(z, chunk);
         EXPECT_EQ(chunked.scalar_type(), torch::kFloat32);
         EXPECT_EQ(chunked.sizes(), full.sizes());
-        EXPECT_TRUE(torch::allclose(chunked.to(torch::kFloat64), full, 1e-5, 1e-5)) << "chunk " << chunk;
+        EXPECT_LE(rlpt::tol::max_abs_diff(chunked, full), bound) << "chunk " << chunk;
     }
     auto bf = entropy_from_logits_chunked(z.to(torch::kBFloat16), 4);
     EXPECT_EQ(bf.scalar_type(), torch::kFloat32);
@@ -113,15 +120,20 @@ TEST(MaskedOps, LogprobsFromLogits) {
     // Uniform: -ln 4 (hand).
     auto lp = logprobs_from_logits(torch::zeros({2, 4}), torch::tensor({0, 3}, torch::kInt64));
     EXPECT_EQ(lp.scalar_type(), torch::kFloat32);
-    expect_close(lp, {-std::log(4.0), -std::log(4.0)}, 1e-6);
+    // float32: a sum of V = 4 exps, the log and the subtraction (γ_{V+4}(u32) of 1 + |log p|).
+    const double u32 = rlpt::tol::kUnitRoundoffFp32;
+    expect_close(lp, {-std::log(4.0), -std::log(4.0)}, rlpt::tol::gamma(8, u32) * (1 + std::log(4.0)));
     auto z = t2d({{1.0, 2.0, 0.5, -1.0}, {0.0, 3.0, -2.0, 1.0}});
     auto lp64 = logprobs_from_logits(z, torch::tensor({1, 2}, torch::kInt64));
     EXPECT_EQ(lp64.scalar_type(), torch::kFloat64);
     expect_close(lp64, {-0.495181898086, -5.17551536262}, 1e-10);
-    // bf16 logits come back as float32 log-probs.
+    // bf16 logits come back as float32 log-probs: each logit rounded to bf16 (u_bf16·|z|) moves
+    // z_label and the logsumexp by at most that, log p by twice the largest; then float32.
     auto lpb = logprobs_from_logits(z.to(torch::kBFloat16), torch::tensor({1, 2}, torch::kInt64));
     EXPECT_EQ(lpb.scalar_type(), torch::kFloat32);
-    expect_close(lpb, {-0.495181898086, -5.17551536262}, 3e-2);
+    const double max_z = z.abs().max().item<double>();
+    expect_close(lpb, {-0.495181898086, -5.17551536262},
+                 2 * rlpt::tol::kUnitRoundoffBf16 * max_z + rlpt::tol::gamma(8, u32) * (1 + max_z + 5.2));
     test::expect_value_error(
         [&] {
             logprobs_from_logits(z, torch::tensor({1, 4}, torch::kInt64));

@@ -9,6 +9,7 @@
 #include "rlpt/core/error.h"
 #include "rlpt/engine/adamw.h"
 #include "test_engine_helpers.h"
+#include "test_tolerance.h"
 
 namespace rlpt::engine {
 namespace {
@@ -38,11 +39,17 @@ TEST(EngineAdamW, FirstStepByHand) {
         s.weight_decay = 0.01;
         s.eps = 1e-8;
         fused ? adamw_update_(p, g, m, v, s) : adamw_update_torch_(p, g, m, v, s);
-        EXPECT_NEAR(p[0].item<double>(), 0.999 - 0.1 * 0.1 / (0.1 + 1e-8), 1e-6) << fused;
-        EXPECT_NEAR(p[1].item<double>(), -1.998 - 0.1 * 0.2 / (0.2 + 1e-8), 1e-6) << fused;
-        EXPECT_NEAR(p[2].item<double>(), 0.4995 + 0.1 * 0.3 / (0.3 + 1e-8), 1e-6) << fused;
-        EXPECT_NEAR(m[0].item<double>(), 0.01, 1e-9);
-        EXPECT_NEAR(v[2].item<double>(), 0.001 * 0.09, 1e-11);
+        // fp32 against the decimal values: the float32 inputs' roundings (eps is tiny, so the
+        // update does not see g's) and the step's own (tests/unit/test_tolerance.h).
+        const auto tol = rlpt::tol::adam_fp32_bound({s.lr});
+        const double u = rlpt::tol::kUnitRoundoffFp32;
+        for (const auto& [i, want] :
+             {std::pair{0, 0.999 - 0.1 * 0.1 / (0.1 + 1e-8)}, std::pair{1, -1.998 - 0.1 * 0.2 / (0.2 + 1e-8)},
+              std::pair{2, 0.4995 + 0.1 * 0.3 / (0.3 + 1e-8)}})
+            EXPECT_NEAR(p[i].item<double>(), want, tol.at(want)) << fused << " " << i;
+        // m = (1 − β1)·g, v = (1 − β2)·g²: the inputs rounded to float (2, 3) and the products.
+        EXPECT_NEAR(m[0].item<double>(), 0.01, rlpt::tol::gamma(3, u) * 0.01);
+        EXPECT_NEAR(v[2].item<double>(), 0.001 * 0.09, rlpt::tol::gamma(5, u) * 0.001 * 0.09);
     }
 }
 
@@ -52,9 +59,11 @@ TEST(EngineAdamW, FusedMatchesTorchOpsAndReferenceOverSteps) {
     auto p0 = torch::randn({n}, gen);
     auto pa = p0.clone(), pb = p0.clone();
     auto ma = torch::zeros({n}), va = torch::zeros({n}), mb = torch::zeros({n}), vb = torch::zeros({n});
+    auto m_terms = torch::zeros({n}, torch::kFloat64);  // Σ|terms| of m: (1 − β1)·|g·scale| decayed
     RefAdam ref(to_vec(p0.narrow(0, 0, 64)));
     for (int step = 1; step <= 3; ++step) {
         auto g = torch::randn({n}, gen);
+        m_terms = 0.9 * m_terms + 0.1 * 0.5 * g.abs().to(torch::kFloat64);
         AdamWStep s;
         s.lr = 1e-2;
         s.weight_decay = 0.1;
@@ -64,10 +73,17 @@ TEST(EngineAdamW, FusedMatchesTorchOpsAndReferenceOverSteps) {
         adamw_update_torch_(pb, g, mb, vb, s);
         ref.step(to_vec(g.narrow(0, 0, 64)), 1e-2, 0.9, 0.999, 1e-8, 0.1, step, 0.5);
     }
-    EXPECT_LT((pa - pb).abs().max().item<double>(), 2e-6);
-    EXPECT_LT((ma - mb).abs().max().item<double>(), 1e-6);
+    // Two fp32 computations of the same three steps, and one against float64 (tests/unit/test_tolerance.h);
+    // m sums 2 roundings a step relative to its terms.
+    const auto tol = rlpt::tol::adam_fp32_bound({1e-2, 1e-2, 1e-2});
+    const auto p_ref = pb.to(torch::kFloat64);
+    EXPECT_TRUE(((pa - pb).abs().to(torch::kFloat64) <= tol.rel * p_ref.abs() + tol.abs).all().item<bool>());
+    EXPECT_TRUE(
+        ((ma - mb).abs().to(torch::kFloat64) <= rlpt::tol::order_bound(6, rlpt::tol::kUnitRoundoffFp32) * m_terms)
+            .all()
+            .item<bool>());
     auto got = to_vec(pa.narrow(0, 0, 64));
-    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], ref.p[i], 2e-6) << i;
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], ref.p[i], tol.at(ref.p[i])) << i;
 }
 
 TEST(EngineAdamW, SumOfSquaresIsExactAndThreadIndependent) {
@@ -81,7 +97,9 @@ TEST(EngineAdamW, SumOfSquaresIsExactAndThreadIndependent) {
     const double two = sum_of_squares(y);
     torch::set_num_threads(saved);
     EXPECT_EQ(one, two);
-    EXPECT_NEAR(one, y.to(torch::kFloat64).square().sum().item<double>(), 1e-9 * one);
+    // float squares are exact in double; two orders of n − 1 additions of positive terms.
+    EXPECT_NEAR(one, y.to(torch::kFloat64).square().sum().item<double>(),
+                rlpt::tol::order_bound(y.numel() - 1, rlpt::tol::kUnitRoundoffFp64) * one);
     EXPECT_THROW(sum_of_squares(torch::zeros({3}, torch::kFloat64)), ValueError);
 }
 
@@ -134,7 +152,10 @@ TEST(EngineStep, Fp32SingleStepMatchesHandReferenceWithDecayOnMatricesOnly) {
     auto r = eng.step();
     EXPECT_FALSE(r.skipped);
     EXPECT_DOUBLE_EQ(r.lr, 0.1);
-    EXPECT_NEAR(r.grad_norm, std::sqrt(0.01 + 0.04 + 0.09 + 0.25 + 1.0 + 0.0625 + 0.015625), 1e-6);
+    // The gradients are the float32 roundings of these decimals (u32 relative each).
+    const double norm = std::sqrt(0.01 + 0.04 + 0.09 + 0.25 + 1.0 + 0.0625 + 0.015625);
+    EXPECT_NEAR(r.grad_norm, norm,
+                (rlpt::tol::kUnitRoundoffFp32 + rlpt::tol::gamma(10, rlpt::tol::kUnitRoundoffFp64)) * norm);
     // The time split is filled in: no all-gather without ZeRO-1, the update itself took time.
     EXPECT_GE(r.allreduce_s, 0.0);
     EXPECT_EQ(r.allgather_s, 0.0);
@@ -142,11 +163,13 @@ TEST(EngineStep, Fp32SingleStepMatchesHandReferenceWithDecayOnMatricesOnly) {
     rw.step(to_vec(gw), 0.1, 0.9, 0.999, 1e-8, 0.5, 1);
     rb.step(to_vec(gb), 0.1, 0.9, 0.999, 1e-8, 0.0, 1);
     auto w = to_vec(net->w), b = to_vec(net->b);
-    for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], rw.p[i], 1e-6) << i;
-    for (size_t i = 0; i < b.size(); ++i) EXPECT_NEAR(b[i], rb.p[i], 1e-6) << i;
-    // A zero gradient moves nothing but the decay: b[1] exactly, w[1][0] by (1 − lr·wd).
+    const auto one_step = rlpt::tol::adam_fp32_bound({0.1});
+    for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], rw.p[i], one_step.at(rw.p[i])) << i;
+    for (size_t i = 0; i < b.size(); ++i) EXPECT_NEAR(b[i], rb.p[i], one_step.at(rb.p[i])) << i;
+    // A zero gradient moves nothing but the decay: b[1] exactly, w[1][0] by (1 − lr·wd) (the
+    // factor rounded to float, then the product).
     EXPECT_EQ(b[1], -0.5);
-    EXPECT_NEAR(w[3], 0.25 * 0.95, 1e-7);
+    EXPECT_NEAR(w[3], 0.25 * 0.95, rlpt::tol::gamma(2, rlpt::tol::kUnitRoundoffFp32) * 0.25 * 0.95);
     // .grad is the flat buffer's view and holds the DP-mean gradient.
     EXPECT_TRUE(torch::equal(net->w.grad(), gw.to(torch::kFloat32)));
 
@@ -159,8 +182,9 @@ TEST(EngineStep, Fp32SingleStepMatchesHandReferenceWithDecayOnMatricesOnly) {
     rb.step(to_vec(gb * -1), 0.1, 0.9, 0.999, 1e-8, 0.0, 2);
     w = to_vec(net->w);
     b = to_vec(net->b);
-    for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], rw.p[i], 2e-6) << i;
-    for (size_t i = 0; i < b.size(); ++i) EXPECT_NEAR(b[i], rb.p[i], 2e-6) << i;
+    const auto two_steps = rlpt::tol::adam_fp32_bound({0.1, 0.1});
+    for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], rw.p[i], two_steps.at(rw.p[i])) << i;
+    for (size_t i = 0; i < b.size(); ++i) EXPECT_NEAR(b[i], rb.p[i], two_steps.at(rb.p[i])) << i;
     EXPECT_EQ(eng.global_step(), 2);
     EXPECT_EQ(eng.applied_updates(), 2);
 }
@@ -221,12 +245,15 @@ TEST(EngineStep, Bf16GradientsAccumulateInFp32) {
     for (int i = 0; i < 3; ++i) (net->x * torch::full({2}, 1.0 / 3, torch::kBFloat16)).sum().backward();
     ASSERT_EQ(net->x.grad().scalar_type(), torch::kFloat32);
     EXPECT_EQ(net->x.grad()[0].item<float>(), 1.001953125f);
-    EXPECT_NEAR(eng.step().grad_norm, 1.001953125 * std::sqrt(2.0), 1e-6);
+    // Exact values: the square root and the product round (and √2 itself).
+    const double u64 = rlpt::tol::kUnitRoundoffFp64;
+    EXPECT_NEAR(eng.step().grad_norm, 1.001953125 * std::sqrt(2.0),
+                rlpt::tol::gamma(4, u64) * 1.001953125 * std::sqrt(2.0));
     // A gradient re-created in bf16 by autograd (after zero_grad(true)) is converted in.
     net->zero_grad(/*set_to_none=*/true);
     (net->x * torch::full({2}, 0.5, torch::kBFloat16)).sum().backward();
     EXPECT_EQ(net->x.grad().scalar_type(), torch::kBFloat16);
-    EXPECT_NEAR(eng.step().grad_norm, 0.5 * std::sqrt(2.0), 1e-6);
+    EXPECT_NEAR(eng.step().grad_norm, 0.5 * std::sqrt(2.0), rlpt::tol::gamma(4, u64) * 0.5 * std::sqrt(2.0));
     EXPECT_EQ(net->x.grad().scalar_type(), torch::kFloat32);
 }
 
@@ -242,23 +269,26 @@ TEST(EngineStep, ClipsToClipGradAndReportsTheNormBeforeClipping) {
     eng.zero_grad();
     net->set_grads(gw, gb);
     auto r = eng.step();
-    EXPECT_NEAR(r.grad_norm, 5.0, 1e-6);
+    const double u64 = rlpt::tol::kUnitRoundoffFp64;
+    EXPECT_NEAR(r.grad_norm, 5.0, rlpt::tol::gamma(3, u64) * 5.0);  // exact squares 9 + 16, one sqrt
     const double scale = 1.0 / (5.0 + 1e-6);
     rw.step(to_vec(gw), 0.1, 0.9, 0.999, 1.0, 0.0, 1, scale);
     unclipped.step(to_vec(gw), 0.1, 0.9, 0.999, 1.0, 0.0, 1);
     auto w = to_vec(net->w);
-    for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], rw.p[i], 1e-6) << i;
-    EXPECT_GT(std::abs(w[0] - unclipped.p[0]), 1e-3);
+    const auto tol = rlpt::tol::adam_fp32_bound({0.1});  // the clip factor's float rounding: elasticity <= 1
+    for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], rw.p[i], tol.at(rw.p[i])) << i;
+    EXPECT_GT(std::abs(w[0] - unclipped.p[0]), tol.at(unclipped.p[0]));
     // A norm below clip_grad is left alone.
     auto net2 = std::make_shared<TinyNet>();
     TrainEngine eng2(net2, none, o, 0);
     RefAdam r2(to_vec(net2->w));
     eng2.zero_grad();
     net2->set_grads(gw * 0.1, gb);
-    EXPECT_NEAR(eng2.step().grad_norm, 0.5, 1e-6);
+    // 0.3 and 0.4 are float32 roundings of the decimals (u32 each).
+    EXPECT_NEAR(eng2.step().grad_norm, 0.5, (rlpt::tol::kUnitRoundoffFp32 + rlpt::tol::gamma(3, u64)) * 0.5);
     r2.step(to_vec(gw * 0.1), 0.1, 0.9, 0.999, 1.0, 0.0, 1);
     w = to_vec(net2->w);
-    for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], r2.p[i], 1e-6) << i;
+    for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], r2.p[i], tol.at(r2.p[i])) << i;
 }
 
 TEST(EngineStep, NonFiniteNormSkipsTheUpdateZeroesGradsAndCountsTheStep) {
@@ -385,9 +415,18 @@ TEST(EngineStep, Zero2AndZero3OnOneRankFollowZero0) {
         ASSERT_FALSE(eb.step().skipped);
         hold = eb.hold_full_parameters();
         EXPECT_EQ(hold != nullptr, z == 3);
+        // The same gradients; only the norm is summed per unit (float64, γ_n(u64) relative), so the
+        // clip factor, rounded to float, differs by at most u32 + γ_n(u64): the Adam trajectory
+        // bound of that, plus two fp32 computations of the same steps (tests/unit/test_tolerance.h).
+        std::vector<double> lrs(3, o.lr);
+        const auto tol = rlpt::tol::adam_fp32_bound(lrs);
+        const double grad_rel =
+            rlpt::tol::kUnitRoundoffFp32 + rlpt::tol::gamma(eb.num_parameters(), rlpt::tol::kUnitRoundoffFp64);
+        const double abs = tol.abs + rlpt::tol::adam_trajectory_bound(lrs, grad_rel);
         auto pa = a->named_parameters();
         for (const auto& item : b->named_parameters())
-            EXPECT_TRUE(torch::allclose(item.value(), pa[item.key()], 1e-5, 1e-7)) << "ZeRO-" << z << " " << item.key();
+            EXPECT_TRUE(torch::allclose(item.value(), pa[item.key()], tol.rel, abs))
+                << "ZeRO-" << z << " " << item.key();
     }
     // ZeRO-2 on a module without a transformer Backbone: one unit, reduced in step().
     auto n0 = std::make_shared<TinyNet>(), n2 = std::make_shared<TinyNet>();
@@ -397,7 +436,9 @@ TEST(EngineStep, Zero2AndZero3OnOneRankFollowZero0) {
     for (auto* n : {n0.get(), n2.get()}) n->set_grads(torch::full({2, 3}, 0.5), torch::full({3}, -1.0));
     e0.step();
     e2.step();
-    EXPECT_TRUE(torch::allclose(n0->w, n2->w, 1e-6, 1e-8));
+    const auto one = rlpt::tol::adam_fp32_bound({o.lr});
+    EXPECT_TRUE(torch::allclose(n0->w, n2->w, one.rel,
+                                one.abs + rlpt::tol::adam_trajectory_bound({o.lr}, 2 * rlpt::tol::kUnitRoundoffFp32)));
     // ZeRO-3 needs the per-layer hooks.
     OptimOptions o3 = o;
     o3.zero_stage = 3;

@@ -10,6 +10,7 @@
 #include "rlpt/model/safetensors.h"
 #include "rlpt/model/transformer.h"
 #include "test_model_helpers.h"
+#include "test_tolerance.h"
 
 using namespace rlpt::model;
 using rlpt::model::testing::expect_error;
@@ -36,8 +37,13 @@ std::set<std::string> param_names(const torch::nn::Module& m) {
     return out;
 }
 
-float max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-    return (a.to(torch::kFloat32) - b.to(torch::kFloat32)).abs().max().item<float>();
+// Two fp32 forwards of the same model and tokens that sum in other orders (another batch
+// shape, padding, a KV cache): within fp32_order_bound of the terms along a logit's path over
+// `seq_len` positions, relative to max(1, max|ref|) (tests/unit/test_tolerance.h).
+void expect_same_logits(const torch::Tensor& got, const torch::Tensor& ref, const ModelArgs& a, int64_t seq_len,
+                        const std::string& what = "") {
+    const double bound = rlpt::tol::fp32_order_bound(rlpt::tol::transformer_logit_terms(a, seq_len));
+    EXPECT_LE(rlpt::tol::max_abs_diff(got, ref), bound * rlpt::tol::scale_of(ref)) << what;
 }
 
 }  // namespace
@@ -88,9 +94,10 @@ TEST(Transformer, InitIsDeterministicAndHuggingFaceStyle) {
     EXPECT_TRUE(torch::equal(p1["model.norm.weight"], torch::ones({a.hidden_size})));
     EXPECT_TRUE(torch::equal(p1["model.layers.1.self_attn.q_proj.bias"], torch::zeros({a.hidden_size})));
     EXPECT_TRUE(torch::equal(p1["model.embed_tokens.weight"][3], torch::zeros({a.hidden_size})));
+    // N(0, 0.02²) draws (HF's initializer_range): mean and std within kStatSigmas standard errors.
     auto w = p1["model.layers.0.mlp.gate_proj.weight"];
-    EXPECT_NEAR(w.mean().item<float>(), 0.0, 0.002);
-    EXPECT_NEAR(w.std().item<float>(), 0.02, 0.002);
+    EXPECT_NEAR(w.mean().item<float>(), 0.0, rlpt::tol::mean_tolerance(0.02, w.numel()));
+    EXPECT_NEAR(w.std().item<float>(), 0.02, rlpt::tol::std_tolerance(0.02, w.numel()));
 }
 
 TEST(Transformer, LeftPaddedRowsMatchUnpaddedRows) {
@@ -109,7 +116,7 @@ TEST(Transformer, LeftPaddedRowsMatchUnpaddedRows) {
             auto ref = m->forward_logits(single.ids, single.mask, single.pos)[0];
             const int64_t n = static_cast<int64_t>(rows[r].size());
             auto got = logits[static_cast<int64_t>(r)].narrow(0, 7 - n, n);
-            EXPECT_LT(max_abs_diff(got, ref), 2e-5) << "row " << r;
+            expect_same_logits(got, ref, a, 7, "row " + std::to_string(r));
         }
     }
 }
@@ -134,7 +141,7 @@ TEST(Transformer, KvCacheDecodeMatchesFullForwardIncludingDroppedRows) {
         EXPECT_EQ(cache.length(), tp);
         // Padded query positions hold garbage that depends on the key count; compare real ones.
         auto real = p.mask.to(torch::kBool).unsqueeze(-1).expand_as(out);
-        EXPECT_LT(max_abs_diff(out.masked_select(real), full.narrow(1, 0, tp).masked_select(real)), 2e-5);
+        expect_same_logits(out.masked_select(real), full.narrow(1, 0, tp).masked_select(real), a, tp + steps);
         // rows[i] = original row index of cache row i.
         auto rows = torch::arange(4, torch::kInt64);
         for (int64_t s = 0; s < steps; ++s) {
@@ -155,7 +162,7 @@ TEST(Transformer, KvCacheDecodeMatchesFullForwardIncludingDroppedRows) {
             auto step = m->forward_logits(step_ids, step_mask, step_pos, &cache);
             ASSERT_EQ(step.sizes(), (std::vector<int64_t>{rows.size(0), 1, 53}));
             auto ref = full.index_select(0, rows).narrow(1, t, 1);
-            EXPECT_LT(max_abs_diff(step, ref), 2e-5) << "step " << s;
+            expect_same_logits(step, ref, a, tp + steps, "step " + std::to_string(s));
         }
         EXPECT_EQ(cache.batch_size(), 2);
         EXPECT_EQ(cache.length(), tp + steps);
@@ -192,7 +199,7 @@ TEST(Transformer, KvCacheForkedRowsDecodeLikeSeparatePrefills) {
     for (int64_t s = 0; s < steps; ++s) {
         const int64_t t = tp + s;
         auto step = m->forward_logits(ids.narrow(1, t, 1), mask.narrow(1, 0, t + 1), pos.narrow(1, t, 1), &cache);
-        EXPECT_LT(max_abs_diff(step, full.narrow(1, t, 1)), 2e-5) << "step " << s;
+        expect_same_logits(step, full.narrow(1, t, 1), llama_gqa(), tp + steps, "step " + std::to_string(s));
     }
     // repeat_rows(n) is fork_rows of each row n times in a row.
     KVCache twice = m->make_cache(2, tp + 1);
@@ -206,7 +213,7 @@ TEST(Transformer, KvCacheForkedRowsDecodeLikeSeparatePrefills) {
     auto got = m->forward_logits(next, next_mask, next_pos, &twice);
     auto want = m->forward_logits(torch::cat({p.ids.index_select(0, r), next}, 1), next_mask,
                                   (next_mask.cumsum(1) - 1).clamp_min(0));
-    EXPECT_LT(max_abs_diff(got, want.narrow(1, tp, 1)), 2e-5);
+    expect_same_logits(got, want.narrow(1, tp, 1), llama_gqa(), tp + 1);
     expect_error<rlpt::ValueError>([&] { twice.fork_rows(torch::tensor({4}, torch::kInt64)); }, {"[0, 4)"});
     expect_error<rlpt::ValueError>([&] { twice.repeat_rows(0); }, {"n must be >= 1"});
 }
@@ -222,6 +229,12 @@ TEST(Transformer, KvCacheRejectsBadRows) {
 }
 
 TEST(Transformer, Bf16IsCloseToFp32) {
+    // The bf16 model is the fp32 one with every weight rounded to bf16 and every operation's output
+    // too: R roundings along a logit's path (the operations' and, per layer, the 7 weight matrices
+    // and 2 norm weights they read; the embedding and the head), each at most u_bf16 relative.
+    // Per element within γ_R of the fp32 logits (the bound that holds, R·u); in RMS within √R·u
+    // (independent roundings; the aggregate that would see a bf16 path bug under R·u). One side:
+    // the fp32 model is exact to far below that.
     auto a = llama_gqa();
     auto m32 = make_random_causal_lm(a, 3, torch::kFloat32);
     auto m16 = make_random_causal_lm(a, 3, torch::kBFloat16);
@@ -231,12 +244,19 @@ TEST(Transformer, Bf16IsCloseToFp32) {
     auto l16 = m16->forward_logits(b.ids, b.mask, b.pos);
     EXPECT_EQ(m16->forward_hidden(b.ids, b.mask, b.pos).scalar_type(), torch::kBFloat16);
     auto real = b.mask.to(torch::kBool).unsqueeze(-1).expand_as(l32);
-    const float scale = l32.masked_select(real).abs().max().item<float>();
-    EXPECT_GT(scale, 0.1f);
-    EXPECT_LT(max_abs_diff(l32.masked_select(real), l16.masked_select(real)), 0.05f * scale);
-    auto lp32 = torch::log_softmax(l32, -1).masked_select(real);
-    auto lp16 = torch::log_softmax(l16, -1).masked_select(real);
-    EXPECT_LT(max_abs_diff(lp32, lp16), 0.05f);
+    const int64_t roundings = rlpt::tol::transformer_bf16_roundings(a.num_hidden_layers) + 9 * a.num_hidden_layers + 2;
+    const double u = rlpt::tol::kUnitRoundoffBf16;
+    const auto lp32 = torch::log_softmax(l32, -1).masked_select(real),
+               lp16 = torch::log_softmax(l16, -1).masked_select(real);
+    for (const auto& [x32, x16, what] : {std::make_tuple(l32.masked_select(real), l16.masked_select(real), "logits"),
+                                         std::make_tuple(lp32, lp16, "log-probs")}) {
+        const double scale = rlpt::tol::scale_of(x32);
+        EXPECT_LE(rlpt::tol::max_abs_diff(x16, x32), rlpt::tol::gamma(roundings, u) * scale) << what;
+        EXPECT_LE(rlpt::tol::rms_diff(x16, x32), std::sqrt(static_cast<double>(roundings)) * u * scale)
+            << what << " (RMS)";
+    }
+    EXPECT_GT(l32.masked_select(real).abs().max().item<float>(), 0.1f)
+        << "logits too small for a meaningful comparison";
 }
 
 TEST(Transformer, BackwardReachesEveryParameter) {
