@@ -252,7 +252,8 @@ class StagedMpiCollectives final : public Collectives {
     }
 
     void reduce_scatter_sum(const torch::Tensor& full, const torch::Tensor& out) override {
-        const torch::Tensor host_out = stage(out, "reduce-scatter");
+        // `out` is overwritten: only its shape goes to the host.
+        const torch::Tensor host_out = torch::empty(out.sizes(), out.options().device(torch::kCPU));
         mpi_.reduce_scatter_sum(stage(full, "reduce-scatter"), host_out);
         out.copy_(host_out);
     }

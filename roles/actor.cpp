@@ -35,7 +35,7 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     ActorWorker& a = self_of(w);
     const Config& c = *ctx.config;
     const auto args = protocol::decode_args<protocol::InitArgs>(in, "actor.init");
-    auto device = detail::rank_device();
+    auto device = protocol::handler_device();
     a.policy = std::make_shared<detail::SharedPolicy>();
     a.policy->model = detail::build_policy(c, device, args.vocab_size, detail::tensor_parallel(ctx, device));
     const bool sft = c.trainer.mode == "sft";

@@ -61,7 +61,7 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     const Config& c = *ctx.config;
     cw.settings = resolve_settings(c);
     const auto args = protocol::decode_args<protocol::InitArgs>(in, "critic.init");
-    auto device = detail::rank_device();
+    auto device = protocol::handler_device();
     auto dtype = detail::dtype_for(c);
     auto tp = detail::tensor_parallel(ctx, device);
     if (!c.critic.model_path.empty()) {

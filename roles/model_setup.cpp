@@ -7,18 +7,10 @@
 
 #include "rlpt/ckpt/h5_store.h"
 
-#include "rlpt/comm/device.h"
 #include "rlpt/core/log.h"
 #include "rlpt/model/reshard_plan.h"
 
 namespace rlpt::roles::detail {
-
-torch::Device rank_device() {
-    // The GPU map was decided and bound once at start-up (app/job.cpp, rlpt/comm/device.h).
-    const int index = comm::rank_device_index();
-    if (index < 0) return torch::Device(torch::kCPU);
-    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
-}
 
 torch::Dtype dtype_for(const Config& c) { return c.model.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32; }
 

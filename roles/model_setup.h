@@ -15,9 +15,6 @@
 
 namespace rlpt::roles::detail {
 
-// This rank's device: the CUDA device app/job.cpp bound at start-up (rlpt/comm/device.h), or the
-// CPU. Every role of a rank builds its models there.
-torch::Device rank_device();
 torch::Dtype dtype_for(const Config& c);
 
 // The role's tensor-parallel block (its mp communicator) when model_parallel_size > 1, else

@@ -24,7 +24,7 @@ class ReferenceWorker : public RoleWorker {
 Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     auto& r = static_cast<ReferenceWorker&>(w);
     const Config& c = *ctx.config;
-    const auto device = detail::rank_device();
+    const auto device = protocol::handler_device();
     const auto args = protocol::decode_args<protocol::InitArgs>(in, "reference.init");
     r.model = detail::build_policy(c, device, args.vocab_size, detail::tensor_parallel(ctx, device));
     for (auto& p : r.model->parameters()) p.set_requires_grad(false);

@@ -21,7 +21,7 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch&) {
     const Config& c = *ctx.config;
     RLPT_CHECK_KIND(ConfigError, !c.reward_model.model_path.empty(),
                     "reward_model.enable=true needs reward_model.model_path (a value-head Hugging Face model)");
-    const auto device = detail::rank_device();
+    const auto device = protocol::handler_device();
     r.model = model::load_value_model(c.reward_model.model_path, detail::dtype_for(c), device,
                                       detail::tensor_parallel(ctx, device));
     for (auto& p : r.model->parameters()) p.set_requires_grad(false);

@@ -121,7 +121,7 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     auto& r = static_cast<RolloutWorker&>(w);
     r.generator = &rollout::find_generator(ctx.config->rollout.generator);
     if (ctx.config->rollout.dtype == "bfloat16" && ctx.comms->role_rank == 0 && !kernels::cpu_has_avx512_bf16() &&
-        detail::rank_device().is_cpu())
+        protocol::handler_device().is_cpu())
         RLPT_LOG_WARN("rollout.dtype=bfloat16: this CPU lacks AVX512_BF16, so bfloat16 weights only halve the "
                       "bytes of few-row decode steps (widened in registers); prefill and large batches run "
                       "slower than float32 here");
@@ -153,7 +153,7 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
             return Batch(0);
         }
         // The hybrid engine: our own layout, no storage until a generation needs it.
-        const auto device = detail::rank_device();
+        const auto device = protocol::handler_device();
         r.actor = shared;
         r.policy = std::make_shared<detail::SharedPolicy>();
         r.policy->model = std::make_shared<model::CausalLM>(shared->model->args(), shared->model->dtype(), device,
@@ -162,7 +162,7 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
         return Batch(0);
     }
     r.policy = std::make_shared<detail::SharedPolicy>();
-    const auto device = detail::rank_device();
+    const auto device = protocol::handler_device();
     r.policy->model = detail::build_policy(c, device, args.vocab_size, detail::tensor_parallel(ctx, device));
     r.own_copy = true;
     // Our own copy, filled by the weight sync: in a shared arena, so a same-host actor rank writes

@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "gpu_test_util.h"
+
 #include <map>
 #include <string>
 
@@ -29,18 +31,7 @@
 namespace rlpt {
 namespace {
 
-bool gpus_usable(int64_t n, std::string* why) {
-    if (!kernels::logprob_cuda_built()) {
-        *why = "rlpt was built without CUDA kernels";
-        return false;
-    }
-    const int64_t visible = torch::cuda::device_count();
-    if (visible < n) {
-        *why = fmt::format("{} CUDA device(s) visible to LibTorch, the test needs {}", visible, n);
-        return false;
-    }
-    return true;
-}
+using rlpt::testing::gpus_usable;
 
 const torch::Device kCuda0(torch::kCUDA, 0);
 

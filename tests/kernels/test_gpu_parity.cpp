@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "gpu_test_util.h"
+
 #include "rlpt/engine/policy_ops.h"
 #include "rlpt/kernels/logprob.h"
 #include "rlpt/model/transformer.h"
@@ -13,31 +15,7 @@
 namespace rlpt {
 namespace {
 
-bool gpu_usable(std::string* why) {
-    if (!kernels::logprob_cuda_built()) {
-        *why = "rlpt was built without CUDA kernels";
-        return false;
-    }
-    if (!torch::cuda::is_available()) {
-        *why = "no CUDA device visible to LibTorch";
-        return false;
-    }
-    return true;
-}
-
-model::ModelArgs tiny_args() {
-    model::ModelArgs a;
-    a.vocab_size = 97;
-    a.hidden_size = 64;
-    a.intermediate_size = 128;
-    a.num_hidden_layers = 2;
-    a.num_attention_heads = 4;
-    a.num_key_value_heads = 2;
-    a.head_dim = 16;
-    a.max_position_embeddings = 128;
-    a.qkv_bias = true;
-    return a;
-}
+using rlpt::testing::gpu_usable;
 
 std::vector<std::vector<int64_t>> prompts() {
     return {{5, 17, 3, 44, 90}, {1, 2}, {60, 61, 62, 63, 64, 65, 66, 67}, {9}, {5, 17, 3, 44, 90}, {33, 71, 8}};
@@ -49,7 +27,8 @@ struct Twins {
 
 Twins twins() {
     Twins t;
-    t.cpu = model::make_random_causal_lm(tiny_args(), 1234, torch::kFloat32, torch::kCPU);
+    t.cpu = model::make_random_causal_lm(model::tiny_model_args(model::ModelFamily::kQwen2, 97), 1234, torch::kFloat32,
+                                         torch::kCPU);
     t.gpu = model::clone_causal_lm(*t.cpu, torch::kFloat32, torch::Device(torch::kCUDA, 0));
     return t;
 }

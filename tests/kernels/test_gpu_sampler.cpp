@@ -12,6 +12,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "gpu_test_util.h"
+
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -30,17 +32,7 @@ using testing::sampling;
 
 constexpr double kMargin = 1e-4;
 
-bool gpu_usable(std::string* why) {
-    if (!kernels::logprob_cuda_built()) {
-        *why = "rlpt was built without CUDA kernels";
-        return false;
-    }
-    if (!torch::cuda::is_available()) {
-        *why = "no CUDA device visible to LibTorch";
-        return false;
-    }
-    return true;
-}
+using rlpt::testing::gpu_usable;
 
 TEST(GpuSampler, CudaMatchesTheCpuSamplerOnRobustRows) {
     std::string why;

@@ -9,6 +9,7 @@
 #include "rlpt/core/error.h"
 #include "rlpt/kernels/logprob.h"
 #include "../unit/test_tolerance.h"
+#include "gpu_test_util.h"
 
 namespace {
 
@@ -482,17 +483,7 @@ TEST(LogProbRef, RejectsBadArguments) {
 
 // --- GPU against the CPU reference ----------------------------------------------------------------
 
-bool gpu_usable(std::string* why) {
-    if (!rlpt::kernels::logprob_cuda_built()) {
-        *why = "rlpt was built without CUDA kernels (RLPT_HAVE_CUDA=0)";
-        return false;
-    }
-    if (!torch::cuda::is_available()) {
-        *why = "no CUDA device visible to LibTorch (CPU-only LibTorch or no GPU)";
-        return false;
-    }
-    return true;
-}
+using rlpt::testing::gpu_usable;
 
 TEST(LogProbGpu, MatchesCpuReference) {
     std::string why;

@@ -12,6 +12,7 @@
 #include "rlpt/comm/device.h"
 #include "rlpt/comm/mpi.h"
 #include "rlpt/comm/weight_sync.h"
+#include "rlpt/protocol/role_spec.h"
 
 namespace {
 
@@ -354,7 +355,6 @@ int nccl_device(const Communicator& comm) {
     return local;
 }
 bool nccl_runnable(const Communicator& comm) { return nccl_device(comm) >= 0; }
-torch::Device my_gpu() { return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(rlpt::comm::rank_device_index())); }
 }  // namespace
 
 TEST(WeightSyncNccl, SyncsCudaTensorsAndMatchesTheRoot) {
@@ -363,7 +363,7 @@ TEST(WeightSyncNccl, SyncsCudaTensorsAndMatchesTheRoot) {
         GTEST_SKIP() << "needs a build with NCCL and a CUDA device of its own (with a CUDA LibTorch) for "
                         "every rank; this machine has fewer";
     }
-    const torch::Device dev = my_gpu();
+    const torch::Device dev = rlpt::protocol::handler_device();
     std::vector<Spec> specs = {{{4, 5}, torch::kFloat32}, {{7}, torch::kBFloat16},
                                {{100, 100}, torch::kFloat32}, {{0}, torch::kInt64},
                                {{40}, torch::kInt64}};
@@ -382,14 +382,14 @@ TEST(WeightSyncNccl, AutoPicksNcclForCudaTensors) {
     auto world = Communicator::world();
     if (!nccl_runnable(world)) GTEST_SKIP() << "needs NCCL and a GPU of its own for every rank";
     auto ws = make_weight_sync("auto", world, small_buckets(1024, 512));
-    sync_once(*ws, world, {{{300}, torch::kFloat32}}, 405, 1, my_gpu());
+    sync_once(*ws, world, {{{300}, torch::kFloat32}}, 405, 1, rlpt::protocol::handler_device());
     EXPECT_EQ(ws->backend_name(), "nccl");
 }
 
 TEST(WeightSyncNccl, LayoutMismatchIsCleanOnEveryRank) {
     auto world = Communicator::world();
     if (!nccl_runnable(world)) GTEST_SKIP() << "needs NCCL and a GPU of its own for every rank";
-    const torch::Device dev = my_gpu();
+    const torch::Device dev = rlpt::protocol::handler_device();
     std::vector<Spec> good = {{{16, 4}, torch::kFloat32}};
     std::vector<Spec> mine = good;
     if (world.rank() == world.size() - 1) mine[0].shape = {4, 16};

@@ -183,7 +183,8 @@ uint64_t registry_hash(const std::vector<RoleSpec>& registry);
 // Index of the spec named `role`, or -1.
 int find_role(const std::vector<RoleSpec>& registry, const std::string& role);
 
-// The device handlers get their inputs on (see "Devices" above): cuda:<bound index> or the CPU.
+// This rank's device (see "Devices" above): cuda:<the index app/job.cpp bound>, or the CPU. Handlers
+// get their inputs there, and every role of the rank builds its models there.
 torch::Device handler_device();
 
 // Checks that `b` carries every non-optional field of `schema`; ValueError naming
