@@ -5,9 +5,12 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <map>
+#include <set>
+#include <sstream>
 
 #include "rlpt/comm/mpi.h"
 #include "rlpt/comm/placement.h"
@@ -32,25 +35,25 @@ std::string join_ints(const std::vector<int>& v) { return fmt::format("{}", fmt:
 
 const char* device_collectives_name(DeviceCollectives c) { return c == DeviceCollectives::kNccl ? "nccl" : "mpi"; }
 
-DeviceCollectives resolve_device_collectives(const std::string& setting) {
-    if (setting == "mpi") return DeviceCollectives::kMpi;
+CollectivesRequest parse_device_collectives(const std::string& setting) {
+    if (setting == "mpi") return CollectivesRequest::kMpi;
     if (setting == "nccl") {
         RLPT_CHECK_KIND(ConfigError, RLPT_HAVE_NCCL,
                         "trainer.device_collectives=nccl, but this rlpt was built without NCCL (rlpt --version says "
                         "which); use mpi or auto");
-        return DeviceCollectives::kNccl;
+        return CollectivesRequest::kNccl;
     }
     RLPT_CHECK_KIND(ConfigError, setting == "auto", "trainer.device_collectives: '{}' is not one of auto, nccl, mpi",
                     setting);
     if (const char* env = std::getenv("RLPT_DEVICE_COLLECTIVES"); env != nullptr && *env != '\0') {
         RLPT_CHECK_KIND(ConfigError, std::string(env) != "auto", "RLPT_DEVICE_COLLECTIVES=auto: give nccl or mpi");
         try {
-            return resolve_device_collectives(env);
+            return parse_device_collectives(env);
         } catch (const ConfigError& e) {
             throw ConfigError(fmt::format("RLPT_DEVICE_COLLECTIVES (environment): {}", e.message()));
         }
     }
-    return RLPT_HAVE_NCCL ? DeviceCollectives::kNccl : DeviceCollectives::kMpi;
+    return CollectivesRequest::kAuto;
 }
 
 void set_device_collectives(DeviceCollectives c) { g_collectives.store(static_cast<int>(c)); }
@@ -60,27 +63,40 @@ DeviceCollectives device_collectives() { return static_cast<DeviceCollectives>(g
 bool nccl_for_device_tensors() { return RLPT_HAVE_NCCL && device_collectives() == DeviceCollectives::kNccl; }
 
 std::string GpuMap::describe() const {
-    if (!cuda) return "every rank on the CPU";
     std::string s;
-    for (size_t r = 0; r < device_of_rank.size(); ++r) {
-        if (device_of_rank[r] < 0) continue;
-        s += fmt::format("{}rank {} -> cuda:{}", s.empty() ? "" : ", ", r, device_of_rank[r]);
+    if (!cuda) {
+        s = "every rank on the CPU";
+    } else {
+        for (size_t r = 0; r < device_of_rank.size(); ++r) {
+            if (device_of_rank[r] < 0) continue;
+            // A UUID is long; its first 12 characters tell the GPUs of a node apart.
+            const std::string& id = gpu_of_rank.at(r);
+            s +=
+                fmt::format("{}rank {} -> cuda:{} ({})", s.empty() ? "" : ", ", r, device_of_rank[r], id.substr(0, 12));
+        }
     }
-    if (shared) s += " (GPUs shared by several ranks: device collectives over MPI)";
+    s += fmt::format("; device collectives over {}", device_collectives_name(collectives));
+    if (!collectives_why.empty()) s += " (" + collectives_why + ")";
     return s;
 }
 
 GpuMap plan_gpu_map(const std::vector<RankGpuFacts>& ranks, const std::string& model_device, bool cuda_built,
-                    DeviceCollectives collectives) {
+                    CollectivesRequest collectives, bool nccl_built) {
     GpuMap map;
     map.device_of_rank.assign(ranks.size(), -1);
+    map.gpu_of_rank.assign(ranks.size(), "");
     RLPT_CHECK_KIND(ConfigError, model_device == "auto" || model_device == "cpu" || model_device == "cuda",
                     "model.device: '{}' is not one of auto, cpu, cuda", model_device);
+    // Collectives when no GPU is used (nothing moves over them; the build's default).
+    map.collectives =
+        collectives == CollectivesRequest::kMpi || (collectives == CollectivesRequest::kAuto && !nccl_built)
+            ? DeviceCollectives::kMpi
+            : DeviceCollectives::kNccl;
     if (model_device == "cpu") return map;
 
     std::vector<int> without;  // role-hosting ranks that see no GPU
     for (size_t r = 0; r < ranks.size(); ++r) {
-        if (ranks[r].hosts_roles && ranks[r].visible_gpus <= 0) without.push_back(static_cast<int>(r));
+        if (ranks[r].hosts_roles && ranks[r].gpu_ids.empty()) without.push_back(static_cast<int>(r));
     }
     if (model_device == "cuda") {
         RLPT_CHECK_KIND(ConfigError, cuda_built,
@@ -98,54 +114,107 @@ GpuMap plan_gpu_map(const std::vector<RankGpuFacts>& ranks, const std::string& m
     for (const auto& f : ranks) any = any || f.hosts_roles;
     if (!any) return map;
 
-    // Per node: the GPU-using ranks in world-rank order take devices 0, 1, ...
-    std::map<int, std::vector<int>> users;
+    // Each GPU-using rank, in world-rank order, takes the least-taken GPU it sees.
+    std::map<std::string, std::vector<int>> users;  // GPU identity -> the ranks on it
     for (size_t r = 0; r < ranks.size(); ++r) {
-        if (ranks[r].hosts_roles) users[ranks[r].node].push_back(static_cast<int>(r));
-    }
-    for (const auto& [node, rs] : users) {
-        int gpus = ranks[static_cast<size_t>(rs[0])].visible_gpus;
-        for (int r : rs) gpus = std::min(gpus, ranks[static_cast<size_t>(r)].visible_gpus);
-        const bool over = static_cast<int>(rs.size()) > gpus;
-        if (over && collectives == DeviceCollectives::kNccl) {
-            throw ConfigError(fmt::format(
-                "node {} ({}) has {} GPU(s) but {} of its ranks use one (ranks {}): NCCL cannot connect two "
-                "ranks on one GPU. Run at most {} GPU rank(s) per node (fewer ranks, or more nodes), or set "
-                "trainer.device_collectives=mpi to let ranks share GPUs with their collectives over MPI",
-                node, ranks[static_cast<size_t>(rs[0])].node_name, gpus, rs.size(), join_ints(rs), gpus));
+        if (!ranks[r].hosts_roles) continue;
+        const auto& ids = ranks[r].gpu_ids;
+        size_t best = 0;
+        for (size_t i = 1; i < ids.size(); ++i) {
+            if (users[ids[i]].size() < users[ids[best]].size()) best = i;
         }
-        map.shared = map.shared || over;
-        for (size_t i = 0; i < rs.size(); ++i) map.device_of_rank[static_cast<size_t>(rs[i])] = static_cast<int>(i) % gpus;
+        users[ids[best]].push_back(static_cast<int>(r));
+        map.device_of_rank[r] = static_cast<int>(best);
+        map.gpu_of_rank[r] = ids[best];
+    }
+    // Per node: the GPUs its ranks see, and the ranks that share one.
+    std::map<int, std::set<std::string>> node_gpus;
+    std::map<int, std::vector<int>> node_ranks;
+    std::map<int, bool> node_shared;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+        if (!ranks[r].hosts_roles) continue;
+        const int node = ranks[r].node;
+        node_gpus[node].insert(ranks[r].gpu_ids.begin(), ranks[r].gpu_ids.end());
+        node_ranks[node].push_back(static_cast<int>(r));
+        node_shared[node] = node_shared[node] || users[map.gpu_of_rank[r]].size() > 1;
+    }
+    std::vector<int> sharing;  // every rank on a shared GPU
+    for (const auto& [id, rs] : users) {
+        if (rs.size() > 1) sharing.insert(sharing.end(), rs.begin(), rs.end());
+    }
+    std::sort(sharing.begin(), sharing.end());
+    map.shared = !sharing.empty();
+    for (const auto& [node, is_shared] : node_shared) {
+        if (!is_shared || collectives != CollectivesRequest::kNccl) continue;
+        const auto& rs = node_ranks[node];
+        const size_t gpus = node_gpus[node].size();
+        throw ConfigError(fmt::format(
+            "node {} ({}) has {} GPU(s) but {} of its ranks use one (ranks {}): NCCL cannot connect two "
+            "ranks on one GPU. Run at most {} GPU rank(s) per node (fewer ranks, or more nodes), or set "
+            "trainer.device_collectives to auto or mpi to let ranks share GPUs with their collectives over MPI",
+            node, ranks[static_cast<size_t>(rs[0])].node_name, gpus, rs.size(), join_ints(rs), gpus));
+    }
+    if (collectives == CollectivesRequest::kAuto) {
+        if (map.shared) {
+            map.collectives = DeviceCollectives::kMpi;
+            map.collectives_why = fmt::format(
+                "auto: ranks {} share a GPU, and NCCL needs a GPU per rank; give each rank its own GPU for NCCL",
+                join_ints(sharing));
+        } else {
+            map.collectives = nccl_built ? DeviceCollectives::kNccl : DeviceCollectives::kMpi;
+            map.collectives_why = nccl_built ? "auto: a GPU per rank" : "auto: this rlpt was built without NCCL";
+        }
     }
     map.cuda = true;
     return map;
 }
 
-std::vector<RankGpuFacts> gather_gpu_facts(const Communicator& world, const Placement& placement) {
+std::vector<RankGpuFacts> gather_gpu_facts(const Communicator& world, const Placement& placement, bool* simulated) {
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
     const auto hosts = world.allgather_strings(host);
-    const auto gpus = world.allgather_i64(visible_cuda_devices());
+    const int my_node = placement.node_of_rank.at(static_cast<size_t>(world.rank()));
+    const char* fake = std::getenv("RLPT_FAKE_GPUS");
+    const bool faking = fake != nullptr;
+    // "<F|R><id>,<id>,..." per rank: whether the list is faked, then the identities.
+    std::string mine = faking ? "F" : "R";
+    const auto ids = visible_gpu_ids(my_node);
+    for (size_t i = 0; i < ids.size(); ++i) mine += (i == 0 ? "" : ",") + ids[i];
+    const auto all = world.allgather_strings(mine);
     std::vector<RankGpuFacts> out(static_cast<size_t>(world.size()));
+    bool any_fake = false;
     for (size_t r = 0; r < out.size(); ++r) {
         out[r].node = placement.node_of_rank.at(r);
         out[r].node_name = hosts[r];
-        out[r].visible_gpus = static_cast<int>(gpus[r]);
+        any_fake = any_fake || all[r][0] == 'F';
+        std::istringstream in(all[r].substr(1));
+        for (std::string id; std::getline(in, id, ',');) {
+            if (!id.empty()) out[r].gpu_ids.push_back(id);
+        }
         out[r].hosts_roles = !placement.roles_of(static_cast<int>(r)).empty();
     }
+    if (simulated != nullptr) *simulated = any_fake;
     return out;
 }
 
 GpuMap setup_rank_devices(const Communicator& world, const Placement& placement, const std::string& model_device,
                           const std::string& collectives) {
-    const auto facts = gather_gpu_facts(world, placement);
+    bool simulated = false;
+    const auto facts = gather_gpu_facts(world, placement, &simulated);
     GpuMap map;
     std::string why;
     try {
-        const DeviceCollectives c = resolve_device_collectives(collectives);
-        set_device_collectives(c);
-        map = plan_gpu_map(facts, model_device, RLPT_HAVE_CUDA != 0, c);
-        bind_rank_device(map.device_of_rank.at(static_cast<size_t>(world.rank())));
+        const CollectivesRequest request = parse_device_collectives(collectives);
+        map = plan_gpu_map(facts, model_device, RLPT_HAVE_CUDA != 0 || simulated, request, RLPT_HAVE_NCCL != 0);
+        if (simulated) {
+            // Planned and checked as on those GPUs; run as the same job on the CPU.
+            map.simulated = true;
+            set_device_collectives(plan_gpu_map(facts, "cpu", false, request, RLPT_HAVE_NCCL != 0).collectives);
+            bind_rank_device(-1);
+        } else {
+            set_device_collectives(map.collectives);
+            bind_rank_device(map.device_of_rank.at(static_cast<size_t>(world.rank())));
+        }
     } catch (const Error& e) {
         why = fmt::format("rank {}: {}", world.rank(), e.message());
     }
@@ -153,6 +222,35 @@ GpuMap setup_rank_devices(const Communicator& world, const Placement& placement,
         if (!problem.empty()) throw ConfigError(problem);
     }
     return map;
+}
+
+std::vector<std::string> visible_gpu_ids(int node) {
+    std::vector<std::string> ids;
+    if (const char* fake = std::getenv("RLPT_FAKE_GPUS"); fake != nullptr) {
+        std::istringstream in(fake);
+        for (std::string id; std::getline(in, id, ',');) {
+            if (!id.empty()) ids.push_back(id);
+        }
+        return ids;
+    }
+    const int n = visible_cuda_devices();
+    for (int i = 0; i < n; ++i) {
+        std::string id;
+#if RLPT_HAVE_CUDA
+        cudaDeviceProp prop{};
+        if (cudaGetDeviceProperties(&prop, i) == cudaSuccess) {
+            const auto* u = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+            id = fmt::format("GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-"
+                             "{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+                             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+                             u[14], u[15]);
+        } else {
+            (void)cudaGetLastError();  // clear it: the identity falls back to the index below
+        }
+#endif
+        ids.push_back(id.empty() ? fmt::format("node{}:cuda:{}", node, i) : id);
+    }
+    return ids;
 }
 
 int visible_cuda_devices() {

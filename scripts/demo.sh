@@ -6,7 +6,8 @@
 #   scripts/demo.sh [--seed N] [--name NAME] [--no-setup] [OVERRIDES...]
 # --seed N (default 1) seeds everything: the model's initial weights, the generated data and
 # the trainers' sampling and shuffling. Overrides starting with "sft." go to the SFT stage, all
-# others to the GRPO stage (e.g. trainer.total_training_steps=10). Runs go to runs/NAME-sft and
+# others to the GRPO stage (e.g. trainer.total_training_steps=10), but "all.KEY=VALUE" goes to both
+# as KEY=VALUE (e.g. all.model.device=cuda). Runs go to runs/NAME-sft and
 # runs/NAME-grpo (NAME defaults to "demo"), replaced on each run. --no-setup skips
 # scripts/setup.sh (for scripts/demo_robustness.sh, which runs several demos at once).
 # RLPT_DEMO_RANKS changes the number of ranks (4); the figures in docs/benchmarks/demo.md are for 4.
@@ -26,6 +27,7 @@ while [ $# -gt 0 ]; do
     --grpo-config) grpo_config="$2"; shift 2;;
     --plot-keys) plot_keys=(--keys "$2"); shift 2;;
     sft.*) sft_args+=("$1"); shift;;
+    all.*) sft_args+=("${1#all.}"); grpo_args+=("${1#all.}"); shift;;
     *) grpo_args+=("$1"); shift;;
   esac
 done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Can this build of rlpt train on this node's GPUs? Run it on a GPU node after building:
-#   scripts/gpu_check.sh [--build DIR] [--demo] [--only REGEX] [--cpu]
+#   scripts/gpu_check.sh [--build DIR] [--demo] [--only REGEX] [--cpu [--fake-gpus N]]
 # Prints one line per check, "PASS|FAIL|SKIP  <check>  <seconds>  <detail>", then a summary, and
 # exits 1 when any check failed (0 otherwise). Each check's full output goes to
 # <build>/gpu_check/<check>.log. Checks, in order:
@@ -8,7 +8,8 @@
 #   gpus           nvidia-smi sees at least one GPU
 #   kernels        the GPU kernel tests (tests/kernels: fused log-prob vs the CPU reference;
 #                  CPU vs GPU log-probs of one fp32 batch within 1e-4, greedy tokens identical,
-#                  sampled output independent of the slot) — a skipped test is a failure here
+#                  sampled output independent of the slot) — a skipped test is a failure here,
+#                  except one that needs more GPUs than the node has
 #   handlers-np1   every handler of every role's table on the GPU, through the real protocol
 #                  (tests/mpi RoleHandlers, all roles colocated on one rank)
 #   handlers-np2   the same with the rollout on a rank of its own (weights synced actor -> rollout)
@@ -19,24 +20,29 @@
 #   ppo            3 PPO steps with a critic (GAE, KL in the reward), metrics finite
 #   layout-*       multi-rank layouts on the GPUs (tests/mpi/trainer_runs.sh): DP 2
 #                  (dp-invariance), tensor parallel 2 (tp-invariance), ZeRO-3 with an HF export
-#                  (zero3), the rollout on ranks of its own with another tp (reshard). With
-#                  fewer GPUs than ranks the ranks share cards and their collectives go over MPI
-#                  (RLPT_DEVICE_COLLECTIVES=mpi); NCCL cannot connect two ranks on one card.
+#                  (zero3), the rollout on ranks of its own with another tp (reshard), with their
+#                  collectives over MPI (RLPT_DEVICE_COLLECTIVES=mpi) however many GPUs there are.
+#                  With fewer GPUs than ranks the ranks share cards (NCCL cannot connect two
+#                  ranks on one card; every check but nccl-* lets device_collectives=auto choose).
 #   nccl-*         the same layouts over NCCL, when the node has a GPU per rank (else SKIP)
 #   demo           (--demo) scripts/demo.sh on the GPU: SFT then GRPO; passes when GRPO raises the
 #                  held-out accuracy by at least 20 points (the CPU demo: +33 to +52)
-# --cpu rehearses the same checks with model.device=cpu (build and gpus skipped, skipped GPU tests
-# accepted, the NCCL layouts skipped): for working on this script on a machine without a GPU.
+# --cpu rehearses the same checks on the CPU, planned as on a node with N GPUs (--fake-gpus, default
+# 1; RLPT_FAKE_GPUS, rlpt/comm/device.h: every rank's GPU map and device collectives are decided
+# and logged as on such a node, then the run stays on the CPU). build and gpus are skipped,
+# skipped GPU tests accepted, the NCCL layouts skipped: for working on this script, and on the
+# one-GPU defaults, on a machine without a GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-src=$PWD build=build demo=0 only="" device=cuda
+src=$PWD build=build demo=0 only="" device=cuda fake_gpus=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build="$2"; shift 2;;
     --demo) demo=1; shift;;
     --only) only="$2"; shift 2;;
-    --cpu) device=cpu; shift;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0;;
+    --cpu) device=auto; shift;;
+    --fake-gpus) fake_gpus="$2"; shift 2;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0;;
     *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2;;
   esac
 done
@@ -93,10 +99,19 @@ kernels() {
   local out; out=$("$build/tests/rlpt_kernel_tests" 2>&1); local rc=$?
   echo "$out"
   local n; n=$(echo "$out" | grep -c '^\[       OK \]')
-  if [ "$device" = cuda ] && echo "$out" | grep -q '^\[  SKIPPED \]'; then
-    echo "DETAIL: tests skipped (no usable GPU?)"; return 1
+  # On a GPU node a skipped GPU test is a failure, except one that needs more GPUs than the node
+  # has ("N CUDA device(s) visible to LibTorch, the test needs M", tests/kernels/gpu_test_util.h).
+  local skipped more=0 need bad
+  skipped=$(echo "$out" | grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$')
+  for need in $(echo "$out" | sed -n 's/.*visible to LibTorch, the test needs \([0-9]*\).*/\1/p'); do
+    [ "$need" -gt "$n_gpus" ] && more=$((more + 1))
+  done
+  bad=$((skipped - more))
+  if [ "$device" != auto ] && [ "$bad" -gt 0 ]; then
+    echo "DETAIL: $bad test(s) skipped (no usable GPU?)"; return 1
   fi
-  echo "DETAIL: $n GPU kernel/parity tests passed"
+  local extra=""; [ "$more" -gt 0 ] && extra=", $more skipped: they need more GPUs than the node's $n_gpus"
+  echo "DETAIL: $n GPU kernel/parity tests passed$extra"
   return $rc
 }
 
@@ -133,7 +148,8 @@ trainer_run() {  # trainer_run <trainer_runs.sh check>
 }
 
 demo_run() {
-  local out; out=$(scripts/demo.sh --no-setup --name gpu-demo model.device="$device" sft.model.device="$device" 2>&1)
+  # all.KEY=VALUE: demo.sh gives it to both stages (SFT and GRPO).
+  local out; out=$(scripts/demo.sh --no-setup --name gpu-demo all.model.device="$device" 2>&1)
   local rc=$?
   echo "$out"
   local line; line=$(echo "$out" | grep -E 'after SFT .* after GRPO' | tail -1)
@@ -151,16 +167,17 @@ if [ "$device" = cuda ]; then
   n_gpus=$(gpu_count)
 else
   skip build "--cpu"; skip gpus "--cpu"
-  n_gpus=1  # rehearse the one-GPU plan on the CPU
+  n_gpus=$fake_gpus  # rehearse the plan of a node with that many GPUs, on the CPU
+  RLPT_FAKE_GPUS=$(seq -f "GPU-fake-%g" 0 $((n_gpus - 1)) | paste -sd,)
+  export RLPT_FAKE_GPUS
 fi
 if [ "$n_gpus" -lt 1 ]; then
   echo "no GPU: the remaining checks need one"
 else
   check kernels kernels
   check handlers-np1 handlers 1
-  # Layouts with more ranks than GPUs share cards: collectives over MPI.
-  shared() { [ "$n_gpus" -lt "$1" ] && echo mpi || echo ""; }
-  RLPT_DEVICE_COLLECTIVES=$(shared 2) check handlers-np2 handlers 2
+  # Layouts with more ranks than GPUs share cards: device_collectives=auto then uses MPI.
+  check handlers-np2 handlers 2
   check grpo-fp32 grpo float32 1e-4
   check grpo-bf16 grpo bfloat16 1e-2
   check sft trainer_run sft
@@ -180,10 +197,9 @@ else
       skip "nccl-$1" "needs $2 GPUs (this node has $n_gpus)"
     fi
   done
-  if [ "$demo" -eq 1 ]; then
-    if [ "$n_gpus" -lt 3 ]; then export RLPT_DEVICE_COLLECTIVES=mpi; fi
-    check demo demo_run
-  fi
+  # The demo's ranks share the node's GPUs when there are fewer GPUs than ranks: its default
+  # trainer.device_collectives=auto then uses MPI, as a user's run would.
+  if [ "$demo" -eq 1 ]; then check demo demo_run; fi
 fi
 echo "gpu_check: $passed passed, $failed failed, $skipped skipped${failures:+ (failed: ${failures[*]})}"
 [ "$failed" -eq 0 ]

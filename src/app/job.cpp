@@ -40,8 +40,9 @@ bool load_and_broadcast(const comm::Communicator& world, const JobOptions& opts,
             // before any rank builds anything (the placement is checked next, by every rank).
             const CheckReport report = check_config(c, 0);
             if (!report.problems.empty()) {
-                std::string all = fmt::format("{} problem(s) with {} (rlpt check {} lists them without MPI):",
-                                              report.problems.size(), opts.config_path, opts.config_path);
+                std::string all =
+                    fmt::format("{} problem(s) with {} (rlpt check {} lists them without MPI):", report.problems.size(),
+                                opts.config_path, opts.config_path);
                 for (const auto& p : report.problems) all += "\n  " + p;
                 throw ConfigError(all);
             }
@@ -132,7 +133,7 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
         const RunPlan plan = plan_run(config);
         auto labels = comm::detect_node_labels(world, env.simulate_nodes);
         placement = comm::compute_placement(config.placement, world.size(), labels, plan.roles, plan.why,
-                                           static_cast<int>(config.rollout.tensor_model_parallel_size));
+                                            static_cast<int>(config.rollout.tensor_model_parallel_size));
         comm::check_zero_shard_groups(config, placement);
         fault = protocol::FaultPlan::parse(env.fault);
         protocol::validate_registry(role_registry());
@@ -165,11 +166,12 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
     // Devices: every rank agrees on the GPU map (or on why it does not fit), then makes its own
     // GPU current once, before any role builds a model (rlpt/comm/device.h).
     try {
-        const comm::GpuMap gpus = comm::setup_rank_devices(world, placement, config.model.device,
-                                                           config.trainer.device_collectives);
-        if (world.rank() == 0 && gpus.cuda) {
-            RLPT_LOG_INFO("GPUs: {}; device collectives over {}", gpus.describe(),
-                          comm::device_collectives_name(comm::device_collectives()));
+        const comm::GpuMap gpus =
+            comm::setup_rank_devices(world, placement, config.model.device, config.trainer.device_collectives);
+        if (world.rank() == 0 && gpus.simulated) {
+            RLPT_LOG_INFO("RLPT_FAKE_GPUS: planned as on GPUs: {}. This run stays on the CPU", gpus.describe());
+        } else if (world.rank() == 0 && gpus.cuda) {
+            RLPT_LOG_INFO("GPUs: {}", gpus.describe());
         }
     } catch (const ConfigError& e) {
         if (world.rank() == 0) RLPT_LOG_ERROR("{}", e.message());
@@ -203,8 +205,8 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
         }
         if (const std::string slurm = slurm_description(); !slurm.empty()) RLPT_LOG_INFO("{}", slurm);
         RLPT_LOG_INFO("{}", topo.placement().describe());
-        RLPT_LOG_INFO("run directory {} (effective config in config.yaml); {} torch thread(s) per rank",
-                      run.run_dir, threads);
+        RLPT_LOG_INFO("run directory {} (effective config in config.yaml); {} torch thread(s) per rank", run.run_dir,
+                      threads);
         protocol::Controller controller(role_registry(), config, topo, topo.hosted_roles().empty() ? nullptr : &host);
         int code = run_mode(controller, run);
         controller.shutdown(code);
