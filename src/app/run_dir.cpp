@@ -53,6 +53,15 @@ std::string read_text(const std::string& path) {
     return ss.str();
 }
 
+// The state letter of /proc/<pid>/stat (R, S, D, Z, X, ...), or 0 when it cannot be read.
+char process_state(long pid) {
+    const std::string stat = read_text(fmt::format("/proc/{}/stat", pid));
+    // "pid (comm) S ...": comm may hold spaces and parentheses, so the state follows the last ')'.
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos || close + 2 >= stat.size()) return 0;
+    return stat[close + 2];
+}
+
 // Why the holder of lock `held` is known to be gone, or "" when it may still run.
 std::string stale_reason(const std::map<std::string, std::string>& held) {
     auto get = [&](const char* k) {
@@ -68,6 +77,12 @@ std::string stale_reason(const std::map<std::string, std::string>& held) {
     const long pid = std::atol(get("pid").c_str());
     if (pid <= 0) return "no process id in it";
     if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return "its process is gone";
+    // A killed process whose parent has not reaped it yet still answers kill(pid, 0). Where PID 1
+    // reaps late or never (containers without an init, some Slurm container plugins), every rank
+    // of a job killed with SIGKILL stays a zombie: it is dead, and its lock is stale.
+    if (process_state(pid) == 'Z' || process_state(pid) == 'X') {
+        return "its process is gone (a zombie: it died and has not been reaped)";
+    }
     std::string comm = read_text(fmt::format("/proc/{}/comm", pid));
     while (!comm.empty() && comm.back() == '\n') comm.pop_back();
     if (!comm.empty() && comm.rfind("rlpt", 0) != 0) return "its process id now belongs to '" + comm + "'";
@@ -85,9 +100,9 @@ RunLock RunLock::acquire(const std::string& run_dir) {
     std::tm tm{};
     gmtime_r(&t, &tm);
     std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    const std::string contents = fmt::format("host: {}\npid: {}\nstarted: {}\nslurm_job: {}\nslurm_restart: {}\n",
-                                             host_name(), ::getpid(), when, env_or("SLURM_JOB_ID", ""),
-                                             env_or("SLURM_RESTART_COUNT", "0"));
+    const std::string contents =
+        fmt::format("host: {}\npid: {}\nstarted: {}\nslurm_job: {}\nslurm_restart: {}\n", host_name(), ::getpid(), when,
+                    env_or("SLURM_JOB_ID", ""), env_or("SLURM_RESTART_COUNT", "0"));
     for (int attempt = 0; attempt < 2; ++attempt) {
         const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd >= 0) {
@@ -130,7 +145,8 @@ RunLock RunLock::acquire(const std::string& run_dir) {
         }());
         ::unlink(path.c_str());
     }
-    throw ConfigError(fmt::format("run directory {}: another job took the run lock {} at the same time", run_dir, path));
+    throw ConfigError(
+        fmt::format("run directory {}: another job took the run lock {} at the same time", run_dir, path));
 }
 
 RunLock::~RunLock() {

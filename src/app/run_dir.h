@@ -16,7 +16,8 @@ std::string checkpoint_root(const std::string& run_dir);
 // start time and Slurm job (id and restart count); it is created with O_EXCL and removed by
 // the destructor (on a normal exit, a stop with exit 75, and the error path before MPI_Abort).
 // A lock left behind by a job that died is stale and replaced with a warning when rlpt can
-// tell: same host and that process is gone (or is not rlpt), or the same Slurm job id with a
+// tell: same host and that process is gone (a zombie counts as gone: it died, and only its
+// parent or a late-reaping PID 1 still holds its entry), or is not rlpt, or the same Slurm job id with a
 // lower restart count (this job, requeued). Otherwise acquire() throws ConfigError naming the
 // holder, the lock file and what to do.
 class RunLock {

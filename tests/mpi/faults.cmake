@@ -59,6 +59,14 @@ add_test(NAME preempt_sft_usr1_resume_np2 COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/pr
 set_tests_properties(preempt_mpirun_usr1_resume_np3 preempt_ranks_term_np3 preempt_worker_only_term_np3
   preempt_sft_usr1_resume_np2 PROPERTIES LABELS mpi PROCESSORS 2 TIMEOUT 180 ENVIRONMENT "${RLPT_TEST_ENV}")
 
+# SIGKILL of the whole job where PID 1 never reaps (a container without an init): the dead ranks
+# stay zombies, and the restart must still take the run lock and resume from the newest
+# checkpoint (tests/mpi/zombie_restart.sh; skipped where no PID namespace can be made).
+add_test(NAME zombie_kill9_restart_np3 COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/zombie_restart.sh 3 $<TARGET_FILE:rlpt>
+  ${_tiny})
+set_tests_properties(zombie_kill9_restart_np3 PROPERTIES LABELS mpi PROCESSORS 2 TIMEOUT 320 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${RLPT_TEST_ENV}")
+
 # Simulated multi-node placement with the real binary: RLPT_SIMULATE_NODES=2 at 4 ranks gives
 # 2 nodes of 2 ranks; the ping table shows each rank's node and local rank (rank 0 hosts roles).
 add_test(NAME placement_simulated_2nodes_np4 COMMAND ${_ops}/expect_output.sh --rc 0 --max-seconds 90
