@@ -63,6 +63,50 @@ else()
   set(_torch_has_cuda OFF)
 endif()
 
+get_filename_component(_site "${_torch_root}/.." ABSOLUTE)  # site-packages, for a wheel
+
+# LibTorch's CUDA config (Caffe2's FindCUDA, run by find_package(Torch)) looks for the toolkit on
+# its own: CUDA_TOOLKIT_ROOT_DIR, else $CUDA_PATH, else the folder above the first nvcc on PATH;
+# and it links libnvrtc from that toolkit. On toolkits as users have them that goes wrong twice:
+#   - nvcc on PATH is a wrapper script or a link outside the toolkit (conda, Spack, environment
+#     modules, a bin folder): the folder above it is no toolkit, and find_package(Torch) stops with
+#     "Your installed Caffe2 version uses CUDA but I cannot find the CUDA libraries";
+#   - the toolkit has no libnvrtc (assembled from pip packages, a slim container): configuring
+#     succeeds and every link line ends in -lCUDA_nvrtc_LIBRARY-NOTFOUND.
+# So LibTorch is handed the toolkit nvcc itself reports (CMake asks nvcc when enabling CUDA:
+# CMAKE_CUDA_COMPILER_TOOLKIT_ROOT), and LibTorch's own libnvrtc (the wheel's nvidia/cu*/lib or
+# nvidia/cuda_nvrtc/lib, a zip's lib/), else the toolkit's, else configuring stops naming the fix.
+# Called after enable_language(CUDA) and find_package(CUDAToolkit).
+function(rlpt_cuda_toolkit_for_libtorch)
+  set(_root "${CMAKE_CUDA_COMPILER_TOOLKIT_ROOT}")
+  if(NOT _root)
+    set(_root "${CUDAToolkit_BIN_DIR}/..")
+  endif()
+  get_filename_component(_root "${_root}" ABSOLUTE)
+  set(CUDA_TOOLKIT_ROOT_DIR "${_root}" CACHE PATH "The CUDA toolkit of nvcc (rlpt hands it to LibTorch)" FORCE)
+
+  file(GLOB _nvrtc "${_site}/nvidia/cu*/lib/libnvrtc*.so*" "${_site}/nvidia/cuda_nvrtc/lib/libnvrtc*.so*"
+       "${_torch_lib}/libnvrtc*.so*")
+  list(FILTER _nvrtc INCLUDE REGEX "/libnvrtc(-[0-9a-f]+)?\\.so[.0-9]*$")  # not -builtins, not .alt
+  list(SORT _nvrtc)
+  if(_nvrtc)
+    list(GET _nvrtc 0 _lib)
+    set(_from "LibTorch's")
+  elseif(CUDA_nvrtc_LIBRARY AND EXISTS "${CUDA_nvrtc_LIBRARY}")
+    set(_lib "${CUDA_nvrtc_LIBRARY}")
+    set(_from "the toolkit's")
+  else()
+    message(FATAL_ERROR
+      "LibTorch at ${_torch_root} links libnvrtc, but neither it (${_site}/nvidia) nor the CUDA toolkit "
+      "at ${_root} has one. Install the toolkit's NVRTC (apt: cuda-nvrtc-dev-<major>-<minor>; "
+      "pip: nvidia-cuda-nvrtc beside torch), or give -DCUDA_nvrtc_LIBRARY=/path/to/libnvrtc.so.")
+  endif()
+  # Both cached names: Caffe2's cuda.cmake copies the first into the second only when unset.
+  set(CUDA_nvrtc_LIBRARY "${_lib}" CACHE FILEPATH "libnvrtc LibTorch links" FORCE)
+  set(CUDA_NVRTC_LIB "${_lib}" CACHE FILEPATH "libnvrtc LibTorch links" FORCE)
+  message(STATUS "rlpt: CUDA toolkit ${_root} (nvcc ${CMAKE_CUDA_COMPILER}), libnvrtc ${_lib} (${_from})")
+endfunction()
+
 set(RLPT_WITH_CUDA AUTO CACHE STRING "CUDA kernels: AUTO (when LibTorch has CUDA), ON or OFF")
 set(RLPT_WITH_NCCL AUTO CACHE STRING "NCCL collectives: AUTO (when CUDA is on), ON or OFF")
 set_property(CACHE RLPT_WITH_CUDA PROPERTY STRINGS AUTO ON OFF)
@@ -74,6 +118,15 @@ if(_torch_has_cuda AND NOT RLPT_WITH_CUDA STREQUAL "OFF")
     find_program(RLPT_NVCC nvcc HINTS ENV CUDA_HOME ENV CUDA_PATH PATH_SUFFIXES bin PATHS /usr/local/cuda/bin)
     if(RLPT_NVCC)
       set(CMAKE_CUDA_COMPILER "${RLPT_NVCC}")
+    endif()
+  endif()
+  # An nvcc that is a link from outside the toolkit (a bin folder, environment modules) finds
+  # neither its nvcc.profile nor its headers there: compile with the file it points to.
+  if(CMAKE_CUDA_COMPILER AND IS_SYMLINK "${CMAKE_CUDA_COMPILER}")
+    get_filename_component(_nvcc_real "${CMAKE_CUDA_COMPILER}" REALPATH)
+    get_filename_component(_nvcc_real_name "${_nvcc_real}" NAME)
+    if(_nvcc_real_name STREQUAL "nvcc")  # not a ccache masquerade link
+      set(CMAKE_CUDA_COMPILER "${_nvcc_real}")
     endif()
   endif()
   if(NOT CMAKE_CUDA_COMPILER)
@@ -104,12 +157,20 @@ if(_torch_has_cuda AND NOT RLPT_WITH_CUDA STREQUAL "OFF")
   set(_rlpt_cuda_archs "${CMAKE_CUDA_ARCHITECTURES}")
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
+  rlpt_cuda_toolkit_for_libtorch()
   set(RLPT_HAVE_CUDA ON)
 elseif(NOT _torch_has_cuda AND RLPT_WITH_CUDA STREQUAL "ON")
   message(FATAL_ERROR "RLPT_WITH_CUDA=ON, but LibTorch at ${_torch_root} is CPU-only (no libtorch_cuda.so).")
 endif()
 
 find_package(Torch REQUIRED CONFIG)
+foreach(_l IN LISTS TORCH_LIBRARIES)
+  if(_l MATCHES "NOTFOUND")
+    message(FATAL_ERROR "LibTorch's CMake config at ${Torch_DIR} left ${_l} in TORCH_LIBRARIES: every link "
+                        "would fail. Give that library's path as -D<name>=/path/to/lib (the name before "
+                        "-NOTFOUND).")
+  endif()
+endforeach()
 if(RLPT_HAVE_CUDA)
   # LibTorch's CUDA config sets CMAKE_CUDA_ARCHITECTURES to OFF (it passes its own -gencode flags
   # to its own targets); rlpt's kernels keep the architectures chosen above.
@@ -139,21 +200,67 @@ if(EXISTS "${_torch_lib}/libgomp.so.1")
   set(OpenMP_CXX_LIBRARIES "${_torch_lib}/libgomp.so.1")
 endif()
 
-# ---- NCCL: the CUDA toolkit's, $NCCL_HOME, or the pip wheel's (nvidia/nccl beside torch) --
+# ---- NCCL: the one LibTorch uses ----------------------------------------------------------
+# libtorch_cuda and rlpt must use one NCCL: both ask for libnccl.so.2, and the first one loaded
+# serves the process, so an rlpt linked against another NCCL would run LibTorch's collectives on
+# it, or rlpt's on a library whose nccl.h it was not compiled with. A wheel's LibTorch loads the
+# wheel's NCCL (site-packages/nvidia/nccl, or nvidia/cu*/): when that exists it is the only one
+# taken, searched before anything else (CMake would otherwise try the name libnccl.so in every
+# folder, system ones included, before pip's libnccl.so.2), and an NCCL_HOME naming another is
+# refused. Without one (a libtorch zip) NCCL comes from NCCL_HOME or the CUDA toolkit, and nccl.h
+# from beside the library found.
 set(RLPT_HAVE_NCCL OFF)
 if(RLPT_HAVE_CUDA AND NOT RLPT_WITH_NCCL STREQUAL "OFF")
-  get_filename_component(_site "${_torch_root}/.." ABSOLUTE)
-  file(GLOB _wheel_nccl LIST_DIRECTORIES true "${_site}/nvidia/nccl" "${_site}/nvidia/cu*/nccl" "${_site}/nvidia/cu*")
-  set(_nccl_hints $ENV{NCCL_HOME} ${NCCL_HOME} ${_wheel_nccl} ${CUDAToolkit_LIBRARY_ROOT})
-  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${_nccl_hints} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
-  # pip's NCCL wheel ships only libnccl.so.2 (no libnccl.so development link).
-  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${_nccl_hints} ${CUDAToolkit_LIBRARY_DIR}
-               PATH_SUFFIXES lib lib64)
+  file(GLOB _wheel_nccl_libs "${_site}/nvidia/nccl/lib/libnccl.so*" "${_site}/nvidia/cu*/lib/libnccl.so*")
+  set(_nccl_home "${NCCL_HOME}")
+  if(NOT _nccl_home)
+    set(_nccl_home "$ENV{NCCL_HOME}")
+  endif()
+  if(_wheel_nccl_libs)
+    list(SORT _wheel_nccl_libs)
+    list(GET _wheel_nccl_libs 0 _lib)
+    get_filename_component(_lib_dir "${_lib}" DIRECTORY)
+    get_filename_component(_nccl_root "${_lib_dir}/.." ABSOLUTE)
+    if(_nccl_home)
+      get_filename_component(_home_real "${_nccl_home}" REALPATH)
+      get_filename_component(_wheel_real "${_nccl_root}" REALPATH)
+      if(NOT _home_real STREQUAL _wheel_real)
+        message(FATAL_ERROR
+          "NCCL_HOME=${_nccl_home}, but LibTorch at ${_torch_root} loads the NCCL of its wheel "
+          "(${_nccl_root}): libtorch_cuda and rlpt must use one NCCL. Unset NCCL_HOME (rlpt then "
+          "uses the wheel's), or build against a LibTorch that uses the NCCL in NCCL_HOME.")
+      endif()
+    endif()
+    set(_nccl_lib_hints "${_lib_dir}")
+    set(_nccl_from "LibTorch's, from its wheel")
+    # Only the wheel's folder (a cached NCCL_LIBRARY from an older configure is searched again).
+    unset(NCCL_LIBRARY CACHE)
+    find_library(NCCL_LIBRARY NAMES libnccl.so.2 nccl HINTS ${_nccl_lib_hints} NO_DEFAULT_PATH)
+  else()
+    set(_nccl_lib_hints ${_nccl_home} ${CUDAToolkit_LIBRARY_ROOT} ${CUDAToolkit_LIBRARY_DIR})
+    set(_nccl_from "NCCL_HOME or the CUDA toolkit")
+    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${_nccl_lib_hints} PATH_SUFFIXES lib lib64)
+  endif()
+  if(NCCL_LIBRARY)
+    # nccl.h from the same NCCL as the library (lib/.. or lib64/..), else the usual places.
+    get_filename_component(_lib_dir "${NCCL_LIBRARY}" DIRECTORY)
+    unset(NCCL_INCLUDE_DIR CACHE)
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS "${_lib_dir}/../include" NO_DEFAULT_PATH)
+    if(NOT NCCL_INCLUDE_DIR AND NOT _wheel_nccl_libs)
+      find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${_nccl_lib_hints} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+    endif()
+  endif()
   if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
     add_library(rlpt_nccl UNKNOWN IMPORTED)
     set_target_properties(rlpt_nccl PROPERTIES IMPORTED_LOCATION ${NCCL_LIBRARY}
                                                INTERFACE_INCLUDE_DIRECTORIES ${NCCL_INCLUDE_DIR})
     set(RLPT_HAVE_NCCL ON)
+    message(STATUS "rlpt: NCCL ${NCCL_LIBRARY} with ${NCCL_INCLUDE_DIR}/nccl.h (${_nccl_from})")
+  elseif(_wheel_nccl_libs)
+    message(FATAL_ERROR
+      "LibTorch's wheel has NCCL (${_wheel_nccl_libs}) but no nccl.h beside it in ${_nccl_root}/include: "
+      "reinstall the wheel's NCCL (pip install --force-reinstall nvidia-nccl-cu<major>), or configure "
+      "with -DRLPT_WITH_NCCL=OFF (then device tensors move over MPI only).")
   else()
     message(FATAL_ERROR
       "LibTorch has CUDA, but NCCL (nccl.h and libnccl) was not found: looked in NCCL_HOME, the "

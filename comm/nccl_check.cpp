@@ -1,6 +1,7 @@
 // NCCL error checks, RAII owners and the NCCL bootstrap (comm/nccl_check.h). Built only with NCCL.
 #include "nccl_check.h"
 
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <fmt/format.h>
 
 #include <cstring>
@@ -10,8 +11,7 @@
 
 namespace rlpt::comm::detail {
 
-void throw_nccl_error(NcclComm* comm, ncclResult_t result, const char* call, const char* file,
-                      int line) {
+void throw_nccl_error(NcclComm* comm, ncclResult_t result, const char* call, const char* file, int line) {
     std::string msg = fmt::format("NCCL error: {}", ncclGetErrorString(result));
     if (comm && *comm) {
         const std::string last = comm->last_error();
@@ -131,12 +131,20 @@ CudaStream& CudaStream::operator=(CudaStream&& o) noexcept {
 
 // ---- DeviceBuffer -----------------------------------------------------------------------
 
-DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
-    if (bytes > 0) RLPT_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+DeviceBuffer::DeviceBuffer(size_t bytes, cudaStream_t stream) : bytes_(bytes) {
+    if (bytes == 0) return;
+    try {
+        ptr_ = c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(bytes, stream);
+    } catch (const c10::Error& e) {
+        bytes_ = 0;
+        throw CudaError(fmt::format("a device buffer of {} bytes from PyTorch's caching allocator: {}", bytes,
+                                    e.what_without_backtrace()),
+                        __FILE__, __LINE__, "CUDACachingAllocator::raw_alloc_with_stream");
+    }
 }
 
 DeviceBuffer::~DeviceBuffer() {
-    if (ptr_) cudaFree(ptr_);
+    if (ptr_) c10::cuda::CUDACachingAllocator::raw_delete(ptr_);
 }
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
@@ -183,13 +191,14 @@ void wait_cuda(NcclComm& comm, Query&& query, const Deadline& deadline, const st
 }
 }  // namespace
 
-void wait_stream(NcclComm& comm, cudaStream_t stream, const Deadline& deadline,
-                 const std::string& what) {
-    wait_cuda(comm, [&] { return cudaStreamQuery(stream); }, deadline, what);
+void wait_stream(NcclComm& comm, cudaStream_t stream, const Deadline& deadline, const std::string& what) {
+    wait_cuda(
+        comm, [&] { return cudaStreamQuery(stream); }, deadline, what);
 }
 
 void wait_event(NcclComm& comm, cudaEvent_t event, const Deadline& deadline, const std::string& what) {
-    wait_cuda(comm, [&] { return cudaEventQuery(event); }, deadline, what);
+    wait_cuda(
+        comm, [&] { return cudaEventQuery(event); }, deadline, what);
 }
 
 static_assert(sizeof(ncclUniqueId) == kBootstrapIdBytes, "rlpt/comm/bootstrap.h: kBootstrapIdBytes");
@@ -207,7 +216,8 @@ NcclComm nccl_bootstrap(const Communicator& comm, int device, const char* name, 
             apply_nccl_ifname_policy(static_cast<int>(nodes));  // before this process's first NCCL call
             ncclUniqueId unique{};
             const ncclResult_t r = ncclGetUniqueId(&unique);
-            if (r != ncclSuccess) return fmt::format("ncclGetUniqueId: {}: {}", ncclGetErrorString(r), ncclGetLastError(nullptr));
+            if (r != ncclSuccess)
+                return fmt::format("ncclGetUniqueId: {}: {}", ncclGetErrorString(r), ncclGetLastError(nullptr));
             std::memcpy(id.data(), &unique, sizeof(unique));
             return std::string();
         },
@@ -223,7 +233,8 @@ NcclComm nccl_bootstrap(const Communicator& comm, int device, const char* name, 
     ncclComm_t raw = nullptr;
     const ncclResult_t r = ncclCommInitRankConfig(&raw, comm.size(), unique, comm.rank(), &config);
     NcclComm out(raw);
-    if (r != ncclSuccess && r != ncclInProgress) throw_nccl_error(&out, r, "ncclCommInitRankConfig", __FILE__, __LINE__);
+    if (r != ncclSuccess && r != ncclInProgress)
+        throw_nccl_error(&out, r, "ncclCommInitRankConfig", __FILE__, __LINE__);
     out.wait_ready(deadline, fmt::format("ncclCommInitRankConfig of {} (NCCL bootstrap)", name));
     return out;
 }

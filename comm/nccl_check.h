@@ -20,8 +20,7 @@
 namespace rlpt::comm::detail {
 
 class NcclComm;
-[[noreturn]] void throw_nccl_error(NcclComm* comm, ncclResult_t result, const char* call,
-                                   const char* file, int line);
+[[noreturn]] void throw_nccl_error(NcclComm* comm, ncclResult_t result, const char* call, const char* file, int line);
 
 // Owns an ncclComm_t: ncclCommFinalize + ncclCommDestroy on destruction when healthy,
 // ncclCommAbort after abort() or when finalizing fails.
@@ -70,11 +69,17 @@ class CudaStream {
     cudaStream_t stream_ = nullptr;
 };
 
-// Owns a cudaMalloc'd device buffer.
+// Owns `bytes` of device memory on the current CUDA device, taken from PyTorch's caching
+// allocator (raw_alloc_with_stream) for use on `stream`: a weight sync runs after the model and
+// optimizer hold most of the device, and memory cudaMalloc'd beside the allocator is memory it
+// cannot reuse or release (empty_cache), nor count in its statistics. The block is freed back to
+// the allocator's pool for `stream`, so only work queued on `stream` may still use it when this
+// is destroyed (the stream must outlive the buffer). Throws CudaError (naming the size) when the
+// device has no room.
 class DeviceBuffer {
   public:
     DeviceBuffer() = default;
-    explicit DeviceBuffer(size_t bytes);
+    DeviceBuffer(size_t bytes, cudaStream_t stream);
     ~DeviceBuffer();
     DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
         o.ptr_ = nullptr;
@@ -99,8 +104,7 @@ class DeviceBuffer {
 // Polls cudaStreamQuery(stream) and ncclCommGetAsyncError(comm) with back-off until the
 // stream is idle (nccl-tests' testStreamSynchronize). On an asynchronous NCCL error, a CUDA
 // error or at the deadline: aborts `comm` and throws CommError/CudaError naming `what`.
-void wait_stream(NcclComm& comm, cudaStream_t stream, const Deadline& deadline,
-                 const std::string& what);
+void wait_stream(NcclComm& comm, cudaStream_t stream, const Deadline& deadline, const std::string& what);
 // The same for one recorded event.
 void wait_event(NcclComm& comm, cudaEvent_t event, const Deadline& deadline, const std::string& what);
 
@@ -118,11 +122,10 @@ NcclComm nccl_bootstrap(const Communicator& comm, int device, const char* name, 
 
 }  // namespace rlpt::comm::detail
 
-#define RLPT_NCCL_CHECK(owner, call)                                                         \
-    do {                                                                                    \
-        ncclResult_t rlpt_nccl_rc_ = (call);                                                \
-        if (rlpt_nccl_rc_ != ncclSuccess && rlpt_nccl_rc_ != ncclInProgress) {              \
-            ::rlpt::comm::detail::throw_nccl_error((owner), rlpt_nccl_rc_, #call, __FILE__,  \
-                                                   __LINE__);                               \
-        }                                                                                   \
+#define RLPT_NCCL_CHECK(owner, call)                                                                   \
+    do {                                                                                               \
+        ncclResult_t rlpt_nccl_rc_ = (call);                                                           \
+        if (rlpt_nccl_rc_ != ncclSuccess && rlpt_nccl_rc_ != ncclInProgress) {                         \
+            ::rlpt::comm::detail::throw_nccl_error((owner), rlpt_nccl_rc_, #call, __FILE__, __LINE__); \
+        }                                                                                              \
     } while (0)

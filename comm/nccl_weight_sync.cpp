@@ -4,7 +4,9 @@
 // Ordering. One stream carries every pack copy, broadcast and unpack copy, so a pack buffer
 // is never overwritten before the broadcast that reads it has run, whatever n_buffers is;
 // the host only waits (polling, with a deadline) at the end of the sync, or before copying
-// to a host destination. The tensors are produced and consumed by torch on its own streams:
+// to a host destination. The pack buffers come from PyTorch's caching allocator, bound to that
+// stream (DeviceBuffer, comm/nccl_check.h): the sync runs when the model and optimizer hold most
+// of the device, and the allocator can reuse or release what it owns. The tensors are produced and consumed by torch on its own streams:
 // sync() synchronizes the device once on entry (the optimizer step / generation that touch
 // the tensors must be finished) and its stream is idle when it returns.
 //
@@ -36,8 +38,7 @@ char* bytes_of(const torch::Tensor& t) { return static_cast<char*>(t.data_ptr())
 
 class NcclWeightSync final : public WeightSync {
   public:
-    NcclWeightSync(Communicator comm, const WeightSyncOptions& options)
-        : WeightSync(options), comm_(std::move(comm)) {}
+    NcclWeightSync(Communicator comm, const WeightSyncOptions& options) : WeightSync(options), comm_(std::move(comm)) {}
 
     ~NcclWeightSync() override {
         if (broken_) {
@@ -51,16 +52,15 @@ class NcclWeightSync final : public WeightSync {
     std::string backend_name() const override { return "nccl"; }
 
   protected:
-    void do_sync(const std::vector<std::string>* names, std::vector<torch::Tensor>& tensors,
-                 uint64_t& version, WeightSyncStats& stats) override;
+    void do_sync(const std::vector<std::string>* names, std::vector<torch::Tensor>& tensors, uint64_t& version,
+                 WeightSyncStats& stats) override;
 
   private:
     // Device of this sync's tensors ("" error when fine).
     std::string pick_device(const std::vector<torch::Tensor>& tensors, int& device) const;
     void bootstrap(const Deadline& deadline);
-    void transfer(const SyncPlan& plan, std::vector<torch::Tensor>& tensors,
-                  const std::vector<int64_t>& nbytes, const Deadline& deadline,
-                  WeightSyncStats& stats);
+    void transfer(const SyncPlan& plan, std::vector<torch::Tensor>& tensors, const std::vector<int64_t>& nbytes,
+                  const Deadline& deadline, WeightSyncStats& stats);
     char* buffer(int slot, int64_t bytes, WeightSyncStats& stats);
     void broadcast(char* data, int64_t bytes, const Deadline& deadline);
     void fail(const std::string& why) {
@@ -79,8 +79,7 @@ class NcclWeightSync final : public WeightSync {
     std::string broken_reason_;
 };
 
-std::string NcclWeightSync::pick_device(const std::vector<torch::Tensor>& tensors,
-                                        int& device) const {
+std::string NcclWeightSync::pick_device(const std::vector<torch::Tensor>& tensors, int& device) const {
     device = device_;
     for (size_t i = 0; i < tensors.size(); ++i) {
         const auto& t = tensors[i];
@@ -88,10 +87,9 @@ std::string NcclWeightSync::pick_device(const std::vector<torch::Tensor>& tensor
         const int d = t.device().index();
         if (device < 0) device = d;
         if (d != device) {
-            return fmt::format(
-                "the NCCL weight sync uses one CUDA device per rank (cuda:{}), but tensor {} is "
-                "on cuda:{}",
-                device, i, d);
+            return fmt::format("the NCCL weight sync uses one CUDA device per rank (cuda:{}), but tensor {} is "
+                               "on cuda:{}",
+                               device, i, d);
         }
     }
     if (device < 0) RLPT_CUDA_CHECK(cudaGetDevice(&device));
@@ -103,8 +101,8 @@ void NcclWeightSync::bootstrap(const Deadline& deadline) {
     nccl_ = nccl_bootstrap(comm_, device_, "rlpt_weight_sync", deadline, &n_nodes);
     stream_ = CudaStream::create();
     if (comm_.rank() == 0) {
-        RLPT_LOG_INFO("weight sync: NCCL communicator ready ({} ranks, {} node(s), cuda:{})",
-                      comm_.size(), n_nodes, device_);
+        RLPT_LOG_INFO("weight sync: NCCL communicator ready ({} ranks, {} node(s), cuda:{})", comm_.size(), n_nodes,
+                      device_);
     }
 }
 
@@ -112,21 +110,19 @@ char* NcclWeightSync::buffer(int slot, int64_t bytes, WeightSyncStats& stats) {
     if (buffers_.size() <= static_cast<size_t>(slot)) buffers_.resize(static_cast<size_t>(slot) + 1);
     if (static_cast<int64_t>(buffers_[slot].size()) < bytes) {
         buffers_[slot] = DeviceBuffer();  // free first: device memory is scarce
-        buffers_[slot] = DeviceBuffer(static_cast<size_t>(bytes));
+        buffers_[slot] = DeviceBuffer(static_cast<size_t>(bytes), stream_.get());
         ++stats.buffer_allocations;
     }
     return buffers_[slot].get();
 }
 
 void NcclWeightSync::broadcast(char* data, int64_t bytes, const Deadline& deadline) {
-    nccl_.enqueued(
-        ncclBroadcast(data, data, static_cast<size_t>(bytes), ncclUint8, 0, nccl_.get(), stream_.get()),
-        "ncclBroadcast", deadline);
+    nccl_.enqueued(ncclBroadcast(data, data, static_cast<size_t>(bytes), ncclUint8, 0, nccl_.get(), stream_.get()),
+                   "ncclBroadcast", deadline);
 }
 
 void NcclWeightSync::transfer(const SyncPlan& plan, std::vector<torch::Tensor>& tensors,
-                              const std::vector<int64_t>& nbytes, const Deadline& deadline,
-                              WeightSyncStats& stats) {
+                              const std::vector<int64_t>& nbytes, const Deadline& deadline, WeightSyncStats& stats) {
     const bool root = comm_.rank() == 0;
     const cudaStream_t stream = stream_.get();
     const size_t n = tensors.size();
@@ -162,11 +158,9 @@ void NcclWeightSync::transfer(const SyncPlan& plan, std::vector<torch::Tensor>& 
         stats.packed_bytes += msg.bytes;
         if (root) {
             for (const Piece& p : msg.pieces) {
-                const char* src = direct[p.tensor] ? bytes_of(tensors[p.tensor])
-                                                   : bytes_of(staged[p.tensor]);
+                const char* src = direct[p.tensor] ? bytes_of(tensors[p.tensor]) : bytes_of(staged[p.tensor]);
                 RLPT_CUDA_CHECK(cudaMemcpyAsync(buf + p.message_offset, src + p.tensor_offset,
-                                                static_cast<size_t>(p.bytes), cudaMemcpyDefault,
-                                                stream));
+                                                static_cast<size_t>(p.bytes), cudaMemcpyDefault, stream));
             }
             broadcast(buf, msg.bytes, deadline);
             continue;
@@ -174,10 +168,8 @@ void NcclWeightSync::transfer(const SyncPlan& plan, std::vector<torch::Tensor>& 
         broadcast(buf, msg.bytes, deadline);
         for (const Piece& p : msg.pieces) {
             if (direct[p.tensor]) {
-                RLPT_CUDA_CHECK(cudaMemcpyAsync(bytes_of(tensors[p.tensor]) + p.tensor_offset,
-                                                buf + p.message_offset,
-                                                static_cast<size_t>(p.bytes),
-                                                cudaMemcpyDeviceToDevice, stream));
+                RLPT_CUDA_CHECK(cudaMemcpyAsync(bytes_of(tensors[p.tensor]) + p.tensor_offset, buf + p.message_offset,
+                                                static_cast<size_t>(p.bytes), cudaMemcpyDeviceToDevice, stream));
                 continue;
             }
             torch::Tensor& st = staged[p.tensor];
@@ -188,9 +180,8 @@ void NcclWeightSync::transfer(const SyncPlan& plan, std::vector<torch::Tensor>& 
             // A copy into pageable host memory blocks the host until the stream reaches it:
             // wait (with the deadline) for the broadcast first.
             wait_stream(nccl_, stream, deadline, "a weight broadcast before a host copy");
-            RLPT_CUDA_CHECK(cudaMemcpyAsync(bytes_of(st) + p.tensor_offset,
-                                            buf + p.message_offset, static_cast<size_t>(p.bytes),
-                                            cudaMemcpyDeviceToHost, stream));
+            RLPT_CUDA_CHECK(cudaMemcpyAsync(bytes_of(st) + p.tensor_offset, buf + p.message_offset,
+                                            static_cast<size_t>(p.bytes), cudaMemcpyDeviceToHost, stream));
             wait_stream(nccl_, stream, deadline, "a device-to-host weight copy");
         }
     }
@@ -203,11 +194,9 @@ void NcclWeightSync::transfer(const SyncPlan& plan, std::vector<torch::Tensor>& 
     }
 }
 
-void NcclWeightSync::do_sync(const std::vector<std::string>* names,
-                             std::vector<torch::Tensor>& tensors, uint64_t& version,
-                             WeightSyncStats& stats) {
-    RLPT_CHECK_KIND(CommError, !broken_,
-                    "weight sync (nccl) is unusable after an earlier failure mid-transfer: {}",
+void NcclWeightSync::do_sync(const std::vector<std::string>* names, std::vector<torch::Tensor>& tensors,
+                             uint64_t& version, WeightSyncStats& stats) {
+    RLPT_CHECK_KIND(CommError, !broken_, "weight sync (nccl) is unusable after an earlier failure mid-transfer: {}",
                     broken_reason_);
     const Deadline deadline = Deadline::after_seconds(options().timeout_s);
     const Layout layout = describe_layout(names, tensors);
@@ -247,8 +236,7 @@ void NcclWeightSync::do_sync(const std::vector<std::string>* names,
 
 }  // namespace
 
-std::unique_ptr<WeightSync> make_nccl_weight_sync(Communicator comm,
-                                                  const WeightSyncOptions& options) {
+std::unique_ptr<WeightSync> make_nccl_weight_sync(Communicator comm, const WeightSyncOptions& options) {
     return std::make_unique<NcclWeightSync>(std::move(comm), options);
 }
 

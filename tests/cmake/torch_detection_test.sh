@@ -17,7 +17,7 @@ fake_torch() {
   local t=$1/torch
   mkdir -p "$t/share/cmake/Torch" "$t/lib" "$t/include"
   : > "$t/lib/libtorch.so"; : > "$t/lib/libc10.so"
-  [ "$2" = 1 ] && : > "$t/lib/libtorch_cuda.so"
+  [ "$2" = 1 ] && : > "$t/lib/libtorch_cuda.so" && : > "$t/lib/libnvrtc-0123abcd.so.13"  # as a libtorch zip
   cat > "$t/share/cmake/Torch/TorchConfig.cmake" <<'CM'
 set(Torch_VERSION 9.9.9)
 set(TORCH_LIBRARIES "")
@@ -27,19 +27,7 @@ set(Torch_FOUND TRUE)
 CM
 }
 
-# configure <name> <expect ok|fail> <regex> <cmake args...>
-configure() {
-  local name=$1 expect=$2 re=$3; shift 3
-  local out rc=0
-  out=$(cmake -S "$src" -B "$tmp/b-$name" -DRLPT_BUILD_TESTS=OFF -DRLPT_BUILD_BENCHMARKS=OFF "$@" 2>&1) || rc=$?
-  if { [ "$expect" = ok ] && [ $rc -ne 0 ]; } || { [ "$expect" = fail ] && [ $rc -eq 0 ]; }; then
-    echo "$out" | tail -30; echo "FAIL $name: expected configure to $expect (rc $rc)" >&2; exit 1
-  fi
-  if ! echo "$out" | tr '\n' ' ' | tr -s ' ' | grep -qE "$re"; then
-    echo "$out" | tail -30; echo "FAIL $name: output does not match /$re/" >&2; exit 1
-  fi
-  echo "ok   $name"
-}
+source "$(dirname "$0")/configure_case.sh"
 
 fake_torch "$tmp/cuda-site" 1
 fake_torch "$tmp/cpu-site" 0
