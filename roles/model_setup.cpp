@@ -140,7 +140,8 @@ torch::Tensor assemble_full(const std::string& name, const std::vector<torch::Te
     for (int64_t r = 0; r < tp; ++r) {
         const auto spec = model::shard_spec(name, model::tp_layout(args, tp, r));
         if (spec.real() > 0)
-            full.narrow(spec.dim, spec.start, spec.real()).copy_(locals[static_cast<size_t>(r)].narrow(spec.dim, 0, spec.real()));
+            full.narrow(spec.dim, spec.start, spec.real())
+                .copy_(locals[static_cast<size_t>(r)].narrow(spec.dim, 0, spec.real()));
     }
     return full;
 }

@@ -25,8 +25,8 @@ void check_args(const torch::Tensor& param, const torch::Tensor& grad, const tor
     check_flat(exp_avg, "exp_avg", param.numel(), param.device());
     check_flat(exp_avg_sq, "exp_avg_sq", param.numel(), param.device());
     RLPT_CHECK(s.step >= 1, "adamw: step must be >= 1 (1-based), got {}", s.step);
-    RLPT_CHECK(std::isfinite(s.lr) && std::isfinite(s.grad_scale), "adamw: lr {} / grad_scale {} must be finite",
-               s.lr, s.grad_scale);
+    RLPT_CHECK(std::isfinite(s.lr) && std::isfinite(s.grad_scale), "adamw: lr {} / grad_scale {} must be finite", s.lr,
+               s.grad_scale);
 }
 
 // Grain of the fused loop: large enough to amortise the scheduling, small enough to spread a
@@ -54,8 +54,7 @@ void adamw_update_(const torch::Tensor& param, const torch::Tensor& grad, const 
     const auto one_minus_b2 = static_cast<float>(1.0 - s.beta2);
     const auto scale = static_cast<float>(s.grad_scale), eps = static_cast<float>(s.eps);
     const auto step_size = static_cast<float>(s.lr / (1.0 - std::pow(s.beta1, static_cast<double>(s.step))));
-    const auto inv_bc2_sqrt =
-        static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(s.beta2, static_cast<double>(s.step))));
+    const auto inv_bc2_sqrt = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(s.beta2, static_cast<double>(s.step))));
     at::parallel_for(0, param.numel(), kGrain, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
             const float gi = g[i] * scale;

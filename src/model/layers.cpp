@@ -132,8 +132,8 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const Rotary& rope, con
     // Column-parallel q/k/v: this rank's heads only.
     const auto xin = tp_copy(x, tp_);
     auto q = apply_rotary(q_proj_->forward(xin).view({b, t, n_heads_, head_dim_}), rope).transpose(1, 2);
-    auto k = apply_rotary(k_proj_->forward_kv(xin, tp_, layout_).view({b, t, n_kv_heads_, head_dim_}), rope)
-                 .transpose(1, 2);
+    auto k =
+        apply_rotary(k_proj_->forward_kv(xin, tp_, layout_).view({b, t, n_kv_heads_, head_dim_}), rope).transpose(1, 2);
     auto v = v_proj_->forward_kv(xin, tp_, layout_).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);
     const bool slot_decode = cache != nullptr && cache->slots_bound() && t == 1 && !cache->extending();
     if (cache != nullptr) std::tie(k, v) = cache->store(layer, k, v);
@@ -146,8 +146,7 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const Rotary& rope, con
     if (slot_decode) {
         // k, v: the whole cache, rows = slots. The kernel reads each row's slot in place.
         if (decode_attention_ && kernels::decode_attention_slots_applies(qg, k, v)) {
-            auto out = kernels::decode_attention_slots(qg, k, v, cache->bound_slots(), cache->bound_lengths(),
-                                                       scale);
+            auto out = kernels::decode_attention_slots(qg, k, v, cache->bound_slots(), cache->bound_lengths(), scale);
             return o_proj_->forward_row_parallel(out.reshape({b, 1, n_heads_ * head_dim_}), tp_);
         }
         // Elsewhere: gather the bound slots' positions (masked_out covers [0, longest)).
@@ -176,7 +175,8 @@ void Attention::decode_step(const torch::Tensor& xn, const torch::Tensor& h, con
     const int64_t b = xn.size(0), hd = head_dim_;
     auto q = cache.scratch(1, b, n_heads_ * hd), k = cache.scratch(2, b, n_kv_heads_ * hd),
          v = cache.scratch(3, b, n_kv_heads_ * hd);
-    project(xn, {{q_proj_->weight(), q_proj_->bias(), q}, {k_proj_->weight(), k_proj_->bias(), k},
+    project(xn, {{q_proj_->weight(), q_proj_->bias(), q},
+                 {k_proj_->weight(), k_proj_->bias(), k},
                  {v_proj_->weight(), v_proj_->bias(), v}});
     const auto cos = rope.cos.reshape({b, hd}), sin = rope.sin.reshape({b, hd});
     kernels::rotary_inplace(q, cos, sin, hd);
@@ -218,8 +218,9 @@ DecoderLayer::DecoderLayer(const ModelArgs& args, const TpLayout& layout, const 
     mlp_ = register_module("mlp", std::make_shared<Mlp>(args, layout, tp, options));
     input_layernorm_ =
         register_module("input_layernorm", std::make_shared<RMSNorm>(args.hidden_size, args.rms_norm_eps, options));
-    post_attention_layernorm_ = register_module(
-        "post_attention_layernorm", std::make_shared<RMSNorm>(args.hidden_size, args.rms_norm_eps, options));
+    post_attention_layernorm_ =
+        register_module("post_attention_layernorm",
+                        std::make_shared<RMSNorm>(args.hidden_size, args.rms_norm_eps, options));
 }
 
 torch::Tensor DecoderLayer::forward(const torch::Tensor& x, const Rotary& rope, const torch::Tensor& masked_out,

@@ -85,8 +85,8 @@ class Attention : public torch::nn::Module {
     // kernels::decode_attention, reading the cache in place; with the cache's slots bound
     // (KVCache::bind_slots), through kernels::decode_attention_slots (each row its slot's
     // length; elsewhere the slots are gathered and masked_out is [B, 1, 1, 1, longest]).
-    torch::Tensor forward(const torch::Tensor& x, const Rotary& rope, const torch::Tensor& masked_out,
-                          KVCache* cache, int64_t layer);
+    torch::Tensor forward(const torch::Tensor& x, const Rotary& rope, const torch::Tensor& masked_out, KVCache* cache,
+                          int64_t layer);
     // Off: always the LibTorch expression (the decode benchmark's baseline). Default on.
     void use_decode_attention(bool on) { decode_attention_ = on; }
     // The fused CPU decode step's attention (see DecoderLayer::decode_step): xn [B, H] the
@@ -118,8 +118,8 @@ class DecoderLayer : public torch::nn::Module {
   public:
     DecoderLayer(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp,
                  const torch::TensorOptions& options);
-    torch::Tensor forward(const torch::Tensor& x, const Rotary& rope, const torch::Tensor& masked_out,
-                          KVCache* cache, int64_t layer);
+    torch::Tensor forward(const torch::Tensor& x, const Rotary& rope, const torch::Tensor& masked_out, KVCache* cache,
+                          int64_t layer);
     // The fused CPU decode step of this layer: one new position per row with the cache's slots
     // bound (decode, not extend), float32, no autograd, no tensor parallelism (fused_decode_applies).
     // h [B, H] float32 contiguous is the residual stream, updated in place. Every buffer is the

@@ -33,8 +33,9 @@ Backbone::Backbone(const ModelArgs& args, torch::TensorOptions options, std::sha
     embed_weight_ = embed->register_parameter("weight", torch::empty({layout_.vocab, args.hidden_size}, options));
     auto layers = register_module("layers", std::make_shared<torch::nn::Module>());
     for (int64_t i = 0; i < args.num_hidden_layers; ++i)
-        layers_.push_back(layers->register_module(
-            std::to_string(i), std::make_shared<detail::DecoderLayer>(args, layout_, this->tp(), options)));
+        layers_.push_back(
+            layers->register_module(std::to_string(i),
+                                    std::make_shared<detail::DecoderLayer>(args, layout_, this->tp(), options)));
     norm_ = register_module("norm", std::make_shared<detail::RMSNorm>(args.hidden_size, args.rms_norm_eps, options));
     inv_freq_ = detail::rotary_inv_freq(args).to(options.device());
 }
@@ -88,8 +89,8 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
     if (!slot_decode)
         RLPT_CHECK(attention_mask.defined() && attention_mask.dim() == 2 && attention_mask.size(0) == b &&
                        attention_mask.size(1) == past + t,
-                   "forward: attention_mask must be [{}, {}] (cached {} + new {}), got {}", b, past + t, past,
-                   t, attention_mask.sizes());
+                   "forward: attention_mask must be [{}, {}] (cached {} + new {}), got {}", b, past + t, past, t,
+                   attention_mask.sizes());
     if (cache)
         RLPT_CHECK((slots ? cache->bound_slots().size(0) : cache->batch_size()) == b &&
                        cache->n_layers() == args_.num_hidden_layers,
@@ -123,8 +124,8 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
         // Row b sees its slot's positions [0, bound_lengths[b]) out of the longest row's.
         const auto& lens = cache->bound_lengths();
         auto k_pos = torch::arange(lens.max().item<int64_t>(), i64);  // lens is on the host: no sync
-        masked_out = (k_pos.unsqueeze(0) >= cache->bound_lengths_on_device().unsqueeze(1))
-                         .view({b, 1, 1, 1, k_pos.size(0)});
+        masked_out =
+            (k_pos.unsqueeze(0) >= cache->bound_lengths_on_device().unsqueeze(1)).view({b, 1, 1, 1, k_pos.size(0)});
     } else if (slots && cache->extending()) {
         // Row b's query i sits at position prefix[b] + i and sees keys [0, prefix[b] + i] that
         // are real (< prefix[b] + new[b]), out of the longest row's prefix + new.
@@ -237,8 +238,8 @@ torch::Tensor CausalLM::gathered_logits(const torch::Tensor& hidden) const {
         // BLAS path: a single fp32 row through gemv (OpenBLAS runs a 1-row sgemm 3-4x slower).
         local = torch::mv(head, hidden.select(0, 0)).unsqueeze(0);
     } else if (small_matmul_ && hidden.dim() == 2 && hidden.size(0) <= detail::kDecodeKernelMaxRows &&
-               hidden.scalar_type() == torch::kFloat32 && head.scalar_type() == torch::kFloat32 &&
-               hidden.is_cpu() && head.is_contiguous() && !torch::GradMode::is_enabled()) {
+               hidden.scalar_type() == torch::kFloat32 && head.scalar_type() == torch::kFloat32 && hidden.is_cpu() &&
+               head.is_contiguous() && !torch::GradMode::is_enabled()) {
         local = kernels::small_matmul(hidden, head, {});  // a decode step's rows (see kDecodeKernelMaxRows)
     } else {
         local = detail::linear(hidden, head, {}, small_matmul_).to(torch::kFloat32);

@@ -66,9 +66,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 struct Args {
     std::string model;
@@ -77,9 +75,9 @@ struct Args {
     int64_t iters = 3;
     int64_t threads = 1;
     int64_t zero = 0;
-    int64_t prefetch = 1;  // ZeRO-3: start the next layer's all-gather early
-    int64_t shard_group = 0;  // hybrid shard group size (0: all ranks)
-    int64_t reference = 0;    // 1: also a frozen reference model
+    int64_t prefetch = 1;           // ZeRO-3: start the next layer's all-gather early
+    int64_t shard_group = 0;        // hybrid shard group size (0: all ranks)
+    int64_t reference = 0;          // 1: also a frozen reference model
     std::string dtype = "float32";  // the model's parameters: float32 | bfloat16 (fp32 master weights)
 };
 
@@ -91,8 +89,8 @@ int64_t parse_int(const std::string& key, const std::string& v, int64_t min) {
     } catch (const std::exception&) {
         used = 0;
     }
-    RLPT_CHECK(used == v.size() && !v.empty() && x >= min, "bench_train: {} wants an integer >= {}, got '{}'",
-               key, min, v);
+    RLPT_CHECK(used == v.size() && !v.empty() && x >= min, "bench_train: {} wants an integer >= {}, got '{}'", key, min,
+               v);
     return x;
 }
 
@@ -102,28 +100,17 @@ Args parse(int argc, char** argv) {
         const std::string k = argv[i];
         RLPT_CHECK(i + 1 < argc, "bench_train: option {} needs a value", k);
         const std::string v = argv[i + 1];
-        if (k == "--model")
-            a.model = v;
-        else if (k == "--ceiling")
-            a.ceiling = parse_int(k, v, 64);
-        else if (k == "--batch")
-            a.batch = parse_int(k, v, 1);
-        else if (k == "--seq")
-            a.seq = parse_int(k, v, 2);
-        else if (k == "--iters")
-            a.iters = parse_int(k, v, 1);
-        else if (k == "--threads")
-            a.threads = parse_int(k, v, 1);
-        else if (k == "--zero")
-            a.zero = parse_int(k, v, 0);
-        else if (k == "--prefetch")
-            a.prefetch = parse_int(k, v, 0);
-        else if (k == "--shard-group")
-            a.shard_group = parse_int(k, v, 0);
-        else if (k == "--reference")
-            a.reference = parse_int(k, v, 0);
-        else if (k == "--dtype")
-            a.dtype = v;
+        if (k == "--model") a.model = v;
+        else if (k == "--ceiling") a.ceiling = parse_int(k, v, 64);
+        else if (k == "--batch") a.batch = parse_int(k, v, 1);
+        else if (k == "--seq") a.seq = parse_int(k, v, 2);
+        else if (k == "--iters") a.iters = parse_int(k, v, 1);
+        else if (k == "--threads") a.threads = parse_int(k, v, 1);
+        else if (k == "--zero") a.zero = parse_int(k, v, 0);
+        else if (k == "--prefetch") a.prefetch = parse_int(k, v, 0);
+        else if (k == "--shard-group") a.shard_group = parse_int(k, v, 0);
+        else if (k == "--reference") a.reference = parse_int(k, v, 0);
+        else if (k == "--dtype") a.dtype = v;
         else
             RLPT_THROW(ValueError,
                        "bench_train: unknown option {} (--model, --ceiling, --batch, --seq, --iters, "
@@ -157,8 +144,7 @@ double matmul_gflops(int64_t n) {
         t.push_back(seconds_since(t0));
     }
     std::sort(t.begin(), t.end());
-    return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / t[t.size() / 2] /
-           1e9;
+    return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / t[t.size() / 2] / 1e9;
 }
 
 const char* blas_core() {
@@ -209,11 +195,10 @@ struct StepTimes {
 
 void run_ceiling(const Args& args) {
     const double g = matmul_gflops(args.ceiling);
-    std::printf(
-        "{\"bench\":\"matmul_ceiling\",\"git_sha\":\"%s\",\"n\":%lld,\"threads\":%lld,\"gflops\":%.2f,"
-        "\"blas\":\"%s\",\"openblas_coretype\":\"%s\"}\n",
-        RLPT_GIT_SHA, static_cast<long long>(args.ceiling), static_cast<long long>(args.threads), g,
-        blas_core(), coretype_env());
+    std::printf("{\"bench\":\"matmul_ceiling\",\"git_sha\":\"%s\",\"n\":%lld,\"threads\":%lld,\"gflops\":%.2f,"
+                "\"blas\":\"%s\",\"openblas_coretype\":\"%s\"}\n",
+                RLPT_GIT_SHA, static_cast<long long>(args.ceiling), static_cast<long long>(args.threads), g,
+                blas_core(), coretype_env());
 }
 
 void run_training(const Args& args, const rlpt::comm::Communicator& world) {
@@ -222,8 +207,8 @@ void run_training(const Args& args, const rlpt::comm::Communicator& world) {
     const bool tiny = args.model == "tiny";
     const int64_t batch = args.batch > 0 ? args.batch : (tiny ? 16 : 4);
     const int64_t seq = args.seq > 0 ? args.seq : (tiny ? 128 : 256);
-    RLPT_CHECK(seq <= margs.max_position_embeddings, "bench_train: --seq {} exceeds the model's {} positions",
-               seq, margs.max_position_embeddings);
+    RLPT_CHECK(seq <= margs.max_position_embeddings, "bench_train: --seq {} exceeds the model's {} positions", seq,
+               margs.max_position_embeddings);
 
     const torch::Dtype dtype = args.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
     auto model = model::make_random_causal_lm(margs, 1, dtype);
@@ -291,8 +276,8 @@ void run_training(const Args& args, const rlpt::comm::Communicator& world) {
         checked_loss = global_loss();
         ok = !r.skipped && std::isfinite(checked_loss);
     }
-    RLPT_CHECK(ok && checked_loss < first_loss, "bench_train: correctness check failed: loss {} -> {}",
-               first_loss, checked_loss);
+    RLPT_CHECK(ok && checked_loss < first_loss, "bench_train: correctness check failed: loss {} -> {}", first_loss,
+               checked_loss);
 
     const double rss_setup = world.allreduce_max(vm_hwm_mib());
     const bool hwm_reset = reset_hwm();
@@ -313,8 +298,7 @@ void run_training(const Args& args, const rlpt::comm::Communicator& world) {
     const double params = static_cast<double>(eng.num_parameters());
     const double tok_s = static_cast<double>(tokens_per_step) / step_s;
     const double rss = world.allreduce_max(peak_rss_mib());
-    const double state_mib =
-        world.allreduce_max(static_cast<double>(eng.optimizer_state_bytes())) / 1048576.0;
+    const double state_mib = world.allreduce_max(static_cast<double>(eng.optimizer_state_bytes())) / 1048576.0;
     // Training state held between steps (tensor bytes, padding included), maximum over ranks.
     const auto mem = eng.memory_bytes();
     const double mem_params = world.allreduce_max(static_cast<double>(mem.params));
@@ -338,9 +322,9 @@ void run_training(const Args& args, const rlpt::comm::Communicator& world) {
         RLPT_GIT_SHA, args.model.c_str(), params, world.size(), static_cast<long long>(args.threads),
         static_cast<long long>(args.zero), static_cast<long long>(batch), static_cast<long long>(seq),
         static_cast<long long>(tokens_per_step), static_cast<long long>(args.iters), step_s, median(fwd_bwd),
-        median(allreduce), median(optimizer), median(allgather), tok_s, 6.0 * params * tok_s / 1e9, rss,
-        state_mib, blas_core(), coretype_env(), first_loss, checked_loss, static_cast<long long>(args.prefetch),
-        mem_params, mem_grads, mem_optimizer, peak_bytes, rss_setup, rss_steps, eng.shard_group_size(),
+        median(allreduce), median(optimizer), median(allgather), tok_s, 6.0 * params * tok_s / 1e9, rss, state_mib,
+        blas_core(), coretype_env(), first_loss, checked_loss, static_cast<long long>(args.prefetch), mem_params,
+        mem_grads, mem_optimizer, peak_bytes, rss_setup, rss_steps, eng.shard_group_size(),
         static_cast<long long>(args.reference), ref_bytes, ref_peak, args.dtype.c_str());
 }
 

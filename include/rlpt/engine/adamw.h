@@ -28,8 +28,8 @@ struct AdamWStep {
     double beta2 = 0.999;
     double eps = 1e-8;
     double weight_decay = 0;
-    int64_t step = 1;          // >= 1
-    double grad_scale = 1.0;   // multiplies the gradient before use
+    int64_t step = 1;         // >= 1
+    double grad_scale = 1.0;  // multiplies the gradient before use
 };
 
 void adamw_update_(const torch::Tensor& param, const torch::Tensor& grad, const torch::Tensor& exp_avg,
