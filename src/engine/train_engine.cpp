@@ -448,20 +448,27 @@ StepResult TrainEngine::step(bool advance_schedule) {
         a.eps = st.opts.eps;
         a.step = st.applied_updates + 1;
         if (st.opts.clip_grad > 0) a.grad_scale = std::min(1.0, st.opts.clip_grad / (r.grad_norm + 1e-6));
+        // One fused multi-tensor AdamW per weight-decay class (adamw_update_multi_).
+        std::vector<torch::Tensor> targets[2], grads[2], exp_avgs[2], exp_avg_sqs[2];
         for (const auto& s : st.slots) {
             auto& g = st.groups[s.group];
             const auto [lo, hi] = own_range(s);
             if (lo >= hi) continue;
-            a.weight_decay = s.decay ? st.opts.weight_decay : 0.0;
             const int64_t n = hi - lo, own_off = lo - g.own_begin;
-            torch::Tensor target;
+            const int d = s.decay ? 1 : 0;
             if (!g.fp32()) {
-                target = g.master.narrow(0, own_off, n);
+                targets[d].push_back(g.master.narrow(0, own_off, n));
             } else {
-                target = st.shards_params() ? g.param_shard.narrow(0, own_off, n) : g.flat_param.narrow(0, lo, n);
+                targets[d].push_back(st.shards_params() ? g.param_shard.narrow(0, own_off, n)
+                                                        : g.flat_param.narrow(0, lo, n));
             }
-            adamw_update_(target, grad_of(s, lo, n), g.exp_avg.narrow(0, own_off, n),
-                          g.exp_avg_sq.narrow(0, own_off, n), a);
+            grads[d].push_back(grad_of(s, lo, n));
+            exp_avgs[d].push_back(g.exp_avg.narrow(0, own_off, n));
+            exp_avg_sqs[d].push_back(g.exp_avg_sq.narrow(0, own_off, n));
+        }
+        for (int d : {0, 1}) {
+            a.weight_decay = d == 1 ? st.opts.weight_decay : 0.0;
+            adamw_update_multi_(targets[d], grads[d], exp_avgs[d], exp_avg_sqs[d], a);
         }
         const auto t0 = Clock::now();
         for (auto& g : st.groups) {

@@ -3,13 +3,10 @@
 // several, and a peak host memory that never holds the [N, V] logits.
 #include <gtest/gtest.h>
 
-#include <c10/core/CPUAllocator.h>
-#include <c10/core/impl/alloc_cpu.h>
-
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 
+#include "counting_allocator.h"
 #include "rlpt/core/error.h"
 #include "rlpt/kernels/logprob.h"
 #include "rlpt/model/chunked_head.h"
@@ -187,48 +184,9 @@ TEST(ChunkedHead, BadInputsAreValueErrors) {
 
 // ---- peak memory ------------------------------------------------------------------------------------
 
-// The host allocator, counting live and peak bytes (installed for one test, then the previous one
-// restored; blocks it handed out free through its own deleter whenever they die).
-class CountingCpuAllocator final : public c10::Allocator {
-  public:
-    c10::DataPtr allocate(size_t n) override {
-        void* p = c10::alloc_cpu(n);
-        auto* ctx = new Block{p, n, this};
-        const int64_t live = live_.fetch_add(int64_t(n)) + int64_t(n);
-        int64_t peak = peak_.load();
-        while (live > peak && !peak_.compare_exchange_weak(peak, live)) {
-        }
-        return {p, ctx, &CountingCpuAllocator::release, c10::Device(c10::DeviceType::CPU)};
-    }
-    void copy_data(void* dest, const void* src, std::size_t count) const override {
-        default_copy_data(dest, src, count);
-    }
-    void reset_peak() { peak_.store(live_.load()); }
-    int64_t live() const { return live_.load(); }
-    int64_t peak() const { return peak_.load(); }
-
-  private:
-    struct Block {
-        void* p;
-        size_t n;
-        CountingCpuAllocator* owner;
-    };
-    static void release(void* ctx) {
-        auto* b = static_cast<Block*>(ctx);
-        b->owner->live_.fetch_sub(int64_t(b->n));
-        c10::free_cpu(b->p);
-        delete b;
-    }
-    std::atomic<int64_t> live_{0}, peak_{0};
-};
-
 // Peak bytes above the starting level over a forward + backward of the chunked head.
 int64_t peak_extra_bytes(const Case& c, int64_t chunk_rows, int64_t budget_bytes) {
-    static CountingCpuAllocator counter;  // outlives every block it hands out
-    auto* previous = c10::GetCPUAllocator();
-    c10::SetCPUAllocator(&counter, /*priority=*/0);
-    counter.reset_peak();
-    const int64_t start = counter.live();
+    rlpt::testing::CountingCpuAllocator::Scope counting;
     {
         ChunkedHeadOptions o;
         o.with_entropy = true;
@@ -238,9 +196,7 @@ int64_t peak_extra_bytes(const Case& c, int64_t chunk_rows, int64_t budget_bytes
         auto out = chunked_head_logprob(c.h, c.w, c.labels, o);
         ((out.logp * c.gl).sum() + (out.entropy * c.gh).sum()).backward();
     }
-    const int64_t peak = counter.peak() - start;
-    c10::SetCPUAllocator(previous, /*priority=*/0);
-    return peak;
+    return counting.peak_extra();
 }
 
 TEST(ChunkedHead, PeakMemoryIsOneChunkNotTheWholeLogits) {

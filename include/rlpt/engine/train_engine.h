@@ -15,7 +15,8 @@
 // grad_bucket_bytes (MPI on CPU; NCCL when built with it and the parameters are on CUDA),
 // computes the global L2 norm, skips the update and zeroes the gradients when the norm is not
 // finite (verl's behaviour), clips to clip_grad, applies AdamW (decoupled weight decay;
-// bias-corrected), and advances the learning-rate schedule (linear warm-up, then constant or
+// bias-corrected; engine/adamw.h's adamw_update_multi_, LibTorch's fused multi-tensor kernel, one
+// call per weight-decay class), and advances the learning-rate schedule (linear warm-up, then constant or
 // cosine down to min_lr_ratio). The same global batch gives the same update, within fp32
 // tolerance, whether the DP group has 1, 2 or 3 ranks.
 //
