@@ -101,24 +101,6 @@ Dims check_inputs(const torch::Tensor& logits, const torch::Tensor& labels, doub
     return {n, v};
 }
 
-// Every label must index the vocabulary; the kernels do not bounds-check.
-void check_label_range(const torch::Tensor& labels, int64_t v) {
-    const int64_t n = labels.numel();
-    if (n == 0) return;
-    if (labels.is_cpu()) {
-        const int64_t* y = labels.data_ptr<int64_t>();
-        for (int64_t i = 0; i < n; ++i) {
-            RLPT_CHECK(y[i] >= 0 && y[i] < v, "logprob: labels[{}] = {} is outside [0, {})", i, y[i], v);
-        }
-        return;
-    }
-    const torch::Tensor bad = labels.lt(0).logical_or(labels.ge(v));
-    if (bad.any().item<bool>()) {
-        const int64_t i = bad.nonzero().select(1, 0)[0].item<int64_t>();
-        RLPT_THROW(ValueError, "logprob: labels[{}] = {} is outside [0, {})", i, labels[i].item<int64_t>(), v);
-    }
-}
-
 // An optional [N] float32 tensor (grad or saved value): undefined stays undefined.
 torch::Tensor check_vec(const char* what, const torch::Tensor& t, int64_t n, const torch::Device& device) {
     if (!t.defined()) return t;
@@ -141,9 +123,27 @@ void check_out(const char* what, const torch::Tensor& t, torch::IntArrayRef size
 
 }  // namespace
 
+// Every label must index the vocabulary; the kernels do not bounds-check.
+void check_label_range(const torch::Tensor& labels, int64_t v) {
+    const int64_t n = labels.numel();
+    if (n == 0) return;
+    if (labels.is_cpu()) {
+        const int64_t* y = labels.data_ptr<int64_t>();
+        for (int64_t i = 0; i < n; ++i) {
+            RLPT_CHECK(y[i] >= 0 && y[i] < v, "logprob: labels[{}] = {} is outside [0, {})", i, y[i], v);
+        }
+        return;
+    }
+    const torch::Tensor bad = labels.lt(0).logical_or(labels.ge(v));
+    if (bad.any().item<bool>()) {
+        const int64_t i = bad.nonzero().select(1, 0)[0].item<int64_t>();
+        RLPT_THROW(ValueError, "logprob: labels[{}] = {} is outside [0, {})", i, labels[i].item<int64_t>(), v);
+    }
+}
+
 void logprob_forward_out(const torch::Tensor& logits, const torch::Tensor& labels, double temperature,
-                         const torch::Tensor& logp_out, const torch::Tensor& entropy_out,
-                         const torch::Tensor& lse_out) {
+                         const torch::Tensor& logp_out, const torch::Tensor& entropy_out, const torch::Tensor& lse_out,
+                         bool labels_checked) {
     const Dims d = check_inputs(logits, labels, temperature);
     check_out("logp", logp_out, {d.n}, torch::kFloat, logits.device());
     check_out("lse", lse_out, {d.n}, torch::kFloat, logits.device());
@@ -151,7 +151,7 @@ void logprob_forward_out(const torch::Tensor& logits, const torch::Tensor& label
         check_out("entropy", entropy_out, {d.n}, torch::kFloat, logits.device());
     }
     const torch::Tensor y = labels.contiguous();
-    check_label_range(y, d.v);
+    if (!labels_checked) check_label_range(y, d.v);
     if (d.n == 0) return;
     const torch::Tensor x = logits.contiguous();
     const float inv_t = float(1.0 / temperature);
@@ -183,7 +183,8 @@ LogProbForward logprob_forward(const torch::Tensor& logits, const torch::Tensor&
 
 void logprob_backward_out(const torch::Tensor& logits, const torch::Tensor& labels, const torch::Tensor& lse,
                           const torch::Tensor& entropy, const torch::Tensor& grad_logp,
-                          const torch::Tensor& grad_entropy, double temperature, const torch::Tensor& grad_logits_out) {
+                          const torch::Tensor& grad_entropy, double temperature, const torch::Tensor& grad_logits_out,
+                          bool labels_checked) {
     const Dims d = check_inputs(logits, labels, temperature);
     const torch::Device dev = logits.device();
     RLPT_CHECK(lse.defined(), "logprob backward: lse (from the forward) is undefined");
@@ -196,7 +197,7 @@ void logprob_backward_out(const torch::Tensor& logits, const torch::Tensor& labe
     const torch::Tensor h = gh.defined() ? check_vec("entropy", entropy, d.n, dev) : torch::Tensor();
     check_out("grad_logits", grad_logits_out, {d.n, d.v}, logits.scalar_type(), dev);
     const torch::Tensor y = labels.contiguous();
-    check_label_range(y, d.v);
+    if (!labels_checked) check_label_range(y, d.v);
     if (d.n == 0) return;
     const torch::Tensor x = logits.contiguous();
     const float inv_t = float(1.0 / temperature);

@@ -191,6 +191,7 @@ void validate(const Config& c) {
 
     const auto& m = c.model;
     k.one_of(m.dtype, "model.dtype", {"float32", "bfloat16"});
+    k.one_of(m.head_precision, "model.head_precision", {"fp32", "tf32", "bf16"});
     k.one_of(m.device, "model.device", {"auto", "cpu", "cuda"});
     k.one_of(m.chat_template, "model.chat_template", {"none", "qwen2", "llama3"});
     const auto& b = m.builtin;

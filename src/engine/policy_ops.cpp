@@ -43,6 +43,7 @@ model::ChunkedHeadLogProbs chunked_head(model::CausalLM& model, const torch::Ten
     o.temperature = temperature;
     o.with_entropy = with_entropy;
     o.with_sum_pi_squared = with_sum_pi_squared;
+    o.precision = model.head_precision();
     return model::chunked_head_logprob(hidden, model.lm_head_weight(), labels, o);
 }
 

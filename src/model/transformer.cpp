@@ -226,7 +226,15 @@ torch::Tensor mask_vocab_padding(torch::Tensor logits, const TpLayout& l) {
 
 torch::Tensor CausalLM::local_logits_fp32(const torch::Tensor& hidden) const {
     auto h = tp_copy(hidden, tp());
-    auto logits = torch::matmul(h.to(torch::kFloat32), lm_head_weight().to(torch::kFloat32).t());
+    auto logits = head_precision_ == HeadPrecision::kFp32
+                      ? torch::matmul(h.to(torch::kFloat32), lm_head_weight().to(torch::kFloat32).t())
+                      : head_mm(head_operand(h.reshape({-1, h.size(-1)}), head_precision_),
+                                head_operand(lm_head_weight(), head_precision_).t(), head_precision_)
+                            .view([&] {
+                                auto sizes = h.sizes().vec();
+                                sizes.back() = lm_head_weight().size(0);
+                                return sizes;
+                            }());
     return tp() ? mask_vocab_padding(logits, tp_layout()) : logits;
 }
 

@@ -60,11 +60,12 @@ struct BuiltinModelConfig {
 };
 
 struct ModelConfig {
-    std::string path;                    // Hugging Face folder (config.json + safetensors); empty: built-in
-    std::string dtype = "float32";       // float32 | bfloat16
-    std::string device = "auto";         // auto | cpu | cuda
-    std::string chat_template = "none";  // none | qwen2 | llama3
-    BuiltinModelConfig builtin;          // used when path is empty
+    std::string path;                     // Hugging Face folder (config.json + safetensors); empty: built-in
+    std::string dtype = "float32";        // float32 | bfloat16
+    std::string head_precision = "fp32";  // fp32 | tf32 | bf16: the log-prob head's matmuls (model/chunked_head.h)
+    std::string device = "auto";          // auto | cpu | cuda
+    std::string chat_template = "none";   // none | qwen2 | llama3
+    BuiltinModelConfig builtin;           // used when path is empty
 };
 
 struct BuiltinTaskConfig {

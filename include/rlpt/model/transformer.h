@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "rlpt/model/chunked_head.h"
 #include "rlpt/model/kv_cache.h"
 #include "rlpt/model/model_config.h"
 #include "rlpt/model/tensor_parallel.h"
@@ -155,9 +156,13 @@ class CausalLM : public torch::nn::Module {
     torch::Tensor lm_head_weight() const;
     const TensorParallel* tp() const { return model_->tp(); }
     const TpLayout& tp_layout() const { return model_->tp_layout(); }
+    // Precision of the log-prob head's matmuls (local_logits_fp32, and the chunked head of
+    // engine::compute_log_probs): model/chunked_head.h's HeadPrecision, default kFp32.
+    void set_head_precision(HeadPrecision p) { head_precision_ = p; }
+    HeadPrecision head_precision() const { return head_precision_; }
     // Logits of this rank's vocabulary slice for hidden [N, H]: [N, Vl] float32, computed as
-    // hidden.float() @ lm_head_weight().float()^T; padding columns (vocabulary padded to a
-    // multiple of tp) are -inf. Differentiable; collective on the block (its backward
+    // hidden.float() @ lm_head_weight().float()^T (at head_precision()); padding columns
+    // (vocabulary padded to a multiple of tp) are -inf. Differentiable; collective on the block (its backward
     // all-reduces the hidden gradient). Feed it to vocab_parallel_logprob_entropy with
     // tp_layout().vocab_first. With tp = 1: the full [N, V] logits.
     torch::Tensor local_logits_fp32(const torch::Tensor& hidden) const;
@@ -193,6 +198,7 @@ class CausalLM : public torch::nn::Module {
     std::shared_ptr<Backbone> model_;
     torch::Tensor lm_head_;  // undefined when tied
     bool small_matmul_ = true;
+    HeadPrecision head_precision_ = HeadPrecision::kFp32;
 };
 
 // Loads a Hugging Face checkpoint directory: config.json (architecture LlamaForCausalLM or
