@@ -28,8 +28,10 @@ engine::TensorParallelInfo engine_tp_info(const protocol::WorkerContext& ctx, co
     return info;
 }
 
-std::shared_ptr<model::CausalLM> build_policy(const Config& c, torch::Device device, int64_t vocab_size,
-                                              std::shared_ptr<const model::TensorParallel> tp) {
+namespace {
+
+std::shared_ptr<model::CausalLM> build_policy_model(const Config& c, torch::Device device, int64_t vocab_size,
+                                                    std::shared_ptr<const model::TensorParallel> tp) {
     if (!c.model.path.empty()) {
         return model::load_pretrained(c.model.path, dtype_for(c), device, std::move(tp));
     }
@@ -38,6 +40,19 @@ std::shared_ptr<model::CausalLM> build_policy(const Config& c, torch::Device dev
     model::ModelArgs a = model::builtin_model_args(b, vocab_size);
     a.torch_dtype = c.model.dtype;
     return model::make_random_causal_lm(a, static_cast<uint64_t>(b.init_seed), dtype_for(c), device, std::move(tp));
+}
+
+}  // namespace
+
+std::shared_ptr<model::CausalLM> build_policy(const Config& c, torch::Device device, int64_t vocab_size,
+                                              std::shared_ptr<const model::TensorParallel> tp) {
+    auto m = build_policy_model(c, device, vocab_size, std::move(tp));
+    const auto precision = model::head_precision_from_name(c.model.head_precision);
+    m->set_head_precision(precision);
+    if (precision == model::HeadPrecision::kTf32 && !device.is_cuda())
+        RLPT_LOG_INFO("model.head_precision: tf32 changes nothing on {} (no TF32 there): the head runs in fp32",
+                      device.str());
+    return m;
 }
 
 std::vector<torch::Tensor> parameter_list(torch::nn::Module& m) {
@@ -140,7 +155,8 @@ torch::Tensor assemble_full(const std::string& name, const std::vector<torch::Te
     for (int64_t r = 0; r < tp; ++r) {
         const auto spec = model::shard_spec(name, model::tp_layout(args, tp, r));
         if (spec.real() > 0)
-            full.narrow(spec.dim, spec.start, spec.real()).copy_(locals[static_cast<size_t>(r)].narrow(spec.dim, 0, spec.real()));
+            full.narrow(spec.dim, spec.start, spec.real())
+                .copy_(locals[static_cast<size_t>(r)].narrow(spec.dim, 0, spec.real()));
     }
     return full;
 }

@@ -99,6 +99,9 @@ void visit_model(Visitor& v, ModelConfig& c) {
     v.value("path", c.path,
             "Hugging Face folder (config.json, *.safetensors, tokenizer); empty: the built-in model (model.builtin)");
     v.value("dtype", c.dtype, "parameter dtype: float32 | bfloat16 (then fp32 master weights and optimizer state)");
+    v.value("head_precision", c.head_precision,
+            "LM head matmuls of log-probs and losses: fp32 (IEEE) | tf32 (TF32 on CUDA; on the CPU the same as fp32) "
+            "| bf16 (bf16 operands, fp32 accumulation and output)");
     v.value(
         "device", c.device,
         "auto (cuda when the build has CUDA kernels and every role-hosting rank sees a GPU, else cpu) | cpu | cuda");

@@ -81,8 +81,8 @@ class Checker {
                     "the stages' max_tokens add up to {}, over data.max_response_length={}", total,
                     c.data.max_response_length);
         } else {
-            require(r.stages.empty(), "rollout.stages", "is set but rollout.generator is '{}' (stages need multi_stage)",
-                    r.generator);
+            require(r.stages.empty(), "rollout.stages",
+                    "is set but rollout.generator is '{}' (stages need multi_stage)", r.generator);
         }
         if (r.generator == "beam_search")
             require(r.stop.empty(), "rollout.stop", "stop strings are not supported by beam_search (vLLM's has none)");
@@ -90,7 +90,8 @@ class Checker {
             for (const auto& [n, key] : {std::make_pair(r.n, "rollout.n"), std::make_pair(r.val.n, "rollout.val.n")})
                 require(n <= r.beam_search.beam_width, key,
                         "{} samples per prompt with beam search of width rollout.beam_search.beam_width={}: a prompt's "
-                        "samples are its best beams, so n must be <= beam_width", n, r.beam_search.beam_width);
+                        "samples are its best beams, so n must be <= beam_width",
+                        n, r.beam_search.beam_width);
         }
     }
 
@@ -111,7 +112,8 @@ class Checker {
         require(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1, p + ".min_lr_ratio", "must be in [0, 1] (got {})",
                 o.min_lr_ratio);
         require(o.num_cycles > 0, p + ".num_cycles", "must be > 0 (got {})", o.num_cycles);
-        require(o.zero_stage >= 0 && o.zero_stage <= 3, p + ".zero_stage", "must be 0, 1, 2 or 3 (got {})", o.zero_stage);
+        require(o.zero_stage >= 0 && o.zero_stage <= 3, p + ".zero_stage", "must be 0, 1, 2 or 3 (got {})",
+                o.zero_stage);
         require(o.fsdp_size >= -1, p + ".fsdp_size",
                 "must be -1 (all DP ranks), 0 (the DP ranks on a node) or a group size >= 1 (got {})", o.fsdp_size);
         require(o.fsdp_size == -1 || o.zero_stage >= 1, p + ".fsdp_size",
@@ -148,8 +150,8 @@ void validate(const Config& c) {
     Checker k(c);
     const auto& t = c.trainer;
     k.one_of(t.mode, "trainer.mode", {"rl", "sft"});
-    k.require(!t.experiment_name.empty() && t.experiment_name.find('/') == std::string::npos,
-              "trainer.experiment_name", "must be a non-empty name without '/' (got '{}')", t.experiment_name);
+    k.require(!t.experiment_name.empty() && t.experiment_name.find('/') == std::string::npos, "trainer.experiment_name",
+              "must be a non-empty name without '/' (got '{}')", t.experiment_name);
     k.require(!t.output_dir.empty(), "trainer.output_dir", "must not be empty");
     k.positive(t.total_epochs, "trainer.total_epochs");
     if (t.total_training_steps) k.positive(*t.total_training_steps, "trainer.total_training_steps");
@@ -189,6 +191,7 @@ void validate(const Config& c) {
 
     const auto& m = c.model;
     k.one_of(m.dtype, "model.dtype", {"float32", "bfloat16"});
+    k.one_of(m.head_precision, "model.head_precision", {"fp32", "tf32", "bf16"});
     k.one_of(m.device, "model.device", {"auto", "cpu", "cuda"});
     k.one_of(m.chat_template, "model.chat_template", {"none", "qwen2", "llama3"});
     const auto& b = m.builtin;
@@ -199,8 +202,8 @@ void validate(const Config& c) {
     if (b.num_heads > 0 && b.num_kv_heads > 0) {  // (problems are collected: guard the divisions)
         k.require(b.hidden_size % b.num_heads == 0, "model.builtin.hidden_size",
                   "must be divisible by num_heads {} (got {})", b.num_heads, b.hidden_size);
-        k.require(b.num_heads % b.num_kv_heads == 0, "model.builtin.num_kv_heads",
-                  "must divide num_heads {} (got {})", b.num_heads, b.num_kv_heads);
+        k.require(b.num_heads % b.num_kv_heads == 0, "model.builtin.num_kv_heads", "must divide num_heads {} (got {})",
+                  b.num_heads, b.num_kv_heads);
         k.require((b.hidden_size / b.num_heads) % 2 == 0, "model.builtin.hidden_size",
                   "head size hidden_size/num_heads must be even for rotary embeddings (got {})",
                   b.hidden_size / b.num_heads);
@@ -221,8 +224,10 @@ void validate(const Config& c) {
         k.one_of(d.builtin.task, "data.builtin.task", {"arithmetic", "arithmetic_tools"});
         k.require(d.builtin.tool_demo_rate >= 0 && d.builtin.tool_demo_rate <= 1, "data.builtin.tool_demo_rate",
                   "must be in [0, 1] (got {})", d.builtin.tool_demo_rate);
-        k.require(d.builtin.task != "arithmetic_tools" || (!d.builtin.reversed_answer && d.builtin.demo_carry_error_rate == 0),
-                  "data.builtin.task", "arithmetic_tools answers in plain order as the calculator does: it takes neither "
+        k.require(d.builtin.task != "arithmetic_tools" ||
+                      (!d.builtin.reversed_answer && d.builtin.demo_carry_error_rate == 0),
+                  "data.builtin.task",
+                  "arithmetic_tools answers in plain order as the calculator does: it takes neither "
                   "reversed_answer nor demo_carry_error_rate");
         k.positive(d.builtin.num_train, "data.builtin.num_train");
         k.positive(d.builtin.num_val, "data.builtin.num_val");
@@ -244,8 +249,10 @@ void validate(const Config& c) {
     k.positive(a.ppo_max_token_len_per_rank, "actor.ppo_max_token_len_per_rank");
     k.positive(a.ppo_epochs, "actor.ppo_epochs");
     k.require(a.clip_ratio > 0, "actor.clip_ratio", "must be > 0 (got {})", a.clip_ratio);
-    if (a.clip_ratio_low) k.require(*a.clip_ratio_low >= 0, "actor.clip_ratio_low", "must be >= 0 (got {})", *a.clip_ratio_low);
-    if (a.clip_ratio_high) k.require(*a.clip_ratio_high >= 0, "actor.clip_ratio_high", "must be >= 0 (got {})", *a.clip_ratio_high);
+    if (a.clip_ratio_low)
+        k.require(*a.clip_ratio_low >= 0, "actor.clip_ratio_low", "must be >= 0 (got {})", *a.clip_ratio_low);
+    if (a.clip_ratio_high)
+        k.require(*a.clip_ratio_high >= 0, "actor.clip_ratio_high", "must be >= 0 (got {})", *a.clip_ratio_high);
     k.require(a.clip_ratio_c > 1, "actor.clip_ratio_c", "dual-clip constant must be > 1 (got {})", a.clip_ratio_c);
     if (a.policy_loss.loss_mode == "dro") {
         k.require(a.policy_loss.dro_beta.has_value() && *a.policy_loss.dro_beta > 0, "actor.policy_loss.dro_beta",
@@ -259,7 +266,8 @@ void validate(const Config& c) {
              {"token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"});
     if (a.loss_scale_factor) k.require(*a.loss_scale_factor > 0, "actor.loss_scale_factor", "must be > 0");
     k.one_of(a.kl_loss_type, "actor.kl_loss_type",
-             {"kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "kl+", "k1+", "abs+", "mse+", "k2+", "low_var_kl+", "k3+"});
+             {"kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "kl+", "k1+", "abs+", "mse+", "k2+", "low_var_kl+",
+              "k3+"});
     k.positive(a.log_prob_micro_batch_size_per_rank, "actor.log_prob_micro_batch_size_per_rank");
 
     const auto& r = c.rollout;
@@ -287,13 +295,14 @@ void validate(const Config& c) {
               r.weight_sync.bucket_mb);
 
     const auto& mt = r.multi_turn;
-    k.require(mt.max_assistant_turns >= 0, "rollout.multi_turn.max_assistant_turns", "must be >= 0 (0: no limit; got {})",
-              mt.max_assistant_turns);
+    k.require(mt.max_assistant_turns >= 0, "rollout.multi_turn.max_assistant_turns",
+              "must be >= 0 (0: no limit; got {})", mt.max_assistant_turns);
     k.require(mt.max_user_turns >= 0, "rollout.multi_turn.max_user_turns", "must be >= 0 (0: no limit; got {})",
               mt.max_user_turns);
     k.positive(mt.max_parallel_calls, "rollout.multi_turn.max_parallel_calls");
     k.positive(mt.max_tool_response_length, "rollout.multi_turn.max_tool_response_length");
-    k.one_of(mt.tool_response_truncate_side, "rollout.multi_turn.tool_response_truncate_side", {"left", "middle", "right"});
+    k.one_of(mt.tool_response_truncate_side, "rollout.multi_turn.tool_response_truncate_side",
+             {"left", "middle", "right"});
     k.one_of(mt.format, "rollout.multi_turn.format", {"hermes"});
     for (const auto& t : mt.builtin_tools) k.one_of(t, "rollout.multi_turn.builtin_tools", {"calculator"});
     for (const auto& s : mt.mcp_servers) k.require(!s.empty(), "rollout.multi_turn.mcp_servers", "an empty command");
@@ -327,12 +336,14 @@ void validate(const Config& c) {
     k.require(al.gamma >= 0 && al.gamma <= 1, "algorithm.gamma", "must be in [0, 1] (got {})", al.gamma);
     k.require(al.lam >= 0 && al.lam <= 1, "algorithm.lam", "must be in [0, 1] (got {})", al.lam);
     k.one_of(al.kl_penalty, "algorithm.kl_penalty",
-             {"kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "kl+", "k1+", "abs+", "mse+", "k2+", "low_var_kl+", "k3+"});
+             {"kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "kl+", "k1+", "abs+", "mse+", "k2+", "low_var_kl+",
+              "k3+"});
     k.one_of(al.kl_ctrl.type, "algorithm.kl_ctrl.type", {"fixed", "adaptive"});
     k.non_negative(al.kl_ctrl.kl_coef, "algorithm.kl_ctrl.kl_coef");
     k.require(al.kl_ctrl.horizon > 0, "algorithm.kl_ctrl.horizon", "must be > 0 (got {})", al.kl_ctrl.horizon);
     k.require(al.kl_ctrl.target_kl > 0, "algorithm.kl_ctrl.target_kl", "must be > 0 (got {})", al.kl_ctrl.target_kl);
-    k.one_of(al.filter_groups.metric, "algorithm.filter_groups.metric", {"acc", "score", "seq_reward", "seq_final_reward"});
+    k.one_of(al.filter_groups.metric, "algorithm.filter_groups.metric",
+             {"acc", "score", "seq_reward", "seq_final_reward"});
     k.require(al.filter_groups.metric != "seq_final_reward" || !al.use_kl_in_reward, "algorithm.filter_groups.metric",
               "seq_final_reward with algorithm.use_kl_in_reward=true is not supported (the KL penalty needs the "
               "old and reference log-probs, computed after filtering); use seq_reward");
@@ -355,11 +366,13 @@ void validate(const Config& c) {
     if (rc.rollout_is) k.one_of(*rc.rollout_is, rcp + "rollout_is", {"token", "sequence"});
     k.parses(rcp + "rollout_is_threshold", [&] { algo::parse_rollout_is_threshold(rc.rollout_is_threshold); });
     if (rc.rollout_rs) {
-        k.parses(rcp + "rollout_rs", [&] { algo::parse_rollout_rs(*rc.rollout_rs, rc.rollout_rs_threshold.value_or("")); });
+        k.parses(rcp + "rollout_rs",
+                 [&] { algo::parse_rollout_rs(*rc.rollout_rs, rc.rollout_rs_threshold.value_or("")); });
     }
     k.require(rc.loss_type == "ppo_clip", rcp + "loss_type",
               "'{}' is not supported: rlpt implements bypass mode with ppo_clip only (verl's reinforce loss is not "
-              "implemented)", rc.loss_type);
+              "implemented)",
+              rc.loss_type);
     const bool corrects = rc.rollout_is.has_value() || rc.rollout_rs.has_value();
     k.require(!corrects || r.calculate_log_probs, rcp + (rc.rollout_is ? "rollout_is" : "rollout_rs"),
               "needs the rollout's log-probs, but rollout.calculate_log_probs is false");

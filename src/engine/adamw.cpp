@@ -2,7 +2,9 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "rlpt/core/error.h"
@@ -25,8 +27,8 @@ void check_args(const torch::Tensor& param, const torch::Tensor& grad, const tor
     check_flat(exp_avg, "exp_avg", param.numel(), param.device());
     check_flat(exp_avg_sq, "exp_avg_sq", param.numel(), param.device());
     RLPT_CHECK(s.step >= 1, "adamw: step must be >= 1 (1-based), got {}", s.step);
-    RLPT_CHECK(std::isfinite(s.lr) && std::isfinite(s.grad_scale), "adamw: lr {} / grad_scale {} must be finite",
-               s.lr, s.grad_scale);
+    RLPT_CHECK(std::isfinite(s.lr) && std::isfinite(s.grad_scale), "adamw: lr {} / grad_scale {} must be finite", s.lr,
+               s.grad_scale);
 }
 
 // Grain of the fused loop: large enough to amortise the scheduling, small enough to spread a
@@ -54,8 +56,7 @@ void adamw_update_(const torch::Tensor& param, const torch::Tensor& grad, const 
     const auto one_minus_b2 = static_cast<float>(1.0 - s.beta2);
     const auto scale = static_cast<float>(s.grad_scale), eps = static_cast<float>(s.eps);
     const auto step_size = static_cast<float>(s.lr / (1.0 - std::pow(s.beta1, static_cast<double>(s.step))));
-    const auto inv_bc2_sqrt =
-        static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(s.beta2, static_cast<double>(s.step))));
+    const auto inv_bc2_sqrt = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(s.beta2, static_cast<double>(s.step))));
     at::parallel_for(0, param.numel(), kGrain, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
             const float gi = g[i] * scale;
@@ -82,10 +83,48 @@ void adamw_update_torch_(const torch::Tensor& param, const torch::Tensor& grad, 
     param.addcdiv_(exp_avg, denom, -s.lr / bc1);
 }
 
+void adamw_update_multi_(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+                         at::TensorList exp_avg_sqs, const AdamWStep& s) {
+    const size_t n = params.size();
+    RLPT_CHECK(grads.size() == n && exp_avgs.size() == n && exp_avg_sqs.size() == n,
+               "adamw: {} params, {} grads, {} exp_avgs, {} exp_avg_sqs", n, grads.size(), exp_avgs.size(),
+               exp_avg_sqs.size());
+    if (n == 0) return;
+    for (size_t i = 0; i < n; ++i) {
+        check_args(params[i], grads[i], exp_avgs[i], exp_avg_sqs[i], s);
+        RLPT_CHECK(params[i].device() == params[0].device(), "adamw: params on {} and {}", params[0].device().str(),
+                   params[i].device().str());
+    }
+    torch::NoGradGuard no_grad;
+    const auto f32 = params[0].options().dtype(torch::kFloat32);
+    // The kernel reads the 1-based step from a tensor per parameter (read only: the same one for all).
+    const auto step = torch::full({}, static_cast<double>(s.step), f32);
+    const std::vector<torch::Tensor> steps(n, step);
+    // It divides the gradients by grad_scale (AMP's loss scale): the clip coefficient's reciprocal.
+    std::optional<torch::Tensor> inv_scale;
+    if (s.grad_scale != 1.0) inv_scale = torch::full({}, 1.0 / s.grad_scale, f32);
+    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, s.lr, s.beta1, s.beta2,
+                      s.weight_decay, s.eps, /*amsgrad=*/false, /*maximize=*/false, inv_scale, /*found_inf=*/{});
+}
+
+double sum_of_squares_chunked(const torch::Tensor& x, int64_t chunk) {
+    RLPT_CHECK(x.defined() && x.scalar_type() == torch::kFloat32 && x.is_contiguous(),
+               "sum_of_squares: expected a contiguous float32 tensor");
+    RLPT_CHECK(chunk >= 1, "sum_of_squares_chunked: chunk must be >= 1, got {}", chunk);
+    const auto flat = x.view({-1});
+    const int64_t n = flat.numel();
+    auto total = torch::zeros({}, x.options().dtype(torch::kFloat64));
+    for (int64_t lo = 0; lo < n; lo += chunk) {
+        auto part = flat.narrow(0, lo, std::min(chunk, n - lo)).to(torch::kFloat64);
+        total.add_(part.mul_(part).sum());
+    }
+    return total.item<double>();
+}
+
 double sum_of_squares(const torch::Tensor& x) {
     RLPT_CHECK(x.defined() && x.scalar_type() == torch::kFloat32 && x.is_contiguous(),
                "sum_of_squares: expected a contiguous float32 tensor");
-    if (!x.is_cpu()) return x.to(torch::kFloat64).square().sum().item<double>();
+    if (!x.is_cpu()) return sum_of_squares_chunked(x);
     const int64_t n = x.numel();
     if (n == 0) return 0.0;
     const int64_t n_chunks = (n + kSumSquaresChunk - 1) / kSumSquaresChunk;

@@ -36,12 +36,14 @@ int64_t check_sequences(const SequenceBatch& seq, const torch::Device& model_dev
 
 // tp = 1: the chunked head (model/chunked_head.h), which holds the logits of one chunk of rows at a
 // time; bit-identical to the unchunked path whenever all N rows fit one chunk.
-model::ChunkedHeadLogProbs chunked_head(model::CausalLM& model, const torch::Tensor& hidden, const torch::Tensor& labels,
-                                        double temperature, bool with_entropy, bool with_sum_pi_squared) {
+model::ChunkedHeadLogProbs chunked_head(model::CausalLM& model, const torch::Tensor& hidden,
+                                        const torch::Tensor& labels, double temperature, bool with_entropy,
+                                        bool with_sum_pi_squared) {
     model::ChunkedHeadOptions o;
     o.temperature = temperature;
     o.with_entropy = with_entropy;
     o.with_sum_pi_squared = with_sum_pi_squared;
+    o.precision = model.head_precision();
     return model::chunked_head_logprob(hidden, model.lm_head_weight(), labels, o);
 }
 
@@ -54,8 +56,8 @@ model::VocabLogProbs head_log_probs(model::CausalLM& model, const torch::Tensor&
         auto out = chunked_head(model, hidden, labels, temperature, with_entropy, false);
         return {out.logp, out.entropy};
     }
-    return model::vocab_parallel_logprob_entropy(model.local_logits_fp32(hidden), labels,
-                                                 model.tp_layout().vocab_first, model.tp(), temperature, with_entropy);
+    return model::vocab_parallel_logprob_entropy(model.local_logits_fp32(hidden), labels, model.tp_layout().vocab_first,
+                                                 model.tp(), temperature, with_entropy);
 }
 
 }  // namespace

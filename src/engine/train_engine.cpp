@@ -236,7 +236,8 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
                                : torch::zeros({g.padded}, topts);
             if (!st.frozen()) g.flat_grad = torch::zeros({g.padded}, topts.dtype(torch::kFloat32));
             g.grad_allocated = !st.frozen();
-            for (int64_t b = 0; b < g.numel; b += bucket_elems) g.buckets.emplace_back(b, std::min(g.numel, b + bucket_elems));
+            for (int64_t b = 0; b < g.numel; b += bucket_elems)
+                g.buckets.emplace_back(b, std::min(g.numel, b + bucket_elems));
         }
         for (auto& s : st.slots) {
             auto& g = st.groups[s.group];
@@ -353,8 +354,8 @@ model::ScratchMemory TrainEngine::lend_gradient_memory() {
     for (const auto& g : st.groups)
         if (g.grad_allocated && g.flat_grad.defined()) buffers->push_back(g.flat_grad);
     for (const auto& b : *buffers)
-        out.spans.push_back(torch::from_blob(b.data_ptr(), {b.numel() * b.element_size()},
-                                             b.options().dtype(torch::kUInt8)));
+        out.spans.push_back(
+            torch::from_blob(b.data_ptr(), {b.numel() * b.element_size()}, b.options().dtype(torch::kUInt8)));
     out.owner = buffers;
     st.grad_lease = out.owner;
     st.grads_lent = true;
@@ -447,29 +448,38 @@ StepResult TrainEngine::step(bool advance_schedule) {
         a.eps = st.opts.eps;
         a.step = st.applied_updates + 1;
         if (st.opts.clip_grad > 0) a.grad_scale = std::min(1.0, st.opts.clip_grad / (r.grad_norm + 1e-6));
+        // One fused multi-tensor AdamW per weight-decay class (adamw_update_multi_).
+        std::vector<torch::Tensor> targets[2], grads[2], exp_avgs[2], exp_avg_sqs[2];
         for (const auto& s : st.slots) {
             auto& g = st.groups[s.group];
             const auto [lo, hi] = own_range(s);
             if (lo >= hi) continue;
-            a.weight_decay = s.decay ? st.opts.weight_decay : 0.0;
             const int64_t n = hi - lo, own_off = lo - g.own_begin;
-            torch::Tensor target;
+            const int d = s.decay ? 1 : 0;
             if (!g.fp32()) {
-                target = g.master.narrow(0, own_off, n);
+                targets[d].push_back(g.master.narrow(0, own_off, n));
             } else {
-                target = st.shards_params() ? g.param_shard.narrow(0, own_off, n) : g.flat_param.narrow(0, lo, n);
+                targets[d].push_back(st.shards_params() ? g.param_shard.narrow(0, own_off, n)
+                                                        : g.flat_param.narrow(0, lo, n));
             }
-            adamw_update_(target, grad_of(s, lo, n), g.exp_avg.narrow(0, own_off, n),
-                          g.exp_avg_sq.narrow(0, own_off, n), a);
+            grads[d].push_back(grad_of(s, lo, n));
+            exp_avgs[d].push_back(g.exp_avg.narrow(0, own_off, n));
+            exp_avg_sqs[d].push_back(g.exp_avg_sq.narrow(0, own_off, n));
+        }
+        for (int d : {0, 1}) {
+            a.weight_decay = d == 1 ? st.opts.weight_decay : 0.0;
+            adamw_update_multi_(targets[d], grads[d], exp_avgs[d], exp_avg_sqs[d], a);
         }
         const auto t0 = Clock::now();
         for (auto& g : st.groups) {
             const int64_t own = std::min(g.own_end, g.numel) - g.own_begin;
             if (!g.fp32() && own > 0) {
-                auto dst = st.shards_params() ? g.param_shard.narrow(0, 0, own) : g.flat_param.narrow(0, g.own_begin, own);
+                auto dst =
+                    st.shards_params() ? g.param_shard.narrow(0, 0, own) : g.flat_param.narrow(0, g.own_begin, own);
                 dst.copy_(g.master.narrow(0, 0, own));
             }
-            if (st.opts.zero_stage == 1 || st.opts.zero_stage == 2) st.shard_tx->allgather_shards(g.flat_param, g.shard);
+            if (st.opts.zero_stage == 1 || st.opts.zero_stage == 2)
+                st.shard_tx->allgather_shards(g.flat_param, g.shard);
         }
         detail::invalidate_gathered(st);
         r.allgather_s = st.opts.zero_stage >= 1 ? seconds_since(t0) : 0.0;
@@ -564,7 +574,8 @@ std::vector<model::HeldSlice> TrainEngine::held_parameters() const {
             h.data = s.param.detach().reshape({-1});  // a view: the parameters are contiguous in flat_param
         } else {
             const auto& g = st.groups[s.group];
-            const int64_t lo = std::max(s.offset, g.own_begin), hi = std::min(s.offset + s.numel, g.own_begin + g.shard);
+            const int64_t lo = std::max(s.offset, g.own_begin),
+                          hi = std::min(s.offset + s.numel, g.own_begin + g.shard);
             h.begin = std::min(std::max<int64_t>(lo - s.offset, 0), s.numel);
             h.end = std::max(h.begin, std::min(hi - s.offset, s.numel));
             h.data = g.param_shard.narrow(0, std::clamp<int64_t>(lo - g.own_begin, 0, g.shard), h.end - h.begin);

@@ -16,9 +16,51 @@ bool float_or_bf16(const torch::Tensor& t) {
     return t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kBFloat16;
 }
 
+// TF32 in cuBLAS while it lives (kTf32 on CUDA), the previous setting restored after.
+class Tf32Scope {
+  public:
+    explicit Tf32Scope(bool on) : on_(on) {
+        if (!on_) return;
+        previous_ = at::globalContext().allowTF32CuBLAS();
+        at::globalContext().setAllowTF32CuBLAS(true);
+    }
+    ~Tf32Scope() {
+        if (on_) at::globalContext().setAllowTF32CuBLAS(previous_);
+    }
+    Tf32Scope(const Tf32Scope&) = delete;
+    Tf32Scope& operator=(const Tf32Scope&) = delete;
+
+  private:
+    bool on_, previous_ = false;
+};
+
 // One chunk's fp32 logits: the same mm as CausalLM::local_logits_fp32 (matmul of 2-D operands is mm).
-torch::Tensor chunk_logits(const torch::Tensor& hidden_f32, const torch::Tensor& weight_f32) {
-    return torch::mm(hidden_f32, weight_f32.t());
+torch::Tensor chunk_logits(const torch::Tensor& hidden_op, const torch::Tensor& weight_op, HeadPrecision p) {
+    return head_mm(hidden_op, weight_op.t(), p);
+}
+
+// out (float32 [M, N]) = a · b, or += a · b, at precision p (head_operand()s a and b).
+void head_mm_into(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b, HeadPrecision p, bool add) {
+    if (a.scalar_type() == torch::kFloat32) {
+        // The operand orders of autograd's mm backward (see the backward): kFp32 bit for bit.
+        const Tf32Scope tf32(p == HeadPrecision::kTf32 && a.is_cuda());
+        if (add) {
+            out.addmm_(a, b);
+        } else if (out.defined()) {
+            torch::mm_out(out, a, b);
+        } else {
+            out = a.mm(b);
+        }
+        return;
+    }
+    auto prod = head_mm(a, b, p);  // bf16 operands on CUDA: float32 out
+    if (add) {
+        out.add_(prod);
+    } else if (out.defined()) {
+        out.copy_(prod);
+    } else {
+        out = prod;
+    }
 }
 
 class ChunkedHeadFunction : public torch::autograd::Function<ChunkedHeadFunction> {
@@ -26,20 +68,22 @@ class ChunkedHeadFunction : public torch::autograd::Function<ChunkedHeadFunction
     // Outputs: logp, then entropy if with_entropy, then sum_pi_squared if with_spp (non-differentiable).
     static variable_list forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
                                  const torch::Tensor& labels, double temperature, bool with_entropy, bool with_spp,
-                                 int64_t rows) {
+                                 int64_t rows, int64_t precision_id) {
+        const auto precision = static_cast<HeadPrecision>(precision_id);
         const int64_t n = hidden.size(0);
         const auto opts = hidden.options().dtype(torch::kFloat32);
         auto logp = torch::empty({n}, opts), lse = torch::empty({n}, opts);
         torch::Tensor entropy = with_entropy ? torch::empty({n}, opts) : torch::Tensor();
         torch::Tensor spp = with_spp ? torch::empty({n}, opts) : torch::Tensor();
         {
-            const auto weight_f32 = weight.to(torch::kFloat32);  // transient V·H·4 bytes for a bf16 head
+            // Transient V·H·4 bytes for a bf16 head at kFp32 (V·H·2 at kBf16 on CUDA).
+            const auto weight_op = head_operand(weight, precision);
             for (int64_t s = 0; s < n; s += rows) {
                 const int64_t m = std::min(rows, n - s);
-                auto logits = chunk_logits(hidden.narrow(0, s, m).to(torch::kFloat32), weight_f32);
+                auto logits = chunk_logits(head_operand(hidden.narrow(0, s, m), precision), weight_op, precision);
                 kernels::logprob_forward_out(logits, labels.narrow(0, s, m), temperature, logp.narrow(0, s, m),
                                              with_entropy ? entropy.narrow(0, s, m) : torch::Tensor(),
-                                             lse.narrow(0, s, m));
+                                             lse.narrow(0, s, m), /*labels_checked=*/true);
                 if (with_spp) {
                     // Σ_v π_v² = exp(LSE(2z) − 2·LSE(z)), the formula (and ops) of the unchunked path.
                     auto z = logits / std::max(temperature, 1e-8);
@@ -51,6 +95,7 @@ class ChunkedHeadFunction : public torch::autograd::Function<ChunkedHeadFunction
         ctx->save_for_backward({hidden, weight, labels, lse, entropy});
         ctx->saved_data["temperature"] = temperature;
         ctx->saved_data["rows"] = rows;
+        ctx->saved_data["precision"] = precision_id;
         ctx->set_materialize_grads(false);
         variable_list out{logp};
         if (with_entropy) out.push_back(entropy);
@@ -67,16 +112,17 @@ class ChunkedHeadFunction : public torch::autograd::Function<ChunkedHeadFunction
                             &entropy = saved[4];
         const double temperature = ctx->saved_data["temperature"].toDouble();
         const int64_t rows = ctx->saved_data["rows"].toInt();
+        const auto precision = static_cast<HeadPrecision>(ctx->saved_data["precision"].toInt());
         const torch::Tensor grad_logp = grads[0];
         // grads[1] is the entropy's when the forward computed it, else sum_pi_squared's (no gradient).
         const torch::Tensor grad_entropy = entropy.defined() && grads.size() > 1 ? grads[1] : torch::Tensor();
         const bool need_h = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
-        variable_list out(7);
+        variable_list out(8);
         if ((!grad_logp.defined() && !grad_entropy.defined()) || (!need_h && !need_w)) return out;
 
         const int64_t n = hidden.size(0), v = weight.size(0);
         const auto f32 = hidden.options().dtype(torch::kFloat32);
-        const auto weight_f32 = weight.to(torch::kFloat32);
+        const auto weight_op = head_operand(weight, precision);
         torch::Tensor grad_h = need_h ? torch::empty({n, hidden.size(1)}, f32) : torch::Tensor();
         torch::Tensor grad_w;  // fp32 [V, H], from the first chunk on
         torch::Tensor grad_logits_buf = torch::empty({std::min(rows, n), v}, f32);
@@ -85,23 +131,22 @@ class ChunkedHeadFunction : public torch::autograd::Function<ChunkedHeadFunction
         };
         for (int64_t s = 0; s < n; s += rows) {
             const int64_t m = std::min(rows, n - s);
-            const auto hidden_f32 = hidden.narrow(0, s, m).to(torch::kFloat32);
-            auto logits = chunk_logits(hidden_f32, weight_f32);
+            const auto hidden_op = head_operand(hidden.narrow(0, s, m), precision);
+            auto logits = chunk_logits(hidden_op, weight_op, precision);
             auto g = grad_logits_buf.narrow(0, 0, m);
             kernels::logprob_backward_out(logits, labels.narrow(0, s, m), lse.narrow(0, s, m),
                                           grad_entropy.defined() ? entropy.narrow(0, s, m) : torch::Tensor(),
-                                          part(grad_logp, s, m), part(grad_entropy, s, m), temperature, g);
+                                          part(grad_logp, s, m), part(grad_entropy, s, m), temperature, g,
+                                          /*labels_checked=*/true);
             logits = torch::Tensor();  // free before the gradient matmuls
             // The operand orders of autograd's mm backward for mm(h, W.t()) (mm_mat1/mat2_backward), so a
-            // single chunk reproduces the unchunked gradients bit for bit.
+            // single chunk reproduces the unchunked gradients bit for bit (kFp32).
+            const auto g_op = head_operand(g, precision);
             if (need_h) {
                 auto grad_h_rows = grad_h.narrow(0, s, m);
-                torch::mm_out(grad_h_rows, g, weight_f32);
+                head_mm_into(grad_h_rows, g_op, weight_op, precision, /*add=*/false);
             }
-            if (need_w) {
-                if (!grad_w.defined()) grad_w = g.t().mm(hidden_f32);
-                else grad_w.addmm_(g.t(), hidden_f32);
-            }
+            if (need_w) head_mm_into(grad_w, g_op.t(), hidden_op, precision, /*add=*/grad_w.defined());
         }
         if (need_h) out[0] = grad_h.to(hidden.scalar_type());
         if (need_w) out[1] = grad_w.defined() ? grad_w.to(weight.scalar_type()) : torch::zeros_like(weight);
@@ -110,6 +155,34 @@ class ChunkedHeadFunction : public torch::autograd::Function<ChunkedHeadFunction
 };
 
 }  // namespace
+
+HeadPrecision head_precision_from_name(const std::string& name) {
+    if (name == "fp32") return HeadPrecision::kFp32;
+    if (name == "tf32") return HeadPrecision::kTf32;
+    if (name == "bf16") return HeadPrecision::kBf16;
+    RLPT_THROW(ValueError, "head precision '{}' is not one of fp32, tf32, bf16", name);
+}
+
+const char* head_precision_name(HeadPrecision p) {
+    switch (p) {
+        case HeadPrecision::kFp32: return "fp32";
+        case HeadPrecision::kTf32: return "tf32";
+        case HeadPrecision::kBf16: return "bf16";
+    }
+    return "?";
+}
+
+torch::Tensor head_operand(const torch::Tensor& t, HeadPrecision p) {
+    if (p != HeadPrecision::kBf16) return t.to(torch::kFloat32);
+    const auto b = t.to(torch::kBFloat16);
+    return t.is_cuda() ? b : b.to(torch::kFloat32);
+}
+
+torch::Tensor head_mm(const torch::Tensor& a, const torch::Tensor& b, HeadPrecision p) {
+    if (a.scalar_type() == torch::kBFloat16) return at::mm(a, b, torch::kFloat32);  // CUDA: kBf16's operands
+    const Tf32Scope tf32(p == HeadPrecision::kTf32 && a.is_cuda());
+    return torch::mm(a, b);
+}
 
 int64_t head_chunk_rows(int64_t n, int64_t v, int64_t budget_bytes) {
     RLPT_CHECK(budget_bytes > 0, "head_chunk_rows: budget_bytes must be > 0, got {}", budget_bytes);
@@ -140,8 +213,10 @@ ChunkedHeadLogProbs chunked_head_logprob(const torch::Tensor& hidden, const torc
     const int64_t n = hidden.size(0);
     const int64_t rows = options.chunk_rows > 0 ? std::max<int64_t>(1, std::min(options.chunk_rows, n))
                                                 : head_chunk_rows(n, weight.size(0), options.budget_bytes);
-    const auto outs = ChunkedHeadFunction::apply(hidden, weight, labels, options.temperature, options.with_entropy,
-                                                 options.with_sum_pi_squared, rows);
+    kernels::check_label_range(labels, weight.size(0));  // once per call: the chunks skip it
+    const auto outs =
+        ChunkedHeadFunction::apply(hidden, weight, labels, options.temperature, options.with_entropy,
+                                   options.with_sum_pi_squared, rows, static_cast<int64_t>(options.precision));
     ChunkedHeadLogProbs res;
     res.logp = outs[0];
     size_t k = 1;

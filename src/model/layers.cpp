@@ -4,8 +4,12 @@
 #include "rlpt/kernels/decode_ops.h"
 #include "rlpt/kernels/small_matmul.h"
 
+#include <fmt/ranges.h>
+
 #include <cmath>
 #include <limits>
+
+#include "rlpt/core/error.h"
 
 namespace rlpt::model::detail {
 
@@ -125,29 +129,57 @@ Attention::Attention(const ModelArgs& args, const TpLayout& layout, const Tensor
     o_proj_ = register_module("o_proj", std::make_shared<Linear>(n_heads_ * head_dim_, h, args.o_proj_bias, options));
 }
 
-torch::Tensor Attention::forward(const torch::Tensor& x, const Rotary& rope, const torch::Tensor& masked_out,
-                                 KVCache* cache, int64_t layer) {
+AttentionMask attention_sdpa_mask(torch::Tensor masked_out) {
+    AttentionMask m;
+    const auto sizes = masked_out.sizes();
+    RLPT_CHECK(masked_out.dim() == 5 && masked_out.scalar_type() == torch::kBool,
+               "attention_sdpa_mask: masked_out must be [B, 1, 1, T, S] bool, got {}", sizes);
+    const auto flat = masked_out.view({sizes[0], 1, sizes[3], sizes[4]});
+    m.no_key = flat.all(-1, /*keepdim=*/true);
+    m.allowed = flat.logical_not().logical_or(m.no_key);
+    m.masked_out = std::move(masked_out);
+    return m;
+}
+
+torch::Tensor Attention::forward(const torch::Tensor& x, const Rotary& rope, const AttentionMask& mask, KVCache* cache,
+                                 int64_t layer) {
+    const auto& masked_out = mask.masked_out;
     const int64_t b = x.size(0), t = x.size(1);
     const int64_t group = n_heads_ / n_kv_heads_;
     // Column-parallel q/k/v: this rank's heads only.
     const auto xin = tp_copy(x, tp_);
     auto q = apply_rotary(q_proj_->forward(xin).view({b, t, n_heads_, head_dim_}), rope).transpose(1, 2);
-    auto k = apply_rotary(k_proj_->forward_kv(xin, tp_, layout_).view({b, t, n_kv_heads_, head_dim_}), rope)
-                 .transpose(1, 2);
+    auto k =
+        apply_rotary(k_proj_->forward_kv(xin, tp_, layout_).view({b, t, n_kv_heads_, head_dim_}), rope).transpose(1, 2);
     auto v = v_proj_->forward_kv(xin, tp_, layout_).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);
     const bool slot_decode = cache != nullptr && cache->slots_bound() && t == 1 && !cache->extending();
     if (cache != nullptr) std::tie(k, v) = cache->store(layer, k, v);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
 
+    if (mask.allowed.defined() && !(cache != nullptr && t == 1)) {  // not a decode step: SDPA
+        // Grouped-query attention: the CPU flash kernel reads K/V head h / group in place
+        // (enable_gqa); CUDA's memory-efficient kernel, the one that takes a mask, has no GQA
+        // (SDPA would fall back to the materialising math kernel), so K/V are expanded per head
+        // there: [B, heads, S, hd], still far below [B, heads, T, S].
+        const bool expand = group > 1 && !x.is_cpu();
+        if (expand) {
+            k = k.repeat_interleave(group, 1);
+            v = v.repeat_interleave(group, 1);
+        }
+        auto out = at::scaled_dot_product_attention(q.masked_fill(mask.no_key, 0), k, v, mask.allowed,
+                                                    /*dropout_p=*/0.0, /*is_causal=*/false, scale,
+                                                    /*enable_gqa=*/group > 1 && !expand);
+        out = out.transpose(1, 2).reshape({b, t, n_heads_ * head_dim_});
+        return o_proj_->forward_row_parallel(out, tp_);
+    }
     // Grouped-query attention: query heads h = kv*group + j share KV head kv. Folding the group
     // into the query length lets one batched matmul serve all heads of a group without
     // materialising repeated K/V.
     auto qg = q.reshape({b, n_kv_heads_, group * t, head_dim_});
-    const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
     if (slot_decode) {
         // k, v: the whole cache, rows = slots. The kernel reads each row's slot in place.
         if (decode_attention_ && kernels::decode_attention_slots_applies(qg, k, v)) {
-            auto out = kernels::decode_attention_slots(qg, k, v, cache->bound_slots(), cache->bound_lengths(),
-                                                       scale);
+            auto out = kernels::decode_attention_slots(qg, k, v, cache->bound_slots(), cache->bound_lengths(), scale);
             return o_proj_->forward_row_parallel(out.reshape({b, 1, n_heads_ * head_dim_}), tp_);
         }
         // Elsewhere: gather the bound slots' positions (masked_out covers [0, longest)).
@@ -176,7 +208,8 @@ void Attention::decode_step(const torch::Tensor& xn, const torch::Tensor& h, con
     const int64_t b = xn.size(0), hd = head_dim_;
     auto q = cache.scratch(1, b, n_heads_ * hd), k = cache.scratch(2, b, n_kv_heads_ * hd),
          v = cache.scratch(3, b, n_kv_heads_ * hd);
-    project(xn, {{q_proj_->weight(), q_proj_->bias(), q}, {k_proj_->weight(), k_proj_->bias(), k},
+    project(xn, {{q_proj_->weight(), q_proj_->bias(), q},
+                 {k_proj_->weight(), k_proj_->bias(), k},
                  {v_proj_->weight(), v_proj_->bias(), v}});
     const auto cos = rope.cos.reshape({b, hd}), sin = rope.sin.reshape({b, hd});
     kernels::rotary_inplace(q, cos, sin, hd);
@@ -218,13 +251,14 @@ DecoderLayer::DecoderLayer(const ModelArgs& args, const TpLayout& layout, const 
     mlp_ = register_module("mlp", std::make_shared<Mlp>(args, layout, tp, options));
     input_layernorm_ =
         register_module("input_layernorm", std::make_shared<RMSNorm>(args.hidden_size, args.rms_norm_eps, options));
-    post_attention_layernorm_ = register_module(
-        "post_attention_layernorm", std::make_shared<RMSNorm>(args.hidden_size, args.rms_norm_eps, options));
+    post_attention_layernorm_ =
+        register_module("post_attention_layernorm",
+                        std::make_shared<RMSNorm>(args.hidden_size, args.rms_norm_eps, options));
 }
 
-torch::Tensor DecoderLayer::forward(const torch::Tensor& x, const Rotary& rope, const torch::Tensor& masked_out,
+torch::Tensor DecoderLayer::forward(const torch::Tensor& x, const Rotary& rope, const AttentionMask& mask,
                                     KVCache* cache, int64_t layer) {
-    auto h = x + self_attn_->forward(input_layernorm_->forward(x), rope, masked_out, cache, layer);
+    auto h = x + self_attn_->forward(input_layernorm_->forward(x), rope, mask, cache, layer);
     return h + mlp_->forward(post_attention_layernorm_->forward(h));
 }
 

@@ -73,20 +73,40 @@ struct Rotary {
 torch::Tensor rotary_inv_freq(const ModelArgs& args);
 Rotary rotary_tables(const torch::Tensor& inv_freq, const torch::Tensor& position_ids, torch::Dtype dtype);
 
+// The attention masks of one forward, built once by Backbone::forward for every layer.
+struct AttentionMask {
+    // [B, 1, 1, T, S] bool, true = the query may not attend the key: the decode paths and the
+    // materialised path (scores filled with lowest(), so a row that may see no key, a left-padding
+    // position, gets uniform weights over all S keys).
+    torch::Tensor masked_out;
+    // Defined when the forward attends through at::scaled_dot_product_attention (model::sdpa_attention_applies):
+    // allowed [B, 1, T, S] bool (true = may attend) with every key allowed on the rows that may see
+    // none, and no_key [B, 1, T, 1] bool marking those rows, whose queries are zeroed: all their
+    // scores are 0, so their weights are uniform over all keys, the materialised path's result
+    // (never the NaN of an all-false row), and their query gradient is 0 as there.
+    torch::Tensor allowed, no_key;
+};
+
+// The SDPA masks of masked_out [B, 1, 1, T, S] (AttentionMask::allowed and no_key).
+AttentionMask attention_sdpa_mask(torch::Tensor masked_out);
+
 // Modules below hold this rank's slices per `layout` (tp = 1: everything) and run their
 // collectives on `tp` (null when tp = 1).
 class Attention : public torch::nn::Module {
   public:
     Attention(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp,
               const torch::TensorOptions& options);
-    // x [B, T, H]; masked_out [B, 1, 1, T, S] bool (true = may not attend);
-    // returns [B, T, H].
+    // x [B, T, H]; mask.masked_out [B, 1, 1, T, S] bool (true = may not attend); returns [B, T, H].
+    // With mask.allowed defined (a forward that is not a decode step, sdpa_attention_applies) through
+    // at::scaled_dot_product_attention (the CPU's fused flash kernel; CUDA's memory-efficient one):
+    // nothing of size [B, heads, T, S] is kept for the backward. Otherwise materialised: fp32 scores
+    // and probabilities [B, heads, T, S], the probabilities cast to the model dtype (HF eager).
     // A decode step (T = 1, cache, no autograd graph, CPU) attends through
     // kernels::decode_attention, reading the cache in place; with the cache's slots bound
     // (KVCache::bind_slots), through kernels::decode_attention_slots (each row its slot's
     // length; elsewhere the slots are gathered and masked_out is [B, 1, 1, 1, longest]).
-    torch::Tensor forward(const torch::Tensor& x, const Rotary& rope, const torch::Tensor& masked_out,
-                          KVCache* cache, int64_t layer);
+    torch::Tensor forward(const torch::Tensor& x, const Rotary& rope, const AttentionMask& mask, KVCache* cache,
+                          int64_t layer);
     // Off: always the LibTorch expression (the decode benchmark's baseline). Default on.
     void use_decode_attention(bool on) { decode_attention_ = on; }
     // The fused CPU decode step's attention (see DecoderLayer::decode_step): xn [B, H] the
@@ -118,8 +138,8 @@ class DecoderLayer : public torch::nn::Module {
   public:
     DecoderLayer(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp,
                  const torch::TensorOptions& options);
-    torch::Tensor forward(const torch::Tensor& x, const Rotary& rope, const torch::Tensor& masked_out,
-                          KVCache* cache, int64_t layer);
+    torch::Tensor forward(const torch::Tensor& x, const Rotary& rope, const AttentionMask& mask, KVCache* cache,
+                          int64_t layer);
     // The fused CPU decode step of this layer: one new position per row with the cache's slots
     // bound (decode, not extend), float32, no autograd, no tensor parallelism (fused_decode_applies).
     // h [B, H] float32 contiguous is the residual stream, updated in place. Every buffer is the

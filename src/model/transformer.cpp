@@ -27,14 +27,28 @@ torch::Dtype dtype_from_name(const std::string& name) {
 
 // ---- Backbone --------------------------------------------------------------------------------
 
+// Below this many keys a bf16/fp16 forward + backward on the CPU is faster materialised. Measured
+// on the development VM (2-core AMD EPYC, one thread; the same torch 2.13 CPU wheel, driven from
+// Python, both paths with this file's masks), the flash kernel against the materialised path at
+// [B, heads, T = S, hd] in bf16: 2.8x slower at [16, 4, 128, 32], 1.2x slower at [4, 12, 256, 64],
+// even at [4, 12, 384, 64], 1.9x faster at [4, 12, 512, 64] and 2.7x at [2, 14, 1024, 64]; in
+// float32 faster at every one of these shapes (1.5x to 2.7x). Short sequences hold little
+// ([B, heads, T, T] at T = 256 is 1/16 of T = 1024's).
+constexpr int64_t kSdpaCpuMinKeysBf16 = 512;
+
+bool sdpa_attention_applies(torch::Dtype dtype, const torch::Device& device, int64_t keys) {
+    return !device.is_cpu() || dtype == torch::kFloat32 || keys >= kSdpaCpuMinKeysBf16;
+}
+
 Backbone::Backbone(const ModelArgs& args, torch::TensorOptions options, std::shared_ptr<const TensorParallel> tp)
     : args_(args), tp_(std::move(tp)), layout_(model::tp_layout(args, tp_ ? tp_->size() : 1, tp_ ? tp_->rank() : 0)) {
     auto embed = register_module("embed_tokens", std::make_shared<torch::nn::Module>());
     embed_weight_ = embed->register_parameter("weight", torch::empty({layout_.vocab, args.hidden_size}, options));
     auto layers = register_module("layers", std::make_shared<torch::nn::Module>());
     for (int64_t i = 0; i < args.num_hidden_layers; ++i)
-        layers_.push_back(layers->register_module(
-            std::to_string(i), std::make_shared<detail::DecoderLayer>(args, layout_, this->tp(), options)));
+        layers_.push_back(
+            layers->register_module(std::to_string(i),
+                                    std::make_shared<detail::DecoderLayer>(args, layout_, this->tp(), options)));
     norm_ = register_module("norm", std::make_shared<detail::RMSNorm>(args.hidden_size, args.rms_norm_eps, options));
     inv_freq_ = detail::rotary_inv_freq(args).to(options.device());
 }
@@ -46,7 +60,7 @@ torch::nn::Module& Backbone::layer(int64_t i) {
 
 // The layer loop with the engine's hooks (LayerHooks): the root unit is gathered by the caller
 // (Backbone::forward, before the embedding).
-torch::Tensor Backbone::hooked_layers(torch::Tensor h, const detail::Rotary& rope, const torch::Tensor& masked_out,
+torch::Tensor Backbone::hooked_layers(torch::Tensor h, const detail::Rotary& rope, const detail::AttentionMask& mask,
                                       KVCache* cache) {
     const bool grad = torch::GradMode::is_enabled();
     const std::shared_ptr<LayerHooks> hooks = hooks_;  // the gradient hooks keep it alive
@@ -58,7 +72,7 @@ torch::Tensor Backbone::hooked_layers(torch::Tensor h, const detail::Rotary& rop
                 return g;
             });
         hooks->before_forward(li);
-        h = layers_[i]->forward(h, rope, masked_out, cache, li);
+        h = layers_[i]->forward(h, rope, mask, cache, li);
         hooks->after_forward(li);
         if (grad && h.requires_grad())
             h.register_hook([hooks, li](const torch::Tensor& g) {
@@ -88,8 +102,8 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
     if (!slot_decode)
         RLPT_CHECK(attention_mask.defined() && attention_mask.dim() == 2 && attention_mask.size(0) == b &&
                        attention_mask.size(1) == past + t,
-                   "forward: attention_mask must be [{}, {}] (cached {} + new {}), got {}", b, past + t, past,
-                   t, attention_mask.sizes());
+                   "forward: attention_mask must be [{}, {}] (cached {} + new {}), got {}", b, past + t, past, t,
+                   attention_mask.sizes());
     if (cache)
         RLPT_CHECK((slots ? cache->bound_slots().size(0) : cache->batch_size()) == b &&
                        cache->n_layers() == args_.num_hidden_layers,
@@ -123,8 +137,8 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
         // Row b sees its slot's positions [0, bound_lengths[b]) out of the longest row's.
         const auto& lens = cache->bound_lengths();
         auto k_pos = torch::arange(lens.max().item<int64_t>(), i64);  // lens is on the host: no sync
-        masked_out = (k_pos.unsqueeze(0) >= cache->bound_lengths_on_device().unsqueeze(1))
-                         .view({b, 1, 1, 1, k_pos.size(0)});
+        masked_out =
+            (k_pos.unsqueeze(0) >= cache->bound_lengths_on_device().unsqueeze(1)).view({b, 1, 1, 1, k_pos.size(0)});
     } else if (slots && cache->extending()) {
         // Row b's query i sits at position prefix[b] + i and sees keys [0, prefix[b] + i] that
         // are real (< prefix[b] + new[b]), out of the longest row's prefix + new.
@@ -140,8 +154,15 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
         masked_out = key_pad.logical_or(k_pos.unsqueeze(0) > q_pos.unsqueeze(1));
     }
 
-    if (hooks_) hooks_->before_forward(LayerHooks::kRootUnit);
     const auto dtype = embed_weight_.scalar_type();
+    detail::AttentionMask mask;
+    if (!slot_decode && sdpa_attention_ && sdpa_attention_applies(dtype, device, masked_out.size(-1))) {
+        mask = detail::attention_sdpa_mask(std::move(masked_out));
+    } else {
+        mask.masked_out = std::move(masked_out);
+    }
+
+    if (hooks_) hooks_->before_forward(LayerHooks::kRootUnit);
     auto rope = detail::rotary_tables(inv_freq_, position_ids, dtype);
     torch::Tensor h;
     if (tp() == nullptr) {
@@ -165,9 +186,9 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
         }
     } else if (hooks_ == nullptr) {
         for (size_t i = 0; i < layers_.size(); ++i)
-            h = layers_[i]->forward(h, rope, masked_out, cache, static_cast<int64_t>(i));
+            h = layers_[i]->forward(h, rope, mask, cache, static_cast<int64_t>(i));
     } else {
-        h = hooked_layers(h, rope, masked_out, cache);
+        h = hooked_layers(h, rope, mask, cache);
     }
     if (cache) cache->advance(t);
     return norm_->forward(h);
@@ -225,7 +246,15 @@ torch::Tensor mask_vocab_padding(torch::Tensor logits, const TpLayout& l) {
 
 torch::Tensor CausalLM::local_logits_fp32(const torch::Tensor& hidden) const {
     auto h = tp_copy(hidden, tp());
-    auto logits = torch::matmul(h.to(torch::kFloat32), lm_head_weight().to(torch::kFloat32).t());
+    auto logits = head_precision_ == HeadPrecision::kFp32
+                      ? torch::matmul(h.to(torch::kFloat32), lm_head_weight().to(torch::kFloat32).t())
+                      : head_mm(head_operand(h.reshape({-1, h.size(-1)}), head_precision_),
+                                head_operand(lm_head_weight(), head_precision_).t(), head_precision_)
+                            .view([&] {
+                                auto sizes = h.sizes().vec();
+                                sizes.back() = lm_head_weight().size(0);
+                                return sizes;
+                            }());
     return tp() ? mask_vocab_padding(logits, tp_layout()) : logits;
 }
 
@@ -237,8 +266,8 @@ torch::Tensor CausalLM::gathered_logits(const torch::Tensor& hidden) const {
         // BLAS path: a single fp32 row through gemv (OpenBLAS runs a 1-row sgemm 3-4x slower).
         local = torch::mv(head, hidden.select(0, 0)).unsqueeze(0);
     } else if (small_matmul_ && hidden.dim() == 2 && hidden.size(0) <= detail::kDecodeKernelMaxRows &&
-               hidden.scalar_type() == torch::kFloat32 && head.scalar_type() == torch::kFloat32 &&
-               hidden.is_cpu() && head.is_contiguous() && !torch::GradMode::is_enabled()) {
+               hidden.scalar_type() == torch::kFloat32 && head.scalar_type() == torch::kFloat32 && hidden.is_cpu() &&
+               head.is_contiguous() && !torch::GradMode::is_enabled()) {
         local = kernels::small_matmul(hidden, head, {});  // a decode step's rows (see kDecodeKernelMaxRows)
     } else {
         local = detail::linear(hidden, head, {}, small_matmul_).to(torch::kFloat32);

@@ -31,10 +31,15 @@
 // in bfloat16 (the engine keeps fp32 gradients, master weights and AdamW moments: 18 bytes per
 // parameter unsharded, as model.dtype: bfloat16 trains).
 //
+// Attention (issue 32): --attention sdpa (the default: at::scaled_dot_product_attention where
+// model::sdpa_attention_applies) or materialised (the fp32 scores and probabilities kept for the
+// backward, the path before); step_peak_tensor_bytes is the peak of the host tensors the timed steps
+// allocate (tests/counting_allocator.h), the training step's transient memory.
+//
 // Usage: mpirun -np <ranks> rlpt_bench_train --model tiny|100m [--batch B] [--seq T] [--iters N]
 //                                            [--threads N] [--zero 0|1|2|3] [--prefetch 0|1]
 //                                            [--shard-group N] [--reference 0|1]
-//                                            [--dtype float32|bfloat16]
+//                                            [--dtype float32|bfloat16] [--attention sdpa|materialised]
 //        mpirun -np 1 rlpt_bench_train --ceiling N [--threads N]
 #include <ATen/CPUGeneratorImpl.h>
 #include <dlfcn.h>
@@ -51,6 +56,7 @@
 #include <string>
 #include <vector>
 
+#include "../counting_allocator.h"
 #include "bench_models.h"
 #include "rlpt/build_config.h"
 #include "rlpt/comm/mpi.h"
@@ -66,9 +72,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 struct Args {
     std::string model;
@@ -77,10 +81,11 @@ struct Args {
     int64_t iters = 3;
     int64_t threads = 1;
     int64_t zero = 0;
-    int64_t prefetch = 1;  // ZeRO-3: start the next layer's all-gather early
-    int64_t shard_group = 0;  // hybrid shard group size (0: all ranks)
-    int64_t reference = 0;    // 1: also a frozen reference model
-    std::string dtype = "float32";  // the model's parameters: float32 | bfloat16 (fp32 master weights)
+    int64_t prefetch = 1;            // ZeRO-3: start the next layer's all-gather early
+    int64_t shard_group = 0;         // hybrid shard group size (0: all ranks)
+    int64_t reference = 0;           // 1: also a frozen reference model
+    std::string dtype = "float32";   // the model's parameters: float32 | bfloat16 (fp32 master weights)
+    std::string attention = "sdpa";  // sdpa (Backbone::use_sdpa_attention, where it applies) | materialised
 };
 
 int64_t parse_int(const std::string& key, const std::string& v, int64_t min) {
@@ -91,8 +96,8 @@ int64_t parse_int(const std::string& key, const std::string& v, int64_t min) {
     } catch (const std::exception&) {
         used = 0;
     }
-    RLPT_CHECK(used == v.size() && !v.empty() && x >= min, "bench_train: {} wants an integer >= {}, got '{}'",
-               key, min, v);
+    RLPT_CHECK(used == v.size() && !v.empty() && x >= min, "bench_train: {} wants an integer >= {}, got '{}'", key, min,
+               v);
     return x;
 }
 
@@ -102,37 +107,29 @@ Args parse(int argc, char** argv) {
         const std::string k = argv[i];
         RLPT_CHECK(i + 1 < argc, "bench_train: option {} needs a value", k);
         const std::string v = argv[i + 1];
-        if (k == "--model")
-            a.model = v;
-        else if (k == "--ceiling")
-            a.ceiling = parse_int(k, v, 64);
-        else if (k == "--batch")
-            a.batch = parse_int(k, v, 1);
-        else if (k == "--seq")
-            a.seq = parse_int(k, v, 2);
-        else if (k == "--iters")
-            a.iters = parse_int(k, v, 1);
-        else if (k == "--threads")
-            a.threads = parse_int(k, v, 1);
-        else if (k == "--zero")
-            a.zero = parse_int(k, v, 0);
-        else if (k == "--prefetch")
-            a.prefetch = parse_int(k, v, 0);
-        else if (k == "--shard-group")
-            a.shard_group = parse_int(k, v, 0);
-        else if (k == "--reference")
-            a.reference = parse_int(k, v, 0);
-        else if (k == "--dtype")
-            a.dtype = v;
+        if (k == "--model") a.model = v;
+        else if (k == "--ceiling") a.ceiling = parse_int(k, v, 64);
+        else if (k == "--batch") a.batch = parse_int(k, v, 1);
+        else if (k == "--seq") a.seq = parse_int(k, v, 2);
+        else if (k == "--iters") a.iters = parse_int(k, v, 1);
+        else if (k == "--threads") a.threads = parse_int(k, v, 1);
+        else if (k == "--zero") a.zero = parse_int(k, v, 0);
+        else if (k == "--prefetch") a.prefetch = parse_int(k, v, 0);
+        else if (k == "--shard-group") a.shard_group = parse_int(k, v, 0);
+        else if (k == "--reference") a.reference = parse_int(k, v, 0);
+        else if (k == "--dtype") a.dtype = v;
+        else if (k == "--attention") a.attention = v;
         else
             RLPT_THROW(ValueError,
                        "bench_train: unknown option {} (--model, --ceiling, --batch, --seq, --iters, "
-                       "--threads, --zero, --prefetch, --shard-group, --reference, --dtype)",
+                       "--threads, --zero, --prefetch, --shard-group, --reference, --dtype, --attention)",
                        k);
     }
     RLPT_CHECK((a.ceiling > 0) != !a.model.empty(), "bench_train: give exactly one of --model and --ceiling");
     RLPT_CHECK(a.dtype == "float32" || a.dtype == "bfloat16", "bench_train: --dtype float32 or bfloat16, got '{}'",
                a.dtype);
+    RLPT_CHECK(a.attention == "sdpa" || a.attention == "materialised",
+               "bench_train: --attention sdpa or materialised, got '{}'", a.attention);
     return a;
 }
 
@@ -157,8 +154,7 @@ double matmul_gflops(int64_t n) {
         t.push_back(seconds_since(t0));
     }
     std::sort(t.begin(), t.end());
-    return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / t[t.size() / 2] /
-           1e9;
+    return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / t[t.size() / 2] / 1e9;
 }
 
 const char* blas_core() {
@@ -209,11 +205,10 @@ struct StepTimes {
 
 void run_ceiling(const Args& args) {
     const double g = matmul_gflops(args.ceiling);
-    std::printf(
-        "{\"bench\":\"matmul_ceiling\",\"git_sha\":\"%s\",\"n\":%lld,\"threads\":%lld,\"gflops\":%.2f,"
-        "\"blas\":\"%s\",\"openblas_coretype\":\"%s\"}\n",
-        RLPT_GIT_SHA, static_cast<long long>(args.ceiling), static_cast<long long>(args.threads), g,
-        blas_core(), coretype_env());
+    std::printf("{\"bench\":\"matmul_ceiling\",\"git_sha\":\"%s\",\"n\":%lld,\"threads\":%lld,\"gflops\":%.2f,"
+                "\"blas\":\"%s\",\"openblas_coretype\":\"%s\"}\n",
+                RLPT_GIT_SHA, static_cast<long long>(args.ceiling), static_cast<long long>(args.threads), g,
+                blas_core(), coretype_env());
 }
 
 void run_training(const Args& args, const rlpt::comm::Communicator& world) {
@@ -222,11 +217,12 @@ void run_training(const Args& args, const rlpt::comm::Communicator& world) {
     const bool tiny = args.model == "tiny";
     const int64_t batch = args.batch > 0 ? args.batch : (tiny ? 16 : 4);
     const int64_t seq = args.seq > 0 ? args.seq : (tiny ? 128 : 256);
-    RLPT_CHECK(seq <= margs.max_position_embeddings, "bench_train: --seq {} exceeds the model's {} positions",
-               seq, margs.max_position_embeddings);
+    RLPT_CHECK(seq <= margs.max_position_embeddings, "bench_train: --seq {} exceeds the model's {} positions", seq,
+               margs.max_position_embeddings);
 
     const torch::Dtype dtype = args.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
     auto model = model::make_random_causal_lm(margs, 1, dtype);
+    model->backbone().use_sdpa_attention(args.attention == "sdpa");
     engine::OptimOptions o;
     o.lr = tiny ? 3e-3 : 1e-4;
     o.zero_stage = args.zero;
@@ -291,13 +287,16 @@ void run_training(const Args& args, const rlpt::comm::Communicator& world) {
         checked_loss = global_loss();
         ok = !r.skipped && std::isfinite(checked_loss);
     }
-    RLPT_CHECK(ok && checked_loss < first_loss, "bench_train: correctness check failed: loss {} -> {}",
-               first_loss, checked_loss);
+    RLPT_CHECK(ok && checked_loss < first_loss, "bench_train: correctness check failed: loss {} -> {}", first_loss,
+               checked_loss);
 
     const double rss_setup = world.allreduce_max(vm_hwm_mib());
     const bool hwm_reset = reset_hwm();
     eng.reset_peak_memory();
     if (ref) ref->reset_peak_memory();
+    // The peak bytes of the host tensors the timed steps allocate (activations, attention's,
+    // transients; the model and the engine's buffers exist before): tests/counting_allocator.h.
+    rlpt::testing::CountingCpuAllocator::Scope counting;
     std::vector<double> total, fwd_bwd, allreduce, optimizer, allgather;
     for (int64_t i = 0; i < args.iters; ++i) {
         world.barrier();
@@ -313,8 +312,7 @@ void run_training(const Args& args, const rlpt::comm::Communicator& world) {
     const double params = static_cast<double>(eng.num_parameters());
     const double tok_s = static_cast<double>(tokens_per_step) / step_s;
     const double rss = world.allreduce_max(peak_rss_mib());
-    const double state_mib =
-        world.allreduce_max(static_cast<double>(eng.optimizer_state_bytes())) / 1048576.0;
+    const double state_mib = world.allreduce_max(static_cast<double>(eng.optimizer_state_bytes())) / 1048576.0;
     // Training state held between steps (tensor bytes, padding included), maximum over ranks.
     const auto mem = eng.memory_bytes();
     const double mem_params = world.allreduce_max(static_cast<double>(mem.params));
@@ -324,6 +322,7 @@ void run_training(const Args& args, const rlpt::comm::Communicator& world) {
     const double rss_steps = world.allreduce_max(hwm_reset ? vm_hwm_mib() : -1.0);
     const double ref_bytes = ref ? world.allreduce_max(static_cast<double>(ref->memory_bytes().total())) : 0.0;
     const double ref_peak = ref ? world.allreduce_max(static_cast<double>(ref->peak_memory_bytes())) : 0.0;
+    const double step_peak = world.allreduce_max(static_cast<double>(counting.peak_extra()));
     if (world.rank() != 0) return;
     std::printf(
         "{\"bench\":\"train\",\"git_sha\":\"%s\",\"model\":\"%s\",\"params\":%.0f,\"ranks\":%d,"
@@ -334,14 +333,15 @@ void run_training(const Args& args, const rlpt::comm::Communicator& world) {
         "\"loss_first\":%.4f,\"loss_checked\":%.4f,\"prefetch\":%lld,\"state_bytes_params\":%.0f,"
         "\"state_bytes_grads\":%.0f,\"state_bytes_optimizer\":%.0f,\"peak_bytes\":%.0f,\"peak_rss_setup_mib\":%.1f,"
         "\"peak_rss_steps_mib\":%.1f,\"shard_group\":%d,\"reference\":%lld,\"ref_bytes\":%.0f,"
-        "\"ref_peak_bytes\":%.0f,\"dtype\":\"%s\"}\n",
+        "\"ref_peak_bytes\":%.0f,\"dtype\":\"%s\",\"attention\":\"%s\",\"step_peak_tensor_bytes\":%.0f}\n",
         RLPT_GIT_SHA, args.model.c_str(), params, world.size(), static_cast<long long>(args.threads),
         static_cast<long long>(args.zero), static_cast<long long>(batch), static_cast<long long>(seq),
         static_cast<long long>(tokens_per_step), static_cast<long long>(args.iters), step_s, median(fwd_bwd),
-        median(allreduce), median(optimizer), median(allgather), tok_s, 6.0 * params * tok_s / 1e9, rss,
-        state_mib, blas_core(), coretype_env(), first_loss, checked_loss, static_cast<long long>(args.prefetch),
-        mem_params, mem_grads, mem_optimizer, peak_bytes, rss_setup, rss_steps, eng.shard_group_size(),
-        static_cast<long long>(args.reference), ref_bytes, ref_peak, args.dtype.c_str());
+        median(allreduce), median(optimizer), median(allgather), tok_s, 6.0 * params * tok_s / 1e9, rss, state_mib,
+        blas_core(), coretype_env(), first_loss, checked_loss, static_cast<long long>(args.prefetch), mem_params,
+        mem_grads, mem_optimizer, peak_bytes, rss_setup, rss_steps, eng.shard_group_size(),
+        static_cast<long long>(args.reference), ref_bytes, ref_peak, args.dtype.c_str(), args.attention.c_str(),
+        step_peak);
 }
 
 }  // namespace

@@ -6,6 +6,9 @@
 #   rollout-bf16       rollout.dtype=bfloat16 with a float32 policy: colocated (a bfloat16 copy of
 #                      the actor's weights, refreshed after every update) and on its own rank
 #                      (copy of the synced weights) give the same samples step by step
+#   head-precision     model.head_precision: tf32 on the CPU is fp32 (same metrics bit for bit, and
+#                      the log says so); bf16 trains (finite metrics that differ from fp32's: the key
+#                      reaches the head) with step 1's samples unchanged (generation does not use it)
 #   dp-invariance      tiny on 1 vs 2 ranks (1 vs 2 actor DP ranks): same metrics, first steps
 #   continuous         tiny with 3-5 KV slots (rollout.max_num_seqs, rollout.max_num_batched_tokens:
 #                      sequences refilled into freed slots, prompts shared by their samples)
@@ -213,6 +216,25 @@ PY
     for l in colocated.log split.log; do grep -q "generating with bfloat16 weights (rollout.dtype), a copy of the float32 policy" $l; done
     compare runs/colocated/metrics.jsonl runs/split/metrics.jsonl 1,2,3 "$rtol_tiny" \
       response_length/mean actor/entropy actor/grad_norm
+    ;;
+  head-precision)
+    common=(trainer.output_dir=runs trainer.total_training_steps=2 trainer.val_before_train=false)
+    run 1 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=fp32
+    run 1 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=tf32 model.head_precision=tf32 | tee tf32.log
+    run 1 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=bf16 model.head_precision=bf16
+    grep -q "model.head_precision: tf32 changes nothing on cpu" tf32.log
+    grep -q '"head_precision": "bf16"\|head_precision: bf16' runs/bf16/config.yaml
+    compare runs/fp32/metrics.jsonl runs/tf32/metrics.jsonl 1,2 0 \
+      critic/score/mean response_length/mean actor/pg_loss actor/entropy actor/grad_norm
+    compare runs/fp32/metrics.jsonl runs/bf16/metrics.jsonl 1 0 critic/score/mean response_length/mean
+    "$py" - runs/fp32/metrics.jsonl runs/bf16/metrics.jsonl <<'PY'
+import json, math, sys
+a, b = ({r["step"]: r for r in map(json.loads, open(p))} for p in sys.argv[1:3])
+keys = ["actor/entropy", "actor/grad_norm", "actor/pg_loss"]
+assert all(math.isfinite(b[s][k]) for s in (1, 2) for k in keys), "bf16 head: non-finite metrics"
+assert any(a[s][k] != b[s][k] for s in (1, 2) for k in keys), "bf16 head: metrics equal to fp32's (key ignored?)"
+print("bf16 head: finite, differs from fp32:", [(k, a[1][k], b[1][k]) for k in keys])
+PY
     ;;
   dp-invariance)
     common=(trainer.output_dir=runs trainer.total_training_steps=3 trainer.val_before_train=false)

@@ -3,13 +3,10 @@
 // several, and a peak host memory that never holds the [N, V] logits.
 #include <gtest/gtest.h>
 
-#include <c10/core/CPUAllocator.h>
-#include <c10/core/impl/alloc_cpu.h>
-
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 
+#include "counting_allocator.h"
 #include "rlpt/core/error.h"
 #include "rlpt/kernels/logprob.h"
 #include "rlpt/model/chunked_head.h"
@@ -61,8 +58,10 @@ Outputs unchunked(const Case& c) {
     return run_backward(c, out.logp, out.entropy, spp);
 }
 
-Outputs chunked(const Case& c, int64_t chunk_rows, int64_t budget_bytes = kHeadChunkBudgetBytes) {
+Outputs chunked(const Case& c, int64_t chunk_rows, int64_t budget_bytes = kHeadChunkBudgetBytes,
+                HeadPrecision precision = HeadPrecision::kFp32) {
     ChunkedHeadOptions o;
+    o.precision = precision;
     o.temperature = c.temperature;
     o.with_entropy = true;
     o.with_sum_pi_squared = true;
@@ -185,50 +184,59 @@ TEST(ChunkedHead, BadInputsAreValueErrors) {
     EXPECT_THROW(chunked_head_logprob(c.h, c.w, c.labels, o), ValueError);
 }
 
+// ---- head precision ---------------------------------------------------------------------------------
+
+TEST(ChunkedHead, Bf16HeadIsWithinItsBoundOfFp32) {
+    // kBf16 rounds h and W to bf16 and accumulates in fp32: each logit z_v = Σ_k h_k·W_vk moves by
+    // δ_v <= (γ_2(u_bf16) + 2·γ_{H+1}(u32))·Σ_k |h_k|·|W_vk| (both operands rounded once, products
+    // exact in fp32; two fp32 summation orders). log p_y = z_y − lse(z) and lse is 1-Lipschitz in the
+    // max norm, so |Δ log p_y| <= δ_y + max_v δ_v, plus the fused kernel's own rounding on each side
+    // (2·γ_{V+2}(u32) relative to |z_y| + |lse|). The gradient of the hidden state, (p − e_y)·W·g at
+    // fp32, moves through the rounded G and W (γ_2(u_bf16) relative to |G|·|W|) and through p, whose
+    // entries move by a factor within exp(±2·max_v δ_v): at most (exp(2·max δ) − 1)·(p·|W|)·|g|.
+    // kTf32 on the CPU is kFp32 bit for bit.
+    const int64_t n = 24, hdim = 40, v = 300;
+    auto c = make_case(n, hdim, v, torch::kFloat32, 1.0, 17);
+    const auto ref = chunked(c, 7);
+    const auto bf = chunked(c, 7, kHeadChunkBudgetBytes, HeadPrecision::kBf16);
+    expect_identical(chunked(c, 7, kHeadChunkBudgetBytes, HeadPrecision::kTf32), ref, "tf32 on the CPU");
+    const double ub = tol::kUnitRoundoffBf16, u32 = tol::kUnitRoundoffFp32;
+    const auto h64 = c.h.detach().to(torch::kFloat64), w64 = c.w.detach().to(torch::kFloat64);
+    const auto abs_prod = torch::matmul(h64.abs(), w64.abs().t());  // [N, V] Σ|h||W|
+    const auto delta = abs_prod * (tol::gamma(2, ub) + 2.0 * tol::gamma(hdim + 1, u32));
+    const auto z = torch::matmul(h64, w64.t());
+    const auto lse = torch::logsumexp(z, -1);
+    const auto zy = z.gather(1, c.labels.unsqueeze(1)).squeeze(1);
+    const auto max_delta = std::get<0>(delta.max(-1));
+    const auto bound = delta.gather(1, c.labels.unsqueeze(1)).squeeze(1) + max_delta +
+                       2.0 * tol::gamma(v + 2, u32) * (zy.abs() + lse.abs() + std::get<0>(z.abs().max(-1)));
+    const auto diff = (bf.logp.to(torch::kFloat64) - ref.logp.to(torch::kFloat64)).abs();
+    EXPECT_TRUE((diff <= bound).all().item<bool>()) << "worst excess " << (diff - bound).max().item<double>();
+    EXPECT_GT(diff.max().item<double>(), 0.0) << "bf16 changed nothing";
+    // Gradient of the hidden states (entropy's upstream gradient zeroed: the log-prob path only).
+    Case lp = c;
+    lp.gh = torch::zeros({n});
+    const auto gref = chunked(lp, 7), gbf = chunked(lp, 7, kHeadChunkBudgetBytes, HeadPrecision::kBf16);
+    // p moves by a factor within exp(±2·max δ) (z_v and lse by at most max δ each): not first order.
+    const auto p = torch::softmax(z, -1);
+    const auto gl = lp.gl.to(torch::kFloat64).abs().unsqueeze(1);
+    const auto p_move = (2.0 * max_delta).exp().sub(1.0).unsqueeze(1) * p * gl;  // |Δ G| per entry
+    const auto g_abs = (p - torch::one_hot(c.labels, v).to(torch::kFloat64)).abs() * gl + p_move;
+    const auto gbound = torch::matmul(g_abs, w64.abs()) * (tol::gamma(2, ub) + 2.0 * tol::gamma(v + 1, u32)) +
+                        torch::matmul(p_move, w64.abs());
+    const auto gdiff = (gbf.grad_h.to(torch::kFloat64) - gref.grad_h.to(torch::kFloat64)).abs();
+    EXPECT_TRUE((gdiff <= gbound).all().item<bool>()) << "worst excess " << (gdiff - gbound).max().item<double>();
+    EXPECT_GT(gdiff.max().item<double>(), 0.0);
+    EXPECT_EQ(head_precision_from_name("bf16"), HeadPrecision::kBf16);
+    EXPECT_STREQ(head_precision_name(HeadPrecision::kTf32), "tf32");
+    EXPECT_THROW(head_precision_from_name("fp16"), ValueError);
+}
+
 // ---- peak memory ------------------------------------------------------------------------------------
-
-// The host allocator, counting live and peak bytes (installed for one test, then the previous one
-// restored; blocks it handed out free through its own deleter whenever they die).
-class CountingCpuAllocator final : public c10::Allocator {
-  public:
-    c10::DataPtr allocate(size_t n) override {
-        void* p = c10::alloc_cpu(n);
-        auto* ctx = new Block{p, n, this};
-        const int64_t live = live_.fetch_add(int64_t(n)) + int64_t(n);
-        int64_t peak = peak_.load();
-        while (live > peak && !peak_.compare_exchange_weak(peak, live)) {
-        }
-        return {p, ctx, &CountingCpuAllocator::release, c10::Device(c10::DeviceType::CPU)};
-    }
-    void copy_data(void* dest, const void* src, std::size_t count) const override {
-        default_copy_data(dest, src, count);
-    }
-    void reset_peak() { peak_.store(live_.load()); }
-    int64_t live() const { return live_.load(); }
-    int64_t peak() const { return peak_.load(); }
-
-  private:
-    struct Block {
-        void* p;
-        size_t n;
-        CountingCpuAllocator* owner;
-    };
-    static void release(void* ctx) {
-        auto* b = static_cast<Block*>(ctx);
-        b->owner->live_.fetch_sub(int64_t(b->n));
-        c10::free_cpu(b->p);
-        delete b;
-    }
-    std::atomic<int64_t> live_{0}, peak_{0};
-};
 
 // Peak bytes above the starting level over a forward + backward of the chunked head.
 int64_t peak_extra_bytes(const Case& c, int64_t chunk_rows, int64_t budget_bytes) {
-    static CountingCpuAllocator counter;  // outlives every block it hands out
-    auto* previous = c10::GetCPUAllocator();
-    c10::SetCPUAllocator(&counter, /*priority=*/0);
-    counter.reset_peak();
-    const int64_t start = counter.live();
+    rlpt::testing::CountingCpuAllocator::Scope counting;
     {
         ChunkedHeadOptions o;
         o.with_entropy = true;
@@ -238,9 +246,7 @@ int64_t peak_extra_bytes(const Case& c, int64_t chunk_rows, int64_t budget_bytes
         auto out = chunked_head_logprob(c.h, c.w, c.labels, o);
         ((out.logp * c.gl).sum() + (out.entropy * c.gh).sum()).backward();
     }
-    const int64_t peak = counter.peak() - start;
-    c10::SetCPUAllocator(previous, /*priority=*/0);
-    return peak;
+    return counting.peak_extra();
 }
 
 TEST(ChunkedHead, PeakMemoryIsOneChunkNotTheWholeLogits) {

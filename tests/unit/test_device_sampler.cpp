@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "counting_allocator.h"
 #include "rlpt/core/error.h"
 #include "rlpt/rollout/device_sampler.h"
 #include "rlpt/rollout/sampler.h"
@@ -152,6 +153,34 @@ TEST(DeviceSampler, RowsAreIndependentOfTheirNeighbours) {
             EXPECT_EQ(reversed.log_probs[static_cast<size_t>(b - 1 - i)], batch.log_probs[si]) << "row " << i;
         }
     }
+}
+
+TEST(DeviceSampler, RowGroupsGiveTheSameChoicesAndBoundTheTemporaries) {
+    // Sampling runs over groups of rows (chunk_bytes / (8·V) rows each): with 4-row groups the same
+    // tokens and log-probs, bit for bit, as one group and as choose_tokens; and no [b, V] float64
+    // or int64 temporary. Per group of r rows the sampler holds at most ~62·r·V bytes (probs 4,
+    // float64 weights and sums 8 + 8, the sort's values and int64 order 4 + 8, top-p's float64
+    // candidates and sums 8 + 8, the key 4 and byte masks), so the peak stays under 64·r·V plus
+    // the [b] results, below one [b, V] float64 tensor (8·b·V) at b = 16·r.
+    const int64_t b = 64, vocab = 5000, rows = 4;
+    const auto logits = random_logits(b, vocab, 77);
+    const auto u = draws(b, 77, 7);
+    for (const auto& p : {sampling(1.0, 1.0, -1), sampling(0.7, 0.9, 50), sampling(1.3, 0.5, -1)}) {
+        const TokenChoices whole = choose_tokens_on_device(logits, p, u);
+        int64_t peak = 0;
+        TokenChoices grouped;
+        {
+            rlpt::testing::CountingCpuAllocator::Scope counting;
+            grouped = choose_tokens_on_device(logits, p, u, 8 * vocab * rows);
+            peak = counting.peak_extra();
+        }
+        EXPECT_EQ(grouped.tokens, whole.tokens);
+        EXPECT_EQ(grouped.log_probs, whole.log_probs);
+        expect_same_choice(logits, p, u, "4-row groups");
+        EXPECT_LE(peak, 64 * rows * vocab + 64 * b) << "top_p " << p.top_p;
+        EXPECT_LT(64 * rows * vocab, 8 * b * vocab);
+    }
+    EXPECT_THROW(choose_tokens_on_device(logits, sampling(1.0, 1.0, -1), u, 0), ValueError);
 }
 
 TEST(DeviceSampler, ZeroProbabilityTokensAreNeverChosen) {

@@ -5,6 +5,7 @@
 
 #include <limits>
 
+#include "counting_allocator.h"
 #include "rlpt/comm/mpi.h"
 #include "rlpt/core/error.h"
 #include "rlpt/engine/adamw.h"
@@ -27,6 +28,27 @@ OptimOptions plain(double lr) {
 }
 
 // ---- the flat kernel -------------------------------------------------------------------------
+
+// Step `step` of the multi-step comparisons: lr 1e-2, weight decay 0.1, clip coefficient 0.5.
+AdamWStep clipped_step(int64_t step) {
+    AdamWStep s;
+    s.lr = 1e-2;
+    s.weight_decay = 0.1;
+    s.step = step;
+    s.grad_scale = 0.5;
+    return s;
+}
+
+// Parameters within Adam's float32 bound of each other, and first moments within `m_roundings`
+// roundings (order_bound) of the terms they sum, m_terms.
+void expect_same_adam_steps(const torch::Tensor& pa, const torch::Tensor& pb, const torch::Tensor& ma,
+                            const torch::Tensor& mb, const torch::Tensor& m_terms, const rlpt::tol::Bound& tol,
+                            int64_t m_roundings) {
+    const auto p_ref = pb.to(torch::kFloat64);
+    EXPECT_TRUE(((pa - pb).abs().to(torch::kFloat64) <= tol.rel * p_ref.abs() + tol.abs).all().item<bool>());
+    const double m_bound = rlpt::tol::order_bound(m_roundings, rlpt::tol::kUnitRoundoffFp32);
+    EXPECT_TRUE(((ma - mb).abs().to(torch::kFloat64) <= m_bound * m_terms).all().item<bool>());
+}
 
 TEST(EngineAdamW, FirstStepByHand) {
     // Step 1 from zero moments: m̂ = g, v̂ = g², so p ← p·(1 − lr·wd) − lr·g / (|g| + eps).
@@ -64,11 +86,7 @@ TEST(EngineAdamW, FusedMatchesTorchOpsAndReferenceOverSteps) {
     for (int step = 1; step <= 3; ++step) {
         auto g = torch::randn({n}, gen);
         m_terms = 0.9 * m_terms + 0.1 * 0.5 * g.abs().to(torch::kFloat64);
-        AdamWStep s;
-        s.lr = 1e-2;
-        s.weight_decay = 0.1;
-        s.step = step;
-        s.grad_scale = 0.5;
+        const AdamWStep s = clipped_step(step);
         adamw_update_(pa, g, ma, va, s);
         adamw_update_torch_(pb, g, mb, vb, s);
         ref.step(to_vec(g.narrow(0, 0, 64)), 1e-2, 0.9, 0.999, 1e-8, 0.1, step, 0.5);
@@ -76,12 +94,7 @@ TEST(EngineAdamW, FusedMatchesTorchOpsAndReferenceOverSteps) {
     // Two fp32 computations of the same three steps, and one against float64 (tests/unit/test_tolerance.h);
     // m sums 2 roundings a step relative to its terms.
     const auto tol = rlpt::tol::adam_fp32_bound({1e-2, 1e-2, 1e-2});
-    const auto p_ref = pb.to(torch::kFloat64);
-    EXPECT_TRUE(((pa - pb).abs().to(torch::kFloat64) <= tol.rel * p_ref.abs() + tol.abs).all().item<bool>());
-    EXPECT_TRUE(
-        ((ma - mb).abs().to(torch::kFloat64) <= rlpt::tol::order_bound(6, rlpt::tol::kUnitRoundoffFp32) * m_terms)
-            .all()
-            .item<bool>());
+    expect_same_adam_steps(pa, pb, ma, mb, m_terms, tol, 6);
     auto got = to_vec(pa.narrow(0, 0, 64));
     for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], ref.p[i], tol.at(ref.p[i])) << i;
 }
@@ -123,6 +136,92 @@ TEST(EngineAdamW, FusedUpdateIsThreadIndependent) {
     }
     torch::set_num_threads(saved);
     EXPECT_TRUE(torch::equal(out[0], out[1]));
+}
+
+TEST(EngineAdamW, MultiTensorMatchesTheLoopWithinAdamsBound) {
+    // The engine's call: views of one flat buffer at ragged offsets (ZeRO slices), one weight
+    // decay, clipped gradients, three steps. Two float32 computations of the same steps
+    // (tol::adam_fp32_bound); m sums 2 roundings a step relative to its terms, and the
+    // multi-tensor kernel's clip divides by the reciprocal of the scale: one rounding more.
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
+    const std::vector<int64_t> sizes = {1, 17, 4099, 100003};
+    int64_t total = 0;
+    for (auto n : sizes) total += n + 3;
+    const auto p0 = torch::randn({total}, gen);
+    auto pa = p0.clone(), pb = p0.clone();
+    auto ma = torch::zeros({total}), va = torch::zeros({total}), mb = torch::zeros({total}), vb = torch::zeros({total});
+    auto m_terms = torch::zeros({total}, torch::kFloat64);
+    const auto views = [&](const torch::Tensor& flat) {
+        std::vector<torch::Tensor> out;
+        int64_t off = 3;
+        for (auto n : sizes) {
+            out.push_back(flat.narrow(0, off, n));
+            off += n + 3;
+        }
+        return out;
+    };
+    for (int step = 1; step <= 3; ++step) {
+        const auto g = torch::randn({total}, gen);
+        m_terms = 0.9 * m_terms + 0.1 * 0.5 * g.abs().to(torch::kFloat64);
+        const AdamWStep s = clipped_step(step);
+        const auto ga = g.clone();
+        const auto pv = views(pa), gv = views(ga), mv = views(ma), vv = views(va);
+        adamw_update_multi_(pv, gv, mv, vv, s);
+        for (size_t i = 0; i < sizes.size(); ++i) {
+            adamw_update_(views(pb)[i], views(g)[i], views(mb)[i], views(vb)[i], s);
+            // The gradients are left scaled (within the reciprocal's rounding).
+            EXPECT_TRUE(torch::allclose(gv[i], views(g)[i] * 0.5, 2 * rlpt::tol::kUnitRoundoffFp32, 0.0));
+        }
+    }
+    expect_same_adam_steps(pa, pb, ma, mb, m_terms, rlpt::tol::adam_fp32_bound({1e-2, 1e-2, 1e-2}), 9);
+    EXPECT_TRUE(torch::equal(pa.narrow(0, 0, 3), p0.narrow(0, 0, 3))) << "an element outside the views moved";
+    EXPECT_FALSE(torch::equal(pa, p0));
+}
+
+TEST(EngineAdamW, MultiTensorUpdateIsThreadIndependent) {
+    torch::manual_seed(3);
+    const auto p0 = torch::randn({(1 << 20) + 5}), g = torch::randn({(1 << 20) + 5});
+    const auto m0 = torch::randn({(1 << 20) + 5}) * 0.1, v0 = torch::rand({(1 << 20) + 5}) * 0.01;
+    AdamWStep s;
+    s.lr = 1e-3;
+    s.weight_decay = 0.01;
+    s.step = 7;
+    s.grad_scale = 0.25;
+    const int saved = torch::get_num_threads();
+    std::vector<torch::Tensor> out;
+    for (int threads : {1, 2}) {
+        torch::set_num_threads(threads);
+        auto p = p0.clone(), m = m0.clone(), v = v0.clone(), gc = g.clone();
+        adamw_update_multi_({p.narrow(0, 1, 1 << 20), p.narrow(0, 0, 1)},
+                            {gc.narrow(0, 1, 1 << 20), gc.narrow(0, 0, 1)},
+                            {m.narrow(0, 1, 1 << 20), m.narrow(0, 0, 1)}, {v.narrow(0, 1, 1 << 20), v.narrow(0, 0, 1)},
+                            s);
+        out.push_back(torch::cat({p, m, v}));
+    }
+    torch::set_num_threads(saved);
+    EXPECT_TRUE(torch::equal(out[0], out[1]));
+}
+
+TEST(EngineAdamW, ChunkedSumOfSquaresHoldsOneChunk) {
+    // The device path's arithmetic on the CPU: float64 squares (exact) summed in another order than
+    // the loop's (two orders of n − 1 additions of positive terms), and at most one chunk's
+    // float64 copy (plus its [1] partial sums) live at a time.
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(4);
+    const auto x = torch::randn({250007}, gen);
+    const int64_t chunk = 10000;
+    double got = 0;
+    int64_t peak = 0;
+    {
+        rlpt::testing::CountingCpuAllocator::Scope counting;
+        got = sum_of_squares_chunked(x, chunk);
+        peak = counting.peak_extra();
+    }
+    const double want = sum_of_squares(x);
+    EXPECT_NEAR(got, want, rlpt::tol::order_bound(x.numel() - 1, rlpt::tol::kUnitRoundoffFp64) * want);
+    EXPECT_LE(peak, chunk * 8 + 4096) << "more than one chunk's float64 copy";
+    EXPECT_GE(peak, chunk * 8) << "the measurement sees the chunk";
+    EXPECT_EQ(sum_of_squares_chunked(torch::zeros({0})), 0.0);
+    EXPECT_THROW(sum_of_squares_chunked(x, 0), ValueError);
 }
 
 TEST(EngineAdamW, KernelRejectsBadBuffers) {

@@ -29,12 +29,12 @@ struct OptimConfig {
     double weight_decay = 0.01;
     // The schedule advances once per TRAINING step (verl), not per optimizer step: RL roles step
     // the optimizer once per mini-batch and epoch but move the lr only after the whole update.
-    int64_t warmup_steps = -1;     // training steps; -1: use warmup_ratio x total training steps
+    int64_t warmup_steps = -1;  // training steps; -1: use warmup_ratio x total training steps
     double warmup_ratio = 0.0;
     std::string scheduler = "constant";  // constant | cosine
-    double min_lr_ratio = 0.0;     // cosine floor, as a fraction of lr
-    double num_cycles = 0.5;       // cosine cycles
-    double clip_grad = 1.0;        // max global grad norm; <= 0 disables clipping
+    double min_lr_ratio = 0.0;           // cosine floor, as a fraction of lr
+    double num_cycles = 0.5;             // cosine cycles
+    double clip_grad = 1.0;              // max global grad norm; <= 0 disables clipping
     // 0: everything replicated; 1: AdamW moments sharded over the DP ranks; 2: + gradients
     // (reduce-scattered); 3: + parameters (gathered per decoder layer, FSDP-style). See
     // engine/train_engine.h for the bytes per parameter each keeps.
@@ -60,29 +60,31 @@ struct BuiltinModelConfig {
 };
 
 struct ModelConfig {
-    std::string path;                  // Hugging Face folder (config.json + safetensors); empty: built-in
-    std::string dtype = "float32";     // float32 | bfloat16
-    std::string device = "auto";       // auto | cpu | cuda
-    std::string chat_template = "none";  // none | qwen2 | llama3
-    BuiltinModelConfig builtin;        // used when path is empty
+    std::string path;                     // Hugging Face folder (config.json + safetensors); empty: built-in
+    std::string dtype = "float32";        // float32 | bfloat16
+    std::string head_precision = "fp32";  // fp32 | tf32 | bf16: the log-prob head's matmuls (model/chunked_head.h)
+    std::string device = "auto";          // auto | cpu | cuda
+    std::string chat_template = "none";   // none | qwen2 | llama3
+    BuiltinModelConfig builtin;           // used when path is empty
 };
 
 struct BuiltinTaskConfig {
-    std::string task = "arithmetic";  // arithmetic | arithmetic_tools (data/arithmetic.h); used when data.train_files is empty
-    int64_t num_train = 5000;         // at most ~90% of the distinct problems (1-2 digit sums: 10000)
+    std::string task =
+        "arithmetic";          // arithmetic | arithmetic_tools (data/arithmetic.h); used when data.train_files is empty
+    int64_t num_train = 5000;  // at most ~90% of the distinct problems (1-2 digit sums: 10000)
     int64_t num_val = 200;
     int64_t min_digits = 1;
     int64_t max_digits = 2;
     int64_t num_operands = 2;
     std::string ops = "+";
-    bool reversed_answer = false;     // answer digits least significant first
+    bool reversed_answer = false;        // answer digits least significant first
     double demo_carry_error_rate = 0.0;  // share of carry problems whose SFT target forgets the carry
-    double tool_demo_rate = 0.2;      // arithmetic_tools: share of SFT demonstrations that call the calculator
+    double tool_demo_rate = 0.2;         // arithmetic_tools: share of SFT demonstrations that call the calculator
     int64_t seed = 7;
 };
 
 struct DataConfig {
-    std::string train_files;           // JSONL path(s), comma separated; empty: built-in task
+    std::string train_files;  // JSONL path(s), comma separated; empty: built-in task
     std::string val_files;
     // Record keys (dotted paths reach into nested objects). A stage reads only what it uses:
     //   rl:  prompt_key + answer_key (the scorer's ground truth)
@@ -93,14 +95,14 @@ struct DataConfig {
     std::string response_key = "response";  // verl's data.response_key (SFT target)
     std::string data_source_key = "data_source";
     std::string default_data_source;
-    std::string answer_extract;        // "" | gsm8k (text after the last "#### ")
+    std::string answer_extract;  // "" | gsm8k (text after the last "#### ")
     std::string prompt_suffix;
     std::vector<std::string> extra_keys;
     BuiltinTaskConfig builtin;
-    int64_t train_batch_size = 64;     // prompts per step
-    int64_t val_batch_size = -1;       // -1: whole validation set at once
-    int64_t max_prompt_length = 512;   // tokens
-    int64_t max_response_length = 512; // tokens
+    int64_t train_batch_size = 64;      // prompts per step
+    int64_t val_batch_size = -1;        // -1: whole validation set at once
+    int64_t max_prompt_length = 512;    // tokens
+    int64_t max_response_length = 512;  // tokens
     bool filter_overlong_prompts = true;
     std::string truncation = "error";  // error | left | right
     bool shuffle = true;
@@ -119,15 +121,15 @@ struct PolicyLossConfig {
 
 struct ActorConfig {
     OptimConfig optim;
-    int64_t ppo_mini_batch_size = 16;          // prompts per optimizer step (x rollout.n samples)
-    int64_t ppo_micro_batch_size_per_rank = 8; // samples per forward/backward
+    int64_t ppo_mini_batch_size = 16;           // prompts per optimizer step (x rollout.n samples)
+    int64_t ppo_micro_batch_size_per_rank = 8;  // samples per forward/backward
     bool use_dynamic_bsz = false;
     int64_t ppo_max_token_len_per_rank = 16384;
     int64_t ppo_epochs = 1;
-    bool shuffle = false;                      // true is refused: mini-batches are taken in order
+    bool shuffle = false;  // true is refused: mini-batches are taken in order
     double clip_ratio = 0.2;
-    std::optional<double> clip_ratio_low;      // null: clip_ratio
-    std::optional<double> clip_ratio_high;     // null: clip_ratio
+    std::optional<double> clip_ratio_low;   // null: clip_ratio
+    std::optional<double> clip_ratio_high;  // null: clip_ratio
     double clip_ratio_c = 3.0;
     PolicyLossConfig policy_loss;
     std::string loss_agg_mode = "token-mean";
@@ -184,12 +186,12 @@ struct RolloutStageConfig {
 // of the loss), repeat. Names follow verl's rollout.multi_turn where verl has them. The response
 // budget of a sample (model and tool tokens together) is data.max_response_length.
 struct MultiTurnConfig {
-    int64_t max_assistant_turns = 0;         // 0: no limit (verl: null)
-    int64_t max_user_turns = 0;              // observation turns (tool results, environment); 0: no limit
-    int64_t max_parallel_calls = 1;          // calls run per assistant turn; further calls are dropped
-    int64_t max_tool_response_length = 256;  // characters of one tool result (verl: characters too)
+    int64_t max_assistant_turns = 0;                     // 0: no limit (verl: null)
+    int64_t max_user_turns = 0;                          // observation turns (tool results, environment); 0: no limit
+    int64_t max_parallel_calls = 1;                      // calls run per assistant turn; further calls are dropped
+    int64_t max_tool_response_length = 256;              // characters of one tool result (verl: characters too)
     std::string tool_response_truncate_side = "middle";  // left | middle | right
-    std::string format = "hermes";           // the tool-call parser: hermes (<tool_call>{json}</tool_call>)
+    std::string format = "hermes";                       // the tool-call parser: hermes (<tool_call>{json}</tool_call>)
     // MCP servers over stdio, one shell command each (`npx -y @modelcontextprotocol/server-everything`);
     // every rollout rank starts its own, and the controller lists their tools for the prompt.
     std::vector<std::string> mcp_servers;
@@ -200,8 +202,8 @@ struct MultiTurnConfig {
     // scripts/examples/retry_env.py): each assistant turn is its action, its observation the next
     // user turn, and its rewards (summed) the sample's score instead of the reward scorer's.
     std::string env_command;
-    int64_t env_workers = 1;                 // environment processes per rollout rank
-    double env_timeout_s = 30.0;             // per reset/step
+    int64_t env_workers = 1;      // environment processes per rollout rank
+    double env_timeout_s = 30.0;  // per reset/step
 };
 
 struct RolloutConfig {
@@ -228,10 +230,10 @@ struct RolloutConfig {
     // Weights generation runs with (verl/vLLM's rollout.dtype): auto = model.dtype (the policy's
     // own tensors); float32 | bfloat16 = a copy in that dtype, refreshed when the weights change.
     std::string dtype = "auto";
-    std::string generator = "sampler";  // a row of the generator table (rlpt/rollout/generators.h)
-    BeamSearchConfig beam_search;       // generator beam_search, and beam_search stages
+    std::string generator = "sampler";       // a row of the generator table (rlpt/rollout/generators.h)
+    BeamSearchConfig beam_search;            // generator beam_search, and beam_search stages
     std::vector<RolloutStageConfig> stages;  // generator multi_stage: at least one stage
-    MultiTurnConfig multi_turn;         // generator tool_agent
+    MultiTurnConfig multi_turn;              // generator tool_agent
     SamplingConfig val{0.0, 1.0, -1, false, 1};
     WeightSyncConfig weight_sync;
     // verl's key. 0: the rollout group's model_parallel_size. A rollout colocated with the actor
@@ -251,8 +253,8 @@ struct ReferenceConfig {
 };
 
 struct CriticConfig {
-    std::string enable = "auto";      // auto (on for gae) | true | false
-    std::string model_path;           // empty: initialise from the policy
+    std::string enable = "auto";  // auto (on for gae) | true | false
+    std::string model_path;       // empty: initialise from the policy
     OptimConfig optim{1e-5};
     double cliprange_value = 0.5;
     std::optional<int64_t> ppo_mini_batch_size;  // null: actor's
@@ -287,10 +289,10 @@ struct FilterGroupsConfig {
 // log-probs, once per training batch. It runs whenever the batch has rollout log-probs: with
 // rollout_is and rollout_rs null it only logs the rollout_corr/* diagnostics.
 struct RolloutCorrectionConfig {
-    std::optional<std::string> rollout_is;  // null | token | sequence: IS weights for the policy loss
-    std::string rollout_is_threshold = "2";  // U (truncated IS: min(w, U)) or "L_U" (IcePop: 0 outside [L, U])
+    std::optional<std::string> rollout_is;    // null | token | sequence: IS weights for the policy loss
+    std::string rollout_is_threshold = "2";   // U (truncated IS: min(w, U)) or "L_U" (IcePop: 0 outside [L, U])
     bool rollout_is_batch_normalize = false;  // divide the weights by their batch mean
-    std::optional<std::string> rollout_rs;   // null | comma list: token_k1, seq_mean_k3, ... (rejection sampling)
+    std::optional<std::string> rollout_rs;    // null | comma list: token_k1, seq_mean_k3, ... (rejection sampling)
     std::optional<std::string> rollout_rs_threshold;  // one spec for all options, or one per option
     // true: no old-log-prob pass; old_log_probs := the rollout's log-probs (PPO ratio π_θ/π_rollout).
     // rlpt then applies no IS/RS and logs no rollout_corr metrics (verl computes them per micro-batch
@@ -338,23 +340,23 @@ struct OverlongBufferConfig {
 // A map value is a name or a spec with options ({type: number, extraction: whole},
 // {type: command, command: "python3 my_server.py"}; reward/registry.h lists them all).
 struct RewardConfig {
-    std::string scorer = "auto";     // auto: by data_source (built-ins + reward.scorers); or one name for all
+    std::string scorer = "auto";  // auto: by data_source (built-ins + reward.scorers); or one name for all
     // data_source -> scorer name, or a spec (kept as JSON text); wins over reward.scorer.
     std::map<std::string, std::string> scorers;
-    std::string command;             // the `command` scorer's program (run with /bin/sh -c), one per process
-    double command_timeout_s = 60.0; // a batch the command has not scored within this is an error
-    std::string custom_library;      // user scorer .so (C ABI, include/rlpt/reward/user_scorer.h)
+    std::string command;              // the `command` scorer's program (run with /bin/sh -c), one per process
+    double command_timeout_s = 60.0;  // a batch the command has not scored within this is an error
+    std::string custom_library;       // user scorer .so (C ABI, include/rlpt/reward/user_scorer.h)
     double format_score = 0.0;
     OverlongBufferConfig overlong_buffer;
 };
 
 struct SftConfig {
     int64_t total_steps = 300;
-    int64_t batch_size = 64;              // samples per optimizer step (all DP ranks)
+    int64_t batch_size = 64;  // samples per optimizer step (all DP ranks)
     int64_t micro_batch_size_per_rank = 32;
     OptimConfig optim{1e-3, 0.9, 0.95, 1e-8, 0.0, 20, 0.0, "cosine", 0.1};
-    int64_t eval_every = 100;             // greedy accuracy on the validation set; 0: only at the end
-    std::string output_model_dir;         // where the trained policy is written (HF format)
+    int64_t eval_every = 100;      // greedy accuracy on the validation set; 0: only at the end
+    std::string output_model_dir;  // where the trained policy is written (HF format)
 };
 
 struct RoleGroupConfig {
@@ -377,31 +379,31 @@ struct TrainerConfig {
     std::string mode = "rl";            // rl | sft
     std::string project_name = "rlpt";  // names the run in the start-up log line (no tracker)
     std::string experiment_name = "run";
-    std::string output_dir = "runs";    // run directory: <output_dir>/<experiment_name>
+    std::string output_dir = "runs";  // run directory: <output_dir>/<experiment_name>
     int64_t total_epochs = 1;
     std::optional<int64_t> total_training_steps;  // null: epochs x batches per epoch
     int64_t save_freq = -1;
     int64_t test_freq = -1;
     bool val_before_train = true;
-    std::string resume = "auto";        // auto | disable | <checkpoint dir>
+    std::string resume = "auto";  // auto | disable | <checkpoint dir>
     int64_t max_checkpoints = 3;
     int64_t critic_warmup = 0;
     bool balance_batch = true;
     int64_t seed = 1;
     std::string log_level = "info";
-    int64_t threads_per_rank = 0;       // torch intra-op threads; 0: cores on the node / ranks on the node
+    int64_t threads_per_rank = 0;  // torch intra-op threads; 0: cores on the node / ranks on the node
     // How collectives on GPU tensors move (gradients, tensor parallelism, weight sync, resharding):
     // nccl | mpi (staged through host memory) | auto (nccl in builds with NCCL, else mpi). NCCL
     // needs each GPU rank on its own GPU; mpi also lets several ranks share one GPU (a one-GPU node
     // running a multi-rank layout). include/rlpt/comm/device.h has the GPU map's rules.
     std::string device_collectives = "auto";
-    double call_timeout_s = 3600.0;     // a role call that takes longer aborts the job
-    double stall_warn_s = 60.0;         // warn, naming the silent ranks, after this long
+    double call_timeout_s = 3600.0;  // a role call that takes longer aborts the job
+    double stall_warn_s = 60.0;      // warn, naming the silent ranks, after this long
     // Where metrics go (verl's trainer.logger): console (a progress line per step), jsonl
     // (<run>/metrics.jsonl), tensorboard (<run>/tensorboard/events.out.tfevents.*).
     std::vector<std::string> logger{"console", "jsonl"};
-    bool export_hf = true;              // write the final policy as a Hugging Face folder
-    int64_t export_hf_freq = -1;        // also every N steps, to <run>/hf_models/step_<N>; -1: never
+    bool export_hf = true;        // write the final policy as a Hugging Face folder
+    int64_t export_hf_freq = -1;  // also every N steps, to <run>/hf_models/step_<N>; -1: never
     // Asynchronous RL (README "Asynchronous RL"): how many actor updates older than the actor that
     // trains on it a batch's weights may be. 0: today's synchronous loop (generate with the newest
     // weights, then train). k >= 1: the rollout ranks generate batch s+1 while the actor trains on

@@ -13,8 +13,10 @@
 // backward) and saves no logits for the backward; when all B·R rows fit one chunk the arithmetic is
 // the unchunked path's. With tp > 1 the rank's [B·R, V / tp] logits slice is materialised (and kept
 // for the backward) as before.
-// The head matmul runs in fp32 whatever the model dtype: for a bf16 model the [V, H] output
-// weight is cast to fp32 on every call (a transient V·H·4 bytes, e.g. 545 MB for Qwen2.5-0.5B).
+// The head matmul runs in fp32 whatever the model dtype (model.head_precision: fp32, the default;
+// tf32 or bf16 operands with fp32 accumulation: CausalLM::head_precision, model/chunked_head.h):
+// for a bf16 model at fp32 the [V, H] output weight is cast to fp32 on every call (a transient
+// V·H·4 bytes, e.g. 545 MB for Qwen2.5-0.5B).
 // Positions whose token is padding get finite values; callers mask them.
 // Devices: every input tensor (the SequenceBatch's three, sft_token_nll_sum's four) must be on
 // the model's device (model.device(): the host or the rank's GPU; a tensor elsewhere is a

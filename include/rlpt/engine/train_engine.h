@@ -15,7 +15,8 @@
 // grad_bucket_bytes (MPI on CPU; NCCL when built with it and the parameters are on CUDA),
 // computes the global L2 norm, skips the update and zeroes the gradients when the norm is not
 // finite (verl's behaviour), clips to clip_grad, applies AdamW (decoupled weight decay;
-// bias-corrected), and advances the learning-rate schedule (linear warm-up, then constant or
+// bias-corrected; engine/adamw.h's adamw_update_multi_, LibTorch's fused multi-tensor kernel, one
+// call per weight-decay class), and advances the learning-rate schedule (linear warm-up, then constant or
 // cosine down to min_lr_ratio). The same global batch gives the same update, within fp32
 // tolerance, whether the DP group has 1, 2 or 3 ranks.
 //
@@ -110,14 +111,14 @@ struct OptimOptions {
     double beta1 = 0.9;
     double beta2 = 0.999;
     double eps = 1e-8;
-    double weight_decay = 0.01;   // applied to matrices and embeddings only (not norms, not biases)
+    double weight_decay = 0.01;  // applied to matrices and embeddings only (not norms, not biases)
     int64_t warmup_steps = 0;
     std::string scheduler = "constant";  // constant | cosine
     double min_lr_ratio = 0.0;
     double num_cycles = 0.5;
-    int64_t total_steps = 1;      // for the cosine schedule
-    double clip_grad = 1.0;       // <= 0: no clipping
-    int64_t zero_stage = 0;       // 0 | 1 | 2 | 3 (see above)
+    int64_t total_steps = 1;  // for the cosine schedule
+    double clip_grad = 1.0;   // <= 0: no clipping
+    int64_t zero_stage = 0;   // 0 | 1 | 2 | 3 (see above)
     // Hybrid shard (FSDP HYBRID_SHARD; DeepSpeed hpZ/MiCS): the ZeRO-1/2/3 state is sharded inside
     // groups of this many consecutive DP ranks (DP rank r is in group r / S at position r % S)
     // and replicated across the groups. 0: one group of all DP ranks (plain ZeRO). It must divide
@@ -134,7 +135,7 @@ struct OptimOptions {
     // the parameters whole. zero_stage must be 0 or 3; zero_grad(), step(), save_state() and
     // load_state() throw a ValueError.
     bool frozen = false;
-    bool zero3_prefetch = true;   // ZeRO-3: start the next layer's all-gather before it is needed
+    bool zero3_prefetch = true;  // ZeRO-3: start the next layer's all-gather before it is needed
     int64_t grad_bucket_bytes = 25 << 20;
 };
 
@@ -322,7 +323,7 @@ class SavedState {
   public:
     enum class Kind { kParam, kExpAvg, kExpAvgSq, kMaster };
     struct Tensor {
-        torch::ScalarType dtype;     // of the parameter (optimizer kinds are float32)
+        torch::ScalarType dtype;  // of the parameter (optimizer kinds are float32)
         std::vector<int64_t> shape;
     };
     virtual ~SavedState() = default;

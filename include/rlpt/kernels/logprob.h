@@ -34,30 +34,37 @@ struct LogProbForward {
 };
 
 // Forward pass. logits [N, V] float32|bfloat16, labels [N] int64.
-LogProbForward logprob_forward(const torch::Tensor& logits, const torch::Tensor& labels,
-                               double temperature, bool with_entropy);
+LogProbForward logprob_forward(const torch::Tensor& logits, const torch::Tensor& labels, double temperature,
+                               bool with_entropy);
 
 // Same, writing into caller-owned outputs: logp_out and lse_out float32 [N], entropy_out float32
 // [N] or undefined (entropy not computed). Outputs must be contiguous and on the logits' device;
 // nothing outside their N elements is written (views into larger buffers are fine).
+// labels_checked: the caller has already checked every label against [0, V) (check_label_range),
+// so this call skips it (on CUDA: no device-to-host sync; model::chunked_head_logprob checks once
+// per call, not per chunk). A label outside the range then reads out of bounds: pass true only for
+// checked labels.
 void logprob_forward_out(const torch::Tensor& logits, const torch::Tensor& labels, double temperature,
-                         const torch::Tensor& logp_out, const torch::Tensor& entropy_out,
-                         const torch::Tensor& lse_out);
+                         const torch::Tensor& logp_out, const torch::Tensor& entropy_out, const torch::Tensor& lse_out,
+                         bool labels_checked = false);
 
 // Backward pass. lse float32 [N] from the forward; entropy float32 [N] from the forward, required
 // iff grad_entropy is defined; grad_logp / grad_entropy float32 [N] or undefined (treated as zero).
 // Returns grad_logits [N, V] in the logits' dtype (the 1/temperature factor included).
-torch::Tensor logprob_backward(const torch::Tensor& logits, const torch::Tensor& labels,
-                               const torch::Tensor& lse, const torch::Tensor& entropy,
-                               const torch::Tensor& grad_logp, const torch::Tensor& grad_entropy,
-                               double temperature);
+torch::Tensor logprob_backward(const torch::Tensor& logits, const torch::Tensor& labels, const torch::Tensor& lse,
+                               const torch::Tensor& entropy, const torch::Tensor& grad_logp,
+                               const torch::Tensor& grad_entropy, double temperature);
 
 // Same, writing into grad_logits_out: contiguous [N, V], logits' dtype and device; every one of its
-// N·V elements is written.
-void logprob_backward_out(const torch::Tensor& logits, const torch::Tensor& labels,
-                          const torch::Tensor& lse, const torch::Tensor& entropy,
-                          const torch::Tensor& grad_logp, const torch::Tensor& grad_entropy,
-                          double temperature, const torch::Tensor& grad_logits_out);
+// N·V elements is written. labels_checked as logprob_forward_out's.
+void logprob_backward_out(const torch::Tensor& logits, const torch::Tensor& labels, const torch::Tensor& lse,
+                          const torch::Tensor& entropy, const torch::Tensor& grad_logp,
+                          const torch::Tensor& grad_entropy, double temperature, const torch::Tensor& grad_logits_out,
+                          bool labels_checked = false);
+
+// Every label in [0, V), else a ValueError naming the first one outside (on CUDA: one
+// device-to-host sync).
+void check_label_range(const torch::Tensor& labels, int64_t v);
 
 // Differentiable outputs of logprob_entropy; both have the labels' shape, float32.
 struct LogProbEntropy {
@@ -68,8 +75,8 @@ struct LogProbEntropy {
 // Autograd entry point. logits [..., V] (float32|bfloat16), labels [...] int64 with the same
 // leading shape. Gradients flow to logits only (labels and temperature are constants); the
 // backward is not itself differentiable (no double backward).
-LogProbEntropy logprob_entropy(const torch::Tensor& logits, const torch::Tensor& labels,
-                               double temperature, bool with_entropy);
+LogProbEntropy logprob_entropy(const torch::Tensor& logits, const torch::Tensor& labels, double temperature,
+                               bool with_entropy);
 
 // True when this build contains the CUDA kernels (RLPT_HAVE_CUDA).
 bool logprob_cuda_built();

@@ -42,8 +42,32 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <string>
 
 namespace rlpt::model {
+
+// Precision of the LM head's matmuls (config key model.head_precision; CausalLM::set_head_precision).
+//   kFp32  IEEE float32 operands and accumulation: the default, the behaviour before the option.
+//   kTf32  float32 tensors through TF32 tensor cores on CUDA (operands rounded to 10-bit mantissas
+//          inside cuBLAS, float32 accumulation); on the CPU exactly kFp32 (no TF32 there).
+//   kBf16  operands rounded to bfloat16, products accumulated and returned in float32 (CUDA:
+//          at::mm with out_dtype float32, bf16 tensor cores; the CPU computes the same numbers,
+//          float32 matmul of the bf16-rounded operands, whose products are exact in float32, with
+//          no speed-up there). Each logit z = Σ_k h_k·W_k then moves by at most
+//          ((1 + u_bf16)² − 1)·Σ_k |h_k|·|W_k| (plus float32 summation order), and a log-prob by at
+//          most the moved label logit plus the largest moved logit (log-sum-exp is 1-Lipschitz in
+//          the max norm): tests/unit/test_chunked_head.cpp derives and checks that bound.
+// Gradients: the backward's two matmuls (grad_hidden, grad_W) run at the same precision.
+enum class HeadPrecision { kFp32, kTf32, kBf16 };
+HeadPrecision head_precision_from_name(const std::string& name);  // "fp32" | "tf32" | "bf16", else ValueError
+const char* head_precision_name(HeadPrecision p);
+
+// An operand of the head's matmuls at precision p: float32 (kFp32, kTf32: t itself when it is
+// float32), bfloat16 on CUDA under kBf16, its bf16-rounded float32 image on the CPU.
+torch::Tensor head_operand(const torch::Tensor& t, HeadPrecision p);
+// a [M, K] · b [K, N] of two head_operand()s -> float32 [M, N] at precision p (kTf32 enables TF32
+// in cuBLAS for this call only). Differentiable (plain torch ops).
+torch::Tensor head_mm(const torch::Tensor& a, const torch::Tensor& b, HeadPrecision p);
 
 // Default bytes of one chunk's fp32 logits (the backward holds this twice: logits + gradient).
 inline constexpr int64_t kHeadChunkBudgetBytes = int64_t{256} << 20;
@@ -58,6 +82,7 @@ struct ChunkedHeadOptions {
     bool with_sum_pi_squared = false;
     int64_t budget_bytes = kHeadChunkBudgetBytes;  // per-chunk logits budget (see head_chunk_rows)
     int64_t chunk_rows = 0;  // > 0: exactly this many rows per chunk (tests); 0: from budget_bytes
+    HeadPrecision precision = HeadPrecision::kFp32;  // of the logits' and the gradients' matmuls
 };
 
 struct ChunkedHeadLogProbs {
@@ -67,7 +92,8 @@ struct ChunkedHeadLogProbs {
 };
 
 // See the file comment. Invalid shapes/dtypes/devices, labels outside [0, V) and a bad temperature
-// are ValueErrors.
+// are ValueErrors. The labels are checked once per call (on CUDA one device-to-host sync), not per
+// chunk. Exactness (above) is for precision kFp32.
 ChunkedHeadLogProbs chunked_head_logprob(const torch::Tensor& hidden, const torch::Tensor& weight,
                                          const torch::Tensor& labels, const ChunkedHeadOptions& options);
 

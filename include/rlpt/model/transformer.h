@@ -15,8 +15,9 @@
 //
 // Numerics follow HF's eager implementation: RMSNorm in fp32 then cast back and scaled by the
 // weight in the model dtype; rotary cos/sin computed in fp32 (HF rotate-half convention) and
-// cast to the model dtype; attention scores and softmax in fp32, probabilities cast back; SwiGLU
-// MLP; grouped-query attention without copying K/V per head. Parameters live in one dtype
+// cast to the model dtype; attention scores and softmax in fp32, probabilities cast back (or
+// at::scaled_dot_product_attention, fp32 accumulation, nothing [T, S] kept: Backbone::
+// use_sdpa_attention); SwiGLU MLP; grouped-query attention without copying K/V per head on the CPU. Parameters live in one dtype
 // (kFloat32 or kBFloat16) and on one device.
 //
 // Inputs of every forward:
@@ -44,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "rlpt/model/chunked_head.h"
 #include "rlpt/model/kv_cache.h"
 #include "rlpt/model/model_config.h"
 #include "rlpt/model/tensor_parallel.h"
@@ -54,6 +56,7 @@ namespace detail {
 class DecoderLayer;
 class RMSNorm;
 struct Rotary;
+struct AttentionMask;
 }  // namespace detail
 
 // Hooks a training engine installs on a Backbone to shard its parameters FSDP-style (ZeRO-3)
@@ -79,6 +82,13 @@ class LayerHooks {
     virtual std::shared_ptr<void> hold_full_parameters() = 0;
 };
 
+// Whether a forward (not a decode step) of a `dtype` model on `device` over `keys` key positions
+// attends through at::scaled_dot_product_attention (Backbone::use_sdpa_attention) rather than
+// materialising fp32 scores and probabilities [B, heads, T, S]: everywhere but bfloat16 and float16
+// on the CPU below 512 keys, where the materialised path is faster and small (measured: see the
+// definition in src/model/transformer.cpp).
+bool sdpa_attention_applies(torch::Dtype dtype, const torch::Device& device, int64_t keys);
+
 // Hugging Face's `model.` submodule: embeddings, decoder layers, final norm. Shared by the
 // causal LM and the value model.
 class Backbone : public torch::nn::Module {
@@ -100,6 +110,12 @@ class Backbone : public torch::nn::Module {
     // layer instead of ~45 LibTorch operators) instead of its forward(). Default on;
     // CausalLM::use_decode_kernels sets it with the kernels.
     void use_fused_decode(bool on) { fused_decode_ = on; }
+    // Forwards other than decode steps (training, log-probs, prefill) attend through
+    // at::scaled_dot_product_attention where it applies (fp32 everywhere; bf16 on the CPU from 512
+    // keys; detail::attention_sdpa_applies): no [B, heads, T, S] scores or probabilities are kept
+    // for the backward. Off: always the materialised fp32 scores and probabilities (HF eager; the
+    // baseline of tests and benchmarks). Equal within rounding (tests/unit/test_model_attention.cpp).
+    void use_sdpa_attention(bool on) { sdpa_attention_ = on; }
     // Forwards that took the fused step so far (for tests: that the path really runs).
     int64_t fused_decode_steps() const { return fused_decode_steps_; }
     // The block (null for tp = 1) and this rank's layout (tp = 1: everything).
@@ -115,7 +131,7 @@ class Backbone : public torch::nn::Module {
     const std::shared_ptr<LayerHooks>& layer_hooks() const { return hooks_; }
 
   private:
-    torch::Tensor hooked_layers(torch::Tensor h, const detail::Rotary& rope, const torch::Tensor& masked_out,
+    torch::Tensor hooked_layers(torch::Tensor h, const detail::Rotary& rope, const detail::AttentionMask& mask,
                                 KVCache* cache);
 
     ModelArgs args_;
@@ -127,6 +143,7 @@ class Backbone : public torch::nn::Module {
     std::shared_ptr<detail::RMSNorm> norm_;
     torch::Tensor inv_freq_;  // [head_dim/2] fp32 rotary frequencies (not a parameter)
     bool fused_decode_ = true;
+    bool sdpa_attention_ = true;
     int64_t fused_decode_steps_ = 0;
 };
 
@@ -155,9 +172,13 @@ class CausalLM : public torch::nn::Module {
     torch::Tensor lm_head_weight() const;
     const TensorParallel* tp() const { return model_->tp(); }
     const TpLayout& tp_layout() const { return model_->tp_layout(); }
+    // Precision of the log-prob head's matmuls (local_logits_fp32, and the chunked head of
+    // engine::compute_log_probs): model/chunked_head.h's HeadPrecision, default kFp32.
+    void set_head_precision(HeadPrecision p) { head_precision_ = p; }
+    HeadPrecision head_precision() const { return head_precision_; }
     // Logits of this rank's vocabulary slice for hidden [N, H]: [N, Vl] float32, computed as
-    // hidden.float() @ lm_head_weight().float()^T; padding columns (vocabulary padded to a
-    // multiple of tp) are -inf. Differentiable; collective on the block (its backward
+    // hidden.float() @ lm_head_weight().float()^T (at head_precision()); padding columns
+    // (vocabulary padded to a multiple of tp) are -inf. Differentiable; collective on the block (its backward
     // all-reduces the hidden gradient). Feed it to vocab_parallel_logprob_entropy with
     // tp_layout().vocab_first. With tp = 1: the full [N, V] logits.
     torch::Tensor local_logits_fp32(const torch::Tensor& hidden) const;
@@ -193,6 +214,7 @@ class CausalLM : public torch::nn::Module {
     std::shared_ptr<Backbone> model_;
     torch::Tensor lm_head_;  // undefined when tied
     bool small_matmul_ = true;
+    HeadPrecision head_precision_ = HeadPrecision::kFp32;
 };
 
 // Loads a Hugging Face checkpoint directory: config.json (architecture LlamaForCausalLM or

@@ -29,6 +29,10 @@
 // where a draw sits within fp32 rounding of a running sum.
 // Each row's result depends only on that row (all operations are row-wise); rows are never
 // mixed. Errors as choose_tokens: a row whose chosen log-prob is not finite is a ValueError.
+// Memory: sampling runs over groups of rows whose [rows, V] float64 sums and int64 sort order
+// stay within kDeviceSamplerChunkBytes each (at least one row), so a step's temporaries do not
+// grow with b; first and last indices come from argmax over byte masks, never an int64 [b, V]
+// index tensor, and greedy is one argmax.
 #include <torch/torch.h>
 
 #include <vector>
@@ -38,10 +42,15 @@
 
 namespace rlpt::rollout {
 
+// Bytes of one row group's [rows, V] float64 (or int64) temporary when sampling (see above).
+inline constexpr int64_t kDeviceSamplerChunkBytes = int64_t{64} << 20;
+
 // logits [b, V] float32 or bfloat16 on any device; `uniforms` one draw per row (ignored and may
 // be empty when params.greedy). Reads the sampling fields of `params` (temperature, top_p,
 // top_k, greedy), which must be valid (validate_sampling_params).
+// chunk_bytes (> 0): the row groups' budget (tests use small ones).
 TokenChoices choose_tokens_on_device(const torch::Tensor& logits, const SamplingParams& params,
-                                     const std::vector<double>& uniforms);
+                                     const std::vector<double>& uniforms,
+                                     int64_t chunk_bytes = kDeviceSamplerChunkBytes);
 
 }  // namespace rlpt::rollout
