@@ -51,8 +51,13 @@ fi
 grep -q "CUDA kernels ON" build-cuda/configure.log 2>/dev/null \
   || { say "build-cuda was configured without CUDA kernels (build-cuda/configure.log); remove build-cuda/" >&2; exit 1; }
 start=$(date +%s)
-if ! out=$(cmake --build build-cuda -j"$(nproc)" 2>&1); then echo "$out" | grep -E "error|Error" | head -40; echo "$out" | tail -30; exit 1; fi
-if echo "$out" | grep -qE "Building|Linking"; then say "built build-cuda in $(( $(date +%s) - start )) s"; fi
+if ! out=$(cmake --build build-cuda -j"$(nproc)" 2>&1); then
+  grep -E "error|Error" <<<"$out" | head -40 || true
+  tail -30 <<<"$out"
+  exit 1
+fi
+# (A here-string: with pipefail, echo | grep -q fails when grep stops reading early.)
+if grep -qE "Building|Linking" <<<"$out"; then say "built build-cuda in $(( $(date +%s) - start )) s"; fi
 
 regex=${RLPT_TEST_CUDA_REGEX:-"^(cmake_cuda_toolkit_traps|cmake_torch_detection|GpuMap\\.|DeviceCollectives\\.|BatchDevice\\.|DeviceConsistency\\.|DeviceSampler\\.|NcclEnv\\.|GpuSampler\\.|GpuParity\\.|GpuDevicePaths\\.|LogProb|DecodeOps|DecodeAttention|SmallMatmul|numerics_other_kernels_kernels|mpi_weight_sync_np2|device_collectives_mpi_np3|trainer_smoke-1)"}
 start=$(date +%s)
