@@ -239,7 +239,13 @@ if(RLPT_HAVE_CUDA AND NOT RLPT_WITH_NCCL STREQUAL "OFF")
   else()
     set(_nccl_lib_hints ${_nccl_home} ${CUDAToolkit_LIBRARY_ROOT} ${CUDAToolkit_LIBRARY_DIR})
     set(_nccl_from "NCCL_HOME or the CUDA toolkit")
-    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${_nccl_lib_hints} PATH_SUFFIXES lib lib64)
+    # NCCL_HOME alone first: a libnccl.so elsewhere (CMAKE_LIBRARY_PATH is searched before any
+    # hint) must not win over an NCCL_HOME in pip's layout (only libnccl.so.2).
+    if(_nccl_home)
+      find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR HINTS ${_nccl_home} PATH_SUFFIXES lib lib64
+                   NO_DEFAULT_PATH)
+    endif()
+    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR HINTS ${_nccl_lib_hints} PATH_SUFFIXES lib lib64)
   endif()
   if(NCCL_LIBRARY)
     # nccl.h from the same NCCL as the library (lib/.. or lib64/..), else the usual places.

@@ -5,7 +5,9 @@
 #      and -DRLPT_WITH_CUDA=OFF, never a silent CPU-only build;
 #   2. the same with -DRLPT_WITH_CUDA=OFF: configures, CUDA kernels and NCCL off;
 #   3. (when nvcc exists) a CUDA LibTorch in a site-packages without NCCL: a configure error naming
-#      NCCL; with pip's layout (nvidia/nccl/include/nccl.h + lib/libnccl.so.2 only) NCCL is found;
+#      NCCL; NCCL_HOME with only libnccl.so.2 is taken over a system libnccl.so; with pip's layout
+#      (nvidia/nccl/include/nccl.h + lib/libnccl.so.2 only) NCCL is found;
+#   (the traps of a real CUDA wheel: cuda_toolkit_traps_test.sh)
 #   4. a CPU-only LibTorch: CUDA kernels off whatever nvcc is on the machine; RLPT_WITH_CUDA=ON refused.
 #   torch_detection_test.sh <source dir>
 set -euo pipefail
@@ -47,6 +49,14 @@ nvcc=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/c
 if [ -n "$nvcc" ]; then
   configure cuda-without-nccl fail "NCCL \(nccl.h and libnccl\) was not found" \
     -DTorch_DIR="$tmp/cuda-site/torch/share/cmake/Torch" -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES=90
+  # No wheel NCCL (a libtorch zip): NCCL_HOME in pip's layout (only libnccl.so.2) beats a system
+  # libnccl.so, and nccl.h comes from beside the library.
+  mkdir -p "$tmp/home/include" "$tmp/home/lib" "$tmp/sys/lib" "$tmp/sys/include"
+  : > "$tmp/home/lib/libnccl.so.2"; echo '#define NCCL_MAJOR 2' > "$tmp/home/include/nccl.h"
+  : > "$tmp/sys/lib/libnccl.so"; : > "$tmp/sys/include/nccl.h"
+  configure zip-nccl-home ok "rlpt: NCCL $tmp/home/lib/libnccl.so.2 with $tmp/home/include/nccl.h" \
+    -DTorch_DIR="$tmp/cuda-site/torch/share/cmake/Torch" -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DNCCL_HOME="$tmp/home" -DCMAKE_LIBRARY_PATH="$tmp/sys/lib" -DCMAKE_INCLUDE_PATH="$tmp/sys/include"
   mkdir -p "$tmp/cuda-site/nvidia/nccl/include" "$tmp/cuda-site/nvidia/nccl/lib"
   echo '#define NCCL_MAJOR 2' > "$tmp/cuda-site/nvidia/nccl/include/nccl.h"
   : > "$tmp/cuda-site/nvidia/nccl/lib/libnccl.so.2"
