@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <vector>
 
 #include "rlpt/core/error.h"
@@ -95,16 +94,19 @@ void adamw_update_multi_(at::TensorList params, at::TensorList grads, at::Tensor
         RLPT_CHECK(params[i].device() == params[0].device(), "adamw: params on {} and {}", params[0].device().str(),
                    params[i].device().str());
     }
+    if (s.grad_scale != 1.0) {
+        // The fused kernel would divide the gradients by a scale in place (AMP's unscale): the
+        // caller's gradients must stay as they are, so a clipped step goes tensor by tensor.
+        for (size_t i = 0; i < n; ++i) adamw_update_(params[i], grads[i], exp_avgs[i], exp_avg_sqs[i], s);
+        return;
+    }
     torch::NoGradGuard no_grad;
-    const auto f32 = params[0].options().dtype(torch::kFloat32);
     // The kernel reads the 1-based step from a tensor per parameter (read only: the same one for all).
-    const auto step = torch::full({}, static_cast<double>(s.step), f32);
+    const auto step = torch::full({}, static_cast<double>(s.step), params[0].options().dtype(torch::kFloat32));
     const std::vector<torch::Tensor> steps(n, step);
-    // It divides the gradients by grad_scale (AMP's loss scale): the clip coefficient's reciprocal.
-    std::optional<torch::Tensor> inv_scale;
-    if (s.grad_scale != 1.0) inv_scale = torch::full({}, 1.0 / s.grad_scale, f32);
     at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, s.lr, s.beta1, s.beta2,
-                      s.weight_decay, s.eps, /*amsgrad=*/false, /*maximize=*/false, inv_scale, /*found_inf=*/{});
+                      s.weight_decay, s.eps, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/{},
+                      /*found_inf=*/{});
 }
 
 double sum_of_squares_chunked(const torch::Tensor& x, int64_t chunk) {

@@ -129,14 +129,16 @@ Attention::Attention(const ModelArgs& args, const TpLayout& layout, const Tensor
     o_proj_ = register_module("o_proj", std::make_shared<Linear>(n_heads_ * head_dim_, h, args.o_proj_bias, options));
 }
 
-AttentionMask attention_sdpa_mask(torch::Tensor masked_out) {
+AttentionMask attention_sdpa_mask(torch::Tensor masked_out, torch::Dtype dtype) {
     AttentionMask m;
     const auto sizes = masked_out.sizes();
     RLPT_CHECK(masked_out.dim() == 5 && masked_out.scalar_type() == torch::kBool,
                "attention_sdpa_mask: masked_out must be [B, 1, 1, T, S] bool, got {}", sizes);
     const auto flat = masked_out.view({sizes[0], 1, sizes[3], sizes[4]});
     m.no_key = flat.all(-1, /*keepdim=*/true);
-    m.allowed = flat.logical_not().logical_or(m.no_key);
+    const auto blocked = flat.logical_and(m.no_key.logical_not());
+    m.bias = torch::zeros(flat.sizes(), masked_out.options().dtype(dtype))
+                 .masked_fill_(blocked, -std::numeric_limits<double>::infinity());
     m.masked_out = std::move(masked_out);
     return m;
 }
@@ -156,7 +158,7 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const Rotary& rope, con
     if (cache != nullptr) std::tie(k, v) = cache->store(layer, k, v);
     const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
 
-    if (mask.allowed.defined() && !(cache != nullptr && t == 1)) {  // not a decode step: SDPA
+    if (mask.bias.defined() && !(cache != nullptr && t == 1)) {  // not a decode step: SDPA
         // Grouped-query attention: the CPU flash kernel reads K/V head h / group in place
         // (enable_gqa); CUDA's memory-efficient kernel, the one that takes a mask, has no GQA
         // (SDPA would fall back to the materialising math kernel), so K/V are expanded per head
@@ -166,7 +168,7 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const Rotary& rope, con
             k = k.repeat_interleave(group, 1);
             v = v.repeat_interleave(group, 1);
         }
-        auto out = at::scaled_dot_product_attention(q.masked_fill(mask.no_key, 0), k, v, mask.allowed,
+        auto out = at::scaled_dot_product_attention(q.masked_fill(mask.no_key, 0), k, v, mask.bias,
                                                     /*dropout_p=*/0.0, /*is_causal=*/false, scale,
                                                     /*enable_gqa=*/group > 1 && !expand);
         out = out.transpose(1, 2).reshape({b, t, n_heads_ * head_dim_});

@@ -79,16 +79,19 @@ struct AttentionMask {
     // materialised path (scores filled with lowest(), so a row that may see no key, a left-padding
     // position, gets uniform weights over all S keys).
     torch::Tensor masked_out;
-    // Defined when the forward attends through at::scaled_dot_product_attention (model::sdpa_attention_applies):
-    // allowed [B, 1, T, S] bool (true = may attend) with every key allowed on the rows that may see
-    // none, and no_key [B, 1, T, 1] bool marking those rows, whose queries are zeroed: all their
-    // scores are 0, so their weights are uniform over all keys, the materialised path's result
-    // (never the NaN of an all-false row), and their query gradient is 0 as there.
-    torch::Tensor allowed, no_key;
+    // Defined when the forward attends through at::scaled_dot_product_attention
+    // (model::sdpa_attention_applies): bias [B, 1, T, S] in the model dtype, added to the scores
+    // (0 = may attend, -inf = may not), with every key allowed on the rows that may see none, and
+    // no_key [B, 1, T, 1] bool marking those rows, whose queries are zeroed: all their scores are
+    // 0, so their weights are uniform over all keys, the materialised path's result (never the NaN
+    // of an all-masked row), and their query gradient is 0 as there. Additive rather than bool:
+    // SDPA converts a bool mask to this per call and keeps the copy for the backward, one per
+    // layer; this one tensor is shared by every layer.
+    torch::Tensor bias, no_key;
 };
 
-// The SDPA masks of masked_out [B, 1, 1, T, S] (AttentionMask::allowed and no_key).
-AttentionMask attention_sdpa_mask(torch::Tensor masked_out);
+// The SDPA masks of masked_out [B, 1, 1, T, S] (AttentionMask::bias in `dtype`, and no_key).
+AttentionMask attention_sdpa_mask(torch::Tensor masked_out, torch::Dtype dtype);
 
 // Modules below hold this rank's slices per `layout` (tp = 1: everything) and run their
 // collectives on `tp` (null when tp = 1).
@@ -97,7 +100,7 @@ class Attention : public torch::nn::Module {
     Attention(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp,
               const torch::TensorOptions& options);
     // x [B, T, H]; mask.masked_out [B, 1, 1, T, S] bool (true = may not attend); returns [B, T, H].
-    // With mask.allowed defined (a forward that is not a decode step, sdpa_attention_applies) through
+    // With mask.bias defined (a forward that is not a decode step, sdpa_attention_applies) through
     // at::scaled_dot_product_attention (the CPU's fused flash kernel; CUDA's memory-efficient one):
     // nothing of size [B, heads, T, S] is kept for the backward. Otherwise materialised: fp32 scores
     // and probabilities [B, heads, T, S], the probabilities cast to the model dtype (HF eager).

@@ -157,7 +157,7 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
     const auto dtype = embed_weight_.scalar_type();
     detail::AttentionMask mask;
     if (!slot_decode && sdpa_attention_ && sdpa_attention_applies(dtype, device, masked_out.size(-1))) {
-        mask = detail::attention_sdpa_mask(std::move(masked_out));
+        mask = detail::attention_sdpa_mask(std::move(masked_out), dtype);
     } else {
         mask.masked_out = std::move(masked_out);
     }

@@ -39,11 +39,12 @@ void adamw_update_(const torch::Tensor& param, const torch::Tensor& grad, const 
 // The same step for lists of tensors (one weight decay for all), as the TrainEngine runs it: one
 // call of LibTorch's fused multi-tensor AdamW (at::_fused_adamw_, torch.optim.AdamW(fused=True)'s
 // kernel) on the CPU and on CUDA, instead of a pass (CPU) or ~7 kernels (CUDA) per tensor. Each
-// entry as adamw_update_'s (contiguous float32, same numel per index, one device for all);
-// grad_scale != 1 also leaves grad · grad_scale in the gradients (the kernel unscales in place,
-// as torch's clip_grad_norm_ scales them). Equal to adamw_update_ within Adam's float32 bound
-// (tol::adam_fp32_bound), independent of the thread count. On the development VM (1 thread,
-// 50M elements, AVX-512 dispatch) it takes 0.05 s against the loop's 0.20 s.
+// entry as adamw_update_'s (contiguous float32, same numel per index, one device for all). Equal
+// to adamw_update_ within Adam's float32 bound (tol::adam_fp32_bound), independent of the thread
+// count. On the development VM (1 thread, 50M elements, AVX-512 dispatch) it takes 0.05 s against
+// the loop's 0.20 s. A clipped step (grad_scale != 1) runs adamw_update_ per tensor instead: the
+// fused kernel applies a gradient scale by dividing the gradients in place (AMP's unscale), and
+// the gradients are left untouched here, as everywhere in the engine's step.
 void adamw_update_multi_(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
                          at::TensorList exp_avg_sqs, const AdamWStep& s);
 void adamw_update_torch_(const torch::Tensor& param, const torch::Tensor& grad, const torch::Tensor& exp_avg,

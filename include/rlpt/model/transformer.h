@@ -16,9 +16,9 @@
 // Numerics follow HF's eager implementation: RMSNorm in fp32 then cast back and scaled by the
 // weight in the model dtype; rotary cos/sin computed in fp32 (HF rotate-half convention) and
 // cast to the model dtype; attention scores and softmax in fp32, probabilities cast back (or
-// at::scaled_dot_product_attention, fp32 accumulation, nothing [T, S] kept: Backbone::
-// use_sdpa_attention); SwiGLU MLP; grouped-query attention without copying K/V per head on the CPU. Parameters live in one dtype
-// (kFloat32 or kBFloat16) and on one device.
+// at::scaled_dot_product_attention, fp32 accumulation, nothing [T, S] kept:
+// Backbone::use_sdpa_attention); SwiGLU MLP; grouped-query attention without copying K/V per head
+// on the CPU. Parameters live in one dtype (kFloat32 or kBFloat16) and on one device.
 //
 // Inputs of every forward:
 //   input_ids      [B, T] int64, each in [0, vocab_size)
@@ -112,7 +112,7 @@ class Backbone : public torch::nn::Module {
     void use_fused_decode(bool on) { fused_decode_ = on; }
     // Forwards other than decode steps (training, log-probs, prefill) attend through
     // at::scaled_dot_product_attention where it applies (fp32 everywhere; bf16 on the CPU from 512
-    // keys; detail::attention_sdpa_applies): no [B, heads, T, S] scores or probabilities are kept
+    // keys; sdpa_attention_applies): no [B, heads, T, S] scores or probabilities are kept
     // for the backward. Off: always the materialised fp32 scores and probabilities (HF eager; the
     // baseline of tests and benchmarks). Equal within rounding (tests/unit/test_model_attention.cpp).
     void use_sdpa_attention(bool on) { sdpa_attention_ = on; }
