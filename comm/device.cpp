@@ -31,6 +31,16 @@ std::atomic<int> g_collectives{RLPT_HAVE_NCCL ? static_cast<int>(DeviceCollectiv
 std::atomic<int> g_device{-1};
 
 std::string join_ints(const std::vector<int>& v) { return fmt::format("{}", fmt::join(v, ",")); }
+
+// "a,b,,c" -> {a, b, c}: GPU identities as RLPT_FAKE_GPUS and gather_gpu_facts() write them.
+std::vector<std::string> split_ids(const std::string& list) {
+    std::vector<std::string> ids;
+    std::istringstream in(list);
+    for (std::string id; std::getline(in, id, ',');) {
+        if (!id.empty()) ids.push_back(id);
+    }
+    return ids;
+}
 }  // namespace
 
 const char* device_collectives_name(DeviceCollectives c) { return c == DeviceCollectives::kNccl ? "nccl" : "mpi"; }
@@ -187,10 +197,7 @@ std::vector<RankGpuFacts> gather_gpu_facts(const Communicator& world, const Plac
         out[r].node = placement.node_of_rank.at(r);
         out[r].node_name = hosts[r];
         any_fake = any_fake || all[r][0] == 'F';
-        std::istringstream in(all[r].substr(1));
-        for (std::string id; std::getline(in, id, ',');) {
-            if (!id.empty()) out[r].gpu_ids.push_back(id);
-        }
+        out[r].gpu_ids = split_ids(all[r].substr(1));
         out[r].hosts_roles = !placement.roles_of(static_cast<int>(r)).empty();
     }
     if (simulated != nullptr) *simulated = any_fake;
@@ -226,13 +233,7 @@ GpuMap setup_rank_devices(const Communicator& world, const Placement& placement,
 
 std::vector<std::string> visible_gpu_ids(int node) {
     std::vector<std::string> ids;
-    if (const char* fake = std::getenv("RLPT_FAKE_GPUS"); fake != nullptr) {
-        std::istringstream in(fake);
-        for (std::string id; std::getline(in, id, ',');) {
-            if (!id.empty()) ids.push_back(id);
-        }
-        return ids;
-    }
+    if (const char* fake = std::getenv("RLPT_FAKE_GPUS"); fake != nullptr) return split_ids(fake);
     const int n = visible_cuda_devices();
     for (int i = 0; i < n; ++i) {
         std::string id;

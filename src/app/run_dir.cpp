@@ -80,7 +80,7 @@ std::string stale_reason(const std::map<std::string, std::string>& held) {
     // A killed process whose parent has not reaped it yet still answers kill(pid, 0). Where PID 1
     // reaps late or never (containers without an init, some Slurm container plugins), every rank
     // of a job killed with SIGKILL stays a zombie: it is dead, and its lock is stale.
-    if (process_state(pid) == 'Z' || process_state(pid) == 'X') {
+    if (const char state = process_state(pid); state == 'Z' || state == 'X') {
         return "its process is gone (a zombie: it died and has not been reaped)";
     }
     std::string comm = read_text(fmt::format("/proc/{}/comm", pid));

@@ -116,6 +116,22 @@ TEST(EngineAdamW, SumOfSquaresIsExactAndThreadIndependent) {
     EXPECT_THROW(sum_of_squares(torch::zeros({3}, torch::kFloat64)), ValueError);
 }
 
+// The bits `update` leaves in (p, m, v), run at 1 and then 2 torch threads from the same inputs.
+template <typename Update>
+std::vector<torch::Tensor> at_one_and_two_threads(const torch::Tensor& p0, const torch::Tensor& m0,
+                                                  const torch::Tensor& v0, Update update) {
+    const int saved = torch::get_num_threads();
+    std::vector<torch::Tensor> out;
+    for (int threads : {1, 2}) {
+        torch::set_num_threads(threads);
+        auto p = p0.clone(), m = m0.clone(), v = v0.clone();
+        update(p, m, v);
+        out.push_back(torch::cat({p, m, v}));
+    }
+    torch::set_num_threads(saved);
+    return out;
+}
+
 TEST(EngineAdamW, FusedUpdateIsThreadIndependent) {
     // adamw.cpp is compiled with OpenMP (rlpt_parallel_for_sources), so 2 threads really split
     // the elements; each element's update is independent, so the bits must not change.
@@ -126,15 +142,8 @@ TEST(EngineAdamW, FusedUpdateIsThreadIndependent) {
     s.lr = 1e-3;
     s.weight_decay = 0.01;
     s.step = 7;
-    const int saved = torch::get_num_threads();
-    std::vector<torch::Tensor> out;
-    for (int threads : {1, 2}) {
-        torch::set_num_threads(threads);
-        auto p = p0.clone(), m = m0.clone(), v = v0.clone();
-        adamw_update_(p, g, m, v, s);
-        out.push_back(torch::cat({p, m, v}));
-    }
-    torch::set_num_threads(saved);
+    const auto out =
+        at_one_and_two_threads(p0, m0, v0, [&](auto& p, auto& m, auto& v) { adamw_update_(p, g, m, v, s); });
     EXPECT_TRUE(torch::equal(out[0], out[1]));
 }
 
@@ -191,17 +200,11 @@ TEST(EngineAdamW, MultiTensorUpdateIsThreadIndependent) {
     s.lr = 1e-3;
     s.weight_decay = 0.01;
     s.step = 7;
-    const int saved = torch::get_num_threads();
-    std::vector<torch::Tensor> out;
-    for (int threads : {1, 2}) {
-        torch::set_num_threads(threads);
-        auto p = p0.clone(), m = m0.clone(), v = v0.clone();
+    const auto out = at_one_and_two_threads(p0, m0, v0, [&](auto& p, auto& m, auto& v) {
         adamw_update_multi_({p.narrow(0, 1, 1 << 20), p.narrow(0, 0, 1)}, {g.narrow(0, 1, 1 << 20), g.narrow(0, 0, 1)},
                             {m.narrow(0, 1, 1 << 20), m.narrow(0, 0, 1)}, {v.narrow(0, 1, 1 << 20), v.narrow(0, 0, 1)},
                             s);
-        out.push_back(torch::cat({p, m, v}));
-    }
-    torch::set_num_threads(saved);
+    });
     EXPECT_TRUE(torch::equal(out[0], out[1]));
 }
 
