@@ -2,7 +2,18 @@
 # bin, src and check: a scratch directory removed on exit (entered), mpirun flags for an
 # oversubscribed machine, run <np> <args...> and the Python interpreter `py`.
 work=$(mktemp -d "/tmp/rlpt-${check}-XXXXXX")
-trap 'rm -rf "$work"' EXIT
+# RLPT_METRICS_KEEP=DIR keeps every run's metrics (timing fields dropped) in DIR/<check>/ when the
+# script ends, to compare a whole suite before and after a change (scripts/same_metrics.sh).
+keep_metrics() {
+  [ -n "${RLPT_METRICS_KEEP:-}" ] || return 0
+  local f rel
+  mkdir -p "$RLPT_METRICS_KEEP/$check"
+  while IFS= read -r f; do
+    rel=${f#"$work"/}
+    "$src/scripts/same_metrics.sh" strip "$f" "$RLPT_METRICS_KEEP/$check/${rel//\//_}" || true
+  done < <(find "$work" -name metrics.jsonl)
+}
+trap 'keep_metrics; rm -rf "$work"' EXIT
 cd "$work"
 flags=(--oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
 [ "$(id -u)" -eq 0 ] && flags+=(--allow-run-as-root)
