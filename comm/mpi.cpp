@@ -25,15 +25,12 @@ Deadline Deadline::after_seconds(double s) {
     if (s > 0 && s < 1e12) {
         d.infinite_ = false;
         d.at_ = std::chrono::steady_clock::now() +
-                std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                    std::chrono::duration<double>(s));
+                std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
     }
     return d;
 }
 
-bool Deadline::expired() const {
-    return !infinite_ && std::chrono::steady_clock::now() >= at_;
-}
+bool Deadline::expired() const { return !infinite_ && std::chrono::steady_clock::now() >= at_; }
 
 double Deadline::seconds_left() const {
     if (infinite_) return std::numeric_limits<double>::infinity();
@@ -62,9 +59,7 @@ ObserverSlot& observer_slot() {
 constexpr std::chrono::milliseconds kReportEvery{50};
 }  // namespace
 
-WaitObserver* set_wait_observer(WaitObserver* observer) {
-    return std::exchange(observer_slot().observer, observer);
-}
+WaitObserver* set_wait_observer(WaitObserver* observer) { return std::exchange(observer_slot().observer, observer); }
 
 namespace detail {
 Backoff::Backoff(const std::string* what)
@@ -87,9 +82,7 @@ void Backoff::report() {
 void Backoff::pause() {
     report();
     const PollPolicy& p = poll_policy();
-    double waited_us =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_)
-            .count();
+    double waited_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_).count();
     if (waited_us < p.spin_us) return;  // spin: the next MPI_Test is the pause
     if (waited_us < p.yield_until_us) {
         sched_yield();
@@ -108,8 +101,7 @@ void wait_all(std::vector<MPI_Request>& reqs, const Deadline& deadline, const st
     int flag = 0;
     poll_until(
         [&] {
-            RLPT_MPI_CHECK(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &flag,
-                                       MPI_STATUSES_IGNORE));
+            RLPT_MPI_CHECK(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &flag, MPI_STATUSES_IGNORE));
             return flag != 0;
         },
         deadline, what);
@@ -125,8 +117,7 @@ void wait_one(MPI_Request& req, const Deadline& deadline, const std::string& wha
         deadline, what);
 }
 
-int wait_any(std::vector<MPI_Request>& reqs, MPI_Status* status, const Deadline& deadline,
-             const std::string& what) {
+int wait_any(std::vector<MPI_Request>& reqs, MPI_Status* status, const Deadline& deadline, const std::string& what) {
     int index = MPI_UNDEFINED;
     int flag = 0;
     MPI_Status st;
@@ -317,12 +308,11 @@ void Communicator::bcast_string(std::string& s, int root, const Deadline& d) con
     if (n > 0) bcast(s.data(), n, root, d);
 }
 
-void Communicator::allgather(const void* send, void* recv, int64_t bytes_each,
-                             const Deadline& d) const {
+void Communicator::allgather(const void* send, void* recv, int64_t bytes_each, const Deadline& d) const {
     RLPT_CHECK_KIND(CommError, bytes_each < kMaxMessageBytes, "allgather item too large");
     MPI_Request req;
-    RLPT_MPI_CHECK(MPI_Iallgather(send, static_cast<int>(bytes_each), MPI_BYTE, recv,
-                                  static_cast<int>(bytes_each), MPI_BYTE, comm_, &req));
+    RLPT_MPI_CHECK(MPI_Iallgather(send, static_cast<int>(bytes_each), MPI_BYTE, recv, static_cast<int>(bytes_each),
+                                  MPI_BYTE, comm_, &req));
     wait_one(req, d, "allgather");
 }
 
@@ -332,8 +322,7 @@ std::vector<int64_t> Communicator::allgather_i64(int64_t v, const Deadline& d) c
     return out;
 }
 
-std::vector<std::string> Communicator::allgather_strings(const std::string& s,
-                                                         const Deadline& d) const {
+std::vector<std::string> Communicator::allgather_strings(const std::string& s, const Deadline& d) const {
     auto lens = allgather_i64(static_cast<int64_t>(s.size()), d);
     std::vector<int> counts(lens.size()), displs(lens.size());
     int64_t total = 0;
@@ -345,16 +334,15 @@ std::vector<std::string> Communicator::allgather_strings(const std::string& s,
     RLPT_CHECK_KIND(CommError, total < kMaxMessageBytes, "allgather_strings payload too large");
     std::string all(static_cast<size_t>(total), '\0');
     MPI_Request req;
-    RLPT_MPI_CHECK(MPI_Iallgatherv(s.data(), static_cast<int>(s.size()), MPI_BYTE, all.data(),
-                                   counts.data(), displs.data(), MPI_BYTE, comm_, &req));
+    RLPT_MPI_CHECK(MPI_Iallgatherv(s.data(), static_cast<int>(s.size()), MPI_BYTE, all.data(), counts.data(),
+                                   displs.data(), MPI_BYTE, comm_, &req));
     wait_one(req, d, "allgather of strings");
     std::vector<std::string> out;
     for (size_t i = 0; i < lens.size(); ++i) out.push_back(all.substr(displs[i], counts[i]));
     return out;
 }
 
-void Communicator::allreduce(void* data, int64_t count, MPI_Datatype type, MPI_Op op,
-                             const Deadline& d) const {
+void Communicator::allreduce(void* data, int64_t count, MPI_Datatype type, MPI_Op op, const Deadline& d) const {
     int elem = 0;
     RLPT_MPI_CHECK(MPI_Type_size(type, &elem));
     int64_t max_count = kMaxMessageBytes / elem;
@@ -390,8 +378,7 @@ int64_t Communicator::allreduce_min_i64(int64_t v) const {
     return v;
 }
 
-void isend_bytes(const void* data, int64_t bytes, int dest, int tag, MPI_Comm comm,
-                 std::vector<MPI_Request>& reqs) {
+void isend_bytes(const void* data, int64_t bytes, int dest, int tag, MPI_Comm comm, std::vector<MPI_Request>& reqs) {
     const char* p = static_cast<const char*>(data);
     for (int64_t off = 0; off < bytes; off += kMaxMessageBytes) {
         int n = static_cast<int>(std::min(kMaxMessageBytes, bytes - off));
@@ -401,8 +388,7 @@ void isend_bytes(const void* data, int64_t bytes, int dest, int tag, MPI_Comm co
     }
 }
 
-void irecv_bytes(void* data, int64_t bytes, int src, int tag, MPI_Comm comm,
-                 std::vector<MPI_Request>& reqs) {
+void irecv_bytes(void* data, int64_t bytes, int src, int tag, MPI_Comm comm, std::vector<MPI_Request>& reqs) {
     char* p = static_cast<char*>(data);
     for (int64_t off = 0; off < bytes; off += kMaxMessageBytes) {
         int n = static_cast<int>(std::min(kMaxMessageBytes, bytes - off));

@@ -30,8 +30,7 @@ char* bytes_of(const torch::Tensor& t) { return static_cast<char*>(t.data_ptr())
 
 class MpiWeightSync final : public WeightSync {
   public:
-    MpiWeightSync(Communicator comm, const WeightSyncOptions& options)
-        : WeightSync(options), comm_(std::move(comm)) {}
+    MpiWeightSync(Communicator comm, const WeightSyncOptions& options) : WeightSync(options), comm_(std::move(comm)) {}
 
     ~MpiWeightSync() override {
         if (broken_) {
@@ -45,8 +44,8 @@ class MpiWeightSync final : public WeightSync {
     std::string backend_name() const override { return "mpi"; }
 
   protected:
-    void do_sync(const std::vector<std::string>* names, std::vector<torch::Tensor>& tensors,
-                 uint64_t& version, WeightSyncStats& stats) override;
+    void do_sync(const std::vector<std::string>* names, std::vector<torch::Tensor>& tensors, uint64_t& version,
+                 WeightSyncStats& stats) override;
 
   private:
     struct InFlight {
@@ -61,7 +60,7 @@ class MpiWeightSync final : public WeightSync {
     char* slot_buffer(int slot, int64_t bytes, WeightSyncStats& stats) {
         if (static_cast<int64_t>(buffers_[slot].size()) < bytes) {
             ++stats.buffer_allocations;
-            buffers_[slot] = std::vector<char>();  // free before allocating the larger one
+            buffers_[slot] = std::vector<char>();               // free before allocating the larger one
             buffers_[slot].resize(static_cast<size_t>(bytes));  // zero-filled: faults pages now
         }
         return buffers_[slot].data();
@@ -117,8 +116,7 @@ class MpiWeightSync::Transfer {
                 data = owner_.slot_buffer(f.slot, buffer_bytes_, stats_);
                 if (root_) pack(msg, data);
             }
-            RLPT_MPI_CHECK(MPI_Ibcast(data, static_cast<int>(msg.bytes), MPI_BYTE, 0,
-                                      owner_.comm_.get(), &f.req));
+            RLPT_MPI_CHECK(MPI_Ibcast(data, static_cast<int>(msg.bytes), MPI_BYTE, 0, owner_.comm_.get(), &f.req));
             in_flight_.push_back(f);
             ++stats_.n_messages;
             while (in_flight_.size() > max_in_flight_) finish_oldest();
@@ -198,10 +196,10 @@ class MpiWeightSync::Transfer {
             if (flag) return;
             watch.report();
             if (deadline_.expired()) {
-                throw TimeoutError(fmt::format(
-                    "weight sync (mpi): deadline passed waiting for payload message {} of {} "
-                    "({} bytes); raise weight_sync.timeout_s if the transfer is just slow",
-                    f.message + 1, plan_.messages.size(), plan_.messages[f.message].bytes));
+                throw TimeoutError(
+                    fmt::format("weight sync (mpi): deadline passed waiting for payload message {} of {} "
+                                "({} bytes); raise weight_sync.timeout_s if the transfer is just slow",
+                                f.message + 1, plan_.messages.size(), plan_.messages[f.message].bytes));
             }
             sched_yield();
         }
@@ -234,11 +232,9 @@ class MpiWeightSync::Transfer {
     int64_t buffer_bytes_ = 0;
 };
 
-void MpiWeightSync::do_sync(const std::vector<std::string>* names,
-                            std::vector<torch::Tensor>& tensors, uint64_t& version,
-                            WeightSyncStats& stats) {
-    RLPT_CHECK_KIND(CommError, !broken_,
-                    "weight sync (mpi) is unusable after an earlier failure mid-transfer: {}",
+void MpiWeightSync::do_sync(const std::vector<std::string>* names, std::vector<torch::Tensor>& tensors,
+                            uint64_t& version, WeightSyncStats& stats) {
+    RLPT_CHECK_KIND(CommError, !broken_, "weight sync (mpi) is unusable after an earlier failure mid-transfer: {}",
                     broken_reason_);
     const Deadline deadline = Deadline::after_seconds(options().timeout_s);
     const Layout layout = describe_layout(names, tensors);
@@ -271,8 +267,7 @@ void MpiWeightSync::do_sync(const std::vector<std::string>* names,
 
 }  // namespace
 
-std::unique_ptr<WeightSync> make_mpi_weight_sync(Communicator comm,
-                                                 const WeightSyncOptions& options) {
+std::unique_ptr<WeightSync> make_mpi_weight_sync(Communicator comm, const WeightSyncOptions& options) {
     return std::make_unique<MpiWeightSync>(std::move(comm), options);
 }
 

@@ -35,9 +35,7 @@ class Fd {
     int fd_;
 };
 
-std::string errno_text(const char* call, int err) {
-    return fmt::format("{}: {}", call, std::strerror(err));
-}
+std::string errno_text(const char* call, int err) { return fmt::format("{}: {}", call, std::strerror(err)); }
 
 // Listener on `addr` (port 0), then a connect bounded by timeout_ms. Empty string on
 // success, else the reason.
@@ -118,8 +116,7 @@ SelfRouteProbe probe_address_routes_to_self(const std::string& numeric_address, 
     ::freeaddrinfo(res);
     out.result = why.empty() ? SelfRoute::kRoutable : SelfRoute::kNotRoutable;
     out.detail = why.empty() ? fmt::format("{} accepts connections from this host", numeric_address)
-                             : fmt::format("{} does not route back to this host ({})",
-                                           numeric_address, why);
+                             : fmt::format("{} does not route back to this host ({})", numeric_address, why);
     return out;
 }
 
@@ -138,8 +135,8 @@ SelfRouteProbe probe_hostname_routes_to_self(int timeout_ms) {
     const int rc = ::getaddrinfo(host, nullptr, &hints, &res);
     if (rc != 0 || res == nullptr) {
         out.result = SelfRoute::kUnresolved;
-        out.detail = fmt::format("hostname '{}' does not resolve ({})", host,
-                                 rc != 0 ? ::gai_strerror(rc) : "no address");
+        out.detail =
+            fmt::format("hostname '{}' does not resolve ({})", host, rc != 0 ? ::gai_strerror(rc) : "no address");
         return out;
     }
     std::vector<std::string> seen;
@@ -154,8 +151,8 @@ SelfRouteProbe probe_hostname_routes_to_self(int timeout_ms) {
         const std::string why = try_self_connect(a->ai_addr, a->ai_addrlen, timeout_ms);
         if (!why.empty()) {
             out.result = SelfRoute::kNotRoutable;
-            out.detail += fmt::format("{}{} ({}) does not route back to this host: {}",
-                                      out.detail.empty() ? "" : "; ", host, numeric, why);
+            out.detail += fmt::format("{}{} ({}) does not route back to this host: {}", out.detail.empty() ? "" : "; ",
+                                      host, numeric, why);
         }
     }
     ::freeaddrinfo(res);
@@ -170,8 +167,7 @@ SelfRouteProbe probe_hostname_routes_to_self(int timeout_ms) {
     return out;
 }
 
-NcclIfnameAction decide_nccl_ifname(const std::optional<std::string>& env_value,
-                                     SelfRoute probe, int n_nodes) {
+NcclIfnameAction decide_nccl_ifname(const std::optional<std::string>& env_value, SelfRoute probe, int n_nodes) {
     RLPT_CHECK(n_nodes >= 1, "decide_nccl_ifname: n_nodes must be >= 1, got {}", n_nodes);
     if (env_value && !env_value->empty()) return NcclIfnameAction::kHonourUser;
     RLPT_CHECK(probe != SelfRoute::kNotProbed,
@@ -195,22 +191,19 @@ NcclIfnameAction apply_nccl_ifname_policy(int n_nodes, int timeout_ms) {
             break;
         case NcclIfnameAction::kPinLoopback:
             if (::setenv("NCCL_SOCKET_IFNAME", "lo", 1) != 0) {
-                RLPT_THROW(InternalError, "setenv(NCCL_SOCKET_IFNAME=lo) failed: {}",
-                           std::strerror(errno));
+                RLPT_THROW(InternalError, "setenv(NCCL_SOCKET_IFNAME=lo) failed: {}", std::strerror(errno));
             }
-            RLPT_LOG_WARN(
-                "NCCL bootstrap: set NCCL_SOCKET_IFNAME=lo because the host's own address is {} "
-                "({}) and the job runs on one node; NCCL would otherwise hang in its first "
-                "collective. Set NCCL_SOCKET_IFNAME yourself to override.",
-                self_route_name(probe.result), probe.detail);
+            RLPT_LOG_WARN("NCCL bootstrap: set NCCL_SOCKET_IFNAME=lo because the host's own address is {} "
+                          "({}) and the job runs on one node; NCCL would otherwise hang in its first "
+                          "collective. Set NCCL_SOCKET_IFNAME yourself to override.",
+                          self_route_name(probe.result), probe.detail);
             break;
         case NcclIfnameAction::kWarnMultiNode:
-            RLPT_LOG_ERROR(
-                "NCCL bootstrap: the host's own address is {} ({}) and the job spans {} nodes, "
-                "so loopback cannot be used: NCCL may hang in its first collective. Set "
-                "NCCL_SOCKET_IFNAME to an interface the nodes reach each other on (e.g. "
-                "NCCL_SOCKET_IFNAME=eth0, or =^docker,lo to exclude).",
-                self_route_name(probe.result), probe.detail, n_nodes);
+            RLPT_LOG_ERROR("NCCL bootstrap: the host's own address is {} ({}) and the job spans {} nodes, "
+                           "so loopback cannot be used: NCCL may hang in its first collective. Set "
+                           "NCCL_SOCKET_IFNAME to an interface the nodes reach each other on (e.g. "
+                           "NCCL_SOCKET_IFNAME=eth0, or =^docker,lo to exclude).",
+                           self_route_name(probe.result), probe.detail, n_nodes);
             break;
     }
     return action;

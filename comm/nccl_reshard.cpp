@@ -44,10 +44,9 @@ class NcclP2p final : public P2pTransport {
 
     void start(bool send, void* data, int64_t bytes, int peer, const Deadline& deadline) override {
         RLPT_CUDA_CHECK(cudaDeviceSynchronize());  // torch's pack / last unpack of this buffer
-        const ncclResult_t r = send ? ncclSend(data, static_cast<size_t>(bytes), ncclUint8, peer, nccl_.get(),
-                                               stream_.get())
-                                    : ncclRecv(data, static_cast<size_t>(bytes), ncclUint8, peer, nccl_.get(),
-                                               stream_.get());
+        const ncclResult_t r =
+            send ? ncclSend(data, static_cast<size_t>(bytes), ncclUint8, peer, nccl_.get(), stream_.get())
+                 : ncclRecv(data, static_cast<size_t>(bytes), ncclUint8, peer, nccl_.get(), stream_.get());
         nccl_.enqueued(r, send ? "ncclSend" : "ncclRecv", deadline);
         cudaEvent_t e = nullptr;
         if (spare_.empty()) {

@@ -59,13 +59,14 @@ int Placement::ranks_on_node(int node) const {
 }
 
 std::string Placement::describe() const {
-    std::string s = fmt::format("placement: {} ranks on {} node{}; rank {} is the controller{}", world_size, n_nodes,
-                                n_nodes == 1 ? "" : "s", controller_rank,
-                                controller_hosts_roles ? " and hosts roles" : "");
+    std::string s =
+        fmt::format("placement: {} ranks on {} node{}; rank {} is the controller{}", world_size, n_nodes,
+                    n_nodes == 1 ? "" : "s", controller_rank, controller_hosts_roles ? " and hosts roles" : "");
     for (const auto& r : roles) {
         std::string ranks;
         for (int w : r.world_ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(w);
-        s += fmt::format("\n  {:<12} group {}  dp={} mp={}  ranks [{}]", r.role, r.group, r.dp_size(), r.mp_size, ranks);
+        s +=
+            fmt::format("\n  {:<12} group {}  dp={} mp={}  ranks [{}]", r.role, r.group, r.dp_size(), r.mp_size, ranks);
     }
     return s;
 }
@@ -340,7 +341,8 @@ int zero_shard_group_size(const Placement& p, const std::string& role, int64_t f
     }
     // 0: one group per node. A DP rank's node is its block's (blocks never span nodes).
     std::vector<int> node_of_dp;
-    for (int d = 0; d < dp; ++d) node_of_dp.push_back(p.node_of_rank.at(static_cast<size_t>(l->world_ranks[d * l->mp_size])));
+    for (int d = 0; d < dp; ++d)
+        node_of_dp.push_back(p.node_of_rank.at(static_cast<size_t>(l->world_ranks[d * l->mp_size])));
     std::vector<int> runs;  // lengths of runs of equal nodes, in DP order
     std::set<int> seen;
     for (int d = 0; d < dp; ++d) {

@@ -223,8 +223,9 @@ SingleCopy::SingleCopy(const Communicator& comm, bool enabled, const Deadline& d
                       failure);
     }
     if (me == 0) {
-        RLPT_LOG_INFO("weight transfer (mpi): single copy (process_vm_readv/writev) between {} of {} same-host rank pairs{}",
-                      n_pairs_, same_host, enabled ? "" : " (off on rank 0: RLPT_RESHARD_CMA=0 or the options)");
+        RLPT_LOG_INFO(
+            "weight transfer (mpi): single copy (process_vm_readv/writev) between {} of {} same-host rank pairs{}",
+            n_pairs_, same_host, enabled ? "" : " (off on rank 0: RLPT_RESHARD_CMA=0 or the options)");
     }
 }
 
@@ -326,8 +327,9 @@ void SingleCopy::start(std::vector<Move> moves, bool same_layouts) {
                        p, in_layouts_[i].size());
         } else if (n_in[i] > 0) {
             in_layouts_[i].resize(n_in[i]);
-            RLPT_MPI_CHECK(MPI_Irecv(in_layouts_[i].data(), static_cast<int>(in_layouts_[i].size() * sizeof(RegionLayout)),
-                                     MPI_BYTE, p, kLayoutTag, comm_.get(), &layout_requests_[i]));
+            RLPT_MPI_CHECK(MPI_Irecv(in_layouts_[i].data(),
+                                     static_cast<int>(in_layouts_[i].size() * sizeof(RegionLayout)), MPI_BYTE, p,
+                                     kLayoutTag, comm_.get(), &layout_requests_[i]));
         }
         if (!out_layouts_[i].empty()) {
             if (!reuse) {

@@ -140,11 +140,11 @@ class SingleCopy {
     // The exchange in flight.
     std::vector<Move> moves_;
     std::vector<std::vector<RegionLayout>> out_layouts_, in_layouts_;  // per peer (in: kept for same_layouts)
-    bool have_layouts_ = false;  // in_layouts_ hold the last completed exchange's
-    std::vector<MPI_Request> out_requests_;                             // layouts sent, "done" sent
-    std::vector<MPI_Request> layout_requests_;                          // per peer: its layouts
-    std::vector<MPI_Request> done_requests_;                            // per active peer: its "done"
-    std::vector<int64_t> done_status_, sent_status_;                    // per peer: 0 ok, 1 failed
+    bool have_layouts_ = false;                                        // in_layouts_ hold the last completed exchange's
+    std::vector<MPI_Request> out_requests_;                            // layouts sent, "done" sent
+    std::vector<MPI_Request> layout_requests_;                         // per peer: its layouts
+    std::vector<MPI_Request> done_requests_;                           // per active peer: its "done"
+    std::vector<int64_t> done_status_, sent_status_;                   // per peer: 0 ok, 1 failed
     std::string error_;
 };
 

@@ -22,7 +22,8 @@ namespace rlpt::comm {
 
 std::string ReshardPlan::describe() const {
     std::string s = fmt::format("senders {}\n", n_senders);
-    for (size_t t = 0; t < full_shapes.size(); ++t) s += fmt::format("shape {} [{}]\n", t, fmt::join(full_shapes[t], ", "));
+    for (size_t t = 0; t < full_shapes.size(); ++t)
+        s += fmt::format("shape {} [{}]\n", t, fmt::join(full_shapes[t], ", "));
     for (const auto& p : pieces) {
         s += fmt::format("t{} {}->{} dim {} src {} dst {} len {}\n", p.tensor, p.src, p.dst, p.dim, p.src_offset,
                          p.dst_offset, p.length);
@@ -206,9 +207,9 @@ void run_round(P2pTransport& transport, int me, const std::vector<RegionTransfer
 // enough; freed after the call unless `keep_staging`). `same_layouts`: every rank agreed that this
 // list is the one of the previous call on this transport (same regions, same addresses) and every
 // rank has entered this call, so the single-copy layouts need not move again (SingleCopy::start).
-void move_regions(P2pTransport& transport, int me, int n, const std::vector<RegionTransfer>& transfers,
-                  int64_t budget, torch::Tensor& staging, bool keep_staging, bool same_layouts,
-                  const Deadline& deadline, RegionExchangeStats& stats) {
+void move_regions(P2pTransport& transport, int me, int n, const std::vector<RegionTransfer>& transfers, int64_t budget,
+                  torch::Tensor& staging, bool keep_staging, bool same_layouts, const Deadline& deadline,
+                  RegionExchangeStats& stats) {
     using Clock = std::chrono::steady_clock;
     auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
     torch::NoGradGuard no_grad;
@@ -229,10 +230,10 @@ void move_regions(P2pTransport& transport, int me, int n, const std::vector<Regi
         // outside any arena); else the end whose region alone is strided (short runs are cheaper
         // locally under CMA, comm/single_copy.h); else the end that copies less so far, so idle
         // senders share the work of busy receivers.
-        const bool push = t.src_shared != t.dst_shared         ? t.dst_shared
-                          : t.src_contiguous != t.dst_contiguous ? !t.src_contiguous
-                                                                 : copying[static_cast<size_t>(t.src)] <
-                                                                       copying[static_cast<size_t>(t.dst)];
+        const bool push = t.src_shared != t.dst_shared ? t.dst_shared
+                          : t.src_contiguous != t.dst_contiguous
+                              ? !t.src_contiguous
+                              : copying[static_cast<size_t>(t.src)] < copying[static_cast<size_t>(t.dst)];
         copying[static_cast<size_t>(push ? t.src : t.dst)] += t.bytes;
         if (t.src != me && t.dst != me) continue;
         moves.push_back({t.src, t.dst, t.bytes, push, layout_of(t.src == me ? t.src_region : t.dst_region)});
@@ -284,12 +285,12 @@ void move_regions(P2pTransport& transport, int me, int n, const std::vector<Regi
 // What every rank contributes to the one all-gather that opens a sync (the agreement).
 struct SyncCard {
     uint64_t magic = 0;
-    uint64_t version = 0;        // the caller's; rank 0's is the sync's
-    uint64_t agreement = 0;      // hash of the plan, names and dtypes: every rank's must be rank 0's
-    uint64_t bucket_bytes = 0;   // the options'; rank 0's is the sync's
-    int64_t ok = 0;              // 1: this rank can take part (local_problem found nothing)
-    int64_t cached = 0;          // 1: plan, names, dtypes, local sizes, strides and data pointers as in its cache
-    int64_t generation = 0;      // which sync built this rank's cache (0: none)
+    uint64_t version = 0;       // the caller's; rank 0's is the sync's
+    uint64_t agreement = 0;     // hash of the plan, names and dtypes: every rank's must be rank 0's
+    uint64_t bucket_bytes = 0;  // the options'; rank 0's is the sync's
+    int64_t ok = 0;             // 1: this rank can take part (local_problem found nothing)
+    int64_t cached = 0;         // 1: plan, names, dtypes, local sizes, strides and data pointers as in its cache
+    int64_t generation = 0;     // which sync built this rank's cache (0: none)
 };
 constexpr uint64_t kReshardMagic = 0x524c5054'52534844ULL;  // "RLPTRSHD"
 
@@ -385,7 +386,8 @@ void P2pWeightReshard::resolve(const std::vector<torch::Tensor>& tensors, const 
 // contiguous in that rank's tensor (every rank's local sizes are all-gathered to know the
 // other ends: row slices and whole tensors on both ends, a row-parallel column slice on the end
 // holding exactly that slice), staged otherwise. Collective (the all-gather).
-std::vector<RegionTransfer> P2pWeightReshard::transfers(const ReshardPlan& plan, const std::vector<torch::Tensor>& tensors,
+std::vector<RegionTransfer> P2pWeightReshard::transfers(const ReshardPlan& plan,
+                                                        const std::vector<torch::Tensor>& tensors,
                                                         const std::vector<int64_t>& elem_size, int64_t bucket_bytes,
                                                         const Deadline& deadline) const {
     const int me = comm_.rank();
@@ -468,7 +470,8 @@ std::vector<int64_t> local_state(const ReshardPlan& plan, const std::vector<std:
     for (const ReshardPiece& p : plan.pieces)
         s.insert(s.end(), {p.tensor, p.src, p.dst, p.dim, p.src_offset, p.dst_offset, p.length});
     uint64_t h = kFnvOffset;
-    for (const auto& name : names) h = fnv1a_bytes(h, name.data(), static_cast<int64_t>(name.size()) + 1);  // with the NUL
+    for (const auto& name : names)
+        h = fnv1a_bytes(h, name.data(), static_cast<int64_t>(name.size()) + 1);  // with the NUL
     s.push_back(static_cast<int64_t>(names.size()));
     s.push_back(static_cast<int64_t>(h));
     s.push_back(static_cast<int64_t>(tensors.size()));
@@ -676,7 +679,11 @@ void P2pRegionExchange::run(const std::vector<RegionTransfer>& transfers) {
     std::vector<torch::Tensor> mine;
     for (size_t i = 0; i < transfers.size(); ++i) {
         const RegionTransfer& t = transfers[i];
-        const int64_t meta[6] = {t.src, t.dst, t.bytes, t.src_contiguous ? 1 : 0, t.dst_contiguous ? 1 : 0,
+        const int64_t meta[6] = {t.src,
+                                 t.dst,
+                                 t.bytes,
+                                 t.src_contiguous ? 1 : 0,
+                                 t.dst_contiguous ? 1 : 0,
                                  (t.src_shared ? 2 : 0) + (t.dst_shared ? 1 : 0)};
         if (t.src != t.dst) hash = fnv1a_bytes(hash, meta, sizeof(meta));  // local copies are the rank's own
         if (!problem.empty()) continue;
@@ -711,7 +718,8 @@ void P2pRegionExchange::run(const std::vector<RegionTransfer>& transfers) {
     std::vector<int64_t> cards(2 * static_cast<size_t>(n));
     comm_.allgather(mine_card, cards.data(), sizeof(mine_card), deadline);
     bool agreed = true;
-    for (size_t r = 0; r < static_cast<size_t>(n); ++r) agreed = agreed && cards[2 * r] == cards[0] && cards[2 * r + 1] == 1;
+    for (size_t r = 0; r < static_cast<size_t>(n); ++r)
+        agreed = agreed && cards[2 * r] == cards[0] && cards[2 * r + 1] == 1;
     if (!agreed) {
         const auto problems = comm_.allgather_strings(problem, deadline);
         std::string mismatch;
@@ -749,7 +757,9 @@ class MpiP2p final : public P2pTransport {
     void begin(const Deadline& deadline) override {
         if (want_single_copy_ && !single_copy_) single_copy_ = std::make_unique<SingleCopy>(comm_, true, deadline);
     }
-    SingleCopy* single_copy() override { return single_copy_ && single_copy_->pairs() > 0 ? single_copy_.get() : nullptr; }
+    SingleCopy* single_copy() override {
+        return single_copy_ && single_copy_->pairs() > 0 ? single_copy_.get() : nullptr;
+    }
     void abandon() noexcept override {
         if (single_copy_) single_copy_->abandon();
     }

@@ -11,8 +11,7 @@
 #include "weight_sync_backends.h"
 #include "weight_sync_plan.h"
 
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-              "weights_checksum reads 64-bit words as little-endian");
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "weights_checksum reads 64-bit words as little-endian");
 
 namespace rlpt::comm {
 namespace detail {
@@ -31,10 +30,9 @@ uint64_t fnv1a_words(uint64_t h, const void* data, int64_t bytes) {
 
 void check_options(const WeightSyncOptions& o) {
     RLPT_CHECK_KIND(ConfigError, o.bucket_bytes >= 1 && o.bucket_bytes <= kMaxMessageBytes,
-                    "weight_sync.bucket_bytes must be in [1, {}], got {}", kMaxMessageBytes,
-                    o.bucket_bytes);
-    RLPT_CHECK_KIND(ConfigError, o.inplace_min_bytes >= 0,
-                    "weight_sync.inplace_min_bytes must be >= 0, got {}", o.inplace_min_bytes);
+                    "weight_sync.bucket_bytes must be in [1, {}], got {}", kMaxMessageBytes, o.bucket_bytes);
+    RLPT_CHECK_KIND(ConfigError, o.inplace_min_bytes >= 0, "weight_sync.inplace_min_bytes must be >= 0, got {}",
+                    o.inplace_min_bytes);
     RLPT_CHECK_KIND(ConfigError, o.n_buffers >= 1 && o.n_buffers <= 64,
                     "weight_sync.n_buffers must be in [1, 64], got {}", o.n_buffers);
 }
@@ -62,14 +60,13 @@ std::string describe_difference(const std::string& root_text, const Layout& mine
     auto my_lines = split_lines(mine.text);
     std::string out;
     if (root_lines.size() != my_lines.size()) {
-        out = fmt::format("the root sends {} tensors, this rank has {}", root_lines.size(),
-                          my_lines.size());
+        out = fmt::format("the root sends {} tensors, this rank has {}", root_lines.size(), my_lines.size());
     }
     for (size_t i = 0; i < std::min(root_lines.size(), my_lines.size()); ++i) {
         if (root_lines[i] != my_lines[i]) {
             if (!out.empty()) out += "; ";
-            out += fmt::format("first difference at tensor {}: root has '{}', this rank has '{}'",
-                               i, root_lines[i], my_lines[i]);
+            out += fmt::format("first difference at tensor {}: root has '{}', this rank has '{}'", i, root_lines[i],
+                               my_lines[i]);
             break;
         }
     }
@@ -77,13 +74,11 @@ std::string describe_difference(const std::string& root_text, const Layout& mine
 }
 }  // namespace
 
-Layout describe_layout(const std::vector<std::string>* names,
-                       const std::vector<torch::Tensor>& tensors) {
+Layout describe_layout(const std::vector<std::string>* names, const std::vector<torch::Tensor>& tensors) {
     Layout layout;
     layout.has_names = names != nullptr;
     if (names && names->size() != tensors.size()) {
-        layout.local_error =
-            fmt::format("{} names given for {} tensors", names->size(), tensors.size());
+        layout.local_error = fmt::format("{} names given for {} tensors", names->size(), tensors.size());
     }
     layout.nbytes.reserve(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i) {
@@ -98,19 +93,16 @@ Layout describe_layout(const std::vector<std::string>* names,
         } else if (t.layout() != torch::kStrided) {
             layout.text += fmt::format("{} {} non-strided\n", i, name);
             if (layout.local_error.empty()) {
-                layout.local_error =
-                    fmt::format("tensor {} ('{}') is not a dense (strided) tensor", i, name);
+                layout.local_error = fmt::format("tensor {} ('{}') is not a dense (strided) tensor", i, name);
             }
         } else {
             n = t.numel() * static_cast<int64_t>(t.element_size());
-            layout.text += fmt::format("{} {} {} {}\n", i, name, c10::toString(t.scalar_type()),
-                                       join_sizes(t.sizes()));
+            layout.text += fmt::format("{} {} {} {}\n", i, name, c10::toString(t.scalar_type()), join_sizes(t.sizes()));
         }
         layout.nbytes.push_back(n);
         layout.total_bytes += n;
     }
-    layout.hash = fnv1a_bytes(kFnvOffset, layout.text.data(),
-                              static_cast<int64_t>(layout.text.size()));
+    layout.hash = fnv1a_bytes(kFnvOffset, layout.text.data(), static_cast<int64_t>(layout.text.size()));
     return layout;
 }
 
@@ -135,8 +127,7 @@ std::string agree_on_layout(const Communicator& comm, WireHeader& header, const 
     std::string problem = layout.local_error;
     if (problem.empty() && !root) {
         if (header.magic != kWireMagic) {
-            problem = fmt::format("bad weight-sync header magic {:#x} (peer is not a weight sync?)",
-                                  header.magic);
+            problem = fmt::format("bad weight-sync header magic {:#x} (peer is not a weight sync?)", header.magic);
         } else if ((header.has_names != 0) != layout.has_names) {
             problem = header.has_names ? "the root passed parameter names, this rank did not"
                                        : "this rank passed parameter names, the root did not";
@@ -161,16 +152,15 @@ std::string agree_on_layout(const Communicator& comm, WireHeader& header, const 
 
     std::string bad_list;
     for (int r : bad) bad_list += (bad_list.empty() ? "" : ", ") + std::to_string(r);
-    std::string msg = fmt::format(
-        "weight sync of version {} refused before any payload moved: sync-communicator rank(s) "
-        "{} disagree with the root's layout ({} tensors, {} bytes)",
-        header.version, bad_list, header.n_tensors, header.total_bytes);
+    std::string msg =
+        fmt::format("weight sync of version {} refused before any payload moved: sync-communicator rank(s) "
+                    "{} disagree with the root's layout ({} tensors, {} bytes)",
+                    header.version, bad_list, header.n_tensors, header.total_bytes);
     if (!problem.empty()) msg += fmt::format("; on this rank ({}): {}", comm.rank(), problem);
     return msg;
 }
 
-SyncPlan make_plan(const std::vector<int64_t>& nbytes, int64_t bucket_bytes,
-                   int64_t inplace_min_bytes) {
+SyncPlan make_plan(const std::vector<int64_t>& nbytes, int64_t bucket_bytes, int64_t inplace_min_bytes) {
     RLPT_ASSERT(bucket_bytes >= 1);
     SyncPlan plan;
     plan.last_message_of_tensor.assign(nbytes.size(), -1);
@@ -224,16 +214,13 @@ namespace {
 // "auto": picks the backend collectively at the first sync.
 class AutoWeightSync final : public WeightSync {
   public:
-    AutoWeightSync(Communicator comm, const WeightSyncOptions& options)
-        : WeightSync(options), comm_(std::move(comm)) {}
+    AutoWeightSync(Communicator comm, const WeightSyncOptions& options) : WeightSync(options), comm_(std::move(comm)) {}
 
-    std::string backend_name() const override {
-        return inner_ ? inner_->backend_name() : std::string("auto");
-    }
+    std::string backend_name() const override { return inner_ ? inner_->backend_name() : std::string("auto"); }
 
   protected:
-    void do_sync(const std::vector<std::string>* names, std::vector<torch::Tensor>& tensors,
-                 uint64_t& version, WeightSyncStats& stats) override {
+    void do_sync(const std::vector<std::string>* names, std::vector<torch::Tensor>& tensors, uint64_t& version,
+                 WeightSyncStats& stats) override {
         if (!inner_) resolve(tensors);
         if (names) {
             inner_->sync(*names, tensors, version);
@@ -268,9 +255,7 @@ class AutoWeightSync final : public WeightSync {
 }  // namespace
 }  // namespace detail
 
-WeightSync::WeightSync(WeightSyncOptions options) : options_(options) {
-    detail::check_options(options_);
-}
+WeightSync::WeightSync(WeightSyncOptions options) : options_(options) { detail::check_options(options_); }
 
 void WeightSync::sync(std::vector<torch::Tensor>& tensors, uint64_t& version) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -280,8 +265,7 @@ void WeightSync::sync(std::vector<torch::Tensor>& tensors, uint64_t& version) {
     stats_ = stats;
 }
 
-void WeightSync::sync(const std::vector<std::string>& names, std::vector<torch::Tensor>& tensors,
-                      uint64_t& version) {
+void WeightSync::sync(const std::vector<std::string>& names, std::vector<torch::Tensor>& tensors, uint64_t& version) {
     const auto t0 = std::chrono::steady_clock::now();
     WeightSyncStats stats;
     do_sync(&names, tensors, version, stats);

@@ -11,16 +11,14 @@
 namespace rlpt::comm::detail {
 
 // Takes ownership of an already duplicated communicator.
-std::unique_ptr<WeightSync> make_mpi_weight_sync(Communicator comm,
-                                                 const WeightSyncOptions& options);
+std::unique_ptr<WeightSync> make_mpi_weight_sync(Communicator comm, const WeightSyncOptions& options);
 
 #if RLPT_HAVE_NCCL
 // Number of CUDA devices this process can use; 0 when there is no driver or no device.
 int cuda_device_count();
 // Takes ownership of an already duplicated communicator. The NCCL communicator is created
 // at the first sync (collective), on the CUDA device of that sync's tensors.
-std::unique_ptr<WeightSync> make_nccl_weight_sync(Communicator comm,
-                                                  const WeightSyncOptions& options);
+std::unique_ptr<WeightSync> make_nccl_weight_sync(Communicator comm, const WeightSyncOptions& options);
 #endif
 
 }  // namespace rlpt::comm::detail

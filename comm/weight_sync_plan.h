@@ -26,8 +26,7 @@ struct Layout {
     // failure is collective.
     std::string local_error;
 };
-Layout describe_layout(const std::vector<std::string>* names,
-                       const std::vector<torch::Tensor>& tensors);
+Layout describe_layout(const std::vector<std::string>* names, const std::vector<torch::Tensor>& tensors);
 
 // Fixed-size header broadcast by the root at the start of every sync.
 struct WireHeader {
@@ -58,8 +57,8 @@ std::string agree_on_layout(const Communicator& comm, WireHeader& header, const 
 // A contiguous byte range of one tensor inside one message.
 struct Piece {
     int tensor = 0;
-    int64_t tensor_offset = 0;  // bytes into the tensor (row-major logical order)
-    int64_t message_offset = 0; // bytes into the message
+    int64_t tensor_offset = 0;   // bytes into the tensor (row-major logical order)
+    int64_t message_offset = 0;  // bytes into the message
     int64_t bytes = 0;
 };
 
@@ -84,8 +83,7 @@ struct SyncPlan {
 int64_t pack_buffer_bytes(const SyncPlan& plan, const std::vector<bool>& direct);
 
 // Pure function of the byte counts and the two sizes: identical on every rank.
-SyncPlan make_plan(const std::vector<int64_t>& nbytes, int64_t bucket_bytes,
-                   int64_t inplace_min_bytes);
+SyncPlan make_plan(const std::vector<int64_t>& nbytes, int64_t bucket_bytes, int64_t inplace_min_bytes);
 
 // 64-bit FNV-1a (rlpt/core/fnv.h) and its word-wise variant used by weights_checksum (see
 // weight_sync.h).

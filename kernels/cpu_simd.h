@@ -90,8 +90,7 @@ inline SmallMatmulIsa best_isa() {
         if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
             best = SmallMatmulIsa::kAvx512;
-        else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-            best = SmallMatmulIsa::kAvx2;
+        else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = SmallMatmulIsa::kAvx2;
 #endif
         const char* cap = std::getenv("RLPT_CPU_ISA");
         if (cap == nullptr || *cap == '\0') return best;

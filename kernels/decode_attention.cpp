@@ -131,8 +131,8 @@ torch::Tensor cache_layout(const torch::Tensor& t) {
 }
 
 // q [B, n_kv, G, hd] -> out, running the kernel (or its reference) over k/v of `shape`.
-torch::Tensor launch(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                     const bool* masked, RowMap rows, AttentionShape shape, double scale, bool reference) {
+torch::Tensor launch(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const bool* masked,
+                     RowMap rows, AttentionShape shape, double scale, bool reference) {
     const auto dt = q.scalar_type();
     const auto qf = q.to(torch::kFloat32).contiguous();
     auto out = torch::empty(q.sizes(), q.options().dtype(torch::kFloat32));
@@ -142,16 +142,11 @@ torch::Tensor launch(const torch::Tensor& q, const torch::Tensor& k, const torch
     auto go = [&](const auto* kp, const auto* vp) {
         using T = std::remove_const_t<std::remove_pointer_t<decltype(kp)>>;
         if (reference)
-            detail::decode_attention_ref(qf.data_ptr<float>(), kp, vp, masked, rows, shape, sc,
-                                         out.data_ptr<float>());
-        else
-            detail::run(detail::Task<T>{qf.data_ptr<float>(), kp, vp, masked, rows, shape, sc,
-                                        out.data_ptr<float>()});
+            detail::decode_attention_ref(qf.data_ptr<float>(), kp, vp, masked, rows, shape, sc, out.data_ptr<float>());
+        else detail::run(detail::Task<T>{qf.data_ptr<float>(), kp, vp, masked, rows, shape, sc, out.data_ptr<float>()});
     };
-    if (dt == torch::kFloat32)
-        go(k.data_ptr<float>(), v.data_ptr<float>());
-    else
-        go(static_cast<const uint16_t*>(k.data_ptr()), static_cast<const uint16_t*>(v.data_ptr()));
+    if (dt == torch::kFloat32) go(k.data_ptr<float>(), v.data_ptr<float>());
+    else go(static_cast<const uint16_t*>(k.data_ptr()), static_cast<const uint16_t*>(v.data_ptr()));
     return out.to(dt);
 }
 
@@ -162,8 +157,8 @@ std::pair<torch::Tensor, torch::Tensor> checked_kv(const torch::Tensor& q, const
     const auto dt = q.scalar_type();
     RLPT_CHECK((dt == torch::kFloat32 || dt == torch::kBFloat16) && k_in.scalar_type() == dt &&
                    v_in.scalar_type() == dt,
-               "decode_attention: q, k, v must all be float32 or all bfloat16, got {} {} {}",
-               c10::toString(dt), c10::toString(k_in.scalar_type()), c10::toString(v_in.scalar_type()));
+               "decode_attention: q, k, v must all be float32 or all bfloat16, got {} {} {}", c10::toString(dt),
+               c10::toString(k_in.scalar_type()), c10::toString(v_in.scalar_type()));
     RLPT_CHECK(q.is_cpu() && k_in.is_cpu() && v_in.is_cpu(), "decode_attention: CPU tensors only");
     auto k = cache_layout(k_in), v = cache_layout(v_in);
     if (k.stride(0) != v.stride(0) || k.stride(1) != v.stride(1)) {
@@ -175,14 +170,13 @@ std::pair<torch::Tensor, torch::Tensor> checked_kv(const torch::Tensor& q, const
 
 torch::Tensor attention_impl(const torch::Tensor& q, const torch::Tensor& k_in, const torch::Tensor& v_in,
                              const torch::Tensor& key_masked, double scale, bool reference) {
-    RLPT_CHECK(
-        q.defined() && k_in.defined() && v_in.defined() && key_masked.defined() && q.dim() == 4 &&
-            k_in.dim() == 4 && k_in.sizes() == v_in.sizes() && q.size(0) == k_in.size(0) &&
-            q.size(1) == k_in.size(1) && q.size(3) == k_in.size(3) && key_masked.dim() == 2 &&
-            key_masked.size(0) == k_in.size(0) && key_masked.size(1) == k_in.size(2),
-        "decode_attention: expected q [B, n_kv, G, hd], k and v [B, n_kv, S, hd], key_masked [B, S]; got q "
-        "{} k {} v {} key_masked {}",
-        q.sizes(), k_in.sizes(), v_in.sizes(), key_masked.sizes());
+    RLPT_CHECK(q.defined() && k_in.defined() && v_in.defined() && key_masked.defined() && q.dim() == 4 &&
+                   k_in.dim() == 4 && k_in.sizes() == v_in.sizes() && q.size(0) == k_in.size(0) &&
+                   q.size(1) == k_in.size(1) && q.size(3) == k_in.size(3) && key_masked.dim() == 2 &&
+                   key_masked.size(0) == k_in.size(0) && key_masked.size(1) == k_in.size(2),
+               "decode_attention: expected q [B, n_kv, G, hd], k and v [B, n_kv, S, hd], key_masked [B, S]; got q "
+               "{} k {} v {} key_masked {}",
+               q.sizes(), k_in.sizes(), v_in.sizes(), key_masked.sizes());
     RLPT_CHECK(key_masked.scalar_type() == torch::kBool && key_masked.is_cpu(),
                "decode_attention: key_masked must be a CPU bool tensor, got {}",
                c10::toString(key_masked.scalar_type()));
@@ -193,18 +187,17 @@ torch::Tensor attention_impl(const torch::Tensor& q, const torch::Tensor& k_in, 
 }
 
 torch::Tensor slots_impl(const torch::Tensor& q, const torch::Tensor& k_in, const torch::Tensor& v_in,
-                         const torch::Tensor& slots, const torch::Tensor& lengths, double scale,
-                         bool reference) {
+                         const torch::Tensor& slots, const torch::Tensor& lengths, double scale, bool reference) {
     RLPT_CHECK(q.defined() && k_in.defined() && v_in.defined() && slots.defined() && lengths.defined() &&
-                   q.dim() == 4 && k_in.dim() == 4 && k_in.sizes() == v_in.sizes() &&
-                   q.size(1) == k_in.size(1) && q.size(3) == k_in.size(3) && slots.dim() == 1 &&
-                   lengths.dim() == 1 && slots.size(0) == q.size(0) && lengths.size(0) == q.size(0),
+                   q.dim() == 4 && k_in.dim() == 4 && k_in.sizes() == v_in.sizes() && q.size(1) == k_in.size(1) &&
+                   q.size(3) == k_in.size(3) && slots.dim() == 1 && lengths.dim() == 1 && slots.size(0) == q.size(0) &&
+                   lengths.size(0) == q.size(0),
                "decode_attention_slots: expected q [B, n_kv, G, hd], k and v [N, n_kv, T, hd], slots and "
                "lengths [B]; "
                "got q {} k {} v {} slots {} lengths {}",
                q.sizes(), k_in.sizes(), v_in.sizes(), slots.sizes(), lengths.sizes());
-    RLPT_CHECK(slots.scalar_type() == torch::kInt64 && lengths.scalar_type() == torch::kInt64 &&
-                   slots.is_cpu() && lengths.is_cpu(),
+    RLPT_CHECK(slots.scalar_type() == torch::kInt64 && lengths.scalar_type() == torch::kInt64 && slots.is_cpu() &&
+                   lengths.is_cpu(),
                "decode_attention_slots: slots and lengths must be CPU int64 tensors");
     const auto sl = slots.contiguous(), ln = lengths.contiguous();
     const int64_t b = q.size(0), n = k_in.size(0), t = k_in.size(2);
@@ -212,8 +205,8 @@ torch::Tensor slots_impl(const torch::Tensor& q, const torch::Tensor& k_in, cons
     int64_t longest = 0;
     for (int64_t i = 0; i < b; ++i) {
         RLPT_CHECK(sp[i] >= 0 && sp[i] < n && lp[i] >= 1 && lp[i] <= t,
-                   "decode_attention_slots: row {} reads slot {} (of {}) over {} keys (must be in [1, {}])",
-                   i, sp[i], n, lp[i], t);
+                   "decode_attention_slots: row {} reads slot {} (of {}) over {} keys (must be in [1, {}])", i, sp[i],
+                   n, lp[i], t);
         longest = std::max(longest, lp[i]);
     }
     // Only the attended positions [0, longest) need the kernel's layout.
@@ -254,9 +247,8 @@ torch::Tensor decode_attention_slots(const torch::Tensor& q, const torch::Tensor
     return detail::slots_impl(q, k, v, slots, lengths, scale, /*reference=*/false);
 }
 
-torch::Tensor decode_attention_slots_reference(const torch::Tensor& q, const torch::Tensor& k,
-                                               const torch::Tensor& v, const torch::Tensor& slots,
-                                               const torch::Tensor& lengths, double scale) {
+torch::Tensor decode_attention_slots_reference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                               const torch::Tensor& slots, const torch::Tensor& lengths, double scale) {
     return detail::slots_impl(q, k, v, slots, lengths, scale, /*reference=*/true);
 }
 

@@ -13,8 +13,8 @@ namespace rlpt::kernels::detail {
 namespace {
 
 template <typename T>
-void reference(const float* q, const T* k, const T* v, const bool* masked, RowMap rows,
-               const AttentionShape& a, float scale, float* out) {
+void reference(const float* q, const T* k, const T* v, const bool* masked, RowMap rows, const AttentionShape& a,
+               float scale, float* out) {
     std::vector<double> p;
     for (int64_t b = 0; b < a.b; ++b) {
         const int64_t s_n = rows.len ? rows.len[b] : a.s;
@@ -26,7 +26,8 @@ void reference(const float* q, const T* k, const T* v, const bool* masked, RowMa
                 double mx = -std::numeric_limits<double>::infinity();
                 for (int64_t s = 0; s < s_n; ++s) {
                     double d = 0;
-                    for (int64_t e = 0; e < a.hd; ++e) d += static_cast<double>(qr[e]) * scalar(k[kv_off + s * a.hd + e]);
+                    for (int64_t e = 0; e < a.hd; ++e)
+                        d += static_cast<double>(qr[e]) * scalar(k[kv_off + s * a.hd + e]);
                     const bool off = masked != nullptr && masked[b * a.s + s];
                     p[static_cast<size_t>(s)] = off ? std::numeric_limits<float>::lowest() : d * scale;
                     mx = std::max(mx, p[static_cast<size_t>(s)]);
@@ -51,8 +52,8 @@ void decode_attention_ref(const float* q, const float* k, const float* v, const 
                           const AttentionShape& shape, float scale, float* out) {
     reference(q, k, v, masked, rows, shape, scale, out);
 }
-void decode_attention_ref(const float* q, const uint16_t* k, const uint16_t* v, const bool* masked,
-                          RowMap rows, const AttentionShape& shape, float scale, float* out) {
+void decode_attention_ref(const float* q, const uint16_t* k, const uint16_t* v, const bool* masked, RowMap rows,
+                          const AttentionShape& shape, float scale, float* out) {
     reference(q, k, v, masked, rows, shape, scale, out);
 }
 

@@ -31,13 +31,12 @@ void check_norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Ten
 
 void check_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin, int64_t hd) {
     const int64_t width = x.defined() && x.dim() == 2 ? x.size(1) : -1;
-    RLPT_CHECK(hd > 0 && hd % 2 == 0 && width >= 0 && width % hd == 0 && float_rows(x, width) &&
-                   float_rows(cos, hd) && float_rows(sin, hd) && cos.size(0) == x.size(0) &&
-                   sin.size(0) == x.size(0),
+    RLPT_CHECK(hd > 0 && hd % 2 == 0 && width >= 0 && width % hd == 0 && float_rows(x, width) && float_rows(cos, hd) &&
+                   float_rows(sin, hd) && cos.size(0) == x.size(0) && sin.size(0) == x.size(0),
                "rotary_inplace: x must be float32 CPU [M, heads * {}] and cos, sin [M, {}] (head_dim even), got x {} "
                "cos {} sin {}",
-               hd, hd, x.defined() ? x.sizes() : torch::IntArrayRef{}, cos.defined() ? cos.sizes() : torch::IntArrayRef{},
-               sin.defined() ? sin.sizes() : torch::IntArrayRef{});
+               hd, hd, x.defined() ? x.sizes() : torch::IntArrayRef{},
+               cos.defined() ? cos.sizes() : torch::IntArrayRef{}, sin.defined() ? sin.sizes() : torch::IntArrayRef{});
 }
 
 }  // namespace
@@ -90,8 +89,8 @@ void rotary_inplace(const torch::Tensor& x, const torch::Tensor& cos, const torc
 void rotary_inplace_reference(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                               int64_t head_dim) {
     check_rotary(x, cos, sin, head_dim);
-    detail::rotary_ref(x.data_ptr<float>(), row_stride(x), x.size(0), x.size(1), cos.data_ptr<float>(),
-                       row_stride(cos), sin.data_ptr<float>(), row_stride(sin), head_dim);
+    detail::rotary_ref(x.data_ptr<float>(), row_stride(x), x.size(0), x.size(1), cos.data_ptr<float>(), row_stride(cos),
+                       sin.data_ptr<float>(), row_stride(sin), head_dim);
 }
 
 }  // namespace rlpt::kernels

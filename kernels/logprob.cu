@@ -27,9 +27,7 @@ struct Acc {
 };
 
 __device__ __forceinline__ float load_logit(const float* p) { return *p; }
-__device__ __forceinline__ float load_logit(const uint16_t* p) {
-    return __uint_as_float(uint32_t(*p) << 16);
-}
+__device__ __forceinline__ float load_logit(const uint16_t* p) { return __uint_as_float(uint32_t(*p) << 16); }
 __device__ __forceinline__ void store_grad(float* p, float g) { *p = g; }
 __device__ __forceinline__ void store_grad(uint16_t* p, float g) {
     const uint32_t u = __float_as_uint(g);
@@ -87,9 +85,8 @@ __device__ __forceinline__ Acc warp_merge(Acc a) {
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    forward_kernel(const T* __restrict__ logits, const int64_t* __restrict__ labels, int64_t v,
-                   float inv_t, float* __restrict__ logp, float* __restrict__ entropy,
-                   float* __restrict__ lse) {
+    forward_kernel(const T* __restrict__ logits, const int64_t* __restrict__ labels, int64_t v, float inv_t,
+                   float* __restrict__ logp, float* __restrict__ entropy, float* __restrict__ lse) {
     __shared__ Acc warp_acc[kWarps];
     const int64_t row = blockIdx.x;
     const T* x = logits + row * v;
@@ -116,10 +113,9 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    backward_kernel(const T* __restrict__ logits, const int64_t* __restrict__ labels,
-                    const float* __restrict__ lse, const float* __restrict__ entropy,
-                    const float* __restrict__ grad_logp, const float* __restrict__ grad_entropy,
-                    int64_t v, float inv_t, T* __restrict__ grad_logits) {
+    backward_kernel(const T* __restrict__ logits, const int64_t* __restrict__ labels, const float* __restrict__ lse,
+                    const float* __restrict__ entropy, const float* __restrict__ grad_logp,
+                    const float* __restrict__ grad_entropy, int64_t v, float inv_t, T* __restrict__ grad_logits) {
     const int64_t row = blockIdx.x;
     const T* x = logits + row * v;
     T* out = grad_logits + row * v;
@@ -158,13 +154,12 @@ void check_current_device(int device) {
 }
 
 void check_rows(int64_t n) {
-    RLPT_CHECK(n <= int64_t(0x7fffffff), "logprob (CUDA): {} rows exceed the grid limit of 2^31-1",
-               n);
+    RLPT_CHECK(n <= int64_t(0x7fffffff), "logprob (CUDA): {} rows exceed the grid limit of 2^31-1", n);
 }
 
 template <typename T>
-void launch_forward(int device, const T* logits, const int64_t* labels, int64_t n, int64_t v,
-                    float inv_t, float* logp, float* entropy, float* lse) {
+void launch_forward(int device, const T* logits, const int64_t* labels, int64_t n, int64_t v, float inv_t, float* logp,
+                    float* entropy, float* lse) {
     if (n == 0) return;
     check_rows(n);
     check_current_device(device);
@@ -173,44 +168,40 @@ void launch_forward(int device, const T* logits, const int64_t* labels, int64_t 
 }
 
 template <typename T>
-void launch_backward(int device, const T* logits, const int64_t* labels, const float* lse,
-                     const float* entropy, const float* grad_logp, const float* grad_entropy,
-                     int64_t n, int64_t v, float inv_t, T* grad_logits) {
+void launch_backward(int device, const T* logits, const int64_t* labels, const float* lse, const float* entropy,
+                     const float* grad_logp, const float* grad_entropy, int64_t n, int64_t v, float inv_t,
+                     T* grad_logits) {
     if (n == 0) return;
     check_rows(n);
     check_current_device(device);
-    backward_kernel<T><<<unsigned(n), kThreads>>>(logits, labels, lse, entropy, grad_logp,
-                                                  grad_entropy, v, inv_t, grad_logits);
+    backward_kernel<T>
+        <<<unsigned(n), kThreads>>>(logits, labels, lse, entropy, grad_logp, grad_entropy, v, inv_t, grad_logits);
     RLPT_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
 
-void logprob_forward_cuda(int device, const float* logits, const int64_t* labels, int64_t n,
-                          int64_t v, float inv_temperature, float* logp, float* entropy, float* lse) {
+void logprob_forward_cuda(int device, const float* logits, const int64_t* labels, int64_t n, int64_t v,
+                          float inv_temperature, float* logp, float* entropy, float* lse) {
     launch_forward(device, logits, labels, n, v, inv_temperature, logp, entropy, lse);
 }
 
-void logprob_forward_cuda(int device, const uint16_t* logits_bf16, const int64_t* labels,
-                          int64_t n, int64_t v, float inv_temperature, float* logp, float* entropy,
-                          float* lse) {
+void logprob_forward_cuda(int device, const uint16_t* logits_bf16, const int64_t* labels, int64_t n, int64_t v,
+                          float inv_temperature, float* logp, float* entropy, float* lse) {
     launch_forward(device, logits_bf16, labels, n, v, inv_temperature, logp, entropy, lse);
 }
 
-void logprob_backward_cuda(int device, const float* logits, const int64_t* labels,
-                           const float* lse, const float* entropy, const float* grad_logp,
-                           const float* grad_entropy, int64_t n, int64_t v, float inv_temperature,
-                           float* grad_logits) {
-    launch_backward(device, logits, labels, lse, entropy, grad_logp, grad_entropy, n, v,
-                    inv_temperature, grad_logits);
+void logprob_backward_cuda(int device, const float* logits, const int64_t* labels, const float* lse,
+                           const float* entropy, const float* grad_logp, const float* grad_entropy, int64_t n,
+                           int64_t v, float inv_temperature, float* grad_logits) {
+    launch_backward(device, logits, labels, lse, entropy, grad_logp, grad_entropy, n, v, inv_temperature, grad_logits);
 }
 
-void logprob_backward_cuda(int device, const uint16_t* logits_bf16, const int64_t* labels,
-                           const float* lse, const float* entropy, const float* grad_logp,
-                           const float* grad_entropy, int64_t n, int64_t v, float inv_temperature,
-                           uint16_t* grad_logits_bf16) {
-    launch_backward(device, logits_bf16, labels, lse, entropy, grad_logp, grad_entropy, n, v,
-                    inv_temperature, grad_logits_bf16);
+void logprob_backward_cuda(int device, const uint16_t* logits_bf16, const int64_t* labels, const float* lse,
+                           const float* entropy, const float* grad_logp, const float* grad_entropy, int64_t n,
+                           int64_t v, float inv_temperature, uint16_t* grad_logits_bf16) {
+    launch_backward(device, logits_bf16, labels, lse, entropy, grad_logp, grad_entropy, n, v, inv_temperature,
+                    grad_logits_bf16);
 }
 
 }  // namespace rlpt::kernels::detail

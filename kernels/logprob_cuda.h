@@ -11,19 +11,16 @@
 
 namespace rlpt::kernels::detail {
 
-void logprob_forward_cuda(int device, const float* logits, const int64_t* labels, int64_t n,
-                          int64_t v, float inv_temperature, float* logp, float* entropy, float* lse);
-void logprob_forward_cuda(int device, const uint16_t* logits_bf16, const int64_t* labels,
-                          int64_t n, int64_t v, float inv_temperature, float* logp, float* entropy,
-                          float* lse);
+void logprob_forward_cuda(int device, const float* logits, const int64_t* labels, int64_t n, int64_t v,
+                          float inv_temperature, float* logp, float* entropy, float* lse);
+void logprob_forward_cuda(int device, const uint16_t* logits_bf16, const int64_t* labels, int64_t n, int64_t v,
+                          float inv_temperature, float* logp, float* entropy, float* lse);
 
-void logprob_backward_cuda(int device, const float* logits, const int64_t* labels,
-                           const float* lse, const float* entropy, const float* grad_logp,
-                           const float* grad_entropy, int64_t n, int64_t v, float inv_temperature,
-                           float* grad_logits);
-void logprob_backward_cuda(int device, const uint16_t* logits_bf16, const int64_t* labels,
-                           const float* lse, const float* entropy, const float* grad_logp,
-                           const float* grad_entropy, int64_t n, int64_t v, float inv_temperature,
-                           uint16_t* grad_logits_bf16);
+void logprob_backward_cuda(int device, const float* logits, const int64_t* labels, const float* lse,
+                           const float* entropy, const float* grad_logp, const float* grad_entropy, int64_t n,
+                           int64_t v, float inv_temperature, float* grad_logits);
+void logprob_backward_cuda(int device, const uint16_t* logits_bf16, const int64_t* labels, const float* lse,
+                           const float* entropy, const float* grad_logp, const float* grad_entropy, int64_t n,
+                           int64_t v, float inv_temperature, uint16_t* grad_logits_bf16);
 
 }  // namespace rlpt::kernels::detail

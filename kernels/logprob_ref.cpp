@@ -40,7 +40,7 @@ using VecI = int32_t __attribute__((vector_size(32)));
 using VecU32 = uint32_t __attribute__((vector_size(32)));
 using VecU16 = uint16_t __attribute__((vector_size(16)));
 
-constexpr int64_t kTile = 2048;        // 8 KiB of fp32: stays in L1 between the two passes
+constexpr int64_t kTile = 2048;         // 8 KiB of fp32: stays in L1 between the two passes
 constexpr float kMinLogRatio = -86.0f;  // exp(z − m) below e^-86 (< 5e-38) is clamped to it
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -207,9 +207,8 @@ RLPT_ALWAYS_INLINE RowStats forward_row(const typename L::T* x, int64_t v, float
 }
 
 template <class L>
-RLPT_ALWAYS_INLINE void forward_rows(const typename L::T* logits, const int64_t* labels,
-                                     int64_t begin, int64_t end, int64_t v, float inv_t,
-                                     float* logp, float* entropy, float* lse) {
+RLPT_ALWAYS_INLINE void forward_rows(const typename L::T* logits, const int64_t* labels, int64_t begin, int64_t end,
+                                     int64_t v, float inv_t, float* logp, float* entropy, float* lse) {
     for (int64_t r = begin; r < end; ++r) {
         const typename L::T* x = logits + r * v;
         const RowStats st = forward_row<L>(x, v, inv_t);
@@ -221,11 +220,9 @@ RLPT_ALWAYS_INLINE void forward_rows(const typename L::T* logits, const int64_t*
 
 // grad_z_j = −p_j·(gl + gh·(log p_j + H)) + gl·1[j = y], grad_logits = grad_z / T.
 template <class L>
-RLPT_ALWAYS_INLINE void backward_rows(const typename L::T* logits, const int64_t* labels,
-                                      const float* lse, const float* entropy,
-                                      const float* grad_logp, const float* grad_entropy,
-                                      int64_t begin, int64_t end, int64_t v, float inv_t,
-                                      typename L::T* grad_logits) {
+RLPT_ALWAYS_INLINE void backward_rows(const typename L::T* logits, const int64_t* labels, const float* lse,
+                                      const float* entropy, const float* grad_logp, const float* grad_entropy,
+                                      int64_t begin, int64_t end, int64_t v, float inv_t, typename L::T* grad_logits) {
     for (int64_t r = begin; r < end; ++r) {
         const typename L::T* x = logits + r * v;
         typename L::T* out = grad_logits + r * v;
@@ -261,34 +258,26 @@ RLPT_ALWAYS_INLINE void backward_rows(const typename L::T* logits, const int64_t
     }
 }
 
-RLPT_CPU_CLONES void forward_rows_f32(const float* logits, const int64_t* labels, int64_t begin,
-                                      int64_t end, int64_t v, float inv_t, float* logp,
-                                      float* entropy, float* lse) {
+RLPT_CPU_CLONES void forward_rows_f32(const float* logits, const int64_t* labels, int64_t begin, int64_t end, int64_t v,
+                                      float inv_t, float* logp, float* entropy, float* lse) {
     forward_rows<F32>(logits, labels, begin, end, v, inv_t, logp, entropy, lse);
 }
 
-RLPT_CPU_CLONES void forward_rows_bf16(const uint16_t* logits, const int64_t* labels,
-                                       int64_t begin, int64_t end, int64_t v, float inv_t,
-                                       float* logp, float* entropy, float* lse) {
+RLPT_CPU_CLONES void forward_rows_bf16(const uint16_t* logits, const int64_t* labels, int64_t begin, int64_t end,
+                                       int64_t v, float inv_t, float* logp, float* entropy, float* lse) {
     forward_rows<Bf16>(logits, labels, begin, end, v, inv_t, logp, entropy, lse);
 }
 
-RLPT_CPU_CLONES void backward_rows_f32(const float* logits, const int64_t* labels,
-                                       const float* lse, const float* entropy,
-                                       const float* grad_logp, const float* grad_entropy,
-                                       int64_t begin, int64_t end, int64_t v, float inv_t,
-                                       float* grad_logits) {
-    backward_rows<F32>(logits, labels, lse, entropy, grad_logp, grad_entropy, begin, end, v, inv_t,
-                       grad_logits);
+RLPT_CPU_CLONES void backward_rows_f32(const float* logits, const int64_t* labels, const float* lse,
+                                       const float* entropy, const float* grad_logp, const float* grad_entropy,
+                                       int64_t begin, int64_t end, int64_t v, float inv_t, float* grad_logits) {
+    backward_rows<F32>(logits, labels, lse, entropy, grad_logp, grad_entropy, begin, end, v, inv_t, grad_logits);
 }
 
-RLPT_CPU_CLONES void backward_rows_bf16(const uint16_t* logits, const int64_t* labels,
-                                        const float* lse, const float* entropy,
-                                        const float* grad_logp, const float* grad_entropy,
-                                        int64_t begin, int64_t end, int64_t v, float inv_t,
-                                        uint16_t* grad_logits) {
-    backward_rows<Bf16>(logits, labels, lse, entropy, grad_logp, grad_entropy, begin, end, v,
-                        inv_t, grad_logits);
+RLPT_CPU_CLONES void backward_rows_bf16(const uint16_t* logits, const int64_t* labels, const float* lse,
+                                        const float* entropy, const float* grad_logp, const float* grad_entropy,
+                                        int64_t begin, int64_t end, int64_t v, float inv_t, uint16_t* grad_logits) {
+    backward_rows<Bf16>(logits, labels, lse, entropy, grad_logp, grad_entropy, begin, end, v, inv_t, grad_logits);
 }
 
 // Rows per parallel task: at least ~32k elements so small vocabularies don't drown in overhead.
@@ -296,8 +285,8 @@ int64_t row_grain(int64_t v) { return std::max<int64_t>(1, 32768 / std::max<int6
 
 }  // namespace
 
-void logprob_forward_ref(const float* logits, const int64_t* labels, int64_t n, int64_t v,
-                         float inv_temperature, float* logp, float* entropy, float* lse) {
+void logprob_forward_ref(const float* logits, const int64_t* labels, int64_t n, int64_t v, float inv_temperature,
+                         float* logp, float* entropy, float* lse) {
     at::parallel_for(0, n, row_grain(v), [&](int64_t begin, int64_t end) {
         forward_rows_f32(logits, labels, begin, end, v, inv_temperature, logp, entropy, lse);
     });
@@ -310,21 +299,21 @@ void logprob_forward_ref(const uint16_t* logits_bf16, const int64_t* labels, int
     });
 }
 
-void logprob_backward_ref(const float* logits, const int64_t* labels, const float* lse,
-                          const float* entropy, const float* grad_logp, const float* grad_entropy,
-                          int64_t n, int64_t v, float inv_temperature, float* grad_logits) {
+void logprob_backward_ref(const float* logits, const int64_t* labels, const float* lse, const float* entropy,
+                          const float* grad_logp, const float* grad_entropy, int64_t n, int64_t v,
+                          float inv_temperature, float* grad_logits) {
     at::parallel_for(0, n, row_grain(v), [&](int64_t begin, int64_t end) {
-        backward_rows_f32(logits, labels, lse, entropy, grad_logp, grad_entropy, begin, end, v,
-                          inv_temperature, grad_logits);
+        backward_rows_f32(logits, labels, lse, entropy, grad_logp, grad_entropy, begin, end, v, inv_temperature,
+                          grad_logits);
     });
 }
 
-void logprob_backward_ref(const uint16_t* logits_bf16, const int64_t* labels, const float* lse,
-                          const float* entropy, const float* grad_logp, const float* grad_entropy,
-                          int64_t n, int64_t v, float inv_temperature, uint16_t* grad_logits_bf16) {
+void logprob_backward_ref(const uint16_t* logits_bf16, const int64_t* labels, const float* lse, const float* entropy,
+                          const float* grad_logp, const float* grad_entropy, int64_t n, int64_t v,
+                          float inv_temperature, uint16_t* grad_logits_bf16) {
     at::parallel_for(0, n, row_grain(v), [&](int64_t begin, int64_t end) {
-        backward_rows_bf16(logits_bf16, labels, lse, entropy, grad_logp, grad_entropy, begin, end,
-                           v, inv_temperature, grad_logits_bf16);
+        backward_rows_bf16(logits_bf16, labels, lse, entropy, grad_logp, grad_entropy, begin, end, v, inv_temperature,
+                           grad_logits_bf16);
     });
 }
 

@@ -215,8 +215,8 @@ bool small_matmul_applies(const torch::Tensor& x, const torch::Tensor& w, const 
 
 namespace {
 
-torch::Tensor matmul_impl(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias,
-                          SmallMatmulIsa isa, bool reference) {
+torch::Tensor matmul_impl(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias, SmallMatmulIsa isa,
+                          bool reference) {
     RLPT_CHECK(x.defined() && w.defined() && w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1),
                "small_matmul: x must be [..., K] and w [N, K], got x {} w {}",
                x.defined() ? x.sizes() : torch::IntArrayRef{}, w.defined() ? w.sizes() : torch::IntArrayRef{});
@@ -287,8 +287,8 @@ std::vector<torch::Tensor> checked_targets(const torch::Tensor& x, const std::ve
         RLPT_CHECK(!g.bias.defined() || (g.bias.dim() == 1 && g.bias.size(0) == n && g.bias.is_cpu()),
                    "small_matmul_into: target {} bias must be [{}]", t, n);
         RLPT_CHECK(g.out.defined() && g.out.dim() == 2 && g.out.size(0) == m && g.out.size(1) == n &&
-                       g.out.scalar_type() == torch::kFloat32 && g.out.is_cpu() &&
-                       (n <= 1 || g.out.stride(1) == 1) && (m <= 1 || g.out.stride(0) >= n),
+                       g.out.scalar_type() == torch::kFloat32 && g.out.is_cpu() && (n <= 1 || g.out.stride(1) == 1) &&
+                       (m <= 1 || g.out.stride(0) >= n),
                    "small_matmul_into: target {} out must be a float32 CPU [{}, {}] tensor with contiguous rows, "
                    "got {}",
                    t, m, n, g.out.defined() ? g.out.sizes() : torch::IntArrayRef{});
@@ -338,8 +338,7 @@ void run_into(const torch::Tensor& x, const std::vector<MatmulTarget>& targets,
     }
 }
 
-void into_impl(const torch::Tensor& x, const std::vector<MatmulTarget>& targets, SmallMatmulIsa isa,
-               bool reference) {
+void into_impl(const torch::Tensor& x, const std::vector<MatmulTarget>& targets, SmallMatmulIsa isa, bool reference) {
     const auto biases = checked_targets(x, targets, isa);
     if (targets[0].w.scalar_type() == torch::kFloat32) run_into<float>(x, targets, biases, isa, reference);
     else run_into<uint16_t>(x, targets, biases, isa, reference);

@@ -8,8 +8,7 @@ namespace rlpt::kernels::detail {
 namespace {
 
 template <typename W>
-void reference(const float* x, int64_t ldx, const W* w, const float* bias, int64_t m, int64_t n, int64_t k,
-               float* y) {
+void reference(const float* x, int64_t ldx, const W* w, const float* bias, int64_t m, int64_t n, int64_t k, float* y) {
     for (int64_t i = 0; i < m; ++i) {
         for (int64_t j = 0; j < n; ++j) {
             double s = bias != nullptr ? bias[j] : 0.0;
@@ -22,8 +21,8 @@ void reference(const float* x, int64_t ldx, const W* w, const float* bias, int64
 
 }  // namespace
 
-void small_matmul_ref(const float* x, int64_t ldx, const float* w, const float* bias, int64_t m, int64_t n,
-                      int64_t k, float* y) {
+void small_matmul_ref(const float* x, int64_t ldx, const float* w, const float* bias, int64_t m, int64_t n, int64_t k,
+                      float* y) {
     reference(x, ldx, w, bias, m, n, k, y);
 }
 

@@ -12,8 +12,8 @@
 
 namespace rlpt::kernels::detail {
 
-void small_matmul_ref(const float* x, int64_t ldx, const float* w, const float* bias, int64_t m, int64_t n,
-                      int64_t k, float* y);
+void small_matmul_ref(const float* x, int64_t ldx, const float* w, const float* bias, int64_t m, int64_t n, int64_t k,
+                      float* y);
 void small_matmul_ref(const float* x, int64_t ldx, const uint16_t* w_bf16, const float* bias, int64_t m, int64_t n,
                       int64_t k, float* y);
 

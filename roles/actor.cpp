@@ -43,10 +43,10 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     auto opts = detail::optim_options(optim, args.total_steps);
     opts.shard_group_size = comm::zero_shard_group_size(ctx.topology->placement(), "actor", optim.fsdp_size,
                                                         sft ? "sft.optim.fsdp_size" : "actor.optim.fsdp_size");
-    a.engine = std::make_unique<engine::TrainEngine>(
-        a.policy->model, ctx.comms->dp, opts,
-        streams::actor_engine_seed(c.trainer.seed),
-        detail::engine_tp_info(ctx, *a.policy->model, a.policy->model->tp_layout()));
+    a.engine = std::make_unique<engine::TrainEngine>(a.policy->model, ctx.comms->dp, opts,
+                                                     streams::actor_engine_seed(c.trainer.seed),
+                                                     detail::engine_tp_info(ctx, *a.policy->model,
+                                                                            a.policy->model->tp_layout()));
     a.policy->held = [engine = a.engine.get()] { return engine->held_parameters(); };
     a.policy->lend_scratch = [engine = a.engine.get()] { return engine->lend_gradient_memory(); };
     a.policy->comm = &ctx.comms->role;
@@ -73,14 +73,16 @@ Batch compute_log_prob(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     std::vector<detail::ForwardColumn> columns{{"old_log_probs"}};
     if (entropy) columns.push_back({"entropy"});
     if (args.sum_pi_squared) columns.push_back({"sum_pi_squared"});
-    Batch out = detail::forward_micro_batches(
-        in, ctx.config->actor.log_prob_micro_batch_size_per_rank, columns, [&](const engine::SequenceBatch& seq) {
-            auto lp = engine::compute_log_probs(*a.policy->model, seq, args.temperature, entropy, args.sum_pi_squared);
-            std::vector<torch::Tensor> outs{lp.log_probs};
-            if (entropy) outs.push_back(lp.entropy);
-            if (args.sum_pi_squared) outs.push_back(lp.sum_pi_squared);
-            return outs;
-        });
+    Batch out = detail::forward_micro_batches(in, ctx.config->actor.log_prob_micro_batch_size_per_rank, columns,
+                                              [&](const engine::SequenceBatch& seq) {
+                                                  auto lp =
+                                                      engine::compute_log_probs(*a.policy->model, seq, args.temperature,
+                                                                                entropy, args.sum_pi_squared);
+                                                  std::vector<torch::Tensor> outs{lp.log_probs};
+                                                  if (entropy) outs.push_back(lp.entropy);
+                                                  if (args.sum_pi_squared) outs.push_back(lp.sum_pi_squared);
+                                                  return outs;
+                                              });
     a.engine->release_parameters();  // ZeRO-3: the root unit gathered by the forwards
     return out;
 }
@@ -116,39 +118,40 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     detail::PpoLoop loop = detail::make_ppo_loop("actor", args, ac, "actor/loss");
     loop.skipped_steps_metric = true;
     Batch metrics(0);
-    detail::ppo_update_loop(*a.engine, dp, ctx.dp_size(), in, loop, metrics,
-                            [&](const Batch& mb, const algo::GlobalBatchInfo& info, int64_t micro) {
-        lc.policy.global_batch_info = info;
-        int64_t r = 0;
-        auto seq = detail::trimmed_sequences(mb, &r);
-        auto lp = engine::compute_log_probs(*a.policy->model, seq, args.temperature, with_entropy);
-        algo::ActorLossInputs li;
-        auto dev = lp.log_probs.device();
-        li.policy.log_prob = lp.log_probs;
-        li.policy.old_log_prob = detail::first_columns(mb.at("old_log_probs"), r).to(dev);
-        li.policy.advantages = detail::first_columns(mb.at("advantages"), r).to(dev);
-        li.policy.response_mask = detail::first_columns(mb.at("response_mask"), r).to(dev);
-        // Losses that draw (clip_cov) get a generator keyed by run seed, optimizer step (restored
-        // on resume), DP rank and micro-batch: the same draws after a resume, none from the global RNG.
-        li.policy.generator = at::detail::createCPUGenerator(detail::stream_seed(
-            {static_cast<uint64_t>(c.trainer.seed), static_cast<uint64_t>(a.engine->global_step()),
-             static_cast<uint64_t>(dp.rank()), static_cast<uint64_t>(micro)}));
-        if (with_entropy) li.entropy = lp.entropy;
-        if (ac.use_kl_loss) li.ref_log_prob = detail::first_columns(mb.at("ref_log_prob"), r).to(dev);
-        if (mb.has("rollout_is_weights"))  // algorithm.rollout_correction.rollout_is
-            li.policy.rollout_is_weights = detail::first_columns(mb.at("rollout_is_weights"), r).to(dev);
-        auto out = algo::compute_actor_loss(li, lc);
-        out.loss.backward();
-        for (const auto& [k, v] : out.metrics) {
-            if (k != "actor/pg_loss" && k != "actor/entropy_loss" && k != "actor/kl_loss") metrics.add_metric(k, v);
-        }
-        // Global shares: summed over micro-batches, averaged over ranks and mini-batches.
-        for (const char* k : {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss"}) {
-            auto it = out.metrics.find(k);
-            if (it != out.metrics.end()) metrics.add_metric(std::string(k) + "#mb", it->second, Reduce::kSum);
-        }
-        return out.loss.item<double>();
-    });
+    detail::ppo_update_loop(
+        *a.engine, dp, ctx.dp_size(), in, loop, metrics,
+        [&](const Batch& mb, const algo::GlobalBatchInfo& info, int64_t micro) {
+            lc.policy.global_batch_info = info;
+            int64_t r = 0;
+            auto seq = detail::trimmed_sequences(mb, &r);
+            auto lp = engine::compute_log_probs(*a.policy->model, seq, args.temperature, with_entropy);
+            algo::ActorLossInputs li;
+            auto dev = lp.log_probs.device();
+            li.policy.log_prob = lp.log_probs;
+            li.policy.old_log_prob = detail::first_columns(mb.at("old_log_probs"), r).to(dev);
+            li.policy.advantages = detail::first_columns(mb.at("advantages"), r).to(dev);
+            li.policy.response_mask = detail::first_columns(mb.at("response_mask"), r).to(dev);
+            // Losses that draw (clip_cov) get a generator keyed by run seed, optimizer step (restored
+            // on resume), DP rank and micro-batch: the same draws after a resume, none from the global RNG.
+            li.policy.generator = at::detail::createCPUGenerator(detail::stream_seed(
+                {static_cast<uint64_t>(c.trainer.seed), static_cast<uint64_t>(a.engine->global_step()),
+                 static_cast<uint64_t>(dp.rank()), static_cast<uint64_t>(micro)}));
+            if (with_entropy) li.entropy = lp.entropy;
+            if (ac.use_kl_loss) li.ref_log_prob = detail::first_columns(mb.at("ref_log_prob"), r).to(dev);
+            if (mb.has("rollout_is_weights"))  // algorithm.rollout_correction.rollout_is
+                li.policy.rollout_is_weights = detail::first_columns(mb.at("rollout_is_weights"), r).to(dev);
+            auto out = algo::compute_actor_loss(li, lc);
+            out.loss.backward();
+            for (const auto& [k, v] : out.metrics) {
+                if (k != "actor/pg_loss" && k != "actor/entropy_loss" && k != "actor/kl_loss") metrics.add_metric(k, v);
+            }
+            // Global shares: summed over micro-batches, averaged over ranks and mini-batches.
+            for (const char* k : {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss"}) {
+                auto it = out.metrics.find(k);
+                if (it != out.metrics.end()) metrics.add_metric(std::string(k) + "#mb", it->second, Reduce::kSum);
+            }
+            return out.loss.item<double>();
+        });
     // Turn the per-micro-batch sums into one value per rank and mini-batch (then mean).
     const double n_steps = static_cast<double>(args.num_mini_batches * ac.ppo_epochs);
     for (const char* k : {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss"}) {

@@ -67,8 +67,8 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     if (!c.critic.model_path.empty()) {
         cw.model = model::load_value_model(c.critic.model_path, dtype, device, tp);
     } else if (!c.model.path.empty()) {
-        cw.model = model::value_model_from_policy_checkpoint(c.model.path, dtype, device, model::ValueHeadInit::kZero,
-                                                             0, tp);
+        cw.model =
+            model::value_model_from_policy_checkpoint(c.model.path, dtype, device, model::ValueHeadInit::kZero, 0, tp);
     } else {
         auto policy = detail::build_policy(c, device, args.vocab_size, tp);
         cw.model = model::value_model_from_policy(*policy, dtype, device, model::ValueHeadInit::kZero);
@@ -76,20 +76,21 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     auto opts = detail::optim_options(c.critic.optim, args.total_steps);
     opts.shard_group_size = comm::zero_shard_group_size(ctx.topology->placement(), "critic", c.critic.optim.fsdp_size,
                                                         "critic.optim.fsdp_size");
-    cw.engine = std::make_unique<engine::TrainEngine>(
-        cw.model, ctx.comms->dp, opts,
-        streams::critic_engine_seed(c.trainer.seed),
-        detail::engine_tp_info(ctx, *cw.model, cw.model->backbone().tp_layout()));
+    cw.engine =
+        std::make_unique<engine::TrainEngine>(cw.model, ctx.comms->dp, opts,
+                                              streams::critic_engine_seed(c.trainer.seed),
+                                              detail::engine_tp_info(ctx, *cw.model, cw.model->backbone().tp_layout()));
     return Batch(0);
 }
 
 Batch compute_values(RoleWorker& w, WorkerContext&, const Batch& in) {
     CriticWorker& cw = ready(w);
     torch::NoGradGuard no_grad;
-    Batch out = detail::forward_micro_batches(in, cw.settings.forward_micro_batch_size_per_rank, {{"values"}},
-                                              [&](const engine::SequenceBatch& seq) {
-                                                  return std::vector<torch::Tensor>{engine::compute_values(*cw.model, seq)};
-                                              });
+    Batch out =
+        detail::forward_micro_batches(in, cw.settings.forward_micro_batch_size_per_rank, {{"values"}},
+                                      [&](const engine::SequenceBatch& seq) {
+                                          return std::vector<torch::Tensor>{engine::compute_values(*cw.model, seq)};
+                                      });
     cw.engine->release_parameters();  // ZeRO-3: the root unit gathered by the forwards
     return out;
 }
@@ -102,25 +103,27 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     Batch metrics(0);
     detail::ppo_update_loop(*cw.engine, ctx.comms->dp, ctx.dp_size(), in, loop, metrics,
                             [&](const Batch& mb, const algo::GlobalBatchInfo& info, int64_t) {
-        int64_t r = 0;
-        auto seq = detail::trimmed_sequences(mb, &r);
-        auto vpred = engine::compute_values(*cw.model, seq);
-        auto dev = vpred.device();
-        auto out = algo::compute_value_loss(vpred, detail::first_columns(mb.at("returns"), r).to(dev),
-                                            detail::first_columns(mb.at("values"), r).to(dev),
-                                            detail::first_columns(mb.at("response_mask"), r).to(dev),
-                                            c.cliprange_value, c.loss_agg_mode, info);
-        out.loss.backward();
-        for (const auto& [k, v] : out.metrics)
-            if (k != "critic/vf_loss") metrics.add_metric(k, v);
-        return out.loss.item<double>();
-    });
+                                int64_t r = 0;
+                                auto seq = detail::trimmed_sequences(mb, &r);
+                                auto vpred = engine::compute_values(*cw.model, seq);
+                                auto dev = vpred.device();
+                                auto out =
+                                    algo::compute_value_loss(vpred, detail::first_columns(mb.at("returns"), r).to(dev),
+                                                             detail::first_columns(mb.at("values"), r).to(dev),
+                                                             detail::first_columns(mb.at("response_mask"), r).to(dev),
+                                                             c.cliprange_value, c.loss_agg_mode, info);
+                                out.loss.backward();
+                                for (const auto& [k, v] : out.metrics)
+                                    if (k != "critic/vf_loss") metrics.add_metric(k, v);
+                                return out.loss.item<double>();
+                            });
     return metrics;
 }
 
 Batch save(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
-    return detail::save_engine_checkpoint(*ready(w).engine, protocol::decode_args<protocol::DirArgs>(in, "critic.save").dir,
-                                          "critic", ctx.comms->role_rank);
+    return detail::save_engine_checkpoint(*ready(w).engine,
+                                          protocol::decode_args<protocol::DirArgs>(in, "critic.save").dir, "critic",
+                                          ctx.comms->role_rank);
 }
 
 Batch load(RoleWorker& w, WorkerContext& ctx, const Batch& in) {

@@ -74,8 +74,8 @@ bool weight_sync_from_shards(const protocol::WorkerContext& ctx);
 // read; the version then reaches the rollout by one broadcast from the actor's first rank,
 // after the data). Collective over the sync group, on its first call also over the group's
 // creation (MPI_Comm_create_group on the control communicator).
-void sync_policy_weights(PolicySync& sync, const protocol::WorkerContext& ctx, model::CausalLM& m,
-                         uint64_t& version, const std::function<std::vector<model::HeldSlice>()>& held = {});
+void sync_policy_weights(PolicySync& sync, const protocol::WorkerContext& ctx, model::CausalLM& m, uint64_t& version,
+                         const std::function<std::vector<model::HeldSlice>()>& held = {});
 
 // What resuming a model at another tensor-parallel size needs of it: its parameters (Hugging
 // Face names, this rank's local shapes), its layout and its arguments (model::shard_spec places

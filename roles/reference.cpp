@@ -48,10 +48,12 @@ Batch compute_log_prob(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     torch::NoGradGuard no_grad;
     const double temperature =
         protocol::decode_args<ReferenceLogProbArgs>(in, "reference.compute_log_prob").temperature;
-    Batch out = detail::forward_micro_batches(
-        in, ctx.config->ref.log_prob_micro_batch_size_per_rank, {{"ref_log_prob"}}, [&](const engine::SequenceBatch& seq) {
-            return std::vector<torch::Tensor>{engine::compute_log_probs(*r.model, seq, temperature, false).log_probs};
-        });
+    Batch out =
+        detail::forward_micro_batches(in, ctx.config->ref.log_prob_micro_batch_size_per_rank, {{"ref_log_prob"}},
+                                      [&](const engine::SequenceBatch& seq) {
+                                          return std::vector<torch::Tensor>{
+                                              engine::compute_log_probs(*r.model, seq, temperature, false).log_probs};
+                                      });
     if (r.shards) r.shards->release_parameters();  // the root unit gathered by the forwards
     return out;
 }

@@ -34,7 +34,8 @@ Batch compute_score(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     torch::NoGradGuard no_grad;
     return detail::forward_micro_batches(in, ctx.config->reward_model.micro_batch_size_per_rank,
                                          {{"rm_scores", /*per_token=*/false}}, [&](const engine::SequenceBatch& seq) {
-                                             return std::vector<torch::Tensor>{engine::compute_sequence_scores(*r.model, seq)};
+                                             return std::vector<torch::Tensor>{
+                                                 engine::compute_sequence_scores(*r.model, seq)};
                                          });
 }
 

@@ -22,12 +22,12 @@ using protocol::WorkerContext;
 
 class RolloutWorker : public RoleWorker {
   public:
-    std::shared_ptr<detail::SharedPolicy> policy;  // the actor's (colocated) or our own copy
+    std::shared_ptr<detail::SharedPolicy> policy;        // the actor's (colocated) or our own copy
     const rollout::GeneratorEntry* generator = nullptr;  // rollout.generator
-    rollout::GeneratorArgs generator_args;  // rollout.beam_search, rollout.stages (appends encoded)
-    rollout::TokenTexts token_texts;  // from kInit: what stop strings are matched on
-    std::unique_ptr<tokenizer::Tokenizer> tok;            // for generators that read and write text (tool_agent)
-    rollout::GeneratorContext gen;                         // the generator's context (its state lives here)
+    rollout::GeneratorArgs generator_args;               // rollout.beam_search, rollout.stages (appends encoded)
+    rollout::TokenTexts token_texts;                     // from kInit: what stop strings are matched on
+    std::unique_ptr<tokenizer::Tokenizer> tok;           // for generators that read and write text (tool_agent)
+    rollout::GeneratorContext gen;                       // the generator's context (its state lives here)
     bool own_copy = false;
     detail::PolicySync sync;
     // rollout.dtype other than the policy's: the copy generation runs with, and the weights it
@@ -67,12 +67,13 @@ class ReshardedWindow {
         r.policy->version = r.actor->version;
         active_ = true;
         if (ctx.comms->role_rank == 0 && !r.logged_reshard) {
-            RLPT_LOG_INFO("rollout: hybrid engine resharded the actor (tp {}) into the rollout layout (tp {}): {:.3f} MB "
-                          "of rollout parameters on this rank ({:.3f} MB of them the actor's own memory, {:.3f} MB "
-                          "in its gradient buffers), {:.3f} MB received from other ranks, {:.3f} s; freed after each "
-                          "generation",
-                          src.tp, m.tp_layout().tp, st.dst_bytes / 1e6, st.aliased_bytes / 1e6,
-                          st.scratch_bytes / 1e6, st.received_bytes / 1e6, st.seconds);
+            RLPT_LOG_INFO(
+                "rollout: hybrid engine resharded the actor (tp {}) into the rollout layout (tp {}): {:.3f} MB "
+                "of rollout parameters on this rank ({:.3f} MB of them the actor's own memory, {:.3f} MB "
+                "in its gradient buffers), {:.3f} MB received from other ranks, {:.3f} s; freed after each "
+                "generation",
+                src.tp, m.tp_layout().tp, st.dst_bytes / 1e6, st.aliased_bytes / 1e6, st.scratch_bytes / 1e6,
+                st.received_bytes / 1e6, st.seconds);
             r.logged_reshard = true;
         }
     }
@@ -142,8 +143,7 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
             std::istringstream lines(args.tokenizer_words);
             for (std::string w; std::getline(lines, w, '\n');) words.push_back(w);
             r.tok = std::make_unique<tokenizer::CharTokenizer>(args.tokenizer_charset, std::move(words));
-        }
-        else if (!ctx.config->model.path.empty()) r.tok = tokenizer::load_tokenizer(ctx.config->model.path);
+        } else if (!ctx.config->model.path.empty()) r.tok = tokenizer::load_tokenizer(ctx.config->model.path);
         r.gen.tokenizer = r.tok.get();
     }
     const Config& c = *ctx.config;
@@ -222,7 +222,8 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
         for (const char* k : {"prompts"}) out.set(k, torch::zeros({0, P}, torch::kInt64));
         for (const char* k : {"responses", "response_mask"}) out.set(k, torch::zeros({0, R}, torch::kInt64));
         out.set("rollout_log_probs", torch::zeros({0, R}));
-        for (const char* k : {"input_ids", "attention_mask", "position_ids"}) out.set(k, torch::zeros({0, P + R}, torch::kInt64));
+        for (const char* k : {"input_ids", "attention_mask", "position_ids"})
+            out.set(k, torch::zeros({0, P + R}, torch::kInt64));
         out.set_ints("finish_reason", {});
         out.set_ints("weight_version", {});
         if (with_text) out.set_strings("response_text", {});
@@ -230,10 +231,11 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     }
     r.gen.args = std::move(gen_args);
     r.gen.sample_index = index;
-    for (auto [field, dest] : {std::pair{"data_source", &r.gen.data_source}, std::pair{"ground_truth", &r.gen.ground_truth},
-                               std::pair{"extra", &r.gen.extra}})
+    for (auto [field, dest] : {std::pair{"data_source", &r.gen.data_source},
+                               std::pair{"ground_truth", &r.gen.ground_truth}, std::pair{"extra", &r.gen.extra}})
         *dest = in.has_strings(field) ? in.strings(field) : std::vector<std::string>{};
-    auto g = r.generator->fn(generation_model(r, *ctx.config), prompts, seeds, sp, ctx.config->rollout.max_num_seqs, r.gen);
+    auto g =
+        r.generator->fn(generation_model(r, *ctx.config), prompts, seeds, sp, ctx.config->rollout.max_num_seqs, r.gen);
     for (const auto& [name, values] : r.gen.sample_values) out.set(name, torch::tensor(values, torch::kFloat64));
     // Pad to the call's fixed widths (P of the input, R = max_new_tokens) so shards concatenate.
     const int64_t gp = g.prompts.size(1), gr = g.responses.size(1);
@@ -297,8 +299,8 @@ const protocol::RoleSpec& rollout_spec() {
                         {"ground_truth", protocol::FieldKind::kString, true},
                         {"extra", protocol::FieldKind::kString, true}})
                 .takes(protocol::args_schema<GenerateArgs>())
-                .concat_outputs(tensors("responses", "response_mask", "input_ids", "attention_mask",
-                                        "position_ids", "rollout_log_probs")),
+                .concat_outputs(tensors("responses", "response_mask", "input_ids", "attention_mask", "position_ids",
+                                        "rollout_log_probs")),
             method(RolloutMethod::kReceiveWeights, "receive_weights", receive_weights),
         };
         return s;
@@ -320,7 +322,8 @@ Batch rollout_init_batch(const protocol::InitArgs& args, const Config& c, const 
     }
     RLPT_CHECK_KIND(ConfigError, total <= c.data.max_response_length,
                     "rollout.stages: the stages' max_tokens plus their appended tokens add up to {}, over "
-                    "data.max_response_length={}", total, c.data.max_response_length);
+                    "data.max_response_length={}",
+                    total, c.data.max_response_length);
     return protocol::with_args(protocol::with_args(std::move(b), args), appends);
 }
 

@@ -45,8 +45,8 @@ torch::Tensor pad_response_columns(const torch::Tensor& t, int64_t R) {
     return torch::constant_pad_nd(t, {0, R - t.size(1)}, 0);
 }
 
-std::vector<std::vector<int64_t>> micro_batches(const Batch& mini, int64_t micro_size, bool dynamic,
-                                                int64_t max_tokens, const comm::Communicator& dp) {
+std::vector<std::vector<int64_t>> micro_batches(const Batch& mini, int64_t micro_size, bool dynamic, int64_t max_tokens,
+                                                const comm::Communicator& dp) {
     const int64_t n = mini.size();
     std::vector<std::vector<int64_t>> out;
     if (!dynamic) {
@@ -130,7 +130,7 @@ engine::OptimOptions optim_options(const OptimConfig& o, int64_t total_steps) {
     e.weight_decay = o.weight_decay;
     e.total_steps = std::max<int64_t>(total_steps, 1);
     e.warmup_steps = o.warmup_steps >= 0 ? o.warmup_steps
-                                          : static_cast<int64_t>(o.warmup_ratio * static_cast<double>(e.total_steps));
+                                         : static_cast<int64_t>(o.warmup_ratio * static_cast<double>(e.total_steps));
     e.scheduler = o.scheduler;
     e.min_lr_ratio = o.min_lr_ratio;
     e.num_cycles = o.num_cycles;
@@ -166,7 +166,9 @@ Batch save_engine_checkpoint(const engine::TrainEngine& engine, const std::strin
 void load_engine_checkpoint(engine::TrainEngine& engine, const std::string& dir, const std::string& role, int role_rank,
                             const comm::Communicator& role_comm,
                             const std::function<void(const ckpt::H5Reader&)>& extra, const ResliceTarget* reslice) {
-    const auto file = [&](int k) { return (std::filesystem::path(dir) / fmt::format("{}_rank{}.h5", role, k)).string(); };
+    const auto file = [&](int k) {
+        return (std::filesystem::path(dir) / fmt::format("{}_rank{}.h5", role, k)).string();
+    };
     const std::string prefix = role + "/";
     std::unique_ptr<engine::SavedState> saved;
     bool resliced = false;
@@ -183,10 +185,11 @@ void load_engine_checkpoint(engine::TrainEngine& engine, const std::string& dir,
         if (lay.tp_size == tp_now) {
             saved = files_of(engine.tp_rank());
         } else {
-            RLPT_CHECK_KIND(IoError, reslice != nullptr,
-                            "checkpoint {} was written at tensor parallelism {} and this {} runs {}: the {} resumes only "
-                            "at the tensor parallelism it was written with",
-                            dir, lay.tp_size, role, tp_now, role);
+            RLPT_CHECK_KIND(
+                IoError, reslice != nullptr,
+                "checkpoint {} was written at tensor parallelism {} and this {} runs {}: the {} resumes only "
+                "at the tensor parallelism it was written with",
+                dir, lay.tp_size, role, tp_now, role);
             std::vector<std::unique_ptr<engine::ShardedState>> old;
             for (int t = 0; t < lay.tp_size; ++t) old.push_back(files_of(t));
             saved = resliced_checkpoint(std::move(old), static_cast<size_t>(engine.tp_rank() % lay.tp_size), *reslice);

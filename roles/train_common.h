@@ -31,8 +31,8 @@ torch::Tensor pad_response_columns(const torch::Tensor& t, int64_t R);
 // Micro-batches of a local mini-batch: fixed size, or token-budget (use_dynamic_bsz) with the
 // count agreed over the DP communicator. Returns row index lists (read on the host; the batch
 // may be on any device).
-std::vector<std::vector<int64_t>> micro_batches(const Batch& mini, int64_t micro_size, bool dynamic,
-                                                int64_t max_tokens, const comm::Communicator& dp);
+std::vector<std::vector<int64_t>> micro_batches(const Batch& mini, int64_t micro_size, bool dynamic, int64_t max_tokens,
+                                                const comm::Communicator& dp);
 
 // One output column of forward_micro_batches: per token ([rows, r], padded back to the batch's
 // R response columns) or per sequence ([rows]).
@@ -52,16 +52,16 @@ Batch forward_micro_batches(const Batch& in, int64_t micro_size, const std::vect
 
 // The PPO update loop of the actor and the critic (verl's update_policy / update_critic).
 struct PpoLoop {
-    std::string role;                       // "actor": metric names <role>/grad_norm, <role>/lr
-    int64_t num_mini_batches = 1;           // per epoch; the local rows divide evenly into them
+    std::string role;              // "actor": metric names <role>/grad_norm, <role>/lr
+    int64_t num_mini_batches = 1;  // per epoch; the local rows divide evenly into them
     int64_t epochs = 1;
-    double global_mini_batch_rows = 0;      // rows of one mini-batch over all DP ranks
+    double global_mini_batch_rows = 0;        // rows of one mini-batch over all DP ranks
     std::optional<double> loss_scale_factor;  // unset: the response length R
-    int64_t micro_batch_size = 1;           // fixed micro-batches, or with use_dynamic_bsz
-    bool use_dynamic_bsz = false;           // token-budget micro-batches of max_token_len
+    int64_t micro_batch_size = 1;             // fixed micro-batches, or with use_dynamic_bsz
+    bool use_dynamic_bsz = false;             // token-budget micro-batches of max_token_len
     int64_t max_token_len = 0;
-    std::string loss_metric;                // per optimizer step: the sum of the micro-steps' losses
-    bool skipped_steps_metric = false;      // <role>/skipped_steps (non-finite gradients)
+    std::string loss_metric;            // per optimizer step: the sum of the micro-steps' losses
+    bool skipped_steps_metric = false;  // <role>/skipped_steps (non-finite gradients)
 };
 // A role's PpoLoop from its update args (num_mini_batches, global_mini_batch_rows) and its
 // settings (ppo_epochs, loss_scale_factor, ppo_micro_batch_size_per_rank, use_dynamic_bsz,
@@ -83,8 +83,7 @@ PpoLoop make_ppo_loop(std::string role, const Args& args, const Settings& s, std
 // `micro_step` runs the forward, the loss and its backward on one micro-batch and returns the
 // loss value; `info` describes the mini-batch over all DP ranks; `micro_index` counts the
 // micro-batches of the mini-batch from 0.
-using MicroStep =
-    std::function<double(const Batch& mb, const algo::GlobalBatchInfo& info, int64_t micro_index)>;
+using MicroStep = std::function<double(const Batch& mb, const algo::GlobalBatchInfo& info, int64_t micro_index)>;
 // epochs x mini-batches of `in` (rows in order): zero_grad, micro_step on each micro-batch, one
 // optimizer step; the lr schedule then advances once (once per training step, as verl's).
 // Adds the per-step metrics to `metrics`. Collective over `dp` (token counts, dynamic

@@ -17,9 +17,11 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: %s MODEL.gguf OUT.bin ID [ID ...]\n", argv[0]);
         return 2;
     }
-    llama_log_set([](ggml_log_level level, const char* text, void*) {
-        if (level >= GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);
-    }, nullptr);
+    llama_log_set(
+        [](ggml_log_level level, const char* text, void*) {
+            if (level >= GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);
+        },
+        nullptr);
     llama_backend_init();
     llama_model* model = llama_model_load_from_file(argv[1], llama_model_default_params());
     if (model == nullptr) {

@@ -28,13 +28,13 @@ namespace rlpt::wire {
 constexpr uint32_t kMagic = 0x544c5052u;  // "RPLT"
 constexpr uint16_t kVersion = 1;
 
-constexpr int kTagCommand = 101;      // + 1: long command messages
+constexpr int kTagCommand = 101;  // + 1: long command messages
 constexpr int kTagCommandData = 103;
-constexpr int kTagReply = 111;        // + 1: long reply messages
+constexpr int kTagReply = 111;  // + 1: long reply messages
 constexpr int kTagReplyData = 113;
 // Worker -> controller while the worker waits inside a call (a collective, its inputs): "alive,
 // waiting in <what>". Lets the watchdog tell a stopped rank from the ranks waiting for it.
-constexpr int kTagHeartbeat = 121;    // (+ 1 unused: heartbeats are always short)
+constexpr int kTagHeartbeat = 121;  // (+ 1 unused: heartbeats are always short)
 
 enum class CommandKind : uint8_t { kCall = 1, kShutdown = 2 };
 enum class ReplyStatus : uint8_t { kOk = 0, kError = 1 };
@@ -43,22 +43,22 @@ enum class ReplyStatus : uint8_t { kOk = 0, kError = 1 };
 struct CommandHeader {
     uint32_t magic = kMagic;
     uint16_t version = kVersion;
-    uint8_t kind = 0;       // CommandKind
-    uint8_t role = 0;       // index into the role registry
-    uint16_t method = 0;    // index into the role's method table
-    uint16_t exit_code = 0; // kShutdown: the code the workers exit with (75 after a stop signal)
-    uint64_t seq = 0;       // call sequence number (per controller)
-    int64_t step = -1;      // training step, for error messages
+    uint8_t kind = 0;        // CommandKind
+    uint8_t role = 0;        // index into the role registry
+    uint16_t method = 0;     // index into the role's method table
+    uint16_t exit_code = 0;  // kShutdown: the code the workers exit with (75 after a stop signal)
+    uint64_t seq = 0;        // call sequence number (per controller)
+    int64_t step = -1;       // training step, for error messages
 };
 
 struct ReplyHeader {
     uint32_t magic = kMagic;
     uint16_t version = kVersion;
-    uint8_t status = 0;      // ReplyStatus
+    uint8_t status = 0;  // ReplyStatus
     uint8_t role = 0;
     uint16_t method = 0;
-    uint8_t has_payload = 0; // 1: layout bytes + data messages follow
-    uint8_t stop_signal = 0; // SIGTERM/SIGUSR1 this worker's process has received (0: none)
+    uint8_t has_payload = 0;  // 1: layout bytes + data messages follow
+    uint8_t stop_signal = 0;  // SIGTERM/SIGUSR1 this worker's process has received (0: none)
     int32_t world_rank = -1;
     uint64_t seq = 0;
 };
@@ -68,16 +68,25 @@ struct HeartbeatHeader {
     uint32_t magic = kMagic;
     uint16_t version = kVersion;
     uint16_t reserved = 0;
-    uint64_t seq = 0;         // the call the worker is in
-    uint32_t waited_ms = 0;   // how long this wait has lasted
+    uint64_t seq = 0;        // the call the worker is in
+    uint32_t waited_ms = 0;  // how long this wait has lasted
 };
 #pragma pack(pop)
 
 // Stable dtype codes on the wire (independent of torch's enum values).
 enum class DType : uint8_t {
-    kUInt8 = 1, kInt8 = 2, kInt16 = 3, kInt32 = 4, kInt64 = 5,
-    kFloat16 = 6, kBFloat16 = 7, kFloat32 = 8, kFloat64 = 9, kBool = 10,
-    kComplex64 = 11, kComplex128 = 12,
+    kUInt8 = 1,
+    kInt8 = 2,
+    kInt16 = 3,
+    kInt32 = 4,
+    kInt64 = 5,
+    kFloat16 = 6,
+    kBFloat16 = 7,
+    kFloat32 = 8,
+    kFloat64 = 9,
+    kBool = 10,
+    kComplex64 = 11,
+    kComplex128 = 12,
 };
 
 }  // namespace rlpt::wire

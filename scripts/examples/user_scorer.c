@@ -17,13 +17,9 @@
 #include <stdio.h>
 #include <string.h>
 
-static int is_space(char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
+static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
-static char fold(char c) {
-    return (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
-}
+static char fold(char c) { return (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c; }
 
 /* Trims [*begin, *begin + *len) in place. */
 static void trim(const char** begin, size_t* len) {
@@ -34,9 +30,7 @@ static void trim(const char** begin, size_t* len) {
     while (*len > 0 && is_space((*begin)[*len - 1])) --*len;
 }
 
-RLPT_SCORER_EXPORT int rlpt_scorer_abi_version(void) {
-    return RLPT_SCORER_ABI_VERSION;
-}
+RLPT_SCORER_EXPORT int rlpt_scorer_abi_version(void) { return RLPT_SCORER_ABI_VERSION; }
 
 RLPT_SCORER_EXPORT int rlpt_score_v1(const rlpt_score_input* in, rlpt_score_output* out) {
     const char* answer = in->solution;

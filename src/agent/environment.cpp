@@ -19,7 +19,8 @@ std::string dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohma
 std::string parse_reply(const std::string& line, bool is_reset, EnvReply& r) {
     nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (!j.is_object()) return "wrote a reply that is not a JSON object: " + line.substr(0, 120);
-    if (j.contains("error")) return "reported an error: " + (j["error"].is_string() ? j["error"].get<std::string>() : dump(j["error"]));
+    if (j.contains("error"))
+        return "reported an error: " + (j["error"].is_string() ? j["error"].get<std::string>() : dump(j["error"]));
     if (!j.contains("observation") || !j["observation"].is_string()) return "replied without an \"observation\" string";
     r.observation = j["observation"].get<std::string>();
     if (is_reset) return "";
@@ -144,7 +145,8 @@ size_t EnvironmentPool::in_flight() const {
 
 std::vector<EnvReply> EnvironmentPool::exchange(const std::vector<int64_t>& episodes,
                                                 const std::vector<nlohmann::json>& requests, bool is_reset) {
-    RLPT_CHECK_KIND(InternalError, in_flight() == 0, "EnvironmentPool: a batch exchange with asynchronous steps in flight");
+    RLPT_CHECK_KIND(InternalError, in_flight() == 0,
+                    "EnvironmentPool: a batch exchange with asynchronous steps in flight");
     std::map<int64_t, size_t> index;  // ticket -> request
     for (size_t i = 0; i < episodes.size(); ++i) index[submit(episodes[i], requests[i], is_reset)] = i;
     std::vector<EnvReply> out(episodes.size());
@@ -156,15 +158,19 @@ std::vector<EnvReply> EnvironmentPool::exchange(const std::vector<int64_t>& epis
     return out;
 }
 
-std::vector<EnvReply> EnvironmentPool::reset(const std::vector<int64_t>& episodes, const std::vector<nlohmann::json>& samples) {
+std::vector<EnvReply> EnvironmentPool::reset(const std::vector<int64_t>& episodes,
+                                             const std::vector<nlohmann::json>& samples) {
     std::vector<nlohmann::json> req;
-    for (size_t i = 0; i < episodes.size(); ++i) req.push_back({{"op", "reset"}, {"episode", episodes[i]}, {"sample", samples[i]}});
+    for (size_t i = 0; i < episodes.size(); ++i)
+        req.push_back({{"op", "reset"}, {"episode", episodes[i]}, {"sample", samples[i]}});
     return exchange(episodes, req, true);
 }
 
-std::vector<EnvReply> EnvironmentPool::step(const std::vector<int64_t>& episodes, const std::vector<std::string>& actions) {
+std::vector<EnvReply> EnvironmentPool::step(const std::vector<int64_t>& episodes,
+                                            const std::vector<std::string>& actions) {
     std::vector<nlohmann::json> req;
-    for (size_t i = 0; i < episodes.size(); ++i) req.push_back({{"op", "step"}, {"episode", episodes[i]}, {"action", actions[i]}});
+    for (size_t i = 0; i < episodes.size(); ++i)
+        req.push_back({{"op", "step"}, {"episode", episodes[i]}, {"action", actions[i]}});
     return exchange(episodes, req, false);
 }
 

@@ -66,7 +66,8 @@ void close_fds_from_3() {
 std::string describe_status(int status) {
     if (WIFEXITED(status)) {
         const int code = WEXITSTATUS(status);
-        return code > 128 ? fmt::format("was killed by signal {}", code - 128) : fmt::format("exited with status {}", code);
+        return code > 128 ? fmt::format("was killed by signal {}", code - 128)
+                          : fmt::format("exited with status {}", code);
     }
     if (WIFSIGNALED(status)) return fmt::format("was killed by signal {}", WTERMSIG(status));
     return "stopped";
@@ -113,7 +114,8 @@ void LineProcess::send_line(const std::string& line, double timeout_s) {
             continue;
         }
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-            RLPT_THROW(IoError, "{} stopped reading its input ({}) and {}", who_, std::strerror(errno), exit_description());
+            RLPT_THROW(IoError, "{} stopped reading its input ({}) and {}", who_, std::strerror(errno),
+                       exit_description());
         const double left = deadline - monotonic_s();
         RLPT_CHECK_KIND(IoError, left > 0, "{} did not read its input within {} s", who_, timeout_s);
         pollfd p{fd_, POLLOUT, 0};

@@ -98,8 +98,8 @@ nlohmann::json McpClient::request(Server& s, const std::string& method, const nl
         }
         if (!j.contains("id") || j["id"] != id) continue;  // a notification, or a stale reply
         if (j.contains("error")) RLPT_THROW(IoError, "{}: '{}' failed: {}", who, method, dump(j["error"]));
-        RLPT_CHECK_KIND(IoError, j.contains("result") && j["result"].is_object(), "{}: the '{}' reply has no result: {}",
-                        who, method, line->substr(0, 200));
+        RLPT_CHECK_KIND(IoError, j.contains("result") && j["result"].is_object(),
+                        "{}: the '{}' reply has no result: {}", who, method, line->substr(0, 200));
         return j["result"];
     }
 }
@@ -108,9 +108,10 @@ nlohmann::json McpClient::request(Server& s, const std::string& method, const nl
 void McpClient::start_server(Server& s) {
     s.proc = std::make_unique<LineProcess>(s.command, fmt::format("MCP server '{}'", s.command));
     s.broken = false;
-    auto init = request(s, "initialize", {{"protocolVersion", kProtocolVersion},
-                                          {"capabilities", nlohmann::json::object()},
-                                          {"clientInfo", {{"name", "rlpt"}, {"version", "0.1"}}}});
+    auto init = request(s, "initialize",
+                        {{"protocolVersion", kProtocolVersion},
+                         {"capabilities", nlohmann::json::object()},
+                         {"clientInfo", {{"name", "rlpt"}, {"version", "0.1"}}}});
     RLPT_CHECK_KIND(IoError, init.contains("protocolVersion") && init["protocolVersion"].is_string(),
                     "{}: the initialize reply has no protocolVersion", s.proc->who());
     s.proc->send_line(dump({{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}}), init_timeout_s_);
@@ -134,7 +135,8 @@ void McpClient::start() {
                 McpTool tool;
                 tool.name = t["name"].get<std::string>();
                 tool.description = t.contains("description") && t["description"].is_string()
-                                       ? t["description"].get<std::string>() : "";
+                                       ? t["description"].get<std::string>()
+                                       : "";
                 tool.input_schema = t.contains("inputSchema") ? t["inputSchema"] : nlohmann::json::object();
                 tool.server = i;
                 all.push_back(std::move(tool));
@@ -178,8 +180,9 @@ int64_t McpClient::submit(const ToolCallRequest& call) {
     if (!tool) {
         std::string names;
         for (const auto& t : tools_) names += (names.empty() ? "" : ", ") + t.name;
-        done_.emplace_back(ticket, ToolResult{fmt::format("Unknown function '{}'. Available tools: [{}]", call.name, names),
-                                              true, "unknown_tool", 0.0});
+        done_.emplace_back(ticket,
+                           ToolResult{fmt::format("Unknown function '{}'. Available tools: [{}]", call.name, names),
+                                      true, "unknown_tool", 0.0});
         return ticket;
     }
     Server& s = *servers_[tool->server];
@@ -230,9 +233,10 @@ std::vector<std::pair<int64_t, ToolResult>> McpClient::poll(double timeout_s) {
             first_deadline = std::min(first_deadline, p.deadline);
         }
         for (size_t sv : timed_out)
-            fail_server(sv, "timeout",
-                        fmt::format("no reply within {} s (MCP server '{}' was killed; it restarts before its next call)",
-                                    call_timeout_s_, servers_[sv]->command));
+            fail_server(
+                sv, "timeout",
+                fmt::format("no reply within {} s (MCP server '{}' was killed; it restarts before its next call)",
+                            call_timeout_s_, servers_[sv]->command));
         if (pending_.empty()) break;
         std::vector<pollfd> fds;
         std::vector<size_t> fd_server;
@@ -263,7 +267,8 @@ void McpClient::read_server(size_t sv) {
         if (!j.is_object() || (!j.contains("method") && !j.contains("id"))) {
             fail_server(sv, "garbage",
                         fmt::format("MCP server '{}' wrote a line that is not JSON-RPC ({}); it was killed and "
-                                    "restarts before its next call", servers_[sv]->command, line->substr(0, 120)));
+                                    "restarts before its next call",
+                                    servers_[sv]->command, line->substr(0, 120)));
             return;
         }
         if (is_request_from_server(j)) {
@@ -282,12 +287,14 @@ void McpClient::read_server(size_t sv) {
         if (j.contains("error")) {
             const auto& e = j["error"];
             const std::string msg = e.is_object() && e.contains("message") && e["message"].is_string()
-                                        ? e["message"].get<std::string>() : dump(e);
+                                        ? e["message"].get<std::string>()
+                                        : dump(e);
             done_.emplace_back(p.ticket, error_result(p.name, "tool", msg, latency));
         } else if (!j.contains("result") || !j["result"].is_object() || !j["result"].contains("content") ||
                    !j["result"]["content"].is_array()) {
-            done_.emplace_back(p.ticket, error_result(p.name, "garbage",
-                                                      "the reply is not a CallToolResult: " + line->substr(0, 120), latency));
+            done_.emplace_back(p.ticket,
+                               error_result(p.name, "garbage",
+                                            "the reply is not a CallToolResult: " + line->substr(0, 120), latency));
         } else {
             const auto& r = j["result"];
             ToolResult tr;
@@ -299,12 +306,14 @@ void McpClient::read_server(size_t sv) {
         }
     }
     if (!alive)
-        fail_server(sv, "crash", fmt::format("MCP server '{}' {} (it restarts before its next call)",
-                                             servers_[sv]->command, proc.exit_description()));
+        fail_server(sv, "crash",
+                    fmt::format("MCP server '{}' {} (it restarts before its next call)", servers_[sv]->command,
+                                proc.exit_description()));
 }
 
 std::vector<ToolResult> McpClient::call_many(const std::vector<ToolCallRequest>& calls) {
-    RLPT_CHECK_KIND(InternalError, pending_.empty() && done_.empty(), "McpClient::call_many with asynchronous calls in flight");
+    RLPT_CHECK_KIND(InternalError, pending_.empty() && done_.empty(),
+                    "McpClient::call_many with asynchronous calls in flight");
     restart_failed_.clear();
     std::map<int64_t, size_t> index;  // ticket -> call
     for (size_t c = 0; c < calls.size(); ++c) index[submit(calls[c])] = c;

@@ -116,7 +116,8 @@ class Calculator {
 };
 
 std::string format_number(double v) {
-    if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{}", static_cast<int64_t>(v));
+    if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15)
+        return fmt::format("{}", static_cast<int64_t>(v));
     return fmt::format("{}", v);
 }
 
@@ -180,9 +181,10 @@ EncodedConversation encode_conversation(const tokenizer::Tokenizer& tok, ChatFam
                    "conversation turn {}: expected {{\"role\": ..., \"content\": \"...\"}}, got {}", k, t.dump());
         const std::string role = t["role"].get<std::string>();
         const std::string content = t["content"].get<std::string>();
-        RLPT_CHECK(role == "assistant" || role == "tool", "conversation turn {}: role '{}' (expected assistant or tool)", k,
+        RLPT_CHECK(role == "assistant" || role == "tool",
+                   "conversation turn {}: role '{}' (expected assistant or tool)", k, role);
+        RLPT_CHECK(k > 0 || role == "assistant", "conversation: the first turn must be the assistant's, got '{}'",
                    role);
-        RLPT_CHECK(k > 0 || role == "assistant", "conversation: the first turn must be the assistant's, got '{}'", role);
         if (role == "tool") {
             tools.push_back(content);
         } else {
@@ -296,7 +298,8 @@ class Conversations {
         x.assistant_turns += 1;
         x.finish = cut < n ? FinishReason::kLength : finish;
         const std::string text = tok_.decode(new_ids, /*skip_special_tokens=*/false);
-        x.turn_closed = family_ == ChatFamily::kQwen2 && text.size() >= 10 && text.compare(text.size() - 10, 10, "<|im_end|>") == 0;
+        x.turn_closed =
+            family_ == ChatFamily::kQwen2 && text.size() >= 10 && text.compare(text.size() - 10, 10, "<|im_end|>") == 0;
         if (x.resp.size() >= R_ || x.finish == FinishReason::kLength ||
             (mt_.max_assistant_turns > 0 && x.assistant_turns >= mt_.max_assistant_turns)) {
             x.done = true;
@@ -426,16 +429,17 @@ class Conversations {
             record(i, k, run_calculator(call.arguments));
         } else if (const McpTool* t = st_.mcp ? st_.mcp->find_tool(name) : nullptr) {
             if (auto why = check_arguments(t->input_schema, call.arguments); !why.empty())
-                record(i, k, ToolResult{fmt::format("Invalid arguments for '{}': {}", name, why), true, "arguments", 0.0});
-            else
-                mcp_of_[st_.mcp->submit({name, call.arguments})] = {i, k};
+                record(i, k,
+                       ToolResult{fmt::format("Invalid arguments for '{}': {}", name, why), true, "arguments", 0.0});
+            else mcp_of_[st_.mcp->submit({name, call.arguments})] = {i, k};
         } else {
             std::string names;
             for (const auto& b : st_.builtin) names += (names.empty() ? "" : ", ") + b;
             if (st_.mcp)
                 for (const auto& t2 : st_.mcp->tools()) names += (names.empty() ? "" : ", ") + t2.name;
-            record(i, k, ToolResult{fmt::format("Unknown function '{}'. Available tools: [{}]", name, names), true,
-                                    "unknown_tool", 0.0});
+            record(i, k,
+                   ToolResult{fmt::format("Unknown function '{}'. Available tools: [{}]", name, names), true,
+                              "unknown_tool", 0.0});
         }
     }
 
@@ -451,7 +455,8 @@ class Conversations {
             if (x.done) return {};
             o = render_user_observation(family_, x.env_reply.observation, x.turn_closed);
         } else {
-            for (auto& t : x.texts) t = truncate_tool_text(t, mt_.max_tool_response_length, mt_.tool_response_truncate_side);
+            for (auto& t : x.texts)
+                t = truncate_tool_text(t, mt_.max_tool_response_length, mt_.tool_response_truncate_side);
             o = render_tool_observation(family_, x.texts, x.turn_closed);
             x.texts.clear();
         }
@@ -505,7 +510,8 @@ ToolResult run_calculator(const nlohmann::json& arguments) {
 std::vector<nlohmann::json> list_tool_schemas(const MultiTurnConfig& c) {
     std::vector<nlohmann::json> tools;
     for (const auto& b : c.builtin_tools)
-        if (b == "calculator") tools.push_back(function_tool("calculator", "Evaluates an arithmetic expression", calculator_schema()));
+        if (b == "calculator")
+            tools.push_back(function_tool("calculator", "Evaluates an arithmetic expression", calculator_schema()));
     if (c.mcp_servers.empty()) return tools;
     McpClient mcp(c.mcp_servers, c.tool_timeout_s, c.server_start_timeout_s);
     mcp.start();
@@ -513,13 +519,12 @@ std::vector<nlohmann::json> list_tool_schemas(const MultiTurnConfig& c) {
     return tools;
 }
 
-
 namespace {
 
 // Per-token stop lookup of the continuous engine: 0 = go on, 1 = eos, 2 = stop id (generator.h's
 // rules: EOS wins over a stop id, then stop strings, then the turn's length).
-std::optional<FinishReason> turn_finish(const std::vector<uint8_t>& table, rollout::StopStringMatcher& text, int64_t tok,
-                                        size_t n, size_t max_tokens) {
+std::optional<FinishReason> turn_finish(const std::vector<uint8_t>& table, rollout::StopStringMatcher& text,
+                                        int64_t tok, size_t n, size_t max_tokens) {
     const bool stop_string = text.active() && text.push(tok);
     const uint8_t k = table[static_cast<size_t>(tok)];
     if (k != 0) return k == 1 ? FinishReason::kEos : FinishReason::kStop;
@@ -556,12 +561,14 @@ class AgentEngine {
         // A slot holds a whole conversation: prompt + response budget - 1 (the last token is
         // never fed).
         const int64_t per_seq = longest + params.max_new_tokens - 1;
-        int64_t slots = std::min<int64_t>(limits.max_num_seqs, std::max<int64_t>(1, static_cast<int64_t>(queue_.size())));
+        int64_t slots =
+            std::min<int64_t>(limits.max_num_seqs, std::max<int64_t>(1, static_cast<int64_t>(queue_.size())));
         if (limits.max_num_batched_tokens) {
-            RLPT_CHECK(*limits.max_num_batched_tokens >= per_seq,
-                       "rollout.max_num_batched_tokens = {} cannot hold one conversation: the longest prompt ({} tokens) "
-                       "+ the response budget ({}) - 1 = {} KV positions",
-                       *limits.max_num_batched_tokens, longest, params.max_new_tokens, per_seq);
+            RLPT_CHECK(
+                *limits.max_num_batched_tokens >= per_seq,
+                "rollout.max_num_batched_tokens = {} cannot hold one conversation: the longest prompt ({} tokens) "
+                "+ the response budget ({}) - 1 = {} KV positions",
+                *limits.max_num_batched_tokens, longest, params.max_new_tokens, per_seq);
             slots = std::min(slots, *limits.max_num_batched_tokens / per_seq);
         }
         slot_.assign(static_cast<size_t>(slots), Slot{});
@@ -606,7 +613,8 @@ class AgentEngine {
                 sl.tokens.push_back(chosen.tokens[k]);
                 sl.log_probs.push_back(chosen.log_probs[k]);
                 if (auto done = turn_finish(table_, sl.text, chosen.tokens[k], sl.tokens.size(), sl.max_tokens)) {
-                    const bool waits = conv_.end_turn(sl.sample, sl.tokens.data(), sl.log_probs.data(), sl.tokens.size(), *done);
+                    const bool waits =
+                        conv_.end_turn(sl.sample, sl.tokens.data(), sl.log_probs.data(), sl.tokens.size(), *done);
                     if (waits) sl.pending = chosen.tokens[k];  // parked: the slot keeps its KV
                     else free_slot(slot);
                 } else {
@@ -634,13 +642,13 @@ class AgentEngine {
     struct Slot {
         size_t sample = 0;
         bool used = false;
-        int64_t group = -1;                 // its first turn's group (the slot starts with its tokens)
-        uint64_t seed = 0;                  // this turn's stream
-        size_t max_tokens = 0;              // this turn's budget
-        std::vector<int64_t> tokens;        // this turn's tokens
+        int64_t group = -1;           // its first turn's group (the slot starts with its tokens)
+        uint64_t seed = 0;            // this turn's stream
+        size_t max_tokens = 0;        // this turn's budget
+        std::vector<int64_t> tokens;  // this turn's tokens
         std::vector<float> log_probs;
         rollout::StopStringMatcher text;
-        int64_t pending = -1;               // parked: the turn's last token, not yet fed
+        int64_t pending = -1;  // parked: the turn's last token, not yet fed
     };
 
     void start_turn(Slot& sl) {
@@ -727,7 +735,8 @@ class AgentEngine {
             const auto& sq = seqs[static_cast<size_t>(k)];
             const int64_t start = cache_->slot_length(slots[static_cast<size_t>(k)]);
             std::copy(sq.begin(), sq.end(), ids.data_ptr<int64_t>() + k * T);
-            std::fill(mask.data_ptr<int64_t>() + k * T, mask.data_ptr<int64_t>() + k * T + lens[static_cast<size_t>(k)], 1);
+            std::fill(mask.data_ptr<int64_t>() + k * T, mask.data_ptr<int64_t>() + k * T + lens[static_cast<size_t>(k)],
+                      1);
             auto* p = pos.data_ptr<int64_t>() + k * T;
             for (int64_t t = 0; t < T; ++t) p[t] = start + t;
         }
@@ -739,7 +748,8 @@ class AgentEngine {
         auto last = torch::tensor(lens, torch::kInt64).to(device) - 1;
         h = h.index({torch::arange(b, torch::TensorOptions().dtype(torch::kInt64).device(device)), last});
         if (empty_slots)
-            for (int64_t k = 0; k < b; ++k) cache_->set_slot_length(slots[static_cast<size_t>(k)], lens[static_cast<size_t>(k)]);
+            for (int64_t k = 0; k < b; ++k)
+                cache_->set_slot_length(slots[static_cast<size_t>(k)], lens[static_cast<size_t>(k)]);
         return h;
     }
 
@@ -751,8 +761,10 @@ class AgentEngine {
         for (const auto& r : back) {
             int64_t slot = -1;
             for (size_t o = 0; o < slot_.size() && slot < 0; ++o)
-                if (slot_[o].used && slot_[o].sample == r.sample && slot_[o].pending >= 0) slot = static_cast<int64_t>(o);
-            RLPT_CHECK_KIND(InternalError, slot >= 0, "tool_agent: sample {} came back without a parked slot", r.sample);
+                if (slot_[o].used && slot_[o].sample == r.sample && slot_[o].pending >= 0)
+                    slot = static_cast<int64_t>(o);
+            RLPT_CHECK_KIND(InternalError, slot >= 0, "tool_agent: sample {} came back without a parked slot",
+                            r.sample);
             Slot& sl = slot_[static_cast<size_t>(slot)];
             if (conv_[r.sample].done) {
                 free_slot(slot);
@@ -772,9 +784,9 @@ class AgentEngine {
     const rollout::SamplingParams& params_;
     const bool lockstep_;
     std::vector<uint8_t> table_;
-    std::vector<size_t> queue_;               // samples in admission order
-    std::vector<int64_t> group_;              // per queue entry: its first turn's group
-    size_t next_ = 0;                         // queue_[0, next_) admitted
+    std::vector<size_t> queue_;                // samples in admission order
+    std::vector<int64_t> group_;               // per queue entry: its first turn's group
+    size_t next_ = 0;                          // queue_[0, next_) admitted
     std::vector<torch::Tensor> group_hidden_;  // per group: hidden state after its first sequence
     std::optional<model::KVCache> cache_;
     std::vector<Slot> slot_;
@@ -798,8 +810,10 @@ rollout::GenerationOutput tool_agent_generate(model::CausalLM& model, const std:
     return continuous_agent_loop(model, prompts, seeds, params, rollout::batch_limits(max_num_seqs, ctx), ctx);
 }
 
-rollout::GenerationOutput continuous_agent_loop(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                                                const std::vector<uint64_t>& seeds, const rollout::SamplingParams& params,
+rollout::GenerationOutput continuous_agent_loop(model::CausalLM& model,
+                                                const std::vector<std::vector<int64_t>>& prompts,
+                                                const std::vector<uint64_t>& seeds,
+                                                const rollout::SamplingParams& params,
                                                 const rollout::BatchLimits& limits, rollout::GeneratorContext& ctx) {
     check_call(prompts, seeds, params, ctx, model.args().vocab_size);
     rollout::validate_batch_limits(limits);
@@ -810,7 +824,8 @@ rollout::GenerationOutput continuous_agent_loop(model::CausalLM& model, const st
     return conv.finish();
 }
 
-rollout::GenerationOutput run_agent_loop(const TurnGenerator& generate_turn, const std::vector<std::vector<int64_t>>& prompts,
+rollout::GenerationOutput run_agent_loop(const TurnGenerator& generate_turn,
+                                         const std::vector<std::vector<int64_t>>& prompts,
                                          const std::vector<uint64_t>& seeds, const rollout::SamplingParams& params,
                                          rollout::GeneratorContext& ctx) {
     check_call(prompts, seeds, params, ctx, -1);

@@ -65,7 +65,8 @@ std::string check_value(const nlohmann::json& schema, const nlohmann::json& v, c
         if (auto r = schema.find("required"); r != schema.end() && r->is_array())
             for (const auto& k : *r)
                 if (k.is_string() && !v.contains(k.get<std::string>()))
-                    return fmt::format("argument '{}{}' is required", path.empty() ? "" : path + ".", k.get<std::string>());
+                    return fmt::format("argument '{}{}' is required", path.empty() ? "" : path + ".",
+                                       k.get<std::string>());
         const bool closed = schema.contains("additionalProperties") && schema["additionalProperties"] == false;
         for (auto it = v.begin(); it != v.end(); ++it) {
             const std::string sub = path.empty() ? it.key() : path + "." + it.key();
@@ -129,15 +130,16 @@ ParsedTurn parse_tool_calls(const std::string& format, const std::string& text) 
             if (args.is_string()) args = nlohmann::json::parse(args.get<std::string>(), nullptr, false);
             if (args.is_discarded() || !args.is_object())
                 call.error = fmt::format("Invalid JSON in arguments for '{}': expected an object", call.name);
-            else
-                call.arguments = std::move(args);
+            else call.arguments = std::move(args);
         }
         turn.calls.push_back(std::move(call));
     }
     return turn;
 }
 
-std::string check_arguments(const nlohmann::json& schema, const nlohmann::json& args) { return check_value(schema, args, ""); }
+std::string check_arguments(const nlohmann::json& schema, const nlohmann::json& args) {
+    return check_value(schema, args, "");
+}
 
 std::string tojson(const nlohmann::json& j) {
     if (j.is_object()) {
@@ -157,8 +159,10 @@ std::string tojson(const nlohmann::json& j) {
     return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-nlohmann::json function_tool(const std::string& name, const std::string& description, const nlohmann::json& parameters) {
-    return {{"type", "function"}, {"function", {{"name", name}, {"description", description}, {"parameters", parameters}}}};
+nlohmann::json function_tool(const std::string& name, const std::string& description,
+                             const nlohmann::json& parameters) {
+    return {{"type", "function"},
+            {"function", {{"name", name}, {"description", description}, {"parameters", parameters}}}};
 }
 
 void check_tool_family(tokenizer::ChatFamily family, const std::string& key) {
@@ -171,7 +175,8 @@ std::string render_prompt_with_tools(tokenizer::ChatFamily family, const std::ve
     if (family != tokenizer::ChatFamily::kQwen2 || tools.empty())
         return tokenizer::apply_chat_template(family, messages, /*add_generation_prompt=*/true);
     const bool has_system = !messages.empty() && messages.front().role == "system";
-    std::string out = "<|im_start|>system\n" + (has_system ? messages.front().content : std::string(kQwenDefaultSystem));
+    std::string out =
+        "<|im_start|>system\n" + (has_system ? messages.front().content : std::string(kQwenDefaultSystem));
     out += "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
            "function signatures within <tools></tools> XML tags:\n<tools>";
     for (const auto& t : tools) out += "\n" + tojson(t);
@@ -204,7 +209,8 @@ ObservationPieces render_tool_observation(tokenizer::ChatFamily family, const st
 ObservationPieces render_user_observation(tokenizer::ChatFamily family, const std::string& text, bool turn_closed) {
     check_tool_family(family, "model.chat_template");
     if (family != tokenizer::ChatFamily::kQwen2) return {{"", ""}, {text}};
-    return {{std::string(turn_closed ? "" : "<|im_end|>") + "\n<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n"},
+    return {{std::string(turn_closed ? "" : "<|im_end|>") + "\n<|im_start|>user\n",
+             "<|im_end|>\n<|im_start|>assistant\n"},
             {text}};
 }
 

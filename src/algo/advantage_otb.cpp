@@ -14,8 +14,9 @@ namespace {
 // The rows of each group, in order of first appearance.
 std::vector<std::vector<int64_t>> group_rows(const torch::Tensor& index, int64_t b, const char* where) {
     RLPT_CHECK(index.defined(), "{}: the group index (uid per sample) is required but was not given", where);
-    RLPT_CHECK(index.dim() == 1 && index.size(0) == b, "{}: index must have shape [{}] (one group label per sample), got {}",
-               where, b, detail::shape_str(index));
+    RLPT_CHECK(index.dim() == 1 && index.size(0) == b,
+               "{}: index must have shape [{}] (one group label per sample), got {}", where, b,
+               detail::shape_str(index));
     auto g = make_group_index(index);
     std::vector<std::vector<int64_t>> rows(static_cast<size_t>(g.num_groups));
     auto ids = g.ids.accessor<int64_t, 1>();
@@ -73,8 +74,8 @@ AdvantageOutput compute_gdpo(const torch::Tensor& reward_components, const torch
                "{}: reward_components must have shape [K, {}] with K >= 1, got {}", kWhere, b,
                detail::shape_str(reward_components));
     const int64_t k = reward_components.size(0);
-    RLPT_CHECK(weights.empty() || static_cast<int64_t>(weights.size()) == k,
-               "{}: {} weights for {} reward components", kWhere, weights.size(), k);
+    RLPT_CHECK(weights.empty() || static_cast<int64_t>(weights.size()) == k, "{}: {} weights for {} reward components",
+               kWhere, weights.size(), k);
     RLPT_CHECK(t >= 1, "{}: the response mask has no columns", kWhere);
     detail::check_same_device(response_mask, "response_mask", reward_components, "reward_components", kWhere);
     // On the host (the group statistics are host work), the result moved back.
@@ -94,8 +95,8 @@ AdvantageOutput compute_gdpo(const torch::Tensor& reward_components, const torch
 
 AdvantageOutput compute_optimal_token_baseline(const torch::Tensor& token_level_rewards,
                                                const torch::Tensor& response_mask, const torch::Tensor& index,
-                                               const torch::Tensor& old_log_probs,
-                                               const torch::Tensor& sum_pi_squared, bool handle_zero_tail) {
+                                               const torch::Tensor& old_log_probs, const torch::Tensor& sum_pi_squared,
+                                               bool handle_zero_tail) {
     torch::NoGradGuard no_grad;
     constexpr const char* kWhere = "compute_optimal_token_baseline";
     auto t = otb_terms(token_level_rewards, response_mask, old_log_probs, sum_pi_squared, kWhere);

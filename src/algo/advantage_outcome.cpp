@@ -28,13 +28,9 @@ GroupIndex dense_ids(const std::vector<Label>& labels) {
 
 }  // namespace
 
-GroupIndex make_group_index(const std::vector<int64_t>& labels) {
-    return dense_ids(labels);
-}
+GroupIndex make_group_index(const std::vector<int64_t>& labels) { return dense_ids(labels); }
 
-GroupIndex make_group_index(const std::vector<std::string>& labels) {
-    return dense_ids(labels);
-}
+GroupIndex make_group_index(const std::vector<std::string>& labels) { return dense_ids(labels); }
 
 GroupIndex make_group_index(const torch::Tensor& labels) {
     RLPT_CHECK(labels.defined() && labels.dim() == 1, "make_group_index: labels must be a 1-D tensor, got {}",
@@ -78,8 +74,7 @@ GroupStats group_stats(const torch::Tensor& scores, const torch::Tensor& index, 
     return st;
 }
 
-AdvantageOutput outcome_output(const torch::Tensor& per_sample, const torch::Tensor& like,
-                               const torch::Tensor& mask) {
+AdvantageOutput outcome_output(const torch::Tensor& per_sample, const torch::Tensor& like, const torch::Tensor& mask) {
     auto adv = per_sample.to(like.device(), like.scalar_type()).unsqueeze(-1) * mask_as(mask, like);
     return {adv, adv};
 }
@@ -97,9 +92,8 @@ AdvantageOutput compute_grpo(const torch::Tensor& token_level_rewards, const tor
     return detail::outcome_output(a, token_level_rewards, response_mask);
 }
 
-AdvantageOutput compute_grpo_passk(const torch::Tensor& token_level_rewards,
-                                   const torch::Tensor& response_mask, const torch::Tensor& index,
-                                   double epsilon, bool norm_by_std) {
+AdvantageOutput compute_grpo_passk(const torch::Tensor& token_level_rewards, const torch::Tensor& response_mask,
+                                   const torch::Tensor& index, double epsilon, bool norm_by_std) {
     torch::NoGradGuard no_grad;
     auto s = detail::outcome_scores(token_level_rewards, response_mask, "compute_grpo_passk");
     auto st = detail::group_stats(s, index, "compute_grpo_passk");

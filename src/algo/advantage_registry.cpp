@@ -17,8 +17,7 @@ struct Estimator {
 };
 
 void require(const torch::Tensor& t, const char* estimator, const char* field) {
-    RLPT_CHECK(t.defined(),
-               "compute_advantage('{}'): input '{}' is required by this estimator but was not given",
+    RLPT_CHECK(t.defined(), "compute_advantage('{}'): input '{}' is required by this estimator but was not given",
                estimator, field);
 }
 
@@ -28,13 +27,11 @@ AdvantageOutput run_gae(const AdvantageInputs& in, const AdvantageParams& p) {
 }
 AdvantageOutput run_grpo(const AdvantageInputs& in, const AdvantageParams& p) {
     require(in.index, "grpo", "index");
-    return compute_grpo(in.token_level_rewards, in.response_mask, in.index, p.epsilon,
-                        p.norm_adv_by_std_in_grpo);
+    return compute_grpo(in.token_level_rewards, in.response_mask, in.index, p.epsilon, p.norm_adv_by_std_in_grpo);
 }
 AdvantageOutput run_grpo_passk(const AdvantageInputs& in, const AdvantageParams& p) {
     require(in.index, "grpo_passk", "index");
-    return compute_grpo_passk(in.token_level_rewards, in.response_mask, in.index, p.epsilon,
-                              p.norm_adv_by_std_in_grpo);
+    return compute_grpo_passk(in.token_level_rewards, in.response_mask, in.index, p.epsilon, p.norm_adv_by_std_in_grpo);
 }
 AdvantageOutput run_rloo(const AdvantageInputs& in, const AdvantageParams&) {
     require(in.index, "rloo", "index");
@@ -67,8 +64,8 @@ AdvantageOutput run_gdpo(const AdvantageInputs& in, const AdvantageParams& p) {
     auto dt = in.token_level_rewards.scalar_type();
     return {out.advantages.to(dt), out.returns.to(dt)};
 }
-template <AdvantageOutput (*Fn)(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
-                                const torch::Tensor&, const torch::Tensor&, bool)>
+template <AdvantageOutput (*Fn)(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                const torch::Tensor&, bool)>
 AdvantageOutput run_otb(const AdvantageInputs& in, const AdvantageParams& p) {
     require(in.index, "optimal_token_baseline", "index");
     require(in.old_log_probs, "optimal_token_baseline", "old_log_probs");
@@ -115,13 +112,9 @@ std::vector<std::string> advantage_estimator_names() {
     return names;
 }
 
-EstimatorNeeds advantage_estimator_needs(const std::string& name) {
-    return find_estimator(name).needs;
-}
+EstimatorNeeds advantage_estimator_needs(const std::string& name) { return find_estimator(name).needs; }
 
-bool advantage_estimator_needs_values(const std::string& name) {
-    return find_estimator(name).needs.values;
-}
+bool advantage_estimator_needs_values(const std::string& name) { return find_estimator(name).needs.values; }
 
 AdvantageOutput compute_advantage(const std::string& name, const AdvantageInputs& inputs,
                                   const AdvantageParams& params) {

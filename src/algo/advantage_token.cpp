@@ -55,8 +55,7 @@ AdvantageOutput compute_reinforce_plus_plus(const torch::Tensor& token_level_rew
 }
 
 AdvantageOutput compute_reinforce_plus_plus_baseline(const torch::Tensor& token_level_rewards,
-                                                     const torch::Tensor& response_mask,
-                                                     const torch::Tensor& index) {
+                                                     const torch::Tensor& response_mask, const torch::Tensor& index) {
     torch::NoGradGuard no_grad;
     constexpr const char* kWhere = "compute_reinforce_plus_plus_baseline";
     auto s = detail::outcome_scores(token_level_rewards, response_mask, kWhere);

@@ -32,8 +32,7 @@ torch::Tensor safe_div(const torch::Tensor& numerator, double denominator) {
 AggMode parse_agg_mode(const std::string& name) {
     for (const auto& m : kModeNames)
         if (name == m.name) return m.mode;
-    RLPT_THROW(ValueError, "unknown loss_agg_mode '{}'; valid modes: {}", name,
-               fmt::join(agg_mode_names(), ", "));
+    RLPT_THROW(ValueError, "unknown loss_agg_mode '{}'; valid modes: {}", name, fmt::join(agg_mode_names(), ", "));
 }
 
 const char* agg_mode_name(AggMode mode) {
@@ -79,14 +78,11 @@ torch::Tensor agg_loss(const torch::Tensor& loss_mat, const torch::Tensor& loss_
     auto seq_losses = masked_sum(loss_mat, loss_mask, -1);
     if (mode == AggMode::kSeqMeanTokenMean) seq_losses = seq_losses / (tokens_per_seq + 1e-8);
     double n_seq = info.global_batch_size ? *info.global_batch_size : seq_mask.sum().item<double>();
-    RLPT_CHECK(n_seq >= 0.0, "agg_loss({}): global_batch_size must be >= 0, got {}", agg_mode_name(mode),
-               n_seq);
+    RLPT_CHECK(n_seq >= 0.0, "agg_loss({}): global_batch_size must be >= 0, got {}", agg_mode_name(mode), n_seq);
     auto loss = safe_div(masked_sum(seq_losses, seq_mask), n_seq) * dp;
     if (mode == AggMode::kSeqMeanTokenSumNorm) {
-        double scale =
-            info.loss_scale_factor ? *info.loss_scale_factor : static_cast<double>(loss_mat.size(-1));
-        RLPT_CHECK(scale > 0.0, "agg_loss(seq-mean-token-sum-norm): loss_scale_factor must be > 0, got {}",
-                   scale);
+        double scale = info.loss_scale_factor ? *info.loss_scale_factor : static_cast<double>(loss_mat.size(-1));
+        RLPT_CHECK(scale > 0.0, "agg_loss(seq-mean-token-sum-norm): loss_scale_factor must be > 0, got {}", scale);
         loss = loss / scale;
     }
     return loss;

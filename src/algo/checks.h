@@ -41,8 +41,8 @@ inline void check_same_device(const torch::Tensor& a, const char* a_name, const 
 inline void check_like(const torch::Tensor& a, const char* a_name, const torch::Tensor& b, const char* b_name,
                        const char* where) {
     RLPT_CHECK(b.defined(), "{}: tensor '{}' is required but was not given", where, b_name);
-    RLPT_CHECK(a.sizes() == b.sizes(), "{}: '{}' has shape {} but '{}' has shape {}", where, a_name,
-               shape_str(a), b_name, shape_str(b));
+    RLPT_CHECK(a.sizes() == b.sizes(), "{}: '{}' has shape {} but '{}' has shape {}", where, a_name, shape_str(a),
+               b_name, shape_str(b));
     check_same_device(a, a_name, b, b_name, where);
 }
 

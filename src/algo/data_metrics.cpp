@@ -17,9 +17,7 @@ void add_stats(std::map<std::string, double>& m, const std::string& prefix, cons
     m[prefix + "/min"] = empty ? nan : v.min().item<double>();
 }
 
-torch::Tensor as_f64(const torch::Tensor& t) {
-    return t.detach().to(torch::kCPU, torch::kFloat64);
-}
+torch::Tensor as_f64(const torch::Tensor& t) { return t.detach().to(torch::kCPU, torch::kFloat64); }
 
 }  // namespace
 
@@ -41,11 +39,10 @@ std::map<std::string, double> compute_data_metrics(const DataMetricsInputs& in) 
         detail::check_like(ref, "token_level_scores", in.values, "values", kWhere);
     }
     if (in.response_attention_mask.defined())
-        detail::check_like(ref, "token_level_scores", in.response_attention_mask, "response_attention_mask",
-                           kWhere);
+        detail::check_like(ref, "token_level_scores", in.response_attention_mask, "response_attention_mask", kWhere);
     detail::check_2d(in.prompt_mask, kWhere, "prompt_mask");
-    RLPT_CHECK(in.prompt_mask.size(0) == ref.size(0), "{}: prompt_mask has {} rows but the batch has {}",
-               kWhere, in.prompt_mask.size(0), ref.size(0));
+    RLPT_CHECK(in.prompt_mask.size(0) == ref.size(0), "{}: prompt_mask has {} rows but the batch has {}", kWhere,
+               in.prompt_mask.size(0), ref.size(0));
 
     const double max_response_length =
         static_cast<double>(in.max_response_length > 0 ? in.max_response_length : ref.size(1));
@@ -80,8 +77,7 @@ std::map<std::string, double> compute_data_metrics(const DataMetricsInputs& in) 
         (non_aborted_length >= max_response_length).to(torch::kFloat64).mean().item<double>();
     m["response/aborted_ratio"] = aborted.to(torch::kFloat64).mean().item<double>();
     add_stats(m, "prompt_length", prompt_length);
-    m["prompt_length/clip_ratio"] =
-        (prompt_length >= max_prompt_length).to(torch::kFloat64).mean().item<double>();
+    m["prompt_length/clip_ratio"] = (prompt_length >= max_prompt_length).to(torch::kFloat64).mean().item<double>();
     return m;
 }
 

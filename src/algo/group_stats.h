@@ -23,7 +23,6 @@ GroupStats group_stats(const torch::Tensor& scores, const torch::Tensor& index, 
 torch::Tensor outcome_scores(const torch::Tensor& rewards, const torch::Tensor& mask, const char* where);
 
 // Broadcasts a per-sample float64 advantage [B] over T, casts to `like`'s dtype and masks it.
-AdvantageOutput outcome_output(const torch::Tensor& per_sample, const torch::Tensor& like,
-                               const torch::Tensor& mask);
+AdvantageOutput outcome_output(const torch::Tensor& per_sample, const torch::Tensor& like, const torch::Tensor& mask);
 
 }  // namespace rlpt::algo::detail

@@ -15,12 +15,9 @@ constexpr const char* kValidKlNames =
 
 torch::Tensor kl_forward(const torch::Tensor& logp, const torch::Tensor& ref, KlEstimator e) {
     switch (e) {
-        case KlEstimator::kK1:
-            return logp - ref;
-        case KlEstimator::kAbs:
-            return (logp - ref).abs();
-        case KlEstimator::kK2:
-            return 0.5 * (logp - ref).square();
+        case KlEstimator::kK1: return logp - ref;
+        case KlEstimator::kAbs: return (logp - ref).abs();
+        case KlEstimator::kK2: return 0.5 * (logp - ref).square();
         case KlEstimator::kK3: {
             auto kl = torch::clamp(ref - logp, -20.0, 20.0);
             return torch::clamp(torch::exp(kl) - kl - 1.0, -10.0, 10.0);
@@ -48,11 +45,10 @@ KlType parse_kl_type(const std::string& name) {
     } else if (base == "low_var_kl" || base == "k3") {
         t.estimator = KlEstimator::kK3;
     } else if (base == "full") {
-        RLPT_THROW(
-            ValueError,
-            "KL type '{}' (the full-vocabulary KL) is not supported: it needs whole logit rows, rlpt's "
-            "KL works on log-probs of the sampled tokens; valid types: {}",
-            name, kValidKlNames);
+        RLPT_THROW(ValueError,
+                   "KL type '{}' (the full-vocabulary KL) is not supported: it needs whole logit rows, rlpt's "
+                   "KL works on log-probs of the sampled tokens; valid types: {}",
+                   name, kValidKlNames);
     } else {
         RLPT_THROW(ValueError, "unknown KL type '{}'; valid types: {}", name, kValidKlNames);
     }
@@ -69,14 +65,11 @@ torch::Tensor kl_penalty(const torch::Tensor& log_prob, const torch::Tensor& ref
     return k2 - k2.detach() + forward.detach();
 }
 
-torch::Tensor kl_penalty(const torch::Tensor& log_prob, const torch::Tensor& ref_log_prob,
-                         const std::string& type) {
+torch::Tensor kl_penalty(const torch::Tensor& log_prob, const torch::Tensor& ref_log_prob, const std::string& type) {
     return kl_penalty(log_prob, ref_log_prob, parse_kl_type(type));
 }
 
-KlController KlController::fixed(double kl_coef) {
-    return KlController(Kind::kFixed, kl_coef, 0.0, 0.0);
-}
+KlController KlController::fixed(double kl_coef) { return KlController(Kind::kFixed, kl_coef, 0.0, 0.0); }
 
 KlController KlController::adaptive(double init_kl_coef, double target_kl, double horizon) {
     RLPT_CHECK(horizon > 0.0, "adaptive KL controller: horizon must be > 0, got {}", horizon);
@@ -84,8 +77,7 @@ KlController KlController::adaptive(double init_kl_coef, double target_kl, doubl
     return KlController(Kind::kAdaptive, init_kl_coef, target_kl, horizon);
 }
 
-KlController KlController::from_config(const std::string& type, double kl_coef, double target_kl,
-                                       double horizon) {
+KlController KlController::from_config(const std::string& type, double kl_coef, double target_kl, double horizon) {
     if (type == "fixed") return fixed(kl_coef);
     if (type == "adaptive") return adaptive(kl_coef, target_kl, horizon);
     RLPT_THROW(ValueError, "unknown KL controller type '{}'; valid types: fixed, adaptive", type);

@@ -27,12 +27,8 @@ torch::Tensor masked_sum(const torch::Tensor& values, const torch::Tensor& mask,
 // count (where the epsilon rounds away for n >= 1), floating masks keep their dtype. This is what
 // verl computes, so means match it to the last bit.
 namespace {
-torch::Tensor mask_count(const torch::Tensor& mask) {
-    return mask.sum();
-}
-torch::Tensor mask_count(const torch::Tensor& mask, int64_t dim) {
-    return mask.sum(dim);
-}
+torch::Tensor mask_count(const torch::Tensor& mask) { return mask.sum(); }
+torch::Tensor mask_count(const torch::Tensor& mask, int64_t dim) { return mask.sum(dim); }
 }  // namespace
 
 torch::Tensor masked_mean(const torch::Tensor& values, const torch::Tensor& mask) {
@@ -109,8 +105,7 @@ torch::Tensor logprobs_from_logits(const torch::Tensor& logits, const torch::Ten
         auto lo = labels.min().item<int64_t>();
         auto hi = labels.max().item<int64_t>();
         RLPT_CHECK(lo >= 0 && hi < logits.size(-1),
-                   "logprobs_from_logits: labels must lie in [0, {}), got range [{}, {}]", logits.size(-1),
-                   lo, hi);
+                   "logprobs_from_logits: labels must lie in [0, {}), got range [{}, {}]", logits.size(-1), lo, hi);
     }
     auto z = logits;
     if (z.scalar_type() != torch::kFloat32 && z.scalar_type() != torch::kFloat64) z = z.to(torch::kFloat32);

@@ -28,8 +28,8 @@ void check_policy_inputs(const PolicyLossInputs& in, const char* where) {
 
 void check_clip_ratios(const PolicyLossConfig& cfg, const char* where) {
     RLPT_CHECK(cfg.eps_low() >= 0.0 && cfg.eps_high() >= 0.0,
-               "{}: clip ratios must be >= 0, got clip_ratio_low {} and clip_ratio_high {}", where,
-               cfg.eps_low(), cfg.eps_high());
+               "{}: clip ratios must be >= 0, got clip_ratio_low {} and clip_ratio_high {}", where, cfg.eps_low(),
+               cfg.eps_high());
 }
 
 torch::Tensor apply_is_weights(const torch::Tensor& loss_tok, const PolicyLossInputs& in) {
@@ -46,8 +46,8 @@ double masked_mean_value(const torch::Tensor& values, const torch::Tensor& mask)
 
 namespace {
 
-torch::Tensor aggregate(const torch::Tensor& loss_tok, const PolicyLossInputs& in,
-                        const PolicyLossConfig& cfg, AggMode mode) {
+torch::Tensor aggregate(const torch::Tensor& loss_tok, const PolicyLossInputs& in, const PolicyLossConfig& cfg,
+                        AggMode mode) {
     return agg_loss(detail::apply_is_weights(loss_tok, in), in.response_mask, mode, cfg.global_batch_info);
 }
 
@@ -75,8 +75,7 @@ PolicyLossOutput compute_policy_loss_vanilla(const PolicyLossInputs& in, const P
     out.loss = aggregate(loss_tok, in, cfg, cfg.loss_agg_mode);
     out.metrics["actor/pg_clipfrac"] = detail::masked_mean_value((l2 > l1).to(dt), in.response_mask);
     out.metrics["actor/ppo_kl"] = detail::masked_mean_value(-lr, in.response_mask);
-    out.metrics["actor/pg_clipfrac_lower"] =
-        detail::masked_mean_value(((c1 > l3) & negative).to(dt), in.response_mask);
+    out.metrics["actor/pg_clipfrac_lower"] = detail::masked_mean_value(((c1 > l3) & negative).to(dt), in.response_mask);
     return out;
 }
 
@@ -106,13 +105,13 @@ PolicyLossOutput compute_policy_loss_gspo(const PolicyLossInputs& in, const Poli
 PolicyLossOutput compute_policy_loss_sapo(const PolicyLossInputs& in, const PolicyLossConfig& cfg) {
     constexpr const char* kWhere = "policy_loss(sapo)";
     detail::check_policy_inputs(in, kWhere);
-    RLPT_CHECK(cfg.tau_pos > 0.0 && cfg.tau_neg > 0.0, "{}: tau_pos and tau_neg must be > 0, got {} and {}",
-               kWhere, cfg.tau_pos, cfg.tau_neg);
+    RLPT_CHECK(cfg.tau_pos > 0.0 && cfg.tau_neg > 0.0, "{}: tau_pos and tau_neg must be > 0, got {} and {}", kWhere,
+               cfg.tau_pos, cfg.tau_neg);
     const auto& a = in.advantages;
     auto lr = torch::clamp(in.log_prob - in.old_log_prob, -20.0, 20.0);
     auto ratio = torch::exp(lr);
-    auto tau = torch::where(a > 0, torch::full({}, cfg.tau_pos, a.options()),
-                            torch::full({}, cfg.tau_neg, a.options()));
+    auto tau =
+        torch::where(a > 0, torch::full({}, cfg.tau_pos, a.options()), torch::full({}, cfg.tau_neg, a.options()));
     auto gate = torch::sigmoid(tau * (ratio - 1.0)) * (4.0 / tau);
     auto loss_tok = -gate * a;
 
@@ -152,9 +151,8 @@ PolicyLossOutput compute_policy_loss_cispo(const PolicyLossInputs& in, const Pol
 PolicyLossOutput compute_policy_loss_dro(const PolicyLossInputs& in, const PolicyLossConfig& cfg) {
     constexpr const char* kWhere = "policy_loss(dro)";
     detail::check_policy_inputs(in, kWhere);
-    RLPT_CHECK(cfg.dro_beta.has_value() && *cfg.dro_beta > 0.0,
-               "{}: actor.policy_loss.dro_beta must be set and > 0{}", kWhere,
-               cfg.dro_beta ? fmt::format(", got {}", *cfg.dro_beta) : std::string(" (it is unset)"));
+    RLPT_CHECK(cfg.dro_beta.has_value() && *cfg.dro_beta > 0.0, "{}: actor.policy_loss.dro_beta must be set and > 0{}",
+               kWhere, cfg.dro_beta ? fmt::format(", got {}", *cfg.dro_beta) : std::string(" (it is unset)"));
     auto lr = in.log_prob - in.old_log_prob;
     auto loss_tok = -(in.log_prob * in.advantages - 0.5 * *cfg.dro_beta * lr * lr);
 
@@ -210,8 +208,8 @@ PolicyLossOutput compute_policy_loss_dppo_kl(const PolicyLossInputs& in, const P
     return dppo(in, cfg, "policy_loss(dppo_kl)",
                 [&](const torch::Tensor& p, const torch::Tensor& p_old, const torch::Tensor& logp,
                     const torch::Tensor& logp_old, const torch::Tensor& positive) {
-                    auto bkl = p_old * (logp_old - logp) + (1.0 - p_old) * torch::log((1.0 - p_old + 1e-8) /
-                                                                                     (1.0 - p + 1e-8));
+                    auto bkl =
+                        p_old * (logp_old - logp) + (1.0 - p_old) * torch::log((1.0 - p_old + 1e-8) / (1.0 - p + 1e-8));
                     return torch::where(positive, (bkl <= cfg.eps_high()) | (p <= p_old),
                                         (bkl <= cfg.eps_low()) | (p >= p_old));
                 });
@@ -226,16 +224,11 @@ struct LossEntry {
     LossFn fn;
 };
 constexpr LossEntry kLosses[] = {
-    {"vanilla", compute_policy_loss_vanilla},
-    {"gspo", compute_policy_loss_gspo},
-    {"sapo", compute_policy_loss_sapo},
-    {"gpg", compute_policy_loss_gpg},
-    {"cispo", compute_policy_loss_cispo},
-    {"dro", compute_policy_loss_dro},
-    {"clip_cov", compute_policy_loss_clip_cov},
-    {"kl_cov", compute_policy_loss_kl_cov},
-    {"geo_mean", compute_policy_loss_geo_mean},
-    {"dppo_tv", compute_policy_loss_dppo_tv},
+    {"vanilla", compute_policy_loss_vanilla},   {"gspo", compute_policy_loss_gspo},
+    {"sapo", compute_policy_loss_sapo},         {"gpg", compute_policy_loss_gpg},
+    {"cispo", compute_policy_loss_cispo},       {"dro", compute_policy_loss_dro},
+    {"clip_cov", compute_policy_loss_clip_cov}, {"kl_cov", compute_policy_loss_kl_cov},
+    {"geo_mean", compute_policy_loss_geo_mean}, {"dppo_tv", compute_policy_loss_dppo_tv},
     {"dppo_kl", compute_policy_loss_dppo_kl},
 };
 constexpr const char* kUnsupported[] = {"bypass_mode"};
@@ -253,8 +246,8 @@ PolicyLossOutput compute_policy_loss(const std::string& loss_mode, const PolicyL
     for (const auto& e : kLosses)
         if (loss_mode == e.name) return e.fn(in, cfg);
     for (const char* u : kUnsupported)
-        RLPT_CHECK(loss_mode != u, "policy loss_mode '{}' is not supported by rlpt; supported modes: {}",
-                   loss_mode, fmt::join(policy_loss_names(), ", "));
+        RLPT_CHECK(loss_mode != u, "policy loss_mode '{}' is not supported by rlpt; supported modes: {}", loss_mode,
+                   fmt::join(policy_loss_names(), ", "));
     RLPT_THROW(ValueError, "unknown policy loss_mode '{}'; valid modes: {}", loss_mode,
                fmt::join(policy_loss_names(), ", "));
 }

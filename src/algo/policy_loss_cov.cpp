@@ -13,14 +13,14 @@ PolicyLossOutput compute_policy_loss_clip_cov(const PolicyLossInputs& in, const 
     detail::check_policy_inputs(in, kWhere);
     RLPT_CHECK(in.generator.has_value(),
                "{}: draws a random subset of tokens and needs a seeded generator (PolicyLossInputs::generator); "
-               "torch's global RNG would make resumed runs differ", kWhere);
+               "torch's global RNG would make resumed runs differ",
+               kWhere);
     RLPT_CHECK(in.generator->device().is_cpu(),
                "{}: the generator must be a CPU generator (the draws are made on the host whatever the inputs' "
                "device), got one on {}",
                kWhere, in.generator->device().str());
     detail::check_clip_ratios(cfg, kWhere);
-    RLPT_CHECK(cfg.clip_cov_ratio > 0.0, "{}: clip_cov_ratio must be > 0, got {}", kWhere,
-               cfg.clip_cov_ratio);
+    RLPT_CHECK(cfg.clip_cov_ratio > 0.0, "{}: clip_cov_ratio must be > 0, got {}", kWhere, cfg.clip_cov_ratio);
     const auto& a = in.advantages;
     const auto dt = in.log_prob.scalar_type();
     auto lr = in.log_prob - in.old_log_prob;
@@ -51,8 +51,8 @@ PolicyLossOutput compute_policy_loss_clip_cov(const PolicyLossInputs& in, const 
     auto loss_tok = torch::maximum(l1, l2) * corr;
 
     PolicyLossOutput out;
-    out.loss = agg_loss(detail::apply_is_weights(loss_tok, in), in.response_mask, cfg.loss_agg_mode,
-                        cfg.global_batch_info);
+    out.loss =
+        agg_loss(detail::apply_is_weights(loss_tok, in), in.response_mask, cfg.loss_agg_mode, cfg.global_batch_info);
     out.metrics["actor/pg_clipfrac"] = detail::masked_mean_value((corr == 0).to(dt), in.response_mask);
     out.metrics["actor/ppo_kl"] = detail::masked_mean_value(-lr, in.response_mask);
     return out;
@@ -80,8 +80,7 @@ PolicyLossOutput compute_policy_loss_kl_cov(const PolicyLossInputs& in, const Po
             auto adv_v = a.detach().reshape({-1}).index_select(0, valid_idx).to(torch::kFloat64);
             auto logp_v = in.log_prob.detach().reshape({-1}).index_select(0, valid_idx).to(torch::kFloat64);
             auto cov = (adv_v - adv_v.mean()) * (logp_v - logp_v.mean());
-            const int64_t k =
-                std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(n) * cfg.kl_cov_ratio));
+            const int64_t k = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(n) * cfg.kl_cov_ratio));
             auto top = std::get<1>(torch::topk(cov, std::min(k, n)));
             selected.index_fill_(0, valid_idx.index_select(0, top), true);
         }
@@ -90,8 +89,8 @@ PolicyLossOutput compute_policy_loss_kl_cov(const PolicyLossInputs& in, const Po
     auto loss_tok = torch::where(selected, with_kl, base);
 
     PolicyLossOutput out;
-    out.loss = agg_loss(detail::apply_is_weights(loss_tok, in), in.response_mask, cfg.loss_agg_mode,
-                        cfg.global_batch_info);
+    out.loss =
+        agg_loss(detail::apply_is_weights(loss_tok, in), in.response_mask, cfg.loss_agg_mode, cfg.global_batch_info);
     out.metrics["actor/ppo_kl"] = detail::masked_mean_value(abs_kl, in.response_mask);
     return out;
 }
@@ -102,8 +101,8 @@ PolicyLossOutput compute_policy_loss_geo_mean(const PolicyLossInputs& in, const 
     detail::check_clip_ratios(cfg, kWhere);
     const auto& gbi = cfg.global_batch_info;
     RLPT_CHECK(gbi.dp_size >= 1, "{}: dp_size must be >= 1, got {}", kWhere, gbi.dp_size);
-    RLPT_CHECK(gbi.global_batch_size || gbi.dp_size == 1,
-               "{}: global_batch_size is required when dp_size = {} > 1", kWhere, gbi.dp_size);
+    RLPT_CHECK(gbi.global_batch_size || gbi.dp_size == 1, "{}: global_batch_size is required when dp_size = {} > 1",
+               kWhere, gbi.dp_size);
     const auto& a = in.advantages;
     const auto dt = in.log_prob.scalar_type();
     auto lr = in.log_prob - in.old_log_prob;
@@ -122,14 +121,11 @@ PolicyLossOutput compute_policy_loss_geo_mean(const PolicyLossInputs& in, const 
     RLPT_CHECK(n_rows >= 0.0, "{}: global_batch_size must be >= 0, got {}", kWhere, n_rows);
 
     PolicyLossOutput out;
-    out.loss =
-        (n_rows == 0.0 ? seq_loss.sum() * 0.0 : seq_loss.sum() / n_rows) * static_cast<double>(gbi.dp_size);
+    out.loss = (n_rows == 0.0 ? seq_loss.sum() * 0.0 : seq_loss.sum() / n_rows) * static_cast<double>(gbi.dp_size);
     auto clipped = (lr != lr_clamped);
-    out.metrics["actor/pg_clipfrac"] =
-        detail::masked_mean_value((clipped & (a > 0)).to(dt), in.response_mask);
+    out.metrics["actor/pg_clipfrac"] = detail::masked_mean_value((clipped & (a > 0)).to(dt), in.response_mask);
     out.metrics["actor/ppo_kl"] = detail::masked_mean_value(-lr, in.response_mask);
-    out.metrics["actor/pg_clipfrac_lower"] =
-        detail::masked_mean_value((clipped & (a < 0)).to(dt), in.response_mask);
+    out.metrics["actor/pg_clipfrac_lower"] = detail::masked_mean_value((clipped & (a < 0)).to(dt), in.response_mask);
     return out;
 }
 

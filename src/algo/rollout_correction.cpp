@@ -147,8 +147,8 @@ RolloutCorrectionOutput compute_rollout_correction(const Tensor& old_log_prob, c
                                          : w_raw.clamp_max(U);
         is_metrics(p, seq_lr, w_raw, w, m, out.metrics);
         if (p.batch_normalize) {
-            const double mean = *p.rollout_is == "token" ? masked_avg(w, m)
-                                                         : num(row_mean(w, m).masked_select(m.sum(1) > 0).mean());
+            const double mean =
+                *p.rollout_is == "token" ? masked_avg(w, m) : num(row_mean(w, m).masked_select(m.sum(1) > 0).mean());
             const bool apply = mean > 1e-8;
             if (apply) w = w / mean;
             out.metrics["rollout_corr/rollout_is_batch_norm_factor"] = apply ? mean : 1.0;

@@ -30,8 +30,7 @@ struct KkState {
     std::vector<KkSet> sets;  // kept in descending set order
 
     void sort_desc() {
-        std::stable_sort(sets.begin(), sets.end(),
-                         [](const KkSet& a, const KkSet& b) { return set_less(b, a); });
+        std::stable_sort(sets.begin(), sets.end(), [](const KkSet& a, const KkSet& b) { return set_less(b, a); });
     }
     int64_t spread() const { return sets.front().sum - sets.back().sum; }
 };
@@ -47,13 +46,10 @@ void check_values(const std::vector<int64_t>& values, int64_t k, bool equal_size
     for (size_t i = 0; i < values.size(); ++i)
         RLPT_CHECK(values[i] >= 0, "{}: values must be >= 0, got {} at index {}", where, values[i], i);
     RLPT_CHECK(!equal_size || values.size() % static_cast<size_t>(k) == 0,
-               "{}: equal_size needs the number of items ({}) to be a multiple of k ({})", where,
-               values.size(), k);
+               "{}: equal_size needs the number of items ({}) to be a multiple of k ({})", where, values.size(), k);
 }
 
-int64_t ceil_div(int64_t a, int64_t b) {
-    return (a + b - 1) / b;
-}
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
@@ -126,8 +122,7 @@ Partitions karmarkar_karp(const std::vector<int64_t>& values, int64_t k, bool eq
     if (equal_size) {
         for (const auto& p : out)
             RLPT_CHECK(p.size() * ku == values.size(),
-                       "karmarkar_karp: equal_size produced a part of {} items ({} / {})", p.size(),
-                       values.size(), k);
+                       "karmarkar_karp: equal_size produced a part of {} items ({} / {})", p.size(), values.size(), k);
     }
     return out;
 }
@@ -151,8 +146,8 @@ Partitions get_seqlen_balanced_partitions(const std::vector<int64_t>& values, in
     RLPT_CHECK(k >= 1 && static_cast<int64_t>(values.size()) >= k,
                "get_seqlen_balanced_partitions: need at least k = {} items, got {}", k, values.size());
     Partitions parts = karmarkar_karp(values, k, equal_size);
-    RLPT_CHECK(static_cast<int64_t>(parts.size()) == k,
-               "get_seqlen_balanced_partitions: got {} parts, expected {}", parts.size(), k);
+    RLPT_CHECK(static_cast<int64_t>(parts.size()) == k, "get_seqlen_balanced_partitions: got {} parts, expected {}",
+               parts.size(), k);
     std::vector<char> seen(values.size(), 0);
     for (size_t i = 0; i < parts.size(); ++i) {
         RLPT_CHECK(!parts[i].empty(), "get_seqlen_balanced_partitions: partition {} of {} is empty", i, k);
@@ -166,10 +161,10 @@ Partitions get_seqlen_balanced_partitions(const std::vector<int64_t>& values, in
     return parts;
 }
 
-Partitions get_group_balanced_partitions(const std::vector<int64_t>& seqlens,
-                                         const std::vector<int64_t>& uids, int64_t k) {
-    RLPT_CHECK(seqlens.size() == uids.size(),
-               "get_group_balanced_partitions: {} sequence lengths but {} uids", seqlens.size(), uids.size());
+Partitions get_group_balanced_partitions(const std::vector<int64_t>& seqlens, const std::vector<int64_t>& uids,
+                                         int64_t k) {
+    RLPT_CHECK(seqlens.size() == uids.size(), "get_group_balanced_partitions: {} sequence lengths but {} uids",
+               seqlens.size(), uids.size());
     std::unordered_map<int64_t, size_t> group_of;
     std::vector<std::vector<int64_t>> members;
     std::vector<int64_t> workloads;
@@ -182,11 +177,10 @@ Partitions get_group_balanced_partitions(const std::vector<int64_t>& seqlens,
         members[it->second].push_back(static_cast<int64_t>(i));
         workloads[it->second] += calculate_workload(seqlens[i]);
     }
-    RLPT_CHECK(
-        k >= 1 && members.size() % static_cast<size_t>(k) == 0 && members.size() >= static_cast<size_t>(k),
-        "get_group_balanced_partitions: the number of uid groups ({}) must be a positive multiple of "
-        "k = {}",
-        members.size(), k);
+    RLPT_CHECK(k >= 1 && members.size() % static_cast<size_t>(k) == 0 && members.size() >= static_cast<size_t>(k),
+               "get_group_balanced_partitions: the number of uid groups ({}) must be a positive multiple of "
+               "k = {}",
+               members.size(), k);
     Partitions out;
     for (const auto& gp : get_seqlen_balanced_partitions(workloads, k, /*equal_size=*/true)) {
         std::vector<int64_t> part;
@@ -197,15 +191,13 @@ Partitions get_group_balanced_partitions(const std::vector<int64_t>& seqlens,
     return out;
 }
 
-int64_t local_num_micro_batches(const std::vector<int64_t>& seqlens, int64_t max_token_len,
-                                int64_t force_group_size) {
+int64_t local_num_micro_batches(const std::vector<int64_t>& seqlens, int64_t max_token_len, int64_t force_group_size) {
     RLPT_CHECK(max_token_len > 0, "micro-batching: max_token_len must be > 0, got {}", max_token_len);
-    RLPT_CHECK(force_group_size >= 1, "micro-batching: force_group_size must be >= 1, got {}",
-               force_group_size);
+    RLPT_CHECK(force_group_size >= 1, "micro-batching: force_group_size must be >= 1, got {}", force_group_size);
     const int64_t n = static_cast<int64_t>(seqlens.size());
     RLPT_CHECK(n > 0, "micro-batching: the batch is empty");
-    RLPT_CHECK(n % force_group_size == 0,
-               "micro-batching: batch size {} is not a multiple of force_group_size {}", n, force_group_size);
+    RLPT_CHECK(n % force_group_size == 0, "micro-batching: batch size {} is not a multiple of force_group_size {}", n,
+               force_group_size);
     int64_t total = 0;
     for (auto l : seqlens) {
         RLPT_CHECK(l >= 0, "micro-batching: sequence lengths must be >= 0, got {}", l);
@@ -218,20 +210,18 @@ Partitions rearrange_micro_batches(const std::vector<int64_t>& seqlens, const Mi
     const int64_t g = opts.force_group_size;
     int64_t num = local_num_micro_batches(seqlens, opts.max_token_len, g);
     const int64_t longest = *std::max_element(seqlens.begin(), seqlens.end());
-    RLPT_CHECK(
-        longest <= opts.max_token_len && opts.padded_width <= opts.max_token_len,
-        "micro-batching: max_token_len {} is smaller than a single sequence ({} tokens, padded width {})",
-        opts.max_token_len, longest, opts.padded_width);
-    RLPT_CHECK(opts.num_batches_divided_by >= 1,
-               "micro-batching: num_batches_divided_by must be >= 1, got {}", opts.num_batches_divided_by);
+    RLPT_CHECK(longest <= opts.max_token_len && opts.padded_width <= opts.max_token_len,
+               "micro-batching: max_token_len {} is smaller than a single sequence ({} tokens, padded width {})",
+               opts.max_token_len, longest, opts.padded_width);
+    RLPT_CHECK(opts.num_batches_divided_by >= 1, "micro-batching: num_batches_divided_by must be >= 1, got {}",
+               opts.num_batches_divided_by);
     num = std::max(num, opts.min_num_micro_batches);
     num = ceil_div(num, opts.num_batches_divided_by) * opts.num_batches_divided_by;
     const int64_t n_groups = static_cast<int64_t>(seqlens.size()) / g;
-    RLPT_CHECK(
-        num <= n_groups,
-        "micro-batching: {} micro-batches requested (after the minimum {} and rounding to a multiple of "
-        "{}) but only {} samples/groups are available",
-        num, opts.min_num_micro_batches, opts.num_batches_divided_by, n_groups);
+    RLPT_CHECK(num <= n_groups,
+               "micro-batching: {} micro-batches requested (after the minimum {} and rounding to a multiple of "
+               "{}) but only {} samples/groups are available",
+               num, opts.min_num_micro_batches, opts.num_batches_divided_by, n_groups);
 
     const auto workloads = calculate_workloads(seqlens);
     std::vector<int64_t> group_workloads(static_cast<size_t>(n_groups), 0);
@@ -261,15 +251,14 @@ Partitions rearrange_micro_batches(const std::vector<int64_t>& seqlens, const Mi
     return parts;
 }
 
-std::vector<int64_t> balance_batch_order(const std::vector<int64_t>& seqlens, int64_t dp_size,
-                                         int64_t minibatch_size) {
+std::vector<int64_t> balance_batch_order(const std::vector<int64_t>& seqlens, int64_t dp_size, int64_t minibatch_size) {
     RLPT_CHECK(dp_size >= 1, "balance_batch_order: dp_size must be >= 1, got {}", dp_size);
     const int64_t n = static_cast<int64_t>(seqlens.size());
     const int64_t mb = minibatch_size > 0 ? minibatch_size : n;
-    RLPT_CHECK(mb > 0 && n % mb == 0,
-               "balance_batch_order: batch size {} is not a multiple of the mini-batch size {}", n, mb);
-    RLPT_CHECK(mb % dp_size == 0, "balance_batch_order: (mini-)batch size {} is not a multiple of dp_size {}",
-               mb, dp_size);
+    RLPT_CHECK(mb > 0 && n % mb == 0, "balance_batch_order: batch size {} is not a multiple of the mini-batch size {}",
+               n, mb);
+    RLPT_CHECK(mb % dp_size == 0, "balance_batch_order: (mini-)batch size {} is not a multiple of dp_size {}", mb,
+               dp_size);
     const auto workloads = calculate_workloads(seqlens);
     std::vector<std::vector<int64_t>> per_rank(static_cast<size_t>(dp_size));
     for (int64_t off = 0; off < n; off += mb) {
@@ -303,18 +292,16 @@ std::vector<int64_t> get_reverse_idx(const std::vector<int64_t>& perm) {
 }
 
 std::map<std::string, double> seqlen_unbalance_metrics(const std::vector<int64_t>& seqlens,
-                                                       const Partitions& partitions,
-                                                       const std::string& prefix) {
+                                                       const Partitions& partitions, const std::string& prefix) {
     const size_t k = partitions.size();
-    RLPT_CHECK(k > 0 && seqlens.size() >= k, "seqlen_unbalance_metrics: need 1..{} partitions, got {}",
-               seqlens.size(), k);
+    RLPT_CHECK(k > 0 && seqlens.size() >= k, "seqlen_unbalance_metrics: need 1..{} partitions, got {}", seqlens.size(),
+               k);
     const size_t chunk = seqlens.size() / k;
     double lo = 0, hi = 0, total = 0;
     bool first = true;
     for (size_t off = 0; off < seqlens.size(); off += chunk) {
         double s = 0;
-        for (size_t i = off; i < std::min(seqlens.size(), off + chunk); ++i)
-            s += static_cast<double>(seqlens[i]);
+        for (size_t i = off; i < std::min(seqlens.size(), off + chunk); ++i) s += static_cast<double>(seqlens[i]);
         lo = first ? s : std::min(lo, s);
         hi = first ? s : std::max(hi, s);
         first = false;
@@ -331,9 +318,8 @@ std::map<std::string, double> seqlen_unbalance_metrics(const std::vector<int64_t
         blo = p == 0 ? s : std::min(blo, s);
         bhi = p == 0 ? s : std::max(bhi, s);
     }
-    return {
-        {prefix + "/min", lo},           {prefix + "/max", hi},           {prefix + "/minmax_diff", hi - lo},
-        {prefix + "/balanced_min", blo}, {prefix + "/balanced_max", bhi}, {prefix + "/mean", total / k}};
+    return {{prefix + "/min", lo},           {prefix + "/max", hi},           {prefix + "/minmax_diff", hi - lo},
+            {prefix + "/balanced_min", blo}, {prefix + "/balanced_max", bhi}, {prefix + "/mean", total / k}};
 }
 
 }  // namespace rlpt::algo

@@ -51,13 +51,11 @@ PolicyLossOutput compute_actor_loss(const ActorLossInputs& in, const ActorLossCo
         loss = loss - cfg.entropy_coeff * ent;
         out.metrics["actor/entropy_loss"] = ent.detach().item<double>();
     } else {
-        RLPT_CHECK(cfg.entropy_coeff == 0.0,
-                   "compute_actor_loss: entropy_coeff = {} but no entropy tensor was given",
+        RLPT_CHECK(cfg.entropy_coeff == 0.0, "compute_actor_loss: entropy_coeff = {} but no entropy tensor was given",
                    cfg.entropy_coeff);
     }
     if (cfg.use_kl_loss) {
-        RLPT_CHECK(in.ref_log_prob.defined(),
-                   "compute_actor_loss: use_kl_loss is set but ref_log_prob was not given");
+        RLPT_CHECK(in.ref_log_prob.defined(), "compute_actor_loss: use_kl_loss is set but ref_log_prob was not given");
         auto kl = kl_loss(in.policy.log_prob, in.ref_log_prob, mask, cfg.kl_loss_type, mode, info);
         loss = loss + cfg.kl_loss_coef * kl;
         out.metrics["actor/kl_loss"] = kl.detach().item<double>();

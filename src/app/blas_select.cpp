@@ -29,7 +29,8 @@ bool cpu_has_avx512() {
 
 bool is_generic_core(const char* core) {
     // Cores OpenBLAS falls back to when it does not know the CPU model.
-    for (const char* g : {"Prescott", "Core2", "Nehalem", "Sandybridge", "Haswell", "Zen", "generic", "Penryn", "Dunnington"}) {
+    for (const char* g :
+         {"Prescott", "Core2", "Nehalem", "Sandybridge", "Haswell", "Zen", "generic", "Penryn", "Dunnington"}) {
         if (strcasecmp(core, g) == 0) return true;
     }
     return false;
@@ -74,8 +75,8 @@ std::string blas_description() {
         return config.substr(at + 10, end - at - 10) + " (LibTorch's BLAS)";
     }
     std::string who = std::getenv("RLPT_BLAS_REEXECUTED") ? "chosen by rlpt for this AVX-512 CPU"
-                      : std::getenv("OPENBLAS_CORETYPE") ? "from OPENBLAS_CORETYPE"
-                                                         : "autodetected";
+                      : std::getenv("OPENBLAS_CORETYPE")  ? "from OPENBLAS_CORETYPE"
+                                                          : "autodetected";
     return std::string("OpenBLAS core ") + core + " (" + who + ")";
 }
 

@@ -83,7 +83,8 @@ void check_tokens(CheckReport& r, const Config& c, const TaskData& t, const std:
                 longest_sft = std::max(longest_sft, std::min(p, c.data.max_prompt_length) + n + 1);
             }
         } catch (const std::exception& ex) {
-            if (failed++ == 0) first_error = fmt::format("row {} (data_source '{}'): {}", e.index, e.data_source, text_of(ex));
+            if (failed++ == 0)
+                first_error = fmt::format("row {} (data_source '{}'): {}", e.index, e.data_source, text_of(ex));
         }
     }
     const std::string tok_key = c.model.path.empty() ? "the built-in character vocabulary" : "model.path's tokenizer";
@@ -101,7 +102,8 @@ void check_tokens(CheckReport& r, const Config& c, const TaskData& t, const std:
         } else if (c.data.filter_overlong_prompts && over == checked) {
             r.problems.push_back(fmt::format(
                 "data.max_prompt_length: every sampled {} prompt is longer than {} tokens and would be filtered out "
-                "(longest {})", validation ? "validation" : "training", c.data.max_prompt_length, longest_prompt));
+                "(longest {})",
+                validation ? "validation" : "training", c.data.max_prompt_length, longest_prompt));
         } else {
             r.notes.push_back(fmt::format("{}: {} of {} sampled prompts are over data.max_prompt_length={} ({})", key,
                                           over, checked, c.data.max_prompt_length,
@@ -195,11 +197,12 @@ std::vector<std::string> rl_batch_size_problems(const Config& c, int64_t actor_d
     const int64_t tb = c.data.train_batch_size, mb = c.actor.ppo_mini_batch_size, n = c.rollout.n;
     if (tb <= 0 || mb <= 0 || n <= 0) return out;  // validate() reports these
     if (tb % mb != 0)
-        out.push_back(fmt::format("data.train_batch_size={} must be a multiple of actor.ppo_mini_batch_size={}", tb, mb));
+        out.push_back(
+            fmt::format("data.train_batch_size={} must be a multiple of actor.ppo_mini_batch_size={}", tb, mb));
     if ((mb * n) % actor_dp != 0)
-        out.push_back(fmt::format(
-            "actor.ppo_mini_batch_size x rollout.n = {} samples must split evenly over the {} actor ranks", mb * n,
-            actor_dp));
+        out.push_back(
+            fmt::format("actor.ppo_mini_batch_size x rollout.n = {} samples must split evenly over the {} actor ranks",
+                        mb * n, actor_dp));
     // The critic's mini-batches count when the run plan has a critic. An unknown estimator has
     // no plan: table_name_problems reports it, and its critic rule waits for a known name.
     bool critic = false;
@@ -215,7 +218,8 @@ std::vector<std::string> rl_batch_size_problems(const Config& c, int64_t actor_d
                                       tb, cmb, cmb, critic_dp));
     }
     if (tb > train_rows)
-        out.push_back(fmt::format("data.train_batch_size={} is larger than the training set ({} prompts)", tb, train_rows));
+        out.push_back(
+            fmt::format("data.train_batch_size={} is larger than the training set ({} prompts)", tb, train_rows));
     return out;
 }
 
@@ -231,9 +235,12 @@ CheckReport check_config(const Config& c, int world_size) {
     const bool train_ok = attempt(r, "", [&] { t.train = load_examples(c, false); });
     const bool val_ok = attempt(r, "", [&] { t.val = load_examples(c, true); });
     if (train_ok && t.train.empty()) r.problems.push_back("data.train_files: the training data is empty");
-    if (train_ok) r.notes.push_back(fmt::format("data: {} training rows, data_sources {}", t.train.size(), describe_sources(t.train)));
-    if (val_ok) r.notes.push_back(fmt::format("data: {} validation rows{}", t.val.size(),
-                                              t.val.empty() ? "" : ", data_sources " + describe_sources(t.val)));
+    if (train_ok)
+        r.notes.push_back(
+            fmt::format("data: {} training rows, data_sources {}", t.train.size(), describe_sources(t.train)));
+    if (val_ok)
+        r.notes.push_back(fmt::format("data: {} validation rows{}", t.val.size(),
+                                      t.val.empty() ? "" : ", data_sources " + describe_sources(t.val)));
 
     // The model: positions and vocabulary.
     int64_t max_positions = c.model.builtin.max_position, model_vocab = -1;
@@ -250,14 +257,15 @@ CheckReport check_config(const Config& c, int world_size) {
                                           a.vocab_size, a.max_position_embeddings));
         });
     }
-    const bool tok_ok = (train_ok || !c.model.path.empty()) &&
-                        attempt(r, "", [&] { t.tok = make_tokenizer(c, t.train, t.val); });
+    const bool tok_ok =
+        (train_ok || !c.model.path.empty()) && attempt(r, "", [&] { t.tok = make_tokenizer(c, t.train, t.val); });
     if (tok_ok) {
         r.notes.push_back(fmt::format("tokenizer: {} (vocabulary {}){}", t.tok->kind(), t.tok->vocab_size(),
                                       c.model.path.empty() ? ", built-in model" : ""));
         if (model_vocab > 0 && t.tok->vocab_size() > model_vocab)
-            r.problems.push_back(fmt::format("model.path: the tokenizer has {} tokens but config.json's vocab_size is {}",
-                                             t.tok->vocab_size(), model_vocab));
+            r.problems.push_back(
+                fmt::format("model.path: the tokenizer has {} tokens but config.json's vocab_size is {}",
+                            t.tok->vocab_size(), model_vocab));
         check_tokens(r, c, t, t.train, false, max_positions, positions_key);
         check_tokens(r, c, t, t.val, true, max_positions, positions_key);
     }
@@ -274,8 +282,9 @@ CheckReport check_config(const Config& c, int world_size) {
     if (world_size > 0 && names_ok) {
         attempt(r, "placement", [&] {
             const RunPlan plan = plan_run(c);
-            auto p = comm::compute_placement(c.placement, world_size, std::vector<int>(static_cast<size_t>(world_size), 0),
-                                             plan.roles, plan.why, static_cast<int>(c.rollout.tensor_model_parallel_size));
+            auto p =
+                comm::compute_placement(c.placement, world_size, std::vector<int>(static_cast<size_t>(world_size), 0),
+                                        plan.roles, plan.why, static_cast<int>(c.rollout.tensor_model_parallel_size));
             comm::check_zero_shard_groups(c, p);
             actor_dp = p.at("actor").dp_size();
             if (p.find("critic")) critic_dp = p.at("critic").dp_size();
@@ -334,7 +343,8 @@ int check_command(int argc, char** argv) {
     CheckReport r;
     Config c;
     if (!attempt(r, "", [&] { c = load_config_unchecked(path, overrides); })) {
-        std::printf("rlpt check %s: the config cannot be read (data, model and rewards not checked yet):\n", path.c_str());
+        std::printf("rlpt check %s: the config cannot be read (data, model and rewards not checked yet):\n",
+                    path.c_str());
         for (const auto& p : r.problems) std::printf("  PROBLEM %s\n", p.c_str());
         std::printf("%zu problem(s) found\n", r.problems.size());
         return kExitConfig;

@@ -1,6 +1,5 @@
 #include "rlpt/app/main.h"
 
-
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -68,10 +67,9 @@ int main(int argc, char** argv) {
         return argc < 2 ? kExitConfig : kExitOk;
     }
     if (!std::strcmp(argv[1], "--version")) {
-        std::printf("rlpt %s (git %s, CUDA kernels %s, NCCL %s)\nLibTorch: %s (%s)\nBLAS: %s\n",
-                    RLPT_VERSION_STRING, RLPT_GIT_SHA, RLPT_HAVE_CUDA ? "built" : "not built",
-                    RLPT_HAVE_NCCL ? "built" : "not built", RLPT_TORCH_VERSION,
-                    std::strcmp(RLPT_TORCH_CUDA, "CPU") == 0 ? "CPU only" : "CUDA " RLPT_TORCH_CUDA,
+        std::printf("rlpt %s (git %s, CUDA kernels %s, NCCL %s)\nLibTorch: %s (%s)\nBLAS: %s\n", RLPT_VERSION_STRING,
+                    RLPT_GIT_SHA, RLPT_HAVE_CUDA ? "built" : "not built", RLPT_HAVE_NCCL ? "built" : "not built",
+                    RLPT_TORCH_VERSION, std::strcmp(RLPT_TORCH_CUDA, "CPU") == 0 ? "CPU only" : "CUDA " RLPT_TORCH_CUDA,
                     blas_description().c_str());
         return kExitOk;
     }

@@ -17,7 +17,8 @@ namespace rlpt::app {
 MetricsLog::MetricsLog(const std::string& run_dir, int64_t keep_up_to_step, const std::vector<std::string>& loggers) {
     auto on = [&](const char* name) { return std::find(loggers.begin(), loggers.end(), name) != loggers.end(); };
     console_ = on("console");
-    if (on("tensorboard")) tb_ = std::make_unique<TensorBoardWriter>((std::filesystem::path(run_dir) / "tensorboard").string());
+    if (on("tensorboard"))
+        tb_ = std::make_unique<TensorBoardWriter>((std::filesystem::path(run_dir) / "tensorboard").string());
     if (!on("jsonl")) return;
     path_ = (std::filesystem::path(run_dir) / "metrics.jsonl").string();
     std::vector<std::string> kept;

@@ -16,10 +16,10 @@ void check_ranks(protocol::Controller& ctl, const RunContext& run) {
         auto p = ctl.submit_raw(ctl.role_index(layout.role), 0, &none, nullptr);
         for (const Batch& b : ctl.wait_all(p)) {
             int64_t rank = b.ints("world_rank")[0];
-            lines[rank] = fmt::format("  rank {:>3}  host {}  node {}  local rank {}  threads {}  cpus {}  pid {}  roles {}",
-                                      rank, b.strings("host")[0], b.ints("node")[0], b.ints("local_rank")[0],
-                                      b.ints("threads")[0], b.strings("cpus")[0], b.ints("pid")[0],
-                                      b.strings("roles")[0]);
+            lines[rank] =
+                fmt::format("  rank {:>3}  host {}  node {}  local rank {}  threads {}  cpus {}  pid {}  roles {}",
+                            rank, b.strings("host")[0], b.ints("node")[0], b.ints("local_rank")[0],
+                            b.ints("threads")[0], b.strings("cpus")[0], b.ints("pid")[0], b.strings("roles")[0]);
         }
     }
     std::string all;

@@ -33,13 +33,16 @@ void RlTrainer::save_checkpoint() {
         }
         return rows;
     };
-    write_run_checkpoint(run_, step_, save_roles, [&](ckpt::H5Writer& w) {
-        w.set_int_attr("controller/state_version", kControllerStateVersion);
-        w.set_int_attr("controller/step", step_);
-        write_sampler_state(w, sampler_->state());
-        w.set_double_attr("controller/kl_coef", kl_ctrl_.value());
-        if (async()) save_prefetch(w);
-    }, "checkpoint");
+    write_run_checkpoint(
+        run_, step_, save_roles,
+        [&](ckpt::H5Writer& w) {
+            w.set_int_attr("controller/state_version", kControllerStateVersion);
+            w.set_int_attr("controller/step", step_);
+            write_sampler_state(w, sampler_->state());
+            w.set_double_attr("controller/kl_coef", kl_ctrl_.value());
+            if (async()) save_prefetch(w);
+        },
+        "checkpoint");
     // A resumed run starts from the checkpointed weights on the rollout: so does this one.
     if (async()) sync_to_latest();
 }
@@ -57,9 +60,10 @@ bool RlTrainer::try_resume() {
         auto it = man.roles.find(role);
         const comm::RoleLayout* now = run_.topology->placement().find(role);
         if (it != man.roles.end() && now && it->second.size() != now->world_ranks.size()) {
-            RLPT_LOG_INFO("resuming {} written with {} {} rank(s) on {}: each rank reads its ranges of the saved shards "
-                          "(any DP size, ZeRO stage and tensor parallelism)",
-                          info->dir, it->second.size(), role, now->world_ranks.size());
+            RLPT_LOG_INFO(
+                "resuming {} written with {} {} rank(s) on {}: each rank reads its ranges of the saved shards "
+                "(any DP size, ZeRO stage and tensor parallelism)",
+                info->dir, it->second.size(), role, now->world_ranks.size());
         }
     }
     ckpt::H5Reader r((fs::path(info->dir) / "controller.h5").string());

@@ -47,7 +47,7 @@ RlTrainer::RlTrainer(protocol::Controller& ctl, const RunContext& run)
       c_(*run.config),
       plan_(plan_run(c_)),
       kl_ctrl_(algo::KlController::from_config(c_.algorithm.kl_ctrl.type, c_.algorithm.kl_ctrl.kl_coef,
-                                                c_.algorithm.kl_ctrl.target_kl, c_.algorithm.kl_ctrl.horizon)) {
+                                               c_.algorithm.kl_ctrl.target_kl, c_.algorithm.kl_ctrl.horizon)) {
     task_ = load_task(c_);
     sampler_ = std::make_unique<data::EpochSampler>(static_cast<int64_t>(task_.train.size()),
                                                     static_cast<uint64_t>(c_.data.seed), c_.data.shuffle, true);
@@ -113,8 +113,8 @@ RlTrainer::RolloutCall RlTrainer::submit_generate(const std::vector<int64_t>& ex
         e.push_back(&exs[static_cast<size_t>(i)]);
         p.push_back(&ids[static_cast<size_t>(i)]);
     }
-    RolloutCall rc = submit_rollout(make_prompt_batch(task_, e, p, n, first_sample_index),
-                                    sampling_args(validation, stream_step));
+    RolloutCall rc =
+        submit_rollout(make_prompt_batch(task_, e, p, n, first_sample_index), sampling_args(validation, stream_step));
     rc.validation = validation;
     return rc;
 }
@@ -128,7 +128,8 @@ Batch RlTrainer::generate(const std::vector<int64_t>& example_ids, int64_t n, in
 RlTrainer::RolloutCall RlTrainer::submit_rollout(const Batch& prompts, const roles::GenerateArgs& args) {
     RolloutCall rc{ctl_.submit(RolloutMethod::kGenerate,
                                protocol::with_args(prompts.select({"prompt_ids", "prompt_mask"},
-                                                                  {"sample_index", "data_source", "ground_truth", "extra"}),
+                                                                  {"sample_index", "data_source", "ground_truth",
+                                                                   "extra"}),
                                                    args)),
                    prompts.select({}, {"uid", "data_source", "ground_truth", "extra"}), args};
     return rc;
@@ -192,7 +193,8 @@ void RlTrainer::set_reward_components(Batch& b, const ScoredResponses& sc) const
             RLPT_CHECK_KIND(ConfigError, !std::isnan(v[i]),
                             "algorithm.gdpo_reward_keys: the scorer of sample {} (data_source '{}') reports no '{}' "
                             "(scorers report score, acc when they know correctness, and the numbers of their "
-                            "ScoreResult::extra)", i, b.strings("data_source")[i], key);
+                            "ScoreResult::extra)",
+                            i, b.strings("data_source")[i], key);
         b.set(kComponentPrefix + key, torch::tensor(v, torch::kFloat64));
     }
 }
@@ -213,13 +215,15 @@ void RlTrainer::check_weight_version(const Batch& b, int64_t policy) {
     const auto& v = b.ints("weight_version");
     if (v.empty()) return;
     for (int64_t x : v)
-        RLPT_CHECK(x == v[0], "step {}: the rollout ranks sampled with different weight versions ({} and {}); a "
-                   "weight sync did not reach every rollout rank", step_ + 1, v[0], x);
+        RLPT_CHECK(x == v[0],
+                   "step {}: the rollout ranks sampled with different weight versions ({} and {}); a "
+                   "weight sync did not reach every rollout rank",
+                   step_ + 1, v[0], x);
     if (last_policy_ >= 0) {
         RLPT_CHECK(policy <= last_policy_ || v[0] > last_weight_version_,
                    "step {}: the rollout sampled with stale weights (version {} after an actor update; the previous "
-                   "batch already used version {}): the weight sync did not reach the rollout", step_ + 1, v[0],
-                   last_weight_version_);
+                   "batch already used version {}): the weight sync did not reach the rollout",
+                   step_ + 1, v[0], last_weight_version_);
         RLPT_CHECK(policy != last_policy_ || v[0] == last_weight_version_,
                    "step {}: the rollout's weights changed (version {} -> {}) without a weight sync", step_ + 1,
                    last_weight_version_, v[0]);
@@ -300,12 +304,13 @@ Batch RlTrainer::generate_train_batch(std::map<std::string, double>& m, std::map
     if (all.size() > want * n) all = all.slice(0, want * n);
     if (fg.enable) {
         m["train/num_gen_batches"] = static_cast<double>(rounds);
-        m["train/kept_group_ratio"] = groups_seen ? static_cast<double>(groups) / static_cast<double>(groups_seen) : 1.0;
+        m["train/kept_group_ratio"] =
+            groups_seen ? static_cast<double>(groups) / static_cast<double>(groups_seen) : 1.0;
     }
-    all.set("token_level_scores", token_level_scores(
-                                      std::vector<double>(all.at("scores").data_ptr<double>(),
-                                                          all.at("scores").data_ptr<double>() + all.size()),
-                                      all.at("response_mask")));
+    all.set("token_level_scores",
+            token_level_scores(std::vector<double>(all.at("scores").data_ptr<double>(),
+                                                   all.at("scores").data_ptr<double>() + all.size()),
+                               all.at("response_mask")));
     return all;
 }
 
@@ -356,8 +361,8 @@ std::map<std::string, double> RlTrainer::train_step() {
         std::optional<Batch> first = take_prefetch(policy, timing);
         RLPT_CHECK_KIND(InternalError, actor_updates_ - policy <= c_.trainer.max_staleness,
                         "step {}: the batch was generated with weights {} actor updates old, more than "
-                        "trainer.max_staleness={}; it is not trained on", step_ + 1, actor_updates_ - policy,
-                        c_.trainer.max_staleness);
+                        "trainer.max_staleness={}; it is not trained on",
+                        step_ + 1, actor_updates_ - policy, c_.trainer.max_staleness);
         // The next step's generation overlaps this step's actor work (and, when scoring calls no
         // role on the rollout's ranks and draws no more prompts, this step's scoring too). After
         // the last step too: a checkpoint there holds that batch, as one written mid-run does, so
@@ -380,7 +385,8 @@ std::map<std::string, double> RlTrainer::train_step() {
     }
     if (batch.at("response_mask").sum().item<double>() == 0)
         RLPT_LOG_WARN("step {}: every one of the {} responses is empty (aborted); the step runs on, and the metrics "
-                      "over responses are NaN", step_ + 1, batch.size());
+                      "over responses are NaN",
+                      step_ + 1, batch.size());
     {
         Stage s(timing, "old_log_prob");
         if (c_.algorithm.rollout_correction.bypass_mode) batch.set("old_log_probs", batch.at("rollout_log_probs"));
@@ -443,21 +449,22 @@ void RlTrainer::apply_rollout_correction(Batch& batch, Metrics& m) const {
 void RlTrainer::compute_old_log_probs(Batch& batch, Metrics& m) {
     const bool sum_pi_squared = plan_.sum_pi_squared;
     Batch old = ctl_.call(ActorMethod::kComputeLogProb,
-                          protocol::with_args(seq_columns(batch), roles::ActorLogProbArgs{rollout_temperature(batch),
-                                                                                           sum_pi_squared}));
+                          protocol::with_args(seq_columns(batch),
+                                              roles::ActorLogProbArgs{rollout_temperature(batch), sum_pi_squared}));
     batch.update(old);
     if (old.has("entropy")) {
         algo::GlobalBatchInfo gbi;
         gbi.loss_scale_factor = c_.actor.loss_scale_factor;
         const auto mask = batch.at("response_mask").to(torch::kFloat32);
-        m["actor/entropy"] = algo::agg_loss(old.at("entropy"), mask, algo::parse_agg_mode(c_.actor.loss_agg_mode), gbi)
-                                 .item<double>();
+        m["actor/entropy"] =
+            algo::agg_loss(old.at("entropy"), mask, algo::parse_agg_mode(c_.actor.loss_agg_mode), gbi).item<double>();
     }
 }
 
 void RlTrainer::compute_ref_log_probs(Batch& batch) {
-    batch.update(ctl_.call(ReferenceMethod::kComputeLogProb,
-                           protocol::with_args(seq_columns(batch), roles::ReferenceLogProbArgs{rollout_temperature(batch)})));
+    batch.update(
+        ctl_.call(ReferenceMethod::kComputeLogProb,
+                  protocol::with_args(seq_columns(batch), roles::ReferenceLogProbArgs{rollout_temperature(batch)})));
 }
 
 // token_level_rewards: the scores, minus the KL penalty when algorithm.use_kl_in_reward.
@@ -537,8 +544,7 @@ Batch RlTrainer::actor_update_input(const Batch& batch) const {
     if (c_.actor.use_kl_loss) cols.push_back("ref_log_prob");
     if (batch.has("rollout_is_weights")) cols.push_back("rollout_is_weights");
     Batch in = arrange_for_update(batch.select(cols), ctl_.dp_size("actor"), tb / mb);
-    protocol::encode_args(roles::ActorUpdateArgs{rollout_temperature(batch), tb / mb, static_cast<double>(mb * n)},
-                          in);
+    protocol::encode_args(roles::ActorUpdateArgs{rollout_temperature(batch), tb / mb, static_cast<double>(mb * n)}, in);
     return in;
 }
 
@@ -578,7 +584,8 @@ void RlTrainer::add_step_metrics(const Batch& batch, const Metrics& timing, doub
     if (resp_tokens > 0) m["timing_per_token_ms/gen"] = 1000.0 * metric_or(timing, "timing_s/gen", 0) / resp_tokens;
     for (const char* stage : {"old_log_prob", "ref", "values", "adv", "update"}) {
         auto it = timing.find(std::string("timing_s/") + stage);
-        if (it != timing.end() && tokens > 0) m[std::string("timing_per_token_ms/") + stage] = 1000.0 * it->second / tokens;
+        if (it != timing.end() && tokens > 0)
+            m[std::string("timing_per_token_ms/") + stage] = 1000.0 * it->second / tokens;
     }
     m["training/global_step"] = static_cast<double>(step_ + 1);
     m["training/epoch"] = static_cast<double>(batch_epoch_);
@@ -597,7 +604,8 @@ std::map<std::string, double> RlTrainer::validate() {
     ValidationTally tally;
     for (int64_t b = 0; b < static_cast<int64_t>(task_.val.size()); b += chunk) {
         std::vector<int64_t> idx;
-        for (int64_t i = b; i < std::min<int64_t>(b + chunk, static_cast<int64_t>(task_.val.size())); ++i) idx.push_back(i);
+        for (int64_t i = b; i < std::min<int64_t>(b + chunk, static_cast<int64_t>(task_.val.size())); ++i)
+            idx.push_back(i);
         Batch out = generate(idx, n, b * n, true);
         tally.add(out, score_responses(task_, out));
     }
@@ -608,7 +616,7 @@ std::map<std::string, double> RlTrainer::validate() {
 
 void RlTrainer::log_progress(const std::map<std::string, double>& m) const {
     auto g = [&](const char* k) { return metric_or(m, k, std::nan("")); };
-    std::string kl = m.count("actor/kl_loss") ? fmt::format(" | kl {:.4f}", g("actor/kl_loss"))
+    std::string kl = m.count("actor/kl_loss")             ? fmt::format(" | kl {:.4f}", g("actor/kl_loss"))
                      : m.count("actor/reward_kl_penalty") ? fmt::format(" | kl {:.4f}", g("actor/reward_kl_penalty"))
                                                           : fmt::format(" | ppo_kl {:.4f}", g("actor/ppo_kl"));
     RLPT_LOG_INFO("step {}/{} ep {} | score {:.3f} acc {:.3f}{} | entropy {:.3f} | resp len {:.1f} | {:.1f} s (gen "
@@ -632,9 +640,8 @@ int RlTrainer::run() {
     log_ = std::make_unique<MetricsLog>(run_.run_dir, resumed ? step_ : -1, c_.trainer.logger);
     if (!resumed) sync_weights();
     RLPT_LOG_INFO("{}/{}: training {} steps ({} prompts x {} samples per step, {} steps per epoch){}",
-                  c_.trainer.project_name, c_.trainer.experiment_name, total_steps_,
-                  c_.data.train_batch_size, c_.rollout.n, batches_per_epoch_,
-                  resumed ? fmt::format(", resumed at step {}", step_) : "");
+                  c_.trainer.project_name, c_.trainer.experiment_name, total_steps_, c_.data.train_batch_size,
+                  c_.rollout.n, batches_per_epoch_, resumed ? fmt::format(", resumed at step {}", step_) : "");
     std::map<std::string, double> last_val;
     if (!resumed && c_.trainer.val_before_train) {
         last_val = validate();

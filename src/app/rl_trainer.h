@@ -125,7 +125,7 @@ class RlTrainer {
     TaskData task_;
     std::unique_ptr<data::EpochSampler> sampler_;
     algo::KlController kl_ctrl_;
-    RunPlan plan_;  // which roles and stages this run has (rlpt/app/run_plan.h)
+    RunPlan plan_;      // which roles and stages this run has (rlpt/app/run_plan.h)
     int64_t step_ = 0;  // training steps done
     // Stale-weight guard: the weight version the rollout reported (actor optimizer steps) for the
     // last training batch, and its policy version (actor updates): a batch of a newer policy
@@ -141,9 +141,9 @@ class RlTrainer {
         double wait_s = 0;                // controller time spent collecting it outside train_step
     };
     std::optional<Prefetch> prefetch_;
-    int64_t step_syncs_ = 0;        // weight syncs since the last step's metrics
-    double rollout_busy_s_ = 0;     // training generation time the rollout ranks reported this step
-    int64_t batch_epoch_ = 0;       // the data epoch of the step's batch (async: drawn a step ahead)
+    int64_t step_syncs_ = 0;     // weight syncs since the last step's metrics
+    double rollout_busy_s_ = 0;  // training generation time the rollout ranks reported this step
+    int64_t batch_epoch_ = 0;    // the data epoch of the step's batch (async: drawn a step ahead)
     int64_t total_steps_ = 0;
     int64_t batches_per_epoch_ = 1;
     std::unique_ptr<MetricsLog> log_;

@@ -12,8 +12,8 @@ namespace rlpt::app {
 
 const std::vector<protocol::RoleSpec>& role_registry() {
     static const std::vector<protocol::RoleSpec> registry{
-        roles::actor_spec(), roles::rollout_spec(), roles::reference_spec(), roles::critic_spec(),
-        roles::reward_model_spec(),
+        roles::actor_spec(),  roles::rollout_spec(),      roles::reference_spec(),
+        roles::critic_spec(), roles::reward_model_spec(),
     };
     return registry;
 }

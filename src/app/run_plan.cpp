@@ -17,8 +17,7 @@ RunPlan plan_run(const Config& c) {
     } else {
         wanted.push_back("rollout");
         const auto names = algo::advantage_estimator_names();
-        RLPT_CHECK_KIND(ConfigError,
-                        std::find(names.begin(), names.end(), c.algorithm.adv_estimator) != names.end(),
+        RLPT_CHECK_KIND(ConfigError, std::find(names.begin(), names.end(), c.algorithm.adv_estimator) != names.end(),
                         "algorithm.adv_estimator: unknown estimator '{}' (valid: {})", c.algorithm.adv_estimator,
                         fmt::join(names, ", "));
         const auto needs = algo::advantage_estimator_needs(c.algorithm.adv_estimator);

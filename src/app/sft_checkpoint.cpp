@@ -23,12 +23,15 @@ void save_sft_checkpoint(protocol::Controller& ctl, const RunContext& run, int64
     const auto save_roles = [&](const std::string& dir) {
         return ctl.call_all(roles::ActorMethod::kSave, protocol::with_args(Batch(0), protocol::DirArgs{dir}));
     };
-    write_run_checkpoint(run, step, save_roles, [&](ckpt::H5Writer& w) {
-        w.set_string_attr("controller/mode", "sft");
-        w.set_int_attr("controller/state_version", kSftStateVersion);
-        w.set_int_attr("controller/step", step);
-        write_sampler_state(w, sampler.state());
-    }, "sft checkpoint");
+    write_run_checkpoint(
+        run, step, save_roles,
+        [&](ckpt::H5Writer& w) {
+            w.set_string_attr("controller/mode", "sft");
+            w.set_int_attr("controller/state_version", kSftStateVersion);
+            w.set_int_attr("controller/step", step);
+            write_sampler_state(w, sampler.state());
+        },
+        "sft checkpoint");
 }
 
 int64_t resume_sft(protocol::Controller& ctl, const RunContext& run, data::EpochSampler& sampler) {

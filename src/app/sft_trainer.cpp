@@ -35,8 +35,8 @@ std::vector<SftExample> build_examples(const Config& c, const TaskData& t) {
     std::vector<SftExample> out;
     for (size_t i = 0; i < t.train.size(); ++i) {
         RLPT_CHECK_KIND(ConfigError, t.train[i].response.has_value(),
-                        "sft: training example {} has no response to learn (data.response_key='{}')",
-                        t.train[i].index, c.data.response_key);
+                        "sft: training example {} has no response to learn (data.response_key='{}')", t.train[i].index,
+                        c.data.response_key);
         SftExample e;
         e.prompt = t.train_ids[i];
         const auto& extra = t.train[i].extra;
@@ -47,7 +47,8 @@ std::vector<SftExample> build_examples(const Config& c, const TaskData& t) {
                 e.response = std::move(conv.ids);
                 e.loss = std::move(conv.loss_mask);
             } catch (const ValueError& err) {
-                RLPT_THROW(ValueError, "sft: training example {} (extra \"turns\"): {}", t.train[i].index, err.message());
+                RLPT_THROW(ValueError, "sft: training example {} (extra \"turns\"): {}", t.train[i].index,
+                           err.message());
             }
         } else {
             e.response = t.tok->encode(*t.train[i].response, false);
@@ -98,7 +99,8 @@ Batch make_sft_batch(const std::vector<SftExample>& ex, const std::vector<int64_
 
 // Greedy validation through the rollout role: the RL trainer's metrics (val-core/<data_source>/
 // acc/mean@1, .../reward/mean@1); empty without validation data or a rollout role.
-std::map<std::string, double> validate_greedy(protocol::Controller& ctl, const Config& c, const TaskData& t, int64_t step) {
+std::map<std::string, double> validate_greedy(protocol::Controller& ctl, const Config& c, const TaskData& t,
+                                              int64_t step) {
     if (t.val.empty() || !ctl.has_role("rollout")) return {};
     std::vector<const data::Example*> e;
     std::vector<const std::vector<int64_t>*> p;
@@ -148,8 +150,7 @@ int run_sft(protocol::Controller& ctl, const RunContext& run) {
 
     const protocol::InitArgs init_args = role_init_args(t, steps);
     ctl.call(roles::ActorMethod::kInit, protocol::with_args(Batch(0), init_args));
-    if (ctl.has_role("rollout"))
-        ctl.call(roles::RolloutMethod::kInit, roles::rollout_init_batch(init_args, c, *t.tok));
+    if (ctl.has_role("rollout")) ctl.call(roles::RolloutMethod::kInit, roles::rollout_init_batch(init_args, c, *t.tok));
 
     data::EpochSampler sampler(static_cast<int64_t>(examples.size()), static_cast<uint64_t>(c.data.seed), true, true);
     const int64_t resumed_at = resume_sft(ctl, run, sampler);
@@ -194,9 +195,8 @@ int run_sft(protocol::Controller& ctl, const RunContext& run) {
             return kExitPreempted;
         }
     }
-    std::string out_dir = c.sft.output_model_dir.empty()
-                              ? (std::filesystem::path(run.run_dir) / "model").string()
-                              : c.sft.output_model_dir;
+    std::string out_dir = c.sft.output_model_dir.empty() ? (std::filesystem::path(run.run_dir) / "model").string()
+                                                         : c.sft.output_model_dir;
     ctl.call(roles::ActorMethod::kExport, protocol::with_args(Batch(0), protocol::DirArgs{out_dir}));
     t.tok->save(out_dir);
     RLPT_LOG_INFO("sft done in {:.1f} s: model + tokenizer written to {} (Hugging Face format); metrics in {}",

@@ -40,8 +40,9 @@ std::vector<data::Example> load_files(const std::string& files, const data::Data
 // A scorer spec from a reward.scorer / reward.scorers value: a name, or a JSON spec. The
 // command and user scorers take reward.command / reward.custom_library unless the spec says.
 nlohmann::json scorer_spec(const Config& c, const std::string& value) {
-    nlohmann::json spec = !value.empty() && value[0] == '{' ? nlohmann::json::parse(value)
-                                                            : nlohmann::json{{"type", value == "custom" ? "user" : value}};
+    nlohmann::json spec = !value.empty() && value[0] == '{'
+                              ? nlohmann::json::parse(value)
+                              : nlohmann::json{{"type", value == "custom" ? "user" : value}};
     const std::string type = spec.value("type", "");
     if (type == "command") {
         if (!spec.contains("command")) spec["command"] = c.reward.command;
@@ -230,7 +231,8 @@ TaskData load_task(const Config& c) {
     if (t.eos_id >= 0) t.stop_ids.push_back(t.eos_id);
     for (const auto& s : tokenizer::chat_stop_tokens(t.chat)) {
         int64_t id = t.tok->token_to_id(s);
-        if (id >= 0 && std::find(t.stop_ids.begin(), t.stop_ids.end(), id) == t.stop_ids.end()) t.stop_ids.push_back(id);
+        if (id >= 0 && std::find(t.stop_ids.begin(), t.stop_ids.end(), id) == t.stop_ids.end())
+            t.stop_ids.push_back(id);
     }
     for (int64_t id : c.rollout.stop_token_ids) t.stop_ids.push_back(id);
 
@@ -243,7 +245,8 @@ TaskData load_task(const Config& c) {
     }
     for (const auto& [ds, n] : unscored) {
         RLPT_CHECK_KIND(ConfigError, sft, "{}", unscored_message(ds, n));
-        RLPT_LOG_INFO("sft validation: data_source '{}' has no scorer in reward.scorers; scoring it by exact match", ds);
+        RLPT_LOG_INFO("sft validation: data_source '{}' has no scorer in reward.scorers; scoring it by exact match",
+                      ds);
         t.scorers.set(ds, std::make_shared<reward::ExactScorer>());
     }
     RLPT_LOG_INFO("data: {} training and {} validation prompts; tokenizer {} (vocab {}), eos {}, pad {}",

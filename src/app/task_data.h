@@ -71,7 +71,6 @@ reward::ScorerRegistry scorers_from_config(const Config& c);
 std::map<std::string, int64_t> unscored_data_sources(const reward::ScorerRegistry& scorers,
                                                      const std::vector<data::Example>& examples);
 
-
 // A Batch of prompts for the rollout: rows = examples x n (each prompt's n samples adjacent),
 // prompt_ids/prompt_mask [B, P] left-padded; string fields uid, data_source, ground_truth,
 // extra (JSON); int field sample_index = first_sample_index + row.

@@ -83,8 +83,8 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
     char host[256] = "localhost";
     ::gethostname(host, sizeof(host) - 1);
     const double now = wall_time_now();
-    path_ = (std::filesystem::path(dir) /
-             fmt::format("events.out.tfevents.{}.{}", static_cast<int64_t>(now), host)).string();
+    path_ = (std::filesystem::path(dir) / fmt::format("events.out.tfevents.{}.{}", static_cast<int64_t>(now), host))
+                .string();
     out_.open(path_, std::ios::binary | std::ios::trunc);
     RLPT_CHECK_KIND(IoError, out_.good(), "cannot write the TensorBoard event file {}", path_);
     write_record(event_header(now));

@@ -154,8 +154,7 @@ void Batch::set_ints(const std::string& name, std::vector<int64_t> v) {
 const std::vector<std::string>& Batch::strings(const std::string& name) const {
     auto it = strings_.find(name);
     if (it == strings_.end()) {
-        RLPT_THROW(ValueError, "batch has no string field '{}' (string fields: {})", name,
-                   key_list(strings_));
+        RLPT_THROW(ValueError, "batch has no string field '{}' (string fields: {})", name, key_list(strings_));
     }
     return it->second;
 }
@@ -217,8 +216,8 @@ Batch Batch::select(const std::vector<std::string>& columns, const std::vector<s
         } else if (ints_.count(f)) {
             out.ints_[f] = ints_.at(f);
         } else {
-            RLPT_THROW(ValueError, "batch has no field '{}' (string fields: {}; int fields: {})", f,
-                       key_list(strings_), key_list(ints_));
+            RLPT_THROW(ValueError, "batch has no field '{}' (string fields: {}; int fields: {})", f, key_list(strings_),
+                       key_list(ints_));
         }
     }
     out.meta_ = meta_;
@@ -227,8 +226,8 @@ Batch Batch::select(const std::vector<std::string>& columns, const std::vector<s
 }
 
 Batch Batch::slice(int64_t begin, int64_t end) const {
-    RLPT_CHECK(0 <= begin && begin <= end && end <= size_, "slice [{}, {}) out of range for {} rows",
-               begin, end, size_);
+    RLPT_CHECK(0 <= begin && begin <= end && end <= size_, "slice [{}, {}) out of range for {} rows", begin, end,
+               size_);
     Batch out(end - begin);
     for (const auto& [k, t] : columns_) out.columns_[k] = t.slice(0, begin, end);
     for (const auto& [k, v] : strings_) out.strings_[k] = take_range(v, begin, end);
@@ -315,9 +314,8 @@ Batch Batch::concat(const std::vector<Batch>& parts) {
             RLPT_CHECK(it != parts[p].columns_.end(), "concat: part {} lacks column '{}'", p, k);
             const torch::Tensor& t = it->second;
             RLPT_CHECK(t.scalar_type() == t0.scalar_type() && t.sizes().slice(1) == t0.sizes().slice(1),
-                       "concat: column '{}' is {}{} in part {} but {}{} in part 0", k,
-                       c10::toString(t.scalar_type()), shape_str(t), p, c10::toString(t0.scalar_type()),
-                       shape_str(t0));
+                       "concat: column '{}' is {}{} in part {} but {}{} in part 0", k, c10::toString(t.scalar_type()),
+                       shape_str(t), p, c10::toString(t0.scalar_type()), shape_str(t0));
             RLPT_CHECK(t.device() == t0.device(), "concat: column '{}' is on {} in part {} but on {} in part 0", k,
                        t.device().str(), p, t0.device().str());
             ts.push_back(t);
@@ -435,12 +433,12 @@ void Batch::check() const {
         RLPT_CHECK(t.size(0) == size_, "column '{}' has {} rows, batch has {}", k, t.size(0), size_);
     }
     for (const auto& [k, v] : strings_) {
-        RLPT_CHECK(static_cast<int64_t>(v.size()) == size_, "string field '{}' has {} rows, batch has {}", k,
-                   v.size(), size_);
+        RLPT_CHECK(static_cast<int64_t>(v.size()) == size_, "string field '{}' has {} rows, batch has {}", k, v.size(),
+                   size_);
     }
     for (const auto& [k, v] : ints_) {
-        RLPT_CHECK(static_cast<int64_t>(v.size()) == size_, "int field '{}' has {} rows, batch has {}", k,
-                   v.size(), size_);
+        RLPT_CHECK(static_cast<int64_t>(v.size()) == size_, "int field '{}' has {} rows, batch has {}", k, v.size(),
+                   size_);
     }
 }
 

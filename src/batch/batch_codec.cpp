@@ -210,8 +210,7 @@ BatchLayout decode_layout(const char* data, size_t n) {
             std::vector<int64_t> v(r.count("meta list", 8));
             for (auto& x : v) x = r.pod<int64_t>("meta list value");
             L.skeleton.set_meta(name, std::move(v));
-        }
-        else throw CommError(fmt::format("malformed batch message: meta '{}' has kind {}", name, kind));
+        } else throw CommError(fmt::format("malformed batch message: meta '{}' has kind {}", name, kind));
     }
     uint64_t nmet = r.count("metric", 17);
     for (uint64_t m = 0; m < nmet; ++m) {

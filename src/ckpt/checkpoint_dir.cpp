@@ -51,8 +51,10 @@ void check_file_name(const std::string& name, const std::string& step_dir) {
     const fs::path p(name);
     bool ok = !name.empty() && p.is_relative() && name != kCompleteMarker;
     for (const auto& part : p) ok = ok && part != ".." && part != ".";
-    RLPT_CHECK(ok, "checkpoint {}: bad file name '{}' in the manifest (must be relative, without "
-               "'.' or '..', and not {})", step_dir, name, kCompleteMarker);
+    RLPT_CHECK(ok,
+               "checkpoint {}: bad file name '{}' in the manifest (must be relative, without "
+               "'.' or '..', and not {})",
+               step_dir, name, kCompleteMarker);
 }
 
 std::string read_small_file(const std::string& path) {
@@ -71,14 +73,9 @@ nlohmann::json manifest_to_json(const Manifest& m) {
     }
     nlohmann::json roles = nlohmann::json::object();
     for (const auto& [role, ranks] : m.roles) roles[role] = ranks;
-    return {{"manifest_version", kManifestVersion},
-            {"step", m.step},
-            {"config_hash", m.config_hash},
-            {"world_size", m.world_size},
-            {"roles", roles},
-            {"files", files},
-            {"rlpt_version", m.rlpt_version},
-            {"git_sha", m.git_sha}};
+    return {{"manifest_version", kManifestVersion}, {"step", m.step},      {"config_hash", m.config_hash},
+            {"world_size", m.world_size},           {"roles", roles},      {"files", files},
+            {"rlpt_version", m.rlpt_version},       {"git_sha", m.git_sha}};
 }
 
 Manifest manifest_from_json(const nlohmann::json& j) {
@@ -90,8 +87,8 @@ Manifest manifest_from_json(const nlohmann::json& j) {
         m.roles[role] = ranks.get<std::vector<int>>();
     }
     for (const auto& f : j.at("files")) {
-        m.files.push_back({f.at("name").get<std::string>(),
-                           {f.at("size").get<uint64_t>(), f.at("crc32").get<uint32_t>()}});
+        m.files.push_back(
+            {f.at("name").get<std::string>(), {f.at("size").get<uint64_t>(), f.at("crc32").get<uint32_t>()}});
     }
     m.rlpt_version = j.value("rlpt_version", "");
     m.git_sha = j.value("git_sha", "");
@@ -104,16 +101,15 @@ void check_files(const std::string& step_dir, const Manifest& m, bool verify_crc
         const std::string path = (fs::path(step_dir) / f.name).string();
         std::error_code ec;
         const uint64_t size = fs::file_size(path, ec);
-        RLPT_CHECK_KIND(IoError, !ec, "checkpoint {}: file {} is missing or unreadable: {}",
-                        step_dir, f.name, ec.message());
-        RLPT_CHECK_KIND(IoError, size == f.digest.size,
-                        "checkpoint {}: file {} has {} bytes, the manifest says {}", step_dir,
-                        f.name, size, f.digest.size);
+        RLPT_CHECK_KIND(IoError, !ec, "checkpoint {}: file {} is missing or unreadable: {}", step_dir, f.name,
+                        ec.message());
+        RLPT_CHECK_KIND(IoError, size == f.digest.size, "checkpoint {}: file {} has {} bytes, the manifest says {}",
+                        step_dir, f.name, size, f.digest.size);
         if (verify_crc) {
             const FileDigest d = file_digest(path);
             RLPT_CHECK_KIND(IoError, d.crc32 == f.digest.crc32,
-                            "checkpoint {}: file {} has CRC-32 {:08x}, the manifest says {:08x}",
-                            step_dir, f.name, d.crc32, f.digest.crc32);
+                            "checkpoint {}: file {} has CRC-32 {:08x}, the manifest says {:08x}", step_dir, f.name,
+                            d.crc32, f.digest.crc32);
         }
     }
 }
@@ -178,14 +174,11 @@ std::string step_dir_path(const std::string& root, int64_t step) {
     return (fs::path(root) / step_dir_name(step)).string();
 }
 
-bool is_complete(const std::string& step_dir) {
-    return fs::exists(fs::path(step_dir) / kCompleteMarker);
-}
+bool is_complete(const std::string& step_dir) { return fs::exists(fs::path(step_dir) / kCompleteMarker); }
 
 std::string create_step_dir(const std::string& root, int64_t step) {
     const std::string dir = step_dir_path(root, step);
-    RLPT_CHECK(!is_complete(dir), "checkpoint {} is already complete; refusing to write into it",
-               dir);
+    RLPT_CHECK(!is_complete(dir), "checkpoint {} is already complete; refusing to write into it", dir);
     const bool root_existed = fs::exists(root);
     std::error_code ec;
     fs::create_directories(dir, ec);
@@ -203,8 +196,7 @@ void write_complete_marker(const std::string& step_dir, const Manifest& manifest
     std::set<std::string> names;
     for (const ManifestFile& f : manifest.files) {
         check_file_name(f.name, step_dir);
-        RLPT_CHECK(names.insert(f.name).second, "checkpoint {}: file {} is listed twice", step_dir,
-                   f.name);
+        RLPT_CHECK(names.insert(f.name).second, "checkpoint {}: file {} is listed twice", step_dir, f.name);
     }
     check_files(step_dir, manifest, verify_crc);
     Manifest m = manifest;
@@ -215,15 +207,14 @@ void write_complete_marker(const std::string& step_dir, const Manifest& manifest
 
 Manifest read_manifest(const std::string& step_dir) {
     const std::string path = (fs::path(step_dir) / kCompleteMarker).string();
-    RLPT_CHECK_KIND(IoError, fs::exists(path), "checkpoint {} is incomplete (no {} marker)",
-                    step_dir, kCompleteMarker);
+    RLPT_CHECK_KIND(IoError, fs::exists(path), "checkpoint {} is incomplete (no {} marker)", step_dir, kCompleteMarker);
     const std::string text = read_small_file(path);
     try {
         const nlohmann::json j = nlohmann::json::parse(text);
         const int64_t version = j.at("manifest_version").get<int64_t>();
         RLPT_CHECK_KIND(IoError, version == kManifestVersion,
-                        "{}: manifest version {} is not supported (this build reads version {})",
-                        path, version, kManifestVersion);
+                        "{}: manifest version {} is not supported (this build reads version {})", path, version,
+                        kManifestVersion);
         return manifest_from_json(j);
     } catch (const nlohmann::json::exception& e) {
         RLPT_THROW(IoError, "{}: malformed manifest: {}", path, e.what());
@@ -292,7 +283,8 @@ std::optional<CheckpointInfo> newest_valid_checkpoint(const std::string& root, s
             problem = e.message();
         }
         std::string aside = dir + std::string(kDamagedInfix) + utc_stamp();
-        for (int n = 1; fs::exists(aside); ++n) aside = dir + std::string(kDamagedInfix) + utc_stamp() + "-" + std::to_string(n);
+        for (int n = 1; fs::exists(aside); ++n)
+            aside = dir + std::string(kDamagedInfix) + utc_stamp() + "-" + std::to_string(n);
         detail::rename_file(dir, aside);
         fsync_directory(root);
         RLPT_LOG_WARN("checkpoint {} is damaged ({}); moved it aside to {} and falling back to an older one", dir,

@@ -24,8 +24,7 @@ void fsync_path(const std::string& path, int flags, const char* what) {
     ::close(fd);
     // EINVAL: the file system does not support fsync on this object (some FUSE / tmpfs dirs).
     if (rc != 0 && err != EINVAL) {
-        RLPT_THROW(IoError, "{} while syncing {} {} to disk ({})", io_error_cause(err), what, path,
-                   std::strerror(err));
+        RLPT_THROW(IoError, "{} while syncing {} {} to disk ({})", io_error_cause(err), what, path, std::strerror(err));
     }
 }
 
@@ -45,8 +44,7 @@ std::string parent_dir(const std::string& path) {
 void rename_file(const std::string& from, const std::string& to) {
     if (std::rename(from.c_str(), to.c_str()) != 0) {
         const int err = errno;
-        RLPT_THROW(IoError, "{} while renaming {} to {} ({})", io_error_cause(err), from, to,
-                   std::strerror(err));
+        RLPT_THROW(IoError, "{} while renaming {} to {} ({})", io_error_cause(err), from, to, std::strerror(err));
     }
 }
 

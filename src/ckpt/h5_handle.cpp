@@ -12,8 +12,8 @@ herr_t collect_error(unsigned n, const H5E_error2_t* e, void* data) {
     char minor[160] = "";
     H5Eget_msg(e->min_num, nullptr, minor, sizeof minor);
     if (n > 0) out->append("; ");
-    out->append(fmt::format("{}(): {}", e->func_name != nullptr ? e->func_name : "?",
-                            e->desc != nullptr ? e->desc : ""));
+    out->append(
+        fmt::format("{}(): {}", e->func_name != nullptr ? e->func_name : "?", e->desc != nullptr ? e->desc : ""));
     if (minor[0] != '\0') out->append(fmt::format(" [{}]", minor));
     return 0;
 }

@@ -54,14 +54,12 @@ struct H5Writer::Impl {
     // Rejects a name that was written, is a group, or lies below a dataset; records it.
     void claim(const std::string& name) {
         RLPT_CHECK(datasets.count(name) == 0, "{}: '{}' was already written", path, name);
-        RLPT_CHECK(groups.count(name) == 0, "{}: '{}' is already a group of other entries", path,
-                   name);
+        RLPT_CHECK(groups.count(name) == 0, "{}: '{}' is already a group of other entries", path, name);
         const std::vector<std::string> parts = split_name(name);
         std::string prefix;
         for (size_t i = 0; i + 1 < parts.size(); ++i) {
             prefix += (i == 0 ? "" : "/") + parts[i];
-            RLPT_CHECK(datasets.count(prefix) == 0, "{}: cannot write '{}': '{}' is a dataset",
-                       path, name, prefix);
+            RLPT_CHECK(datasets.count(prefix) == 0, "{}: cannot write '{}': '{}' is a dataset", path, name, prefix);
         }
         prefix.clear();
         for (size_t i = 0; i + 1 < parts.size(); ++i) {
@@ -71,17 +69,15 @@ struct H5Writer::Impl {
         datasets.insert(name);
     }
 
-    void write_dataset(const std::string& name, hid_t type, const std::vector<hsize_t>& dims,
-                       bool scalar, const void* data, size_t nbytes, const char* kind,
-                       const char* dtype_name) {
+    void write_dataset(const std::string& name, hid_t type, const std::vector<hsize_t>& dims, bool scalar,
+                       const void* data, size_t nbytes, const char* kind, const char* dtype_name) {
         H5Id space = scalar ? RLPT_H5_OWN(H5Screate(H5S_SCALAR), H5Sclose)
-                            : RLPT_H5_OWN(H5Screate_simple(int(dims.size()), dims.data(), nullptr),
-                                          H5Sclose);
+                            : RLPT_H5_OWN(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
         H5Id lcpl = RLPT_H5_OWN(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
         RLPT_H5_CHECK(H5Pset_create_intermediate_group(lcpl.get(), 1));
-        H5Id dset = RLPT_H5_OWN(H5Dcreate2(file.get(), name.c_str(), type, space.get(), lcpl.get(),
-                                           H5P_DEFAULT, H5P_DEFAULT),
-                                H5Dclose);
+        H5Id dset =
+            RLPT_H5_OWN(H5Dcreate2(file.get(), name.c_str(), type, space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT),
+                        H5Dclose);
         if (nbytes > 0) {
             RLPT_H5_CHECK(H5Dwrite(dset.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
         }
@@ -109,8 +105,7 @@ H5Writer::H5Writer(std::string path) : impl_(std::make_unique<Impl>()) {
         RLPT_H5_CHECK(H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_SEMI));
         // Locks protect nothing here (unique temporary names) and fail on some parallel FS.
         RLPT_H5_CHECK(H5Pset_file_locking(fapl.get(), false, true));
-        impl_->file = RLPT_H5_OWN(
-            H5Fcreate(impl_->tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+        impl_->file = RLPT_H5_OWN(H5Fcreate(impl_->tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
         put_string_attr(impl_->file.get(), kAttrMagic, kMagic);
         put_int_attr(impl_->file.get(), kAttrVersion, kFormatVersion);
     } catch (const Error& e) {
@@ -147,8 +142,8 @@ void H5Writer::write_tensor(const std::string& name, const torch::Tensor& tensor
     check_name(name, "tensor");
     RLPT_CHECK(tensor.defined(), "{}: tensor '{}' is undefined", impl_->path, name);
     RLPT_CHECK(is_supported(tensor.scalar_type()),
-               "{}: tensor '{}' has dtype {}, which the checkpoint store does not support",
-               impl_->path, name, c10::toString(tensor.scalar_type()));
+               "{}: tensor '{}' has dtype {}, which the checkpoint store does not support", impl_->path, name,
+               c10::toString(tensor.scalar_type()));
     impl_->claim(name);
     const StoredType st = stored_type(tensor.scalar_type());
     const torch::Tensor t = tensor.detach().to(torch::kCPU).resolve_conj().resolve_neg().contiguous();
@@ -156,8 +151,7 @@ void H5Writer::write_tensor(const std::string& name, const torch::Tensor& tensor
     if (st.complex) dims.push_back(2);
     const size_t nbytes = size_t(t.numel()) * t.element_size();
     try {
-        impl_->write_dataset(name, st.h5, dims, dims.empty(), t.data_ptr(), nbytes, kKindTensor,
-                             st.name);
+        impl_->write_dataset(name, st.h5, dims, dims.empty(), t.data_ptr(), nbytes, kKindTensor, st.name);
     } catch (const Error& e) {
         rethrow_write_error(fmt::format("writing tensor '{}'", name), impl_->tmp_path, e);
     }
@@ -169,8 +163,8 @@ void H5Writer::write_blob(const std::string& name, std::string_view bytes) {
     check_name(name, "blob");
     impl_->claim(name);
     try {
-        impl_->write_dataset(name, H5T_STD_U8LE, {hsize_t(bytes.size())}, false, bytes.data(),
-                             bytes.size(), kKindBlob, nullptr);
+        impl_->write_dataset(name, H5T_STD_U8LE, {hsize_t(bytes.size())}, false, bytes.data(), bytes.size(), kKindBlob,
+                             nullptr);
     } catch (const Error& e) {
         rethrow_write_error(fmt::format("writing blob '{}'", name), impl_->tmp_path, e);
     }
@@ -195,8 +189,7 @@ void H5Writer::set_string_attr(const std::string& name, const std::string& value
     Impl::live(impl_);
     check_attr_name(name);
     RLPT_CHECK(value.find('\0') == std::string::npos,
-               "{}: string attribute '{}' contains a NUL byte (store binary data as a blob)",
-               impl_->path, name);
+               "{}: string attribute '{}' contains a NUL byte (store binary data as a blob)", impl_->path, name);
     put_string_attr(impl_->file.get(), name.c_str(), value);
 }
 
@@ -239,13 +232,12 @@ struct H5Reader::Impl {
         const Node node = node_at(file.get(), name);
         RLPT_CHECK_KIND(IoError, node != Node::kMissing, "{}: no {} named '{}'", path,
                         want_kind != nullptr ? want_kind : "entry", name);
-        RLPT_CHECK_KIND(IoError, node == Node::kDataset, "{}: '{}' is a group, not a {}", path,
-                        name, want_kind != nullptr ? want_kind : "dataset");
+        RLPT_CHECK_KIND(IoError, node == Node::kDataset, "{}: '{}' is a group, not a {}", path, name,
+                        want_kind != nullptr ? want_kind : "dataset");
         H5Id dset = RLPT_H5_OWN(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
         if (want_kind != nullptr) {
             const std::string kind = get_string_attr(dset.get(), kAttrKind, where(name));
-            RLPT_CHECK_KIND(IoError, kind == want_kind, "{}: '{}' is a {}, not a {}", path, name,
-                            kind, want_kind);
+            RLPT_CHECK_KIND(IoError, kind == want_kind, "{}: '{}' is a {}, not a {}", path, name, kind, want_kind);
         }
         return dset;
     }
@@ -261,13 +253,11 @@ struct H5Reader::Impl {
                 known = true;
             }
         }
-        RLPT_CHECK_KIND(IoError, known, "{}: tensor '{}' has unknown rlpt_dtype '{}'", path, name,
-                        dtype_name);
+        RLPT_CHECK_KIND(IoError, known, "{}: tensor '{}' has unknown rlpt_dtype '{}'", path, name, dtype_name);
         const StoredType st = stored_type(dtype);
         H5Id type = RLPT_H5_OWN(H5Dget_type(dset), H5Tclose);
         RLPT_CHECK_KIND(IoError, RLPT_H5_CHECK(H5Tequal(type.get(), st.h5)) > 0,
-                        "{}: tensor '{}': the stored HDF5 type does not match rlpt_dtype {}", path,
-                        name, dtype_name);
+                        "{}: tensor '{}': the stored HDF5 type does not match rlpt_dtype {}", path, name, dtype_name);
         H5Id space = RLPT_H5_OWN(H5Dget_space(dset), H5Sclose);
         const int rank = RLPT_H5_CHECK(H5Sget_simple_extent_ndims(space.get()));
         std::vector<hsize_t> dims(size_t(rank), 0);
@@ -281,8 +271,7 @@ struct H5Reader::Impl {
         return m;
     }
 
-    void read_checked(hid_t dset, hid_t type, void* data, size_t nbytes,
-                      const std::string& name) const {
+    void read_checked(hid_t dset, hid_t type, void* data, size_t nbytes, const std::string& name) const {
         if (nbytes > 0) RLPT_H5_CHECK(H5Dread(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
         const int64_t stored = get_int_attr(dset, kAttrCrc, where(name));
         const uint32_t actual = crc32(data, nbytes);
@@ -300,8 +289,7 @@ H5Reader::H5Reader(std::string path) : impl_(std::make_unique<Impl>()) {
     impl_->path = std::move(path);
     const std::string& p = impl_->path;
     RLPT_CHECK_KIND(IoError, std::filesystem::exists(p), "checkpoint file {} does not exist", p);
-    RLPT_CHECK_KIND(IoError, std::filesystem::is_regular_file(p),
-                    "checkpoint path {} is not a regular file", p);
+    RLPT_CHECK_KIND(IoError, std::filesystem::is_regular_file(p), "checkpoint path {} is not a regular file", p);
     try {
         const htri_t is_h5 = RLPT_H5_CHECK(H5Fis_hdf5(p.c_str()));
         RLPT_CHECK_KIND(IoError, is_h5 > 0, "{} is not an HDF5 file", p);
@@ -313,15 +301,13 @@ H5Reader::H5Reader(std::string path) : impl_(std::make_unique<Impl>()) {
     }
     const hid_t root = impl_->file.get();
     RLPT_CHECK_KIND(IoError, RLPT_H5_CHECK(H5Aexists(root, kAttrMagic)) > 0,
-                    "{} is an HDF5 file but not an rlpt checkpoint (no {} attribute)", p,
-                    kAttrMagic);
+                    "{} is an HDF5 file but not an rlpt checkpoint (no {} attribute)", p, kAttrMagic);
     const std::string magic = get_string_attr(root, kAttrMagic, p);
-    RLPT_CHECK_KIND(IoError, magic == kMagic, "{}: wrong magic '{}' (expected '{}')", p, magic,
-                    kMagic);
+    RLPT_CHECK_KIND(IoError, magic == kMagic, "{}: wrong magic '{}' (expected '{}')", p, magic, kMagic);
     impl_->version = get_int_attr(root, kAttrVersion, p);
     RLPT_CHECK_KIND(IoError, impl_->version == kFormatVersion,
-                    "{}: checkpoint format version {} is not supported (this build reads version {})",
-                    p, impl_->version, kFormatVersion);
+                    "{}: checkpoint format version {} is not supported (this build reads version {})", p,
+                    impl_->version, kFormatVersion);
 }
 
 H5Reader::~H5Reader() = default;
@@ -342,8 +328,8 @@ EntryKind H5Reader::kind(const std::string& name) const {
     const H5Id dset = Impl::live(impl_).open_entry(name, nullptr);
     const std::string kind = get_string_attr(dset.get(), kAttrKind, Impl::live(impl_).where(name));
     if (kind == kKindTensor) return EntryKind::kTensor;
-    RLPT_CHECK_KIND(IoError, kind == kKindBlob, "{}: '{}' has unknown rlpt_kind '{}'",
-                    Impl::live(impl_).path, name, kind);
+    RLPT_CHECK_KIND(IoError, kind == kKindBlob, "{}: '{}' has unknown rlpt_kind '{}'", Impl::live(impl_).path, name,
+                    kind);
     return EntryKind::kBlob;
 }
 
@@ -406,7 +392,7 @@ torch::Tensor H5Reader::read_tensor(const std::string& name) const {
         const TensorMeta m = Impl::live(impl_).meta(dset.get(), name);
         torch::Tensor t = torch::empty(m.sizes, torch::TensorOptions().dtype(m.dtype));
         Impl::live(impl_).read_checked(dset.get(), stored_type(m.dtype).h5, t.data_ptr(),
-                            size_t(t.numel()) * t.element_size(), name);
+                                       size_t(t.numel()) * t.element_size(), name);
         return t;
     } catch (const IoError&) {
         throw;
@@ -443,8 +429,8 @@ std::string H5Reader::read_blob(const std::string& name) const {
     detail::h5_silence_error_printing();
     const H5Id dset = Impl::live(impl_).open_entry(name, kKindBlob);
     H5Id space = RLPT_H5_OWN(H5Dget_space(dset.get()), H5Sclose);
-    RLPT_CHECK_KIND(IoError, RLPT_H5_CHECK(H5Sget_simple_extent_ndims(space.get())) == 1,
-                    "{}: blob '{}' is not 1-D", Impl::live(impl_).path, name);
+    RLPT_CHECK_KIND(IoError, RLPT_H5_CHECK(H5Sget_simple_extent_ndims(space.get())) == 1, "{}: blob '{}' is not 1-D",
+                    Impl::live(impl_).path, name);
     std::string bytes(size_t(RLPT_H5_CHECK(H5Sget_simple_extent_npoints(space.get()))), '\0');
     Impl::live(impl_).read_checked(dset.get(), H5T_STD_U8LE, bytes.data(), bytes.size(), name);
     return bytes;

@@ -9,8 +9,7 @@ namespace rlpt::ckpt::detail {
 // ---- dtypes ------------------------------------------------------------------------------------
 
 bool is_supported(torch::ScalarType t) {
-    return std::find(std::begin(kSupportedDtypes), std::end(kSupportedDtypes), t) !=
-           std::end(kSupportedDtypes);
+    return std::find(std::begin(kSupportedDtypes), std::end(kSupportedDtypes), t) != std::end(kSupportedDtypes);
 }
 
 StoredType stored_type(torch::ScalarType t) {
@@ -49,19 +48,17 @@ std::vector<std::string> split_name(const std::string& name) {
 void check_name(const std::string& name, const char* what) {
     RLPT_CHECK(!name.empty(), "{} name is empty", what);
     RLPT_CHECK(name.find('\0') == std::string::npos, "{} name '{}' contains a NUL byte", what, name);
-    RLPT_CHECK(name.front() != '/' && name.back() != '/',
-               "{} name '{}' must not start or end with '/'", what, name);
+    RLPT_CHECK(name.front() != '/' && name.back() != '/', "{} name '{}' must not start or end with '/'", what, name);
     for (const std::string& part : split_name(name)) {
-        RLPT_CHECK(!part.empty() && part != "." && part != "..",
-                   "{} name '{}' has an empty, '.' or '..' component", what, name);
+        RLPT_CHECK(!part.empty() && part != "." && part != "..", "{} name '{}' has an empty, '.' or '..' component",
+                   what, name);
     }
 }
 
 void check_attr_name(const std::string& name) {
     RLPT_CHECK(!name.empty() && name.find('\0') == std::string::npos,
                "attribute name '{}' is empty or contains a NUL byte", name);
-    RLPT_CHECK(name.rfind("rlpt_", 0) != 0, "attribute name '{}' uses the reserved prefix rlpt_",
-               name);
+    RLPT_CHECK(name.rfind("rlpt_", 0) != 0, "attribute name '{}' uses the reserved prefix rlpt_", name);
 }
 
 // ---- attributes --------------------------------------------------------------------------------
@@ -69,8 +66,7 @@ void check_attr_name(const std::string& name) {
 void put_attr(hid_t obj, const char* name, hid_t type, const void* value) {
     if (RLPT_H5_CHECK(H5Aexists(obj, name)) > 0) RLPT_H5_CHECK(H5Adelete(obj, name));
     H5Id space = RLPT_H5_OWN(H5Screate(H5S_SCALAR), H5Sclose);
-    H5Id attr = RLPT_H5_OWN(H5Acreate2(obj, name, type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                            H5Aclose);
+    H5Id attr = RLPT_H5_OWN(H5Acreate2(obj, name, type, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
     RLPT_H5_CHECK(H5Awrite(attr.get(), type, value));
     attr.close();
 }
@@ -83,25 +79,22 @@ void put_string_attr(hid_t obj, const char* name, const std::string& value) {
     put_attr(obj, name, type.get(), value.c_str());
 }
 
-void put_int_attr(hid_t obj, const char* name, int64_t value) {
-    put_attr(obj, name, H5T_STD_I64LE, &value);
-}
+void put_int_attr(hid_t obj, const char* name, int64_t value) { put_attr(obj, name, H5T_STD_I64LE, &value); }
 
 namespace {
 
 // Opens a scalar attribute of the expected class. `where` names the object for messages.
-H5Id open_attr(hid_t obj, const char* name, H5T_class_t want, const char* want_name,
-               const std::string& where) {
-    RLPT_CHECK_KIND(IoError, RLPT_H5_CHECK(H5Aexists(obj, name)) > 0, "{}: no attribute '{}'",
-                    where, name);
+H5Id open_attr(hid_t obj, const char* name, H5T_class_t want, const char* want_name, const std::string& where) {
+    RLPT_CHECK_KIND(IoError, RLPT_H5_CHECK(H5Aexists(obj, name)) > 0, "{}: no attribute '{}'", where, name);
     H5Id attr = RLPT_H5_OWN(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
     H5Id type = RLPT_H5_OWN(H5Aget_type(attr.get()), H5Tclose);
     H5Id space = RLPT_H5_OWN(H5Aget_space(attr.get()), H5Sclose);
     const H5T_class_t cls = H5Tget_class(type.get());
-    const char* got = cls == H5T_INTEGER ? "int64" : cls == H5T_FLOAT ? "double"
-                      : cls == H5T_STRING ? "string" : "non-scalar type";
-    RLPT_CHECK_KIND(IoError, cls == want, "{}: attribute '{}' is a {}, not a {}", where, name, got,
-                    want_name);
+    const char* got = cls == H5T_INTEGER  ? "int64"
+                      : cls == H5T_FLOAT  ? "double"
+                      : cls == H5T_STRING ? "string"
+                                          : "non-scalar type";
+    RLPT_CHECK_KIND(IoError, cls == want, "{}: attribute '{}' is a {}, not a {}", where, name, got, want_name);
     RLPT_CHECK_KIND(IoError, RLPT_H5_CHECK(H5Sget_simple_extent_npoints(space.get())) == 1,
                     "{}: attribute '{}' is not a scalar", where, name);
     return attr;

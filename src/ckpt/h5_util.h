@@ -21,10 +21,10 @@ inline constexpr const char* kAttrCrc = "rlpt_crc32";
 inline constexpr const char* kKindTensor = "tensor";
 inline constexpr const char* kKindBlob = "blob";
 
-inline constexpr torch::ScalarType kSupportedDtypes[] = {
-    torch::kFloat, torch::kDouble, torch::kHalf,  torch::kBFloat16,     torch::kBool,
-    torch::kByte,  torch::kChar,   torch::kShort, torch::kInt,          torch::kLong,
-    torch::kComplexFloat, torch::kComplexDouble};
+inline constexpr torch::ScalarType kSupportedDtypes[] = {torch::kFloat,    torch::kDouble,       torch::kHalf,
+                                                         torch::kBFloat16, torch::kBool,         torch::kByte,
+                                                         torch::kChar,     torch::kShort,        torch::kInt,
+                                                         torch::kLong,     torch::kComplexFloat, torch::kComplexDouble};
 
 struct StoredType {
     hid_t h5;          // file (and memory) type, little endian

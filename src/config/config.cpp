@@ -88,9 +88,8 @@ class Loader : public Visitor {
     Loader(YAML::Node node, std::string path, const Origins& origins)
         : node_(std::move(node)), path_(std::move(path)), origins_(origins) {
         if (node_ && !node_.IsNull() && !node_.IsMap()) {
-            throw ConfigError(fmt::format("{}: '{}' must be a mapping of keys, got {}",
-                                          origins_.of(path_, node_), path_.empty() ? "<top level>" : path_,
-                                          describe_node(node_)));
+            throw ConfigError(fmt::format("{}: '{}' must be a mapping of keys, got {}", origins_.of(path_, node_),
+                                          path_.empty() ? "<top level>" : path_, describe_node(node_)));
         }
         check_keys();
     }
@@ -104,18 +103,25 @@ class Loader : public Visitor {
                 for (const auto& k : order_) known += (known.empty() ? "" : ", ") + k;
                 guarded([&] {
                     throw ConfigError(fmt::format("{}: unknown key '{}' (known keys{}: {})",
-                                                  origins_.of(join_path(path_, key), kv.first),
-                                                  join_path(path_, key), path_.empty() ? "" : " in '" + path_ + "'",
-                                                  known));
+                                                  origins_.of(join_path(path_, key), kv.first), join_path(path_, key),
+                                                  path_.empty() ? "" : " in '" + path_ + "'", known));
                 });
             }
         }
     }
 
-    void value(const char* key, bool& v, const char*) override { guarded([&] { scalar(key, v, "true or false"); }); }
-    void value(const char* key, int64_t& v, const char*) override { guarded([&] { scalar(key, v, "an integer"); }); }
-    void value(const char* key, double& v, const char*) override { guarded([&] { scalar(key, v, "a number"); }); }
-    void value(const char* key, std::string& v, const char*) override { guarded([&] { scalar(key, v, "a string"); }); }
+    void value(const char* key, bool& v, const char*) override {
+        guarded([&] { scalar(key, v, "true or false"); });
+    }
+    void value(const char* key, int64_t& v, const char*) override {
+        guarded([&] { scalar(key, v, "an integer"); });
+    }
+    void value(const char* key, double& v, const char*) override {
+        guarded([&] { scalar(key, v, "a number"); });
+    }
+    void value(const char* key, std::string& v, const char*) override {
+        guarded([&] { scalar(key, v, "a string"); });
+    }
     void value(const char* key, std::optional<int64_t>& v, const char*) override {
         guarded([&] { optional(key, v, "an integer or null"); });
     }
@@ -198,8 +204,8 @@ class Loader : public Visitor {
         if (!n) return;
         std::string path = join_path(path_, key);
         if (!n.IsSequence()) {
-            throw ConfigError(fmt::format("{}: '{}' must be a list, got {}", origins_.of(path, n), path,
-                                          describe_node(n)));
+            throw ConfigError(
+                fmt::format("{}: '{}' must be a list, got {}", origins_.of(path, n), path, describe_node(n)));
         }
         resize(n.size());
         for (size_t i = 0; i < n.size(); ++i) {
@@ -246,8 +252,8 @@ class Loader : public Visitor {
     template <typename T>
     void convert(const std::string& path, const YAML::Node& n, T& v, const char* expected) {
         if (!n.IsScalar()) {
-            throw ConfigError(fmt::format("{}: '{}' must be {}, got {}", origins_.of(path, n), path, expected,
-                                          describe_node(n)));
+            throw ConfigError(
+                fmt::format("{}: '{}' must be {}, got {}", origins_.of(path, n), path, expected, describe_node(n)));
         }
         try {
             if constexpr (std::is_same_v<T, int64_t>) {
@@ -264,8 +270,8 @@ class Loader : public Visitor {
                 }
             }
         } catch (const std::exception&) {
-            throw ConfigError(fmt::format("{}: '{}' must be {}, got {}", origins_.of(path, n), path, expected,
-                                          describe_node(n)));
+            throw ConfigError(
+                fmt::format("{}: '{}' must be {}, got {}", origins_.of(path, n), path, expected, describe_node(n)));
         }
     }
 
@@ -307,8 +313,8 @@ class Loader : public Visitor {
             return;
         }
         if (!n.IsSequence()) {
-            throw ConfigError(fmt::format("{}: '{}' must be {}, got {}", origins_.of(path, n), path, expected,
-                                          describe_node(n)));
+            throw ConfigError(
+                fmt::format("{}: '{}' must be {}, got {}", origins_.of(path, n), path, expected, describe_node(n)));
         }
         std::vector<T> out;
         for (size_t i = 0; i < n.size(); ++i) {
@@ -343,15 +349,18 @@ class Dumper : public Visitor {
     }
     void value(const char* key, std::optional<int64_t>& v, const char*) override {
         out_ << YAML::Key << key << YAML::Value;
-        if (v) out_ << static_cast<long long>(*v); else out_ << YAML::Null;
+        if (v) out_ << static_cast<long long>(*v);
+        else out_ << YAML::Null;
     }
     void value(const char* key, std::optional<double>& v, const char*) override {
         out_ << YAML::Key << key << YAML::Value;
-        if (v) out_ << fmt::format("{}", *v); else out_ << YAML::Null;
+        if (v) out_ << fmt::format("{}", *v);
+        else out_ << YAML::Null;
     }
     void value(const char* key, std::optional<std::string>& v, const char*) override {
         out_ << YAML::Key << key << YAML::Value;
-        if (v) out_ << YAML::DoubleQuoted << *v; else out_ << YAML::Null;
+        if (v) out_ << YAML::DoubleQuoted << *v;
+        else out_ << YAML::Null;
     }
     void value(const char* key, std::vector<int64_t>& v, const char*) override {
         out_ << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
@@ -462,8 +471,8 @@ void apply_override(YAML::Node& root, const std::string& ov, Origins& origins) {
             chain.push_back(cur[idx]);
         } else {
             if (cur.IsScalar()) {
-                throw ConfigError(fmt::format("command line: override '{}': '{}' is not a section", ov,
-                                              i > 0 ? parts[i - 1] : p));
+                throw ConfigError(
+                    fmt::format("command line: override '{}': '{}' is not a section", ov, i > 0 ? parts[i - 1] : p));
             }
             YAML::Node next = cur[p];
             if (!next || next.IsNull()) {
@@ -531,8 +540,8 @@ YAML::Node parse_yaml_text(const std::string& yaml_text, const std::string& sour
     try {
         return YAML::Load(yaml_text);
     } catch (const YAML::ParserException& e) {
-        throw ConfigError(fmt::format("{}:{}:{}: YAML syntax error: {}", source_name, e.mark.line + 1,
-                                      e.mark.column + 1, e.msg));
+        throw ConfigError(
+            fmt::format("{}:{}:{}: YAML syntax error: {}", source_name, e.mark.line + 1, e.mark.column + 1, e.msg));
     }
 }
 

@@ -26,8 +26,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 double positive_number(const std::string& text, const std::string& what) {
     char* end = nullptr;
     const double v = text.empty() ? NAN : std::strtod(text.c_str(), &end);
-    RLPT_CHECK(!text.empty() && end && *end == '\0' && std::isfinite(v),
-               "{}: '{}' is not a number", what, text);
+    RLPT_CHECK(!text.empty() && end && *end == '\0' && std::isfinite(v), "{}: '{}' is not a number", what, text);
     RLPT_CHECK(v > 0, "{}: bounds must be > 0, got {}", what, text);
     return v;
 }
@@ -60,9 +59,9 @@ IsThreshold parse_rollout_is_threshold(const std::string& spec) {
 }
 
 const std::vector<std::string>& rollout_rs_option_names() {
-    static const std::vector<std::string> names{"token_k1",    "token_k2",    "token_k3",   "seq_sum_k1",
-                                                "seq_sum_k2",  "seq_sum_k3",  "seq_mean_k1", "seq_mean_k2",
-                                                "seq_mean_k3", "seq_max_k2",  "seq_max_k3"};
+    static const std::vector<std::string> names{"token_k1",    "token_k2",   "token_k3",    "seq_sum_k1",
+                                                "seq_sum_k2",  "seq_sum_k3", "seq_mean_k1", "seq_mean_k2",
+                                                "seq_mean_k3", "seq_max_k2", "seq_max_k3"};
     return names;
 }
 
@@ -86,8 +85,8 @@ std::vector<RsOption> parse_rollout_rs(const std::string& rs, const std::string&
         o.name = name;
         const char k = name.back();
         o.stat = k == '1' ? RsStat::kK1 : k == '2' ? RsStat::kK2 : RsStat::kK3;
-        o.level = name.rfind("token_", 0) == 0     ? RsLevel::kToken
-                  : name.rfind("seq_sum_", 0) == 0 ? RsLevel::kSeqSum
+        o.level = name.rfind("token_", 0) == 0      ? RsLevel::kToken
+                  : name.rfind("seq_sum_", 0) == 0  ? RsLevel::kSeqSum
                   : name.rfind("seq_mean_", 0) == 0 ? RsLevel::kSeqMean
                                                     : RsLevel::kSeqMax;
         opts.push_back(o);
@@ -96,8 +95,8 @@ std::vector<RsOption> parse_rollout_rs(const std::string& rs, const std::string&
     RLPT_CHECK(!thresholds.empty(), "{} is required when rollout_rs is set ({})", twhat, rs);
     const auto specs = split(thresholds, ',');
     RLPT_CHECK(specs.size() == 1 || specs.size() == opts.size(),
-               "{}: {} thresholds for {} rollout_rs options (give one for all, or one per option)", twhat,
-               specs.size(), opts.size());
+               "{}: {} thresholds for {} rollout_rs options (give one for all, or one per option)", twhat, specs.size(),
+               opts.size());
     for (size_t i = 0; i < opts.size(); ++i) {
         const std::string& s = specs[specs.size() == 1 ? 0 : i];
         auto [l, u] = parse_bounds(s, twhat + " (" + opts[i].name + ")", opts[i].stat == RsStat::kK1);

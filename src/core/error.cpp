@@ -24,8 +24,7 @@ std::string short_path(const char* file) {
     return f;
 }
 
-std::string compose(ErrorKind kind, const std::string& message, const std::string& where,
-                    const std::string& call) {
+std::string compose(ErrorKind kind, const std::string& message, const std::string& where, const std::string& call) {
     const auto& id = process_identity();
     std::string out;
     if (id.world_rank >= 0) {
@@ -58,8 +57,7 @@ const char* error_kind_name(ErrorKind kind) {
 }
 
 Error::Error(ErrorKind kind, std::string message, const char* file, int line, std::string call)
-    : std::runtime_error(compose(kind, message,
-                                 file ? fmt::format("{}:{}", short_path(file), line) : "", call)),
+    : std::runtime_error(compose(kind, message, file ? fmt::format("{}:{}", short_path(file), line) : "", call)),
       kind_(kind),
       message_(std::move(message)),
       where_(file ? fmt::format("{}:{}", short_path(file), line) : ""),

@@ -67,16 +67,15 @@ void log_line(LogLevel level, const std::string& msg) {
     static const char kLetters[] = {'T', 'D', 'I', 'W', 'E', '?'};
     auto now = std::chrono::system_clock::now();
     std::time_t t = std::chrono::system_clock::to_time_t(now);
-    int ms = static_cast<int>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
+    int ms =
+        static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
     std::tm tm{};
     localtime_r(&t, &tm);
     const auto& id = process_identity();
     std::string who = id.world_rank >= 0 ? fmt::format("r{}", id.world_rank) : std::string("-");
     if (!id.roles.empty()) who += " " + id.roles;
     std::string line = fmt::format("[rlpt {} {} {:02d}:{:02d}:{:02d}.{:03d}] {}\n", who,
-                                   kLetters[static_cast<int>(level)], tm.tm_hour, tm.tm_min,
-                                   tm.tm_sec, ms, msg);
+                                   kLetters[static_cast<int>(level)], tm.tm_hour, tm.tm_min, tm.tm_sec, ms, msg);
     std::lock_guard<std::mutex> lock(write_mutex());
     write_all(level >= LogLevel::kWarn ? STDERR_FILENO : STDOUT_FILENO, line);
 }

@@ -70,8 +70,7 @@ Problem draw_problem(const ArithmeticOptions& o, detail::SplitMix64& rng) {
 }
 
 double problem_space_size(const ArithmeticOptions& o) {
-    double per_operand =
-        std::pow(10.0, o.max_digits) - (o.min_digits == 1 ? 0.0 : std::pow(10.0, o.min_digits - 1));
+    double per_operand = std::pow(10.0, o.max_digits) - (o.min_digits == 1 ? 0.0 : std::pow(10.0, o.min_digits - 1));
     return std::pow(per_operand, o.num_operands) *
            std::pow(static_cast<double>(o.operations.size()), o.num_operands - 1);
 }
@@ -94,8 +93,8 @@ std::vector<Example> generate_split(const ArithmeticOptions& o, bool val) {
                        "arithmetic: could not draw {} distinct {} problems ({} found after {} draws); the "
                        "task has about {:.0f} distinct problems, about {:.0f} of them in the {} split. "
                        "Lower {}num_{} or allow more digits/operations/operands",
-                       wanted, split_name, out.size(), max_draws, space, space * share, split_name,
-                       o.key_prefix, split_name);
+                       wanted, split_name, out.size(), max_draws, space, space * share, split_name, o.key_prefix,
+                       split_name);
         }
         Problem p = draw_problem(o, rng);
         if (arithmetic_is_validation_prompt(p.prompt, o.val_fraction) != val) continue;
@@ -109,10 +108,10 @@ std::vector<Example> generate_split(const ArithmeticOptions& o, bool val) {
         const bool flawed = !val && o.demo_carry_error_rate > 0.0 && p.no_carry_value != p.value &&
                             detail::stable_hash(e.prompt.data(), e.prompt.size(), kDemoErrorSalt ^ o.seed) >> 11 <
                                 static_cast<uint64_t>(o.demo_carry_error_rate * 0x1.0p53);
-        e.extra = nlohmann::json{
-            {"answer_format", format_name},
-            {"response", arithmetic_format_answer(flawed ? p.no_carry_value : p.value, o.reversed_answer)},
-            {"split", split_name}};
+        e.extra = nlohmann::json{{"answer_format", format_name},
+                                 {"response",
+                                  arithmetic_format_answer(flawed ? p.no_carry_value : p.value, o.reversed_answer)},
+                                 {"split", split_name}};
         e.response = e.extra["response"].get<std::string>();
         if (flawed) e.extra["flawed_demo"] = true;
         e.index = static_cast<int64_t>(out.size());
@@ -124,13 +123,10 @@ std::vector<Example> generate_split(const ArithmeticOptions& o, bool val) {
 }  // namespace
 
 void validate_arithmetic_options(const ArithmeticOptions& o) {
-    RLPT_CHECK_KIND(ConfigError, o.min_digits >= 1, "arithmetic.min_digits must be >= 1, got {}",
-                    o.min_digits);
+    RLPT_CHECK_KIND(ConfigError, o.min_digits >= 1, "arithmetic.min_digits must be >= 1, got {}", o.min_digits);
     RLPT_CHECK_KIND(ConfigError, o.max_digits >= o.min_digits,
-                    "arithmetic.max_digits ({}) must be >= arithmetic.min_digits ({})", o.max_digits,
-                    o.min_digits);
-    RLPT_CHECK_KIND(ConfigError, o.num_operands >= 2, "arithmetic.num_operands must be >= 2, got {}",
-                    o.num_operands);
+                    "arithmetic.max_digits ({}) must be >= arithmetic.min_digits ({})", o.max_digits, o.min_digits);
+    RLPT_CHECK_KIND(ConfigError, o.num_operands >= 2, "arithmetic.num_operands must be >= 2, got {}", o.num_operands);
     RLPT_CHECK_KIND(ConfigError, static_cast<int64_t>(o.num_operands) * o.max_digits <= 18,
                     "arithmetic.num_operands * arithmetic.max_digits must be <= 18 so results fit in 64 "
                     "bits, got {} * {}",
@@ -142,8 +138,8 @@ void validate_arithmetic_options(const ArithmeticOptions& o) {
         RLPT_CHECK_KIND(ConfigError, c == '+' || c == '-' || c == '*',
                         "arithmetic.operations: unsupported operation '{}' in \"{}\" (supported: \"+-*\")", c,
                         o.operations);
-        RLPT_CHECK_KIND(ConfigError, o.operations.find(c) == i,
-                        "arithmetic.operations: '{}' is listed twice in \"{}\"", c, o.operations);
+        RLPT_CHECK_KIND(ConfigError, o.operations.find(c) == i, "arithmetic.operations: '{}' is listed twice in \"{}\"",
+                        c, o.operations);
     }
     RLPT_CHECK_KIND(ConfigError, o.demo_carry_error_rate >= 0.0 && o.demo_carry_error_rate <= 1.0,
                     "arithmetic.demo_carry_error_rate must be in [0, 1], got {}", o.demo_carry_error_rate);

@@ -30,13 +30,9 @@ const nlohmann::json* lookup(const nlohmann::json& record, const std::string& ke
     }
 }
 
-const char* type_name(const nlohmann::json& v) {
-    return v.type_name();
-}
+const char* type_name(const nlohmann::json& v) { return v.type_name(); }
 
-std::string shorten(const std::string& s, std::size_t n = 80) {
-    return s.size() <= n ? s : s.substr(0, n) + "...";
-}
+std::string shorten(const std::string& s, std::size_t n = 80) { return s.size() <= n ? s : s.substr(0, n) + "..."; }
 
 // Lines (1-based) on which each element of a top-level JSON array starts. The text must be
 // valid JSON (parse it first).
@@ -100,8 +96,7 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& where
     }
 }
 
-std::vector<Example> read_json_lines(const std::string& path, const std::string& text,
-                                     const DatasetOptions& options) {
+std::vector<Example> read_json_lines(const std::string& path, const std::string& text, const DatasetOptions& options) {
     std::vector<Example> out;
     std::istringstream in(text);
     std::string line;
@@ -117,11 +112,9 @@ std::vector<Example> read_json_lines(const std::string& path, const std::string&
     return out;
 }
 
-std::vector<Example> read_json_array(const std::string& path, const std::string& text,
-                                     const DatasetOptions& options) {
+std::vector<Example> read_json_array(const std::string& path, const std::string& text, const DatasetOptions& options) {
     const nlohmann::json doc = parse_json_text(text, path);
-    RLPT_CHECK_KIND(IoError, doc.is_array(), "{}: expected a JSON array of records, got {}", path,
-                    type_name(doc));
+    RLPT_CHECK_KIND(IoError, doc.is_array(), "{}: expected a JSON array of records, got {}", path, type_name(doc));
     const std::vector<int64_t> lines = array_element_lines(text);
     RLPT_ASSERT(lines.size() == doc.size());
     std::vector<Example> out;
@@ -146,10 +139,10 @@ void validate_dataset_options(const DatasetOptions& o) {
     RLPT_CHECK_KIND(ConfigError, !o.answer_key.empty(), "dataset: answer_key is empty");
     if (!o.prompt_template.empty()) {
         const std::size_t at = o.prompt_template.find("{prompt}");
-        RLPT_CHECK_KIND(
-            ConfigError,
-            at != std::string::npos && o.prompt_template.find("{prompt}", at + 1) == std::string::npos,
-            "dataset: prompt_template must contain '{{prompt}}' exactly once, got \"{}\"", o.prompt_template);
+        RLPT_CHECK_KIND(ConfigError,
+                        at != std::string::npos && o.prompt_template.find("{prompt}", at + 1) == std::string::npos,
+                        "dataset: prompt_template must contain '{{prompt}}' exactly once, got \"{}\"",
+                        o.prompt_template);
     }
 }
 
@@ -189,11 +182,10 @@ std::optional<std::string> gsm8k_extract_answer(std::string_view solution) {
     return std::nullopt;
 }
 
-Example example_from_json(const nlohmann::json& record, const DatasetOptions& options,
-                          const std::string& where, int64_t index) {
+Example example_from_json(const nlohmann::json& record, const DatasetOptions& options, const std::string& where,
+                          int64_t index) {
     validate_dataset_options(options);
-    RLPT_CHECK_KIND(IoError, record.is_object(), "{}: expected a JSON object, got {}", where,
-                    type_name(record));
+    RLPT_CHECK_KIND(IoError, record.is_object(), "{}: expected a JSON object, got {}", where, type_name(record));
     auto require = [&](const std::string& key) -> const nlohmann::json& {
         const nlohmann::json* v = lookup(record, key);
         RLPT_CHECK_KIND(IoError, v != nullptr, "{}: missing key '{}'", where, key);
@@ -237,28 +229,26 @@ Example example_from_json(const nlohmann::json& record, const DatasetOptions& op
         e.ground_truth = answer->dump();
     } else {
         RLPT_THROW(IoError, "{}: key '{}': expected a string{}, got {} {}", where, options.answer_key,
-                   options.answer_extraction == AnswerExtraction::kNone ? " or a number" : "",
-                   type_name(*answer), shorten(answer->dump()));
+                   options.answer_extraction == AnswerExtraction::kNone ? " or a number" : "", type_name(*answer),
+                   shorten(answer->dump()));
     }
     if (answer != nullptr && options.answer_extraction == AnswerExtraction::kGsm8k) {
         std::optional<std::string> extracted = gsm8k_extract_answer(e.ground_truth);
-        RLPT_CHECK_KIND(IoError, extracted.has_value(), "{}: key '{}': no '#### <number>' answer in \"{}\"",
-                        where, options.answer_key, shorten(e.ground_truth));
+        RLPT_CHECK_KIND(IoError, extracted.has_value(), "{}: key '{}': no '#### <number>' answer in \"{}\"", where,
+                        options.answer_key, shorten(e.ground_truth));
         e.ground_truth = std::move(*extracted);
     }
 
-    const nlohmann::json* ds =
-        options.data_source_key.empty() ? nullptr : lookup(record, options.data_source_key);
+    const nlohmann::json* ds = options.data_source_key.empty() ? nullptr : lookup(record, options.data_source_key);
     if (ds != nullptr) {
         RLPT_CHECK_KIND(IoError, ds->is_string() && !ds->get<std::string>().empty(),
                         "{}: key '{}': expected a non-empty string, got {}", where, options.data_source_key,
                         shorten(ds->dump()));
         e.data_source = ds->get<std::string>();
     } else {
-        RLPT_CHECK_KIND(
-            IoError, !options.default_data_source.empty(),
-            "{}: missing key '{}' and no default data_source is configured", where,
-            options.data_source_key.empty() ? std::string("data_source") : options.data_source_key);
+        RLPT_CHECK_KIND(IoError, !options.default_data_source.empty(),
+                        "{}: missing key '{}' and no default data_source is configured", where,
+                        options.data_source_key.empty() ? std::string("data_source") : options.data_source_key);
         e.data_source = options.default_data_source;
     }
 

@@ -5,8 +5,8 @@
 namespace rlpt::data {
 
 std::string LengthFilterReport::summary() const {
-    std::string s = fmt::format("prompt length filter (max {} tokens): kept {} of {}, dropped {}", max_length,
-                                kept, total, filtered);
+    std::string s = fmt::format("prompt length filter (max {} tokens): kept {} of {}, dropped {}", max_length, kept,
+                                total, filtered);
     if (longest_index >= 0) s += fmt::format("; longest {} tokens (index {})", longest, longest_index);
     for (std::size_t i = 0; i < example_indices.size(); ++i) {
         s += i == 0 ? "; dropped e.g. " : ", ";
@@ -26,8 +26,7 @@ LengthFilterResult filter_by_prompt_length(std::vector<Example> examples,
     report.max_length = max_length;
     for (Example& e : examples) {
         const int64_t n = token_length(e.prompt);
-        RLPT_CHECK(n >= 0, "prompt length filter: token length function returned {} for example {}", n,
-                   e.index);
+        RLPT_CHECK(n >= 0, "prompt length filter: token length function returned {} for example {}", n, e.index);
         if (report.longest_index < 0 || n > report.longest) {
             report.longest = n;
             report.longest_index = e.index;
@@ -43,8 +42,7 @@ LengthFilterResult filter_by_prompt_length(std::vector<Example> examples,
         }
     }
     report.kept = static_cast<int64_t>(result.kept.size());
-    RLPT_CHECK(report.kept > 0 || report.total == 0, "every prompt is longer than the limit: {}",
-               report.summary());
+    RLPT_CHECK(report.kept > 0 || report.total == 0, "every prompt is longer than the limit: {}", report.summary());
     return result;
 }
 

@@ -40,8 +40,8 @@ void EpochSampler::start_epoch(int64_t epoch) {
 std::vector<int64_t> EpochSampler::next_batch(int64_t batch_size) {
     RLPT_CHECK(batch_size >= 1, "sampler: batch size must be >= 1, got {}", batch_size);
     RLPT_CHECK(!drop_last_ || batch_size <= dataset_size_,
-               "sampler: batch size {} exceeds the dataset size {} with drop_last: no batch can be formed",
-               batch_size, dataset_size_);
+               "sampler: batch size {} exceeds the dataset size {} with drop_last: no batch can be formed", batch_size,
+               dataset_size_);
     const int64_t remaining = dataset_size_ - position_;
     if (remaining == 0 || (drop_last_ && remaining < batch_size)) start_epoch(epoch_ + 1);
     const int64_t take = std::min(batch_size, dataset_size_ - position_);
@@ -60,16 +60,15 @@ SamplerState EpochSampler::state() const {
 }
 
 void EpochSampler::set_state(const SamplerState& s) {
-    RLPT_CHECK_KIND(
-        ConfigError, s.dataset_size == dataset_size_,
-        "sampler: the saved state is for a dataset of {} prompts, this dataset has {} (resuming on "
-        "different data or filtering?)",
-        s.dataset_size, dataset_size_);
-    RLPT_CHECK_KIND(ConfigError, s.seed == seed_,
-                    "sampler: the saved state used seed {}, this sampler uses seed {}", s.seed, seed_);
+    RLPT_CHECK_KIND(ConfigError, s.dataset_size == dataset_size_,
+                    "sampler: the saved state is for a dataset of {} prompts, this dataset has {} (resuming on "
+                    "different data or filtering?)",
+                    s.dataset_size, dataset_size_);
+    RLPT_CHECK_KIND(ConfigError, s.seed == seed_, "sampler: the saved state used seed {}, this sampler uses seed {}",
+                    s.seed, seed_);
     RLPT_CHECK(s.epoch >= 0, "sampler: saved epoch must be >= 0, got {}", s.epoch);
-    RLPT_CHECK(s.position >= 0 && s.position <= dataset_size_,
-               "sampler: saved position {} is outside [0, {}]", s.position, dataset_size_);
+    RLPT_CHECK(s.position >= 0 && s.position <= dataset_size_, "sampler: saved position {} is outside [0, {}]",
+               s.position, dataset_size_);
     if (s.epoch != epoch_) order_ = epoch_permutation(s.epoch);
     epoch_ = s.epoch;
     position_ = s.position;

@@ -26,25 +26,25 @@ class ZeroHooks;
 // One trainable parameter: where it lives in its dtype group's flat buffers.
 struct ParamSlot {
     std::string name;
-    torch::Tensor param;         // the module's tensor (a view into Group::flat_param after set-up)
+    torch::Tensor param;  // the module's tensor (a view into Group::flat_param after set-up)
     size_t group = 0;
-    int64_t offset = 0;          // first element in the group's flat buffers
+    int64_t offset = 0;  // first element in the group's flat buffers
     int64_t numel = 0;
     std::vector<int64_t> shape;
-    bool decay = false;          // weight decay applies: matrices and embeddings (dim >= 2)
-    bool counted = true;         // counts in the gradient norm (false: another TP rank counts it)
-    torch::Tensor grad_view;     // float32 view into Group::flat_grad, shaped like the parameter
+    bool decay = false;       // weight decay applies: matrices and embeddings (dim >= 2)
+    bool counted = true;      // counts in the gradient norm (false: another TP rank counts it)
+    torch::Tensor grad_view;  // float32 view into Group::flat_grad, shaped like the parameter
 };
 
 // All parameters of one dtype (ZeRO-2/3 with a transformer Backbone: of one dtype and one
 // unit, the decoder layer or the root), flattened in named_parameters() order.
 struct Group {
     torch::ScalarType dtype = torch::kFloat32;
-    int64_t unit = -1;    // -1: the root unit (everything outside the decoder layers, or the whole
-                          // module without a Backbone); i >= 0: decoder layer i
-    int64_t shard = 0;    // padded / dp_size (ZeRO-1/2/3); padded without ZeRO
-    int64_t numel = 0;    // real elements
-    int64_t padded = 0;   // buffer length: numel rounded up so that ZeRO-1 shards are equal
+    int64_t unit = -1;         // -1: the root unit (everything outside the decoder layers, or the whole
+                               // module without a Backbone); i >= 0: decoder layer i
+    int64_t shard = 0;         // padded / dp_size (ZeRO-1/2/3); padded without ZeRO
+    int64_t numel = 0;         // real elements
+    int64_t padded = 0;        // buffer length: numel rounded up so that ZeRO-1 shards are equal
     torch::Tensor flat_param;  // [padded] dtype: the parameters' storage
     // [padded] float32 for every dtype: the .grad storage and the all-reduce buffer. bf16
     // parameters get float32 .grad views (autograd's in-place accumulation promotes), so
@@ -53,9 +53,9 @@ struct Group {
     // The range [own_begin, own_end) this rank updates: [0, numel) without ZeRO, its shard
     // [r·padded/D, (r+1)·padded/D) with ZeRO-1. Optimizer state covers exactly this range.
     int64_t own_begin = 0, own_end = 0;
-    torch::Tensor master;      // fp32 [own_end - own_begin], bf16 groups only
-    torch::Tensor exp_avg;     // fp32 [own_end - own_begin]
-    torch::Tensor exp_avg_sq;  // fp32 [own_end - own_begin]
+    torch::Tensor master;                              // fp32 [own_end - own_begin], bf16 groups only
+    torch::Tensor exp_avg;                             // fp32 [own_end - own_begin]
+    torch::Tensor exp_avg_sq;                          // fp32 [own_end - own_begin]
     std::vector<std::pair<int64_t, int64_t>> buckets;  // [begin, end) over [0, numel)
     // ZeRO-2/3: fp32 [shard], the sum over DP ranks of this rank's slice of the gradients since
     // zero_grad() (reduce-scattered from flat_grad), divided by dp_size in step().
@@ -63,9 +63,9 @@ struct Group {
     // ZeRO-3: [shard] in dtype, this rank's slice of the parameters: the persistent copy.
     // flat_param's storage is then allocated only while the unit is gathered.
     torch::Tensor param_shard;
-    bool params_full = true;       // flat_param holds the current full parameters
+    bool params_full = true;        // flat_param holds the current full parameters
     bool gather_in_flight = false;  // a non-blocking all-gather into flat_param is running
-    bool grad_allocated = true;    // flat_grad's storage is allocated (ZeRO-2/3 free it)
+    bool grad_allocated = true;     // flat_grad's storage is allocated (ZeRO-2/3 free it)
     bool fp32() const { return dtype == torch::kFloat32; }
 };
 

@@ -101,8 +101,8 @@ std::string layout_text(const detail::EngineState& st) {
                            g.shard);
     }
     for (const auto& s : st.slots)
-        out += fmt::format("tensor {} {} group {} offset {} shape {}\n", s.name,
-                           dtype_word(s.param.scalar_type()), s.group, s.offset, fmt::join(s.shape, ","));
+        out += fmt::format("tensor {} {} group {} offset {} shape {}\n", s.name, dtype_word(s.param.scalar_type()),
+                           s.group, s.offset, fmt::join(s.shape, ","));
     return out;
 }
 
@@ -295,8 +295,8 @@ torch::Tensor ShardedState::read(Kind kind, const std::string& name, int64_t beg
         return out;
     }
     for (int64_t k = lo / g.shard; hi > lo && k * g.shard < hi; ++k) {
-        RLPT_CHECK_KIND(IoError, k < p.shard_group_size, "checkpoint {}: {} lies past shard {} of {}", where(),
-                        why(), k, p.shard_group_size);
+        RLPT_CHECK_KIND(IoError, k < p.shard_group_size, "checkpoint {}: {} lies past shard {} of {}", where(), why(),
+                        k, p.shard_group_size);
         const int64_t a = std::max(lo, k * g.shard), b = std::min(hi, (k + 1) * g.shard);
         const ckpt::H5Reader& f = impl_->file(static_cast<size_t>(k), why());
         out.narrow(0, a - lo, b - a).copy_(f.read_tensor_range(dataset, a - k * g.shard, b - a));
@@ -347,7 +347,7 @@ void TrainEngine::save_state(ckpt::H5Writer& w, const std::string& prefix_in) co
 }
 
 ckpt::FileDigest TrainEngine::save_state_file(const std::string& path, const std::string& prefix,
-                                             const std::function<void(ckpt::H5Writer&)>& extra) const {
+                                              const std::function<void(ckpt::H5Writer&)>& extra) const {
     const auto& st = *impl_;
     std::optional<ckpt::H5Writer> w;
     std::exception_ptr err;
@@ -394,7 +394,8 @@ void TrainEngine::load_state(SavedState& saved) {
         RLPT_CHECK_KIND(IoError, saved_tp == mine_tp,
                         "checkpoint '{}' was written with tensor parallelism {} and this engine runs {}: this role "
                         "does not reshard to another model_parallel_size (resume with the layout it was written with)",
-                        saved.where(), saved_tp.empty() ? "1 (none)" : saved_tp, mine_tp.empty() ? "1 (none)" : mine_tp);
+                        saved.where(), saved_tp.empty() ? "1 (none)" : saved_tp,
+                        mine_tp.empty() ? "1 (none)" : mine_tp);
         const std::string by = fmt::format(" (saved with {}; this engine: ZeRO-{} over {} DP rank(s), rank {})",
                                            saved.written_by(), st.opts.zero_stage, st.dp_size, st.dp_rank);
         const auto& tensors = saved.tensors();
@@ -454,8 +455,9 @@ void TrainEngine::load_state(SavedState& saved) {
         rng = own.read_tensor(rng_name);
         RLPT_CHECK_KIND(IoError, rng.scalar_type() == torch::kUInt8 && rng.dim() == 1,
                         "checkpoint '{}': '{}' is not a generator state", own.path(), rng_name);
-        RLPT_CHECK_KIND(IoError, global_step >= 0 && schedule_step >= 0 && applied_updates >= 0 &&
-                                     applied_updates <= global_step,
+        RLPT_CHECK_KIND(IoError,
+                        global_step >= 0 && schedule_step >= 0 && applied_updates >= 0 &&
+                            applied_updates <= global_step,
                         "checkpoint '{}': inconsistent step counters under '{}engine/'", own.path(), prefix);
     } catch (...) {
         err = std::current_exception();

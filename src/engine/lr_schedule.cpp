@@ -33,8 +33,7 @@ void validate_optim_options(const OptimOptions& o) {
                o.num_cycles);
     RLPT_CHECK(o.total_steps >= 1, "optim: total_steps must be >= 1, got {}", o.total_steps);
     RLPT_CHECK(std::isfinite(o.clip_grad), "optim: clip_grad must be finite, got {}", o.clip_grad);
-    RLPT_CHECK(o.zero_stage >= 0 && o.zero_stage <= 3, "optim: zero_stage must be 0, 1, 2 or 3, got {}",
-               o.zero_stage);
+    RLPT_CHECK(o.zero_stage >= 0 && o.zero_stage <= 3, "optim: zero_stage must be 0, 1, 2 or 3, got {}", o.zero_stage);
     RLPT_CHECK(o.grad_bucket_bytes >= 4, "optim: grad_bucket_bytes must be >= 4, got {}", o.grad_bucket_bytes);
 }
 

@@ -159,7 +159,8 @@ class ZeroHooks final : public model::LayerHooks {
         return *st_;
     }
     void prefetch(EngineState& st, int64_t layer) const {
-        if (prefetch_ && st.hold_count == 0 && layer >= 0 && st.backbone != nullptr && layer < st.backbone->num_layers())
+        if (prefetch_ && st.hold_count == 0 && layer >= 0 && st.backbone != nullptr &&
+            layer < st.backbone->num_layers())
             start_gather_unit(st, layer);
     }
 

@@ -93,8 +93,8 @@ namespace {
 void point_storage_at(const torch::Tensor& t, void* data, std::shared_ptr<void> owner) {
     c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
     auto* ctx = new std::shared_ptr<void>(std::move(owner));
-    s->set_data_ptr_noswap(
-        at::DataPtr(data, ctx, [](void* o) { delete static_cast<std::shared_ptr<void>*>(o); }, t.device()));
+    s->set_data_ptr_noswap(at::DataPtr(
+        data, ctx, [](void* o) { delete static_cast<std::shared_ptr<void>*>(o); }, t.device()));
     s->set_nbytes(need_bytes(t));
 }
 
@@ -207,15 +207,26 @@ std::vector<Rect> rows_of_range(int64_t x, int64_t y, int64_t cols) {
 // Per rank of the exchange, all-gathered: a head, then [begin, end) of every parameter held.
 // kSrcShared / kDstShared: every held slice / destination parameter of the rank lies in a shared
 // weight arena (the copying end of a pair is then chosen to map it, comm::RegionTransfer).
-enum Head : size_t { kOk, kHasSrc, kSrcTp, kSrcRank, kHasDst, kDstTp, kDstRank, kSignature, kSrcShared, kDstShared,
-                     kHeadSize };
+enum Head : size_t {
+    kOk,
+    kHasSrc,
+    kSrcTp,
+    kSrcRank,
+    kHasDst,
+    kDstTp,
+    kDstRank,
+    kSignature,
+    kSrcShared,
+    kDstShared,
+    kHeadSize
+};
 
 // One parameter as this rank sees it (from its destination module and/or its held slices).
 struct Param {
     std::string name;
     std::vector<int64_t> full;  // the whole tensor's shape
     int64_t element_size = 0;
-    torch::Tensor dst;  // this rank's destination tensor (undefined on a source-only rank)
+    torch::Tensor dst;     // this rank's destination tensor (undefined on a source-only rank)
     bool aliased = false;  // dst's storage is the part of this rank's held slice it needs (no copy)
 };
 
@@ -241,7 +252,9 @@ torch::Tensor held_part_as_dst(const std::string& name, const std::vector<int64_
     const Slice2 d = slice2(name, dst_layout, full), s = slice2(name, src_layout, full);
     const Rect whole{d.row_off, d.row_off + d.rows, d.col_off, d.col_off + d.cols};
     const Rect inside = intersect(whole, s.real);
-    const auto same = [](const Rect& a, const Rect& b) { return a.r0 == b.r0 && a.r1 == b.r1 && a.c0 == b.c0 && a.c1 == b.c1; };
+    const auto same = [](const Rect& a, const Rect& b) {
+        return a.r0 == b.r0 && a.r1 == b.r1 && a.c0 == b.c0 && a.c1 == b.c1;
+    };
     if (whole.empty() || !same(d.real, whole) || !same(inside, whole)) return {};
     if (d.rows > 1 && d.cols != s.cols) return {};  // its rows are apart in the source's slice
     const int64_t start = (d.row_off - s.row_off) * s.cols + (d.col_off - s.col_off), count = d.rows * d.cols;
@@ -252,8 +265,7 @@ torch::Tensor held_part_as_dst(const std::string& name, const std::vector<int64_
 // This rank's parameter list and, in `problem`, why it cannot take part (empty: it can). Local.
 std::vector<Param> local_params(const HeldSource* src, torch::nn::Module* dst, const TpLayout& dst_layout,
                                 const ScratchMemory& scratch, const ModelArgs& args,
-                                std::vector<torch::ScalarType>& dtypes, std::string& problem,
-                                int64_t& scratch_bytes) {
+                                std::vector<torch::ScalarType>& dtypes, std::string& problem, int64_t& scratch_bytes) {
     std::vector<Param> out;
     if (dst != nullptr) {
         std::vector<torch::Tensor> storage_for;
@@ -268,9 +280,9 @@ std::vector<Param> local_params(const HeldSource* src, torch::nn::Module* dst, c
                 const torch::Tensor& t = dst_params[i].value();
                 const HeldSlice& h = src->held[i];
                 if (h.name != dst_params[i].key() || !t.is_contiguous() || t.storage_offset() != 0 ||
-                    t.storage().nbytes() != 0 || !h.data.defined() || h.data.dim() != 1 ||
-                    !h.data.is_contiguous() || h.data.numel() != h.end - h.begin ||
-                    h.data.scalar_type() != t.scalar_type() || h.data.device() != t.device())
+                    t.storage().nbytes() != 0 || !h.data.defined() || h.data.dim() != 1 || !h.data.is_contiguous() ||
+                    h.data.numel() != h.end - h.begin || h.data.scalar_type() != t.scalar_type() ||
+                    h.data.device() != t.device())
                     continue;
                 const auto full = full_shape(shard_spec(h.name, dst_layout), t.sizes().vec());
                 const torch::Tensor part = held_part_as_dst(h.name, full, src_layout, dst_layout, h);
@@ -297,8 +309,8 @@ std::vector<Param> local_params(const HeldSource* src, torch::nn::Module* dst, c
     for (size_t i = 0; i < src->held.size(); ++i) {
         const HeldSlice& h = src->held[i];
         const auto full = full_shape(shard_spec(h.name, src_layout), h.shape);
-        const bool fits = h.data.defined() && h.data.dim() == 1 && h.data.is_contiguous() &&
-                          h.data.numel() == h.end - h.begin;
+        const bool fits =
+            h.data.defined() && h.data.dim() == 1 && h.data.is_contiguous() && h.data.numel() == h.end - h.begin;
         if (!both) {
             out.push_back({h.name, full, fits ? static_cast<int64_t>(h.data.element_size()) : 0, torch::Tensor()});
             dtypes.push_back(fits ? h.data.scalar_type() : torch::kFloat32);
@@ -309,8 +321,8 @@ std::vector<Param> local_params(const HeldSource* src, torch::nn::Module* dst, c
                                   h.end - h.begin);
         } else if (both && i < out.size() &&
                    (h.name != out[i].name || h.data.scalar_type() != dtypes[i] || full != out[i].full)) {
-            problem = fmt::format("source parameter {} '{}' does not match the destination's '{}'", i, h.name,
-                                  out[i].name);
+            problem =
+                fmt::format("source parameter {} '{}' does not match the destination's '{}'", i, h.name, out[i].name);
         }
     }
     return out;
@@ -365,14 +377,20 @@ class Planner {
   public:
     Planner(const ModelArgs& args, const std::vector<int64_t>& info, int n, int me, int64_t max_bytes,
             const std::vector<Param>& params)
-        : args_(args), info_(info), stride_(info.size() / static_cast<size_t>(n)), n_(n), me_(me),
-          max_bytes_(max_bytes), params_(params), load_(static_cast<size_t>(n), 0) {
+        : args_(args),
+          info_(info),
+          stride_(info.size() / static_cast<size_t>(n)),
+          n_(n),
+          me_(me),
+          max_bytes_(max_bytes),
+          params_(params),
+          load_(static_cast<size_t>(n), 0) {
         src_tp_ = -1;
         for (int r = 0; r < n_; ++r) {
             if (!at(r, kHasSrc)) continue;
             RLPT_CHECK_KIND(InternalError, src_tp_ < 0 || at(r, kSrcTp) == src_tp_,
-                            "held reshard: rank {} holds the source at tp {}, another rank at tp {}", r,
-                            at(r, kSrcTp), src_tp_);
+                            "held reshard: rank {} holds the source at tp {}, another rank at tp {}", r, at(r, kSrcTp),
+                            src_tp_);
             src_tp_ = at(r, kSrcTp);
         }
         RLPT_CHECK_KIND(InternalError, src_tp_ > 0, "held reshard: no rank of the exchange holds the source");
@@ -474,7 +492,8 @@ class Planner {
               std::vector<PlannedTransfer>& out) const {
         const int64_t es = params_[i].element_size;
         for (const Rect& l : rows_of_range(s.x, s.y, c.cols)) {
-            const Rect q = intersect(Rect{l.r0 + c.row_off, l.r1 + c.row_off, l.c0 + c.col_off, l.c1 + c.col_off}, need);
+            const Rect q =
+                intersect(Rect{l.r0 + c.row_off, l.r1 + c.row_off, l.c0 + c.col_off, l.c1 + c.col_off}, need);
             if (q.empty()) continue;
             const int64_t w = q.c1 - q.c0;
             const int64_t step_rows = std::max<int64_t>(1, max_bytes_ / (w * es));
@@ -513,7 +532,7 @@ torch::Tensor region(const torch::Tensor& base, const RegionRef& r) {
 
 // The plan's transfers bound to the tensors' current storage on this rank's ends.
 std::vector<comm::RegionTransfer> bound_transfers(const std::vector<PlannedTransfer>& planned, const HeldSource* src,
-                                       const std::vector<Param>& params, int me) {
+                                                  const std::vector<Param>& params, int me) {
     std::vector<comm::RegionTransfer> out;
     out.reserve(planned.size());
     for (const PlannedTransfer& p : planned) {
@@ -612,8 +631,8 @@ HeldReshardStats HeldReshard::fill(const HeldSource* src, torch::nn::Module* dst
     mine[kSignature] = signature(params, dtypes);
     mine[kSrcShared] = src != nullptr && std::all_of(src->held.begin(), src->held.end(),
                                                      [](const HeldSlice& h) { return in_arena(h.data); });
-    mine[kDstShared] = dst != nullptr &&
-                       std::all_of(params.begin(), params.end(), [](const Param& p) { return in_arena(p.dst); });
+    mine[kDstShared] =
+        dst != nullptr && std::all_of(params.begin(), params.end(), [](const Param& p) { return in_arena(p.dst); });
     for (size_t i = 0; i < params.size(); ++i) {
         const bool held = src != nullptr && i < src->held.size();
         mine.push_back(held ? src->held[i].begin : 0);

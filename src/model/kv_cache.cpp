@@ -9,11 +9,9 @@
 
 namespace rlpt::model {
 
-KVCache::KVCache(int64_t n_layers, int64_t batch_size, int64_t n_kv_heads, int64_t head_dim,
-                 int64_t max_length, torch::TensorOptions options)
-    : batch_(batch_size),
-      max_length_(max_length),
-      slot_len_(static_cast<size_t>(std::max<int64_t>(batch_size, 0)), 0) {
+KVCache::KVCache(int64_t n_layers, int64_t batch_size, int64_t n_kv_heads, int64_t head_dim, int64_t max_length,
+                 torch::TensorOptions options)
+    : batch_(batch_size), max_length_(max_length), slot_len_(static_cast<size_t>(std::max<int64_t>(batch_size, 0)), 0) {
     RLPT_CHECK(n_layers > 0 && batch_size > 0 && n_kv_heads > 0 && head_dim > 0 && max_length > 0,
                "KVCache: sizes must be positive (layers {}, batch {}, kv heads {}, head_dim {}, max_length {})",
                n_layers, batch_size, n_kv_heads, head_dim, max_length);
@@ -43,7 +41,8 @@ void KVCache::keep_rows(const torch::Tensor& rows) {
         const int64_t lo = rows_cpu.min().item<int64_t>(), hi = rows_cpu.max().item<int64_t>();
         RLPT_CHECK(lo >= 0 && hi < batch_, "KVCache::keep_rows: row indices must be in [0, {}), got [{}, {}]", batch_,
                    lo, hi);
-        RLPT_CHECK(std::get<0>(torch::_unique(rows_cpu)).numel() == n, "KVCache::keep_rows: row indices must be distinct");
+        RLPT_CHECK(std::get<0>(torch::_unique(rows_cpu)).numel() == n,
+                   "KVCache::keep_rows: row indices must be distinct");
     }
     auto idx = rows.to(k_[0].device());
     for (size_t l = 0; l < k_.size(); ++l) {
@@ -74,7 +73,8 @@ void KVCache::fork_rows(const torch::Tensor& rows) {
     for (size_t l = 0; l < k_.size(); ++l) {
         for (auto* buf : {&k_[l], &v_[l]}) {
             auto fresh = torch::empty({n, buf->size(1), max_length_, buf->size(3)}, buf->options());
-            if (length_ > 0 && n > 0) fresh.narrow(2, 0, length_).copy_(buf->narrow(2, 0, length_).index_select(0, idx));
+            if (length_ > 0 && n > 0)
+                fresh.narrow(2, 0, length_).copy_(buf->narrow(2, 0, length_).index_select(0, idx));
             fresh.narrow(2, length_, max_length_ - length_).zero_();  // as in the constructor
             *buf = fresh;
         }
@@ -96,8 +96,8 @@ std::pair<torch::Tensor, torch::Tensor> KVCache::store(int64_t layer, const torc
     const int64_t rows = slots_bound() ? bound_.size(0) : batch_;
     RLPT_CHECK(k.dim() == 4 && k.sizes() == v.sizes() && k.size(0) == rows && k.size(1) == kb.size(1) &&
                    k.size(3) == kb.size(3),
-               "KVCache::store: expected k/v [{}, {}, T, {}], got k {} v {}", rows, kb.size(1), kb.size(3),
-               k.sizes(), v.sizes());
+               "KVCache::store: expected k/v [{}, {}, T, {}], got k {} v {}", rows, kb.size(1), kb.size(3), k.sizes(),
+               v.sizes());
     const int64_t t_new = k.size(2);
     if (slots_bound() && extending()) {
         // Each row's first n[b] positions after its slot's; returns the bound slots' K/V over
@@ -107,22 +107,24 @@ std::pair<torch::Tensor, torch::Tensor> KVCache::store(int64_t layer, const torc
         const auto* n = ext_new_.data_ptr<int64_t>();
         int64_t longest = 0;
         for (int64_t i = 0; i < rows; ++i) {
-            RLPT_CHECK(n[i] <= t_new, "KVCache::store: row {} extends by {} positions, the input has {}", i, n[i], t_new);
+            RLPT_CHECK(n[i] <= t_new, "KVCache::store: row {} extends by {} positions, the input has {}", i, n[i],
+                       t_new);
             kb.select(0, s[i]).narrow(1, pre[i], n[i]).copy_(k.select(0, i).narrow(1, 0, n[i]));
             vb.select(0, s[i]).narrow(1, pre[i], n[i]).copy_(v.select(0, i).narrow(1, 0, n[i]));
             longest = std::max(longest, pre[i] + n[i]);
         }
-        return {kb.index_select(0, bound_dev_).narrow(2, 0, longest), vb.index_select(0, bound_dev_).narrow(2, 0, longest)};
+        return {kb.index_select(0, bound_dev_).narrow(2, 0, longest),
+                vb.index_select(0, bound_dev_).narrow(2, 0, longest)};
     }
     if (slots_bound()) {
         if (t_new > 1) {  // prefill of empty slots
             const auto* s = bound_.data_ptr<int64_t>();
             for (int64_t i = 0; i < rows; ++i)
                 RLPT_CHECK(slot_len_[static_cast<size_t>(s[i])] == 0,
-                           "KVCache::store: a prefill ({} positions) into slot {} that already holds {}",
-                           t_new, s[i], slot_len_[static_cast<size_t>(s[i])]);
-            RLPT_CHECK(t_new <= max_length_, "KVCache overflow: a prefill of {} positions > max_length {}",
-                       t_new, max_length_);
+                           "KVCache::store: a prefill ({} positions) into slot {} that already holds {}", t_new, s[i],
+                           slot_len_[static_cast<size_t>(s[i])]);
+            RLPT_CHECK(t_new <= max_length_, "KVCache overflow: a prefill of {} positions > max_length {}", t_new,
+                       max_length_);
             kb.narrow(2, 0, t_new).index_copy_(0, bound_dev_, k);
             vb.narrow(2, 0, t_new).index_copy_(0, bound_dev_, v);
             return {k, v};
@@ -140,8 +142,10 @@ std::pair<torch::Tensor, torch::Tensor> KVCache::store(int64_t layer, const torc
                 const auto* from = static_cast<const char*>(src->data_ptr());
                 for (int64_t i = 0; i < rows; ++i)
                     for (int64_t h = 0; h < heads; ++h)
-                        std::memcpy(dst + (s[i] * buf->stride(0) + h * buf->stride(1) + (len[i] - 1) * buf->stride(2)) * es,
-                                    from + (i * src->stride(0) + h * src->stride(1)) * es, static_cast<size_t>(row_bytes));
+                        std::memcpy(dst + (s[i] * buf->stride(0) + h * buf->stride(1) + (len[i] - 1) * buf->stride(2)) *
+                                              es,
+                                    from + (i * src->stride(0) + h * src->stride(1)) * es,
+                                    static_cast<size_t>(row_bytes));
             }
             return {kb, vb};
         }
@@ -209,12 +213,12 @@ void KVCache::bind_slots(const std::vector<int64_t>& slots, const std::vector<in
                new_lengths.size());
     std::vector<int64_t> prefix;
     for (size_t i = 0; i < slots.size(); ++i) {
-        RLPT_CHECK(slots[i] >= 0 && slots[i] < batch_, "KVCache::bind_slots: slot {} is out of range [0, {})",
-                   slots[i], batch_);
+        RLPT_CHECK(slots[i] >= 0 && slots[i] < batch_, "KVCache::bind_slots: slot {} is out of range [0, {})", slots[i],
+                   batch_);
         const int64_t len = slot_len_[static_cast<size_t>(slots[i])];
         RLPT_CHECK(new_lengths[i] >= 1 && len + new_lengths[i] <= max_length_,
-                   "KVCache overflow: slot {} holds {} positions, extending by {} exceeds max_length {}", slots[i],
-                   len, new_lengths[i], max_length_);
+                   "KVCache overflow: slot {} holds {} positions, extending by {} exceeds max_length {}", slots[i], len,
+                   new_lengths[i], max_length_);
         prefix.push_back(len);
     }
     bind_slots(slots);
@@ -229,16 +233,15 @@ int64_t KVCache::slot_length(int64_t slot) const {
 
 void KVCache::set_slot_length(int64_t slot, int64_t length) {
     RLPT_CHECK(length >= 0 && length <= slot_length(slot),
-               "KVCache::set_slot_length: slot {} holds {} positions, cannot set {}", slot, slot_length(slot),
-               length);
+               "KVCache::set_slot_length: slot {} holds {} positions, cannot set {}", slot, slot_length(slot), length);
     slotted_ = true;
     slot_len_[static_cast<size_t>(slot)] = length;
 }
 
 void KVCache::copy_slot(int64_t dst, int64_t src, int64_t length) {
     RLPT_CHECK(length >= 0 && length <= slot_length(src) && dst != src && dst >= 0 && dst < batch_,
-               "KVCache::copy_slot: {} positions of slot {} (holding {}) into slot {} of [0, {})", length,
-               src, slot_length(src), dst, batch_);
+               "KVCache::copy_slot: {} positions of slot {} (holding {}) into slot {} of [0, {})", length, src,
+               slot_length(src), dst, batch_);
     RLPT_CHECK(!slots_bound(), "KVCache::copy_slot: slots are bound to a forward");
     for (size_t l = 0; l < k_.size(); ++l)
         for (auto* buf : {&k_[l], &v_[l]})

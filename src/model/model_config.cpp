@@ -65,8 +65,8 @@ class Fields {
 
   private:
     int64_t integer_value(const char* key) const {
-        RLPT_CHECK_KIND(ConfigError, j_[key].is_number_integer(), "{}: \"{}\" must be an integer, got {}", source_,
-                        key, j_[key].dump());
+        RLPT_CHECK_KIND(ConfigError, j_[key].is_number_integer(), "{}: \"{}\" must be an integer, got {}", source_, key,
+                        j_[key].dump());
         return j_[key].get<int64_t>();
     }
     const json& j_;
@@ -83,8 +83,8 @@ RopeScaling parse_rope_scaling(const json& j, const std::string& source) {
     std::string type = f.string("rope_type", f.string("type", ""));
     if (type == "default") return rs;
     if (type != "llama3")
-        RLPT_THROW(ConfigError,
-                   "{}: rope_scaling type '{}' is not supported (rlpt supports null and 'llama3')", source, type);
+        RLPT_THROW(ConfigError, "{}: rope_scaling type '{}' is not supported (rlpt supports null and 'llama3')", source,
+                   type);
     rs.type = RopeScalingType::kLlama3;
     rs.factor = f.number("factor", 0.0);
     rs.low_freq_factor = f.number("low_freq_factor", 0.0);
@@ -124,8 +124,7 @@ void ModelArgs::validate() const {
     RLPT_CHECK_KIND(ConfigError, head_dim % 2 == 0, "{} config: head_dim {} must be even for rotary embeddings", m,
                     head_dim);
     RLPT_CHECK_KIND(ConfigError, rope_theta > 0, "{} config: rope_theta must be positive, got {}", m, rope_theta);
-    RLPT_CHECK_KIND(ConfigError, rms_norm_eps > 0, "{} config: rms_norm_eps must be positive, got {}", m,
-                    rms_norm_eps);
+    RLPT_CHECK_KIND(ConfigError, rms_norm_eps > 0, "{} config: rms_norm_eps must be positive, got {}", m, rms_norm_eps);
     if (family == ModelFamily::kQwen2) {
         RLPT_CHECK_KIND(ConfigError, qkv_bias && !o_proj_bias && !mlp_bias,
                         "Qwen2 models have q/k/v biases and no o_proj/MLP biases");
@@ -138,9 +137,10 @@ void ModelArgs::validate() const {
                         qkv_bias, o_proj_bias);
     }
     if (rope_scaling.type == RopeScalingType::kLlama3) {
-        RLPT_CHECK_KIND(ConfigError, rope_scaling.factor > 0 && rope_scaling.low_freq_factor > 0 &&
-                                         rope_scaling.high_freq_factor > rope_scaling.low_freq_factor &&
-                                         rope_scaling.original_max_position_embeddings > 0,
+        RLPT_CHECK_KIND(ConfigError,
+                        rope_scaling.factor > 0 && rope_scaling.low_freq_factor > 0 &&
+                            rope_scaling.high_freq_factor > rope_scaling.low_freq_factor &&
+                            rope_scaling.original_max_position_embeddings > 0,
                         "{} config: llama3 rope_scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor "
                         "and original_max_position_embeddings > 0",
                         m);
@@ -148,8 +148,7 @@ void ModelArgs::validate() const {
     if (head != ModelHead::kCausalLM)
         RLPT_CHECK_KIND(ConfigError, num_labels == 1, "{} config: num_labels must be 1 for a value/reward head, got {}",
                         m, num_labels);
-    RLPT_CHECK_KIND(ConfigError,
-                    torch_dtype == "float32" || torch_dtype == "bfloat16" || torch_dtype == "float16",
+    RLPT_CHECK_KIND(ConfigError, torch_dtype == "float32" || torch_dtype == "bfloat16" || torch_dtype == "float16",
                     "{} config: torch_dtype '{}' is not one of float32, bfloat16, float16", m, torch_dtype);
 }
 
@@ -165,8 +164,9 @@ ModelArgs model_args_from_json(const std::string& json_text, const std::string& 
     ModelArgs a;
     a.source_json = j.dump();
 
-    RLPT_CHECK_KIND(ConfigError, f.has("architectures") && j["architectures"].is_array() &&
-                                     j["architectures"].size() == 1 && j["architectures"][0].is_string(),
+    RLPT_CHECK_KIND(ConfigError,
+                    f.has("architectures") && j["architectures"].is_array() && j["architectures"].size() == 1 &&
+                        j["architectures"][0].is_string(),
                     "{}: \"architectures\" must be a list with one name, got {}", source,
                     j.contains("architectures") ? j["architectures"].dump() : std::string("nothing"));
     const std::string arch = j["architectures"][0].get<std::string>();
@@ -208,8 +208,7 @@ ModelArgs model_args_from_json(const std::string& json_text, const std::string& 
                         a.num_attention_heads);
         a.head_dim = a.hidden_size / a.num_attention_heads;
     }
-    a.max_position_embeddings =
-        f.integer("max_position_embeddings", a.family == ModelFamily::kLlama ? 2048 : 32768);
+    a.max_position_embeddings = f.integer("max_position_embeddings", a.family == ModelFamily::kLlama ? 2048 : 32768);
     a.rope_theta = f.number("rope_theta", 10000.0);
     a.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
     a.rope_scaling = parse_rope_scaling(j, source);

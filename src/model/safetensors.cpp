@@ -46,9 +46,9 @@ struct DtypeName {
     torch::Dtype dtype;
 };
 constexpr DtypeName kDtypes[] = {
-    {"F64", torch::kFloat64}, {"F32", torch::kFloat32}, {"F16", torch::kFloat16},
-    {"BF16", torch::kBFloat16}, {"I64", torch::kInt64}, {"I32", torch::kInt32},
-    {"I16", torch::kInt16}, {"I8", torch::kInt8}, {"U8", torch::kUInt8}, {"BOOL", torch::kBool},
+    {"F64", torch::kFloat64}, {"F32", torch::kFloat32}, {"F16", torch::kFloat16}, {"BF16", torch::kBFloat16},
+    {"I64", torch::kInt64},   {"I32", torch::kInt32},   {"I16", torch::kInt16},   {"I8", torch::kInt8},
+    {"U8", torch::kUInt8},    {"BOOL", torch::kBool},
 };
 
 std::shared_ptr<detail::FileMapping> map_file(const std::string& path) {
@@ -93,7 +93,8 @@ torch::Tensor alias_or_copy(const std::shared_ptr<detail::FileMapping>& mapping,
         return out;
     }
     std::shared_ptr<detail::FileMapping> keep = mapping;
-    return torch::from_blob(ptr, info.shape, [keep](void*) mutable { keep.reset(); }, opts);
+    return torch::from_blob(
+        ptr, info.shape, [keep](void*) mutable { keep.reset(); }, opts);
 }
 
 }  // namespace
@@ -117,8 +118,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     f.mapping_ = map_file(path);
     const size_t file_size = f.mapping_->size;
     const auto* base = static_cast<const uint8_t*>(f.mapping_->addr);
-    RLPT_CHECK_KIND(IoError, file_size >= 8, "safetensors file '{}' is truncated: {} bytes, need at least 8",
-                    path, file_size);
+    RLPT_CHECK_KIND(IoError, file_size >= 8, "safetensors file '{}' is truncated: {} bytes, need at least 8", path,
+                    file_size);
     uint64_t header_len = 0;
     std::memcpy(&header_len, base, 8);
     RLPT_CHECK_KIND(IoError, header_len <= file_size - 8,
@@ -158,8 +159,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
             continue;
         }
         const std::string where = fmt::format("safetensors file '{}', tensor '{}'", path, name);
-        RLPT_CHECK_KIND(IoError, v.is_object() && v.contains("dtype") && v.contains("shape") &&
-                                     v.contains("data_offsets"),
+        RLPT_CHECK_KIND(IoError,
+                        v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
                         "{}: entry must be an object with dtype, shape and data_offsets", where);
         RLPT_CHECK_KIND(IoError, v["dtype"].is_string(), "{}: dtype is not a string", where);
         SafetensorsTensorInfo info;
@@ -178,8 +179,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
         info.begin = json_u64(off[0], path, fmt::format("data_offsets of tensor '{}'", name));
         info.end = json_u64(off[1], path, fmt::format("data_offsets of tensor '{}'", name));
         RLPT_CHECK_KIND(IoError, info.begin <= info.end && info.end <= buffer_size,
-                        "{}: data_offsets [{}, {}] out of range (data buffer is {} bytes)", where, info.begin,
-                        info.end, buffer_size);
+                        "{}: data_offsets [{}, {}] out of range (data buffer is {} bytes)", where, info.begin, info.end,
+                        buffer_size);
         uint64_t nbytes = 0;
         overflow |= __builtin_mul_overflow(numel, static_cast<uint64_t>(torch::elementSize(info.dtype)), &nbytes);
         RLPT_CHECK_KIND(IoError, !overflow && nbytes == info.end - info.begin,
@@ -195,8 +196,9 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     const std::string* prev_name = nullptr;
     for (const auto& [name, info] : entries) {
         if (prev_name != nullptr && info.begin < prev_end)
-            RLPT_THROW(IoError, "safetensors file '{}': tensors '{}' and '{}' overlap (bytes [{}, {}) and ending at {})",
-                       path, *prev_name, name, info.begin, info.end, prev_end);
+            RLPT_THROW(IoError,
+                       "safetensors file '{}': tensors '{}' and '{}' overlap (bytes [{}, {}) and ending at {})", path,
+                       *prev_name, name, info.begin, info.end, prev_end);
         if (info.end > info.begin) {
             prev_end = info.end;
             prev_name = &name;
@@ -215,9 +217,7 @@ const SafetensorsTensorInfo& SafetensorsFile::info(const std::string& name) cons
     return it->second;
 }
 
-torch::Tensor SafetensorsFile::get(const std::string& name) const {
-    return alias_or_copy(mapping_, data_, info(name));
-}
+torch::Tensor SafetensorsFile::get(const std::string& name) const { return alias_or_copy(mapping_, data_, info(name)); }
 
 torch::Tensor SafetensorsFile::get(const std::string& name, torch::Dtype dtype, torch::Device device) const {
     return get(name).to(device, dtype);
@@ -252,8 +252,10 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& path) {
         } else if (fs::exists(index)) {
             target = index.string();
         } else {
-            RLPT_THROW(IoError, "checkpoint directory '{}' has neither model.safetensors nor "
-                       "model.safetensors.index.json", path);
+            RLPT_THROW(IoError,
+                       "checkpoint directory '{}' has neither model.safetensors nor "
+                       "model.safetensors.index.json",
+                       path);
         }
     }
     SafetensorsCheckpoint ck;
@@ -275,12 +277,12 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& path) {
         std::map<std::string, size_t> shard_ids;
         std::map<std::string, std::string> mapped;  // tensor -> shard file name
         for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
-            RLPT_CHECK_KIND(IoError, it.value().is_string(), "safetensors index '{}': weight_map entry '{}' is not a string",
-                            target, it.key());
+            RLPT_CHECK_KIND(IoError, it.value().is_string(),
+                            "safetensors index '{}': weight_map entry '{}' is not a string", target, it.key());
             const std::string shard = it.value().get<std::string>();
             RLPT_CHECK_KIND(IoError, shard.find('/') == std::string::npos && shard != ".." && !shard.empty(),
-                            "safetensors index '{}': shard name '{}' for tensor '{}' must be a plain file name",
-                            target, shard, it.key());
+                            "safetensors index '{}': shard name '{}' for tensor '{}' must be a plain file name", target,
+                            shard, it.key());
             if (!shard_ids.count(shard)) {
                 const fs::path shard_path = dir / shard;
                 RLPT_CHECK_KIND(IoError, fs::exists(shard_path),

@@ -120,8 +120,8 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
             data[i] = fetch(i).detach().to(torch::kCPU).contiguous();
             RLPT_CHECK(data[i].sizes() == t.sizes() && data[i].scalar_type() == t.scalar_type(),
                        "tensor '{}' fetched as {} {}, declared {} {} (saving '{}')", name,
-                       c10::toString(data[i].scalar_type()), data[i].sizes(), c10::toString(t.scalar_type()),
-                       t.sizes(), path);
+                       c10::toString(data[i].scalar_type()), data[i].sizes(), c10::toString(t.scalar_type()), t.sizes(),
+                       path);
         }
         if (data[i].numel() > 0) f.write(data[i].data_ptr(), tensor_bytes(data[i]));
         if (fetch) data[i] = torch::Tensor();

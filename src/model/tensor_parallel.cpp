@@ -140,7 +140,8 @@ ShardSpec shard_spec(const std::string& name, const TpLayout& l) {
         return s;
     }
     if (is("gate_proj") || is("up_proj")) return slice(0, l.inter_first, l.inter, l.tp * l.inter);
-    if (weight && ends_with(name, "o_proj.weight")) return slice(1, l.head_first * hd, l.heads * hd, l.tp * l.heads * hd);
+    if (weight && ends_with(name, "o_proj.weight"))
+        return slice(1, l.head_first * hd, l.heads * hd, l.tp * l.heads * hd);
     if (weight && ends_with(name, "down_proj.weight")) return slice(1, l.inter_first, l.inter, l.tp * l.inter);
     ShardSpec s;  // norms, row-parallel biases, the value head: replicated
     s.counted = l.rank == 0;
@@ -228,8 +229,8 @@ comm::ReshardPlan reshard_plan(const torch::nn::Module& local, const TpLayout& l
                         const Held have = held(shard_spec(name, from[static_cast<size_t>(src)]), full_len);
                         if (pos < have.begin || pos >= have.end) continue;
                         const int64_t end = std::min(want.end, have.end);
-                        plan.pieces.push_back({tensor, static_cast<int>(src), dst, dim, pos - have.begin,
-                                               pos - want.begin, end - pos});
+                        plan.pieces.push_back(
+                            {tensor, static_cast<int>(src), dst, dim, pos - have.begin, pos - want.begin, end - pos});
                         pos = end;
                         found = true;
                     }
@@ -332,10 +333,9 @@ struct VocabParallelLogProb : torch::autograd::Function<VocabParallelLogProb> {
         // The fused kernel's backward with the block's lse and entropy gives every local column's
         // gradient, except that it adds the one-hot term of the (placeholder) label 0 on rows
         // whose label lives on another rank: take it back out.
-        auto g = kernels::logprob_backward(logits, lab, lse, grad_ent.defined() ? entropy : torch::Tensor(),
-                                           grad_logp, grad_ent, t);
-        if (grad_logp.defined())
-            g.select(1, 0).sub_(torch::where(here, torch::zeros_like(grad_logp), grad_logp) / t);
+        auto g = kernels::logprob_backward(logits, lab, lse, grad_ent.defined() ? entropy : torch::Tensor(), grad_logp,
+                                           grad_ent, t);
+        if (grad_logp.defined()) g.select(1, 0).sub_(torch::where(here, torch::zeros_like(grad_logp), grad_logp) / t);
         return {g, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
     }
 };

@@ -7,7 +7,8 @@
 
 namespace rlpt::model {
 
-ValueModel::ValueModel(ModelArgs args, torch::Dtype dtype, torch::Device device, std::shared_ptr<const TensorParallel> tp)
+ValueModel::ValueModel(ModelArgs args, torch::Dtype dtype, torch::Device device,
+                       std::shared_ptr<const TensorParallel> tp)
     : args_(std::move(args)) {
     args_.validate();
     RLPT_CHECK(args_.head == ModelHead::kTokenClassification || args_.head == ModelHead::kSequenceClassification,
@@ -58,8 +59,8 @@ void init_head(ValueModel& vm, ValueHeadInit init, uint64_t seed) {
 }  // namespace
 
 std::shared_ptr<ValueModel> value_model_from_policy_checkpoint(const std::string& dir, torch::Dtype dtype,
-                                                               torch::Device device, ValueHeadInit init,
-                                                               uint64_t seed, std::shared_ptr<const TensorParallel> tp) {
+                                                               torch::Device device, ValueHeadInit init, uint64_t seed,
+                                                               std::shared_ptr<const TensorParallel> tp) {
     try {
         ModelArgs policy_args = load_model_args(dir);
         RLPT_CHECK_KIND(ConfigError, policy_args.head == ModelHead::kCausalLM,

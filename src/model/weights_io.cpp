@@ -53,8 +53,8 @@ std::set<std::string> load_parameters(torch::nn::Module& module, const Safetenso
                         ck.file_of(name), c10::toString(info.dtype));
         to_load.emplace_back(name, it->second);
     }
-    RLPT_CHECK_KIND(IoError, unexpected.empty(), "checkpoint '{}' has {} tensor(s) the model does not: {}",
-                    ck.source(), unexpected.size(), name_list(unexpected));
+    RLPT_CHECK_KIND(IoError, unexpected.empty(), "checkpoint '{}' has {} tensor(s) the model does not: {}", ck.source(),
+                    unexpected.size(), name_list(unexpected));
 
     std::set<std::string> loaded;
     for (const auto& nt : to_load) loaded.insert(nt.first);

@@ -185,7 +185,8 @@ bool Mailbox::try_take(std::string& msg, int& source, const Deadline& d) {
     int count = 0;
     RLPT_MPI_CHECK(MPI_Get_count(&st, MPI_BYTE, &count));
     const char* b = buffers_[i].data();
-    if (count < static_cast<int>(kEnvelopeHeader)) throw CommError(fmt::format("malformed envelope from rank {}", st.MPI_SOURCE));
+    if (count < static_cast<int>(kEnvelopeHeader))
+        throw CommError(fmt::format("malformed envelope from rank {}", st.MPI_SOURCE));
     uint64_t n = 0;
     std::memcpy(&n, b + 1, sizeof(n));
     source = sources_[i];
@@ -215,7 +216,8 @@ Batch recv_batch(int src, int tag, MPI_Comm comm, BufferPool& pool, const Deadli
     Mailbox box(comm, tag, {src});
     poll_until([&] { return box.try_take(header, source, d); }, d, fmt::format("a batch from rank {}", src));
     BatchLayout layout = decode_layout(header.data(), header.size());
-    return recv_columns(std::move(layout), source, tag + 2, comm, pool, d, fmt::format("batch data from rank {}", source));
+    return recv_columns(std::move(layout), source, tag + 2, comm, pool, d,
+                        fmt::format("batch data from rank {}", source));
 }
 
 }  // namespace rlpt::protocol

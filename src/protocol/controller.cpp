@@ -12,15 +12,15 @@ struct Controller::Call {
     int role = 0;
     uint16_t method = 0;
     int64_t step = -1;
-    int64_t pad = 0;            // rows added to the input
-    int64_t padded_rows = -1;   // rows sent in total (dp_split)
-    std::vector<int> ranks;     // world ranks, role-rank order
-    std::set<int> waiting;      // ranks whose reply header has not arrived
+    int64_t pad = 0;                      // rows added to the input
+    int64_t padded_rows = -1;             // rows sent in total (dp_split)
+    std::vector<int> ranks;               // world ranks, role-rank order
+    std::set<int> waiting;                // ranks whose reply header has not arrived
     std::map<int, BatchLayout> payloads;  // world rank -> layout of its payload
     bool has_local = false;
     bool local_done = false;
     bool local_running = false;  // rank 0 is inside this call's local share
-    Batch local_in;  // this rank's share, run in wait() (see below)
+    Batch local_in;              // this rank's share, run in wait() (see below)
     Batch local_out;
     std::map<int, OutgoingBatch> sends;  // world rank -> its inputs, until they are taken
     double started = 0;
@@ -125,7 +125,8 @@ Controller::Pending Controller::submit_raw(int role_index, uint16_t method, cons
             }
             call->padded_rows = padded.size();
             shards = padded.chunk(dp);
-            for (int r = 0; r < L.size(); ++r) input_of[static_cast<size_t>(r)] = &shards[static_cast<size_t>(L.dp_rank_of(r))];
+            for (int r = 0; r < L.size(); ++r)
+                input_of[static_cast<size_t>(r)] = &shards[static_cast<size_t>(L.dp_rank_of(r))];
             break;
         }
         case Distribute::kAllToAll: {
@@ -350,8 +351,8 @@ std::string Controller::describe(const Call& call, double now, const std::string
     bool sending = false;
     for (int w : blamed) sending = sending || unsent.count(w) != 0;
     const std::string phase = sending ? " (sending them the inputs)" : "";
-    std::string who = blamed.empty() ? fmt::format("rank {} (this rank)", topo_.world_rank())
-                                     : "rank(s) " + rank_list(blamed);
+    std::string who =
+        blamed.empty() ? fmt::format("rank {} (this rank)", topo_.world_rank()) : "rank(s) " + rank_list(blamed);
     std::string out;
     if (final) {
         out = fmt::format("{} (step {}): {} did not answer within {:.0f} s (trainer.call_timeout_s){}; ", what,
@@ -383,7 +384,7 @@ std::vector<Batch> Controller::collect(Call& call) {
         auto it = call.payloads.find(w);
         RLPT_CHECK_KIND(CommError, it != call.payloads.end(), "{}: rank {} sent no output", what, w);
         return recv_columns(std::move(it->second), w, wire::kTagReplyData, control, pool_, deadline,
-                                  fmt::format("{} output from rank {}", what, w));
+                            fmt::format("{} output from rank {}", what, w));
     };
 
     std::vector<Batch> outs;
@@ -405,8 +406,7 @@ std::vector<Batch> Controller::collect(Call& call) {
                     RLPT_CHECK_KIND(CommError, it != call.payloads.end(), "{}: rank {} sent no output", what, w);
                     shards.emplace_back(w, std::move(it->second));
                 }
-                out = recv_concat(std::move(shards), wire::kTagReplyData, control, pool_, deadline,
-                                        what + " outputs");
+                out = recv_concat(std::move(shards), wire::kTagReplyData, control, pool_, deadline, what + " outputs");
             } else {
                 std::vector<Batch> parts;
                 for (int w : sources) parts.push_back(output_of(w));
@@ -415,7 +415,8 @@ std::vector<Batch> Controller::collect(Call& call) {
             if (call.pad > 0 && out.size() == call.padded_rows) {
                 out.unpad(call.pad);
             } else if (call.padded_rows >= 0 && out.size() != 0 && out.size() != call.padded_rows) {
-                throw ValueError(fmt::format("{} returned {} rows for {} input rows", what, out.size(), call.padded_rows));
+                throw ValueError(
+                    fmt::format("{} returned {} rows for {} input rows", what, out.size(), call.padded_rows));
             }
             outs.push_back(std::move(out));
             break;
@@ -445,7 +446,8 @@ std::vector<Batch> Controller::wait_all(Pending& p) {
 Batch Controller::wait(Pending& p) {
     Call& call = find_call(p.seq);
     const MethodSpec& m = registry_[static_cast<size_t>(call.role)].methods[call.method];
-    RLPT_CHECK_KIND(InternalError, m.collect != Collect::kAll, "{} collects all outputs: use call_all/wait_all", m.name);
+    RLPT_CHECK_KIND(InternalError, m.collect != Collect::kAll, "{} collects all outputs: use call_all/wait_all",
+                    m.name);
     return std::move(wait_all(p).front());
 }
 
@@ -453,7 +455,8 @@ bool Controller::stop_requested() const { return rlpt::stop_requested() || remot
 
 std::string Controller::stop_reason() const {
     if (rlpt::stop_requested()) return fmt::format("{} on rank {}", stop_signal_name(), topo_.world_rank());
-    if (remote_stop_signal_ != 0) return fmt::format("{} on rank {}", signal_name(remote_stop_signal_), remote_stop_rank_);
+    if (remote_stop_signal_ != 0)
+        return fmt::format("{} on rank {}", signal_name(remote_stop_signal_), remote_stop_rank_);
     return "";
 }
 

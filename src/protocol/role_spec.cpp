@@ -71,8 +71,8 @@ uint64_t registry_hash(const std::vector<RoleSpec>& registry) {
     for (const auto& spec : registry) {
         mix(spec.name);
         for (const auto& m : spec.methods) {
-            mix(fmt::format("{}:{}:{}:{}:{}", m.id, m.name, static_cast<int>(m.distribute),
-                            static_cast<int>(m.collect), m.pad_to_dp));
+            mix(fmt::format("{}:{}:{}:{}:{}", m.id, m.name, static_cast<int>(m.distribute), static_cast<int>(m.collect),
+                            m.pad_to_dp));
             for (const auto& f : m.inputs) mix("i" + f.name + std::to_string(static_cast<int>(f.kind)));
             for (const auto& f : m.outputs) mix("o" + f.name + std::to_string(static_cast<int>(f.kind)));
         }
@@ -103,8 +103,8 @@ void check_schema(const Batch& b, const std::vector<FieldSpec>& schema, const st
             case FieldKind::kMeta: ok = b.has_meta(f.name); break;
         }
         if (!ok) {
-            throw ValueError(fmt::format("{}.{}: {} is missing '{}' ({})", role, method, direction, f.name,
-                                         b.describe()));
+            throw ValueError(
+                fmt::format("{}.{}: {} is missing '{}' ({})", role, method, direction, f.name, b.describe()));
         }
     }
 }

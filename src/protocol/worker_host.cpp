@@ -18,7 +18,8 @@ FaultPlan FaultPlan::parse(const std::string& spec) {
     std::stringstream ss(spec);
     for (std::string s; std::getline(ss, s, ':');) parts.push_back(s);
     auto bad = [&] {
-        return ConfigError(fmt::format("RLPT_FAULT='{}': expected <throw|kill|hang|stop>:<world rank>:<method>[:<step>]", spec));
+        return ConfigError(
+            fmt::format("RLPT_FAULT='{}': expected <throw|kill|hang|stop>:<world rank>:<method>[:<step>]", spec));
     };
     if (parts.size() < 3 || parts.size() > 4) throw bad();
     if (parts[0] != "throw" && parts[0] != "kill" && parts[0] != "hang" && parts[0] != "stop") throw bad();
@@ -72,7 +73,8 @@ void WorkerHost::maybe_inject_fault(const MethodSpec& m, int64_t step) const {
 Batch WorkerHost::run(int role_index, uint16_t method, const Batch& in, int64_t step) {
     auto it = workers_.find(role_index);
     if (it == workers_.end()) {
-        throw InternalError(fmt::format("rank {} got a call for role #{} it does not host", topo_.world_rank(), role_index));
+        throw InternalError(
+            fmt::format("rank {} got a call for role #{} it does not host", topo_.world_rank(), role_index));
     }
     const RoleSpec& spec = registry_[static_cast<size_t>(role_index)];
     if (method >= spec.methods.size()) {
@@ -120,8 +122,8 @@ void WorkerHost::on_wait(const std::string& what, double waited_s) {
 void WorkerHost::send_heartbeat(const std::string& what, double waited_s) {
     int done = 1;
     if (!heartbeat_reqs_.empty()) {
-        RLPT_MPI_CHECK(MPI_Testall(static_cast<int>(heartbeat_reqs_.size()), heartbeat_reqs_.data(), &done,
-                                   MPI_STATUSES_IGNORE));
+        RLPT_MPI_CHECK(
+            MPI_Testall(static_cast<int>(heartbeat_reqs_.size()), heartbeat_reqs_.data(), &done, MPI_STATUSES_IGNORE));
     }
     if (!done) return;  // the previous one is still on its way: the controller is busy
     heartbeat_reqs_.clear();
@@ -130,8 +132,8 @@ void WorkerHost::send_heartbeat(const std::string& what, double waited_s) {
     h.seq = in_call_.seq;
     h.waited_ms = static_cast<uint32_t>(std::min(waited_s * 1000.0, 4.0e9));
     heartbeat_keep_.push_back(detail::header_bytes(h) + what.substr(0, 200));
-    post_envelope(heartbeat_keep_.back(), topo_.placement().controller_rank, wire::kTagHeartbeat,
-                        topo_.control().get(), heartbeat_reqs_, heartbeat_keep_);
+    post_envelope(heartbeat_keep_.back(), topo_.placement().controller_rank, wire::kTagHeartbeat, topo_.control().get(),
+                  heartbeat_reqs_, heartbeat_keep_);
     last_heartbeat_ = detail::wall_seconds();
 }
 
@@ -164,7 +166,8 @@ int WorkerHost::serve() {
             throw CommError(fmt::format("unknown command kind {} from the controller", h.kind));
         }
         if (h.role >= registry_.size() || !hosts(h.role)) {
-            throw CommError(fmt::format("command for role #{} which rank {} does not host", h.role, topo_.world_rank()));
+            throw CommError(
+                fmt::format("command for role #{} which rank {} does not host", h.role, topo_.world_rank()));
         }
         const RoleSpec& spec = registry_[h.role];
         if (h.method >= spec.methods.size()) {
@@ -172,10 +175,10 @@ int WorkerHost::serve() {
         }
         const MethodSpec& m = spec.methods[h.method];
         const WorkerContext& ctx = contexts_.at(h.role);
-        const double timeout = m.timeout_s > 0 ? std::min(m.timeout_s, config_.trainer.call_timeout_s)
-                                               : config_.trainer.call_timeout_s;
-        in_call_ = InCall{true, h.seq, h.step, spec.name + "." + m.name, detail::wall_seconds(),
-                          timeout + worker_grace_s(timeout)};
+        const double timeout =
+            m.timeout_s > 0 ? std::min(m.timeout_s, config_.trainer.call_timeout_s) : config_.trainer.call_timeout_s;
+        in_call_ = InCall{
+            true, h.seq, h.step, spec.name + "." + m.name, detail::wall_seconds(), timeout + worker_grace_s(timeout)};
 
         wire::ReplyHeader reply;
         reply.role = h.role;
@@ -190,8 +193,8 @@ int WorkerHost::serve() {
         try {
             BatchLayout layout = decode_layout(msg.data() + sizeof(h), msg.size() - sizeof(h));
             Batch in = recv_columns(std::move(layout), controller, wire::kTagCommandData, control, pool_,
-                                          comm::Deadline::after_seconds(config_.trainer.call_timeout_s),
-                                          fmt::format("{}.{} input", spec.name, m.name));
+                                    comm::Deadline::after_seconds(config_.trainer.call_timeout_s),
+                                    fmt::format("{}.{} input", spec.name, m.name));
             out = run(h.role, h.method, in, h.step);
         } catch (const std::exception& e) {
             error = e.what();

@@ -106,7 +106,8 @@ struct CommandScorer::Process {
     }
 };
 
-CommandScorer::CommandScorer(std::string command, double timeout_s) : command_(std::move(command)), timeout_s_(timeout_s) {
+CommandScorer::CommandScorer(std::string command, double timeout_s)
+    : command_(std::move(command)), timeout_s_(timeout_s) {
     RLPT_CHECK_KIND(ConfigError, !command_.empty(), "command scorer: the command is empty (set reward.command)");
     RLPT_CHECK_KIND(ConfigError, timeout_s_ > 0, "command scorer: timeout_s must be > 0 (got {})", timeout_s_);
 }
@@ -163,11 +164,13 @@ std::vector<ScoreResult> CommandScorer::score_many(const std::vector<ScoreReques
     };
     size_t written = 0;
     using Clock = std::chrono::steady_clock;
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
+    const auto deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
     char buf[65536];
     while (lines.size() < requests.size()) {
         const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
-        if (left <= 0) fail(fmt::format("did not answer within {} s (reward.command_timeout_s); killed it", timeout_s_));
+        if (left <= 0)
+            fail(fmt::format("did not answer within {} s (reward.command_timeout_s); killed it", timeout_s_));
         pollfd p{proc_->fd, static_cast<short>(POLLIN | (written < out.size() ? POLLOUT : 0)), 0};
         const int rc = ::poll(&p, 1, static_cast<int>(std::min(left, 1.0) * 1000) + 1);
         if (rc < 0 && errno != EINTR) fail(fmt::format("poll failed: {}", std::strerror(errno)));

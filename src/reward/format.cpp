@@ -41,8 +41,7 @@ FormatScorer::FormatScorer(FormatScorerOptions options) : options_(std::move(opt
 FormatScorer::~FormatScorer() = default;
 
 std::string FormatScorer::name() const {
-    return fmt::format("format({}, /{}/)", options_.match == FormatMatch::kFull ? "full" : "search",
-                       options_.pattern);
+    return fmt::format("format({}, /{}/)", options_.match == FormatMatch::kFull ? "full" : "search", options_.pattern);
 }
 
 ScoreResult FormatScorer::score(const ScoreRequest& request) const {

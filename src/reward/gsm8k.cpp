@@ -48,9 +48,7 @@ double gsm8k_compute_score(std::string_view solution, std::string_view ground_tr
 Gsm8kScorer::Gsm8kScorer(Gsm8kMethod method, double format_score, double score)
     : method_(method), format_score_(format_score), score_(score) {}
 
-std::string Gsm8kScorer::name() const {
-    return method_ == Gsm8kMethod::kStrict ? "gsm8k(strict)" : "gsm8k(flexible)";
-}
+std::string Gsm8kScorer::name() const { return method_ == Gsm8kMethod::kStrict ? "gsm8k(strict)" : "gsm8k(flexible)"; }
 
 ScoreResult Gsm8kScorer::score(const ScoreRequest& request) const {
     ScoreResult r;

@@ -18,15 +18,19 @@ constexpr std::string_view kInvalid = "[INVALID]";
 
 // Python's str.replace over the two lists of normalize_final_answer, in order.
 constexpr std::pair<std::string_view, std::string_view> kSubstitutions[] = {
-    {"an ", ""}, {"a ", ""}, {".$", "$"}, {"\\$", ""}, {"\\ ", ""}, {" ", ""}, {"mbox", "text"},
-    {",\\text{and}", ","}, {"\\text{and}", ","}, {"\\text{m}", "\\text{}"},
+    {"an ", ""}, {"a ", ""},       {".$", "$"},           {"\\$", ""},          {"\\ ", ""},
+    {" ", ""},   {"mbox", "text"}, {",\\text{and}", ","}, {"\\text{and}", ","}, {"\\text{m}", "\\text{}"},
 };
 constexpr std::string_view kRemoved[] = {
-    "square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units", "\\ldots", "sue",
-    "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds", "meters", "meals",
-    "edges", "students", "childrentickets", "multiples", "\\text{s}", "\\text{.}", "\\text{\ns}",
-    "\\text{}^2", "\\text{}^3", "\\text{\n}", "\\text{}", "\\mathrm{th}", "^\\circ", "^{\\circ}", "\\;",
-    ",\\!", "{,}", "\"", "\\dots",
+    "square",     "ways",       "integers",  "dollars",      "mph",
+    "inches",     "hours",      "km",        "units",        "\\ldots",
+    "sue",        "points",     "feet",      "minutes",      "digits",
+    "cents",      "degrees",    "cm",        "gm",           "pounds",
+    "meters",     "meals",      "edges",     "students",     "childrentickets",
+    "multiples",  "\\text{s}",  "\\text{.}", "\\text{\ns}",  "\\text{}^2",
+    "\\text{}^3", "\\text{\n}", "\\text{}",  "\\mathrm{th}", "^\\circ",
+    "^{\\circ}",  "\\;",        ",\\!",      "{,}",          "\"",
+    "\\dots",
 };
 
 // Applies `fn` to each line (the text between '\n's), keeping the newlines.

@@ -10,9 +10,7 @@ namespace rlpt::reward {
 
 namespace {
 
-bool is_digit(char c) {
-    return c >= '0' && c <= '9';
-}
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 // The last match of -?[0-9][0-9,]*(\.[0-9]+)?|-?\.[0-9]+ (leftmost, non-overlapping
 // matches, as a regex iterator would find them). Hand-written because std::regex
@@ -97,8 +95,7 @@ std::string NumberScorer::name() const {
 
 ScoreResult NumberScorer::score(const ScoreRequest& request) const {
     std::optional<std::string> truth = canonical_decimal(detail::trim_ascii(request.ground_truth));
-    RLPT_CHECK(truth.has_value(), "number scorer: ground truth '{}' is not a decimal number",
-               request.ground_truth);
+    RLPT_CHECK(truth.has_value(), "number scorer: ground truth '{}' is not a decimal number", request.ground_truth);
 
     std::optional<std::string> answer;
     std::string raw;
@@ -128,21 +125,17 @@ ScoreResult ArithmeticScorer::score(const ScoreRequest& request) const {
     if (request.extra_info != nullptr && request.extra_info->is_object()) {
         auto it = request.extra_info->find("answer_format");
         if (it != request.extra_info->end()) {
-            RLPT_CHECK(
-                it->is_string() && (*it == "plain" || *it == "reversed"),
-                "arithmetic scorer: extra_info.answer_format must be \"plain\" or \"reversed\", got {}",
-                it->dump());
+            RLPT_CHECK(it->is_string() && (*it == "plain" || *it == "reversed"),
+                       "arithmetic scorer: extra_info.answer_format must be \"plain\" or \"reversed\", got {}",
+                       it->dump());
             reversed = *it == "reversed";
         }
     }
-    std::optional<std::string> truth =
-        data::arithmetic_decode_answer(detail::trim_ascii(request.ground_truth), false);
-    RLPT_CHECK(truth.has_value(), "arithmetic scorer: ground truth '{}' is not an integer",
-               request.ground_truth);
+    std::optional<std::string> truth = data::arithmetic_decode_answer(detail::trim_ascii(request.ground_truth), false);
+    RLPT_CHECK(truth.has_value(), "arithmetic scorer: ground truth '{}' is not an integer", request.ground_truth);
 
     ScoreResult r;
-    std::optional<std::string> answer =
-        data::arithmetic_decode_answer(detail::trim_ascii(request.solution), reversed);
+    std::optional<std::string> answer = data::arithmetic_decode_answer(detail::trim_ascii(request.solution), reversed);
     if (!answer) {
         r.acc = 0.0;
         return r;

@@ -23,8 +23,7 @@ namespace {
 class SpecReader {
   public:
     SpecReader(const nlohmann::json& spec, std::string where) : spec_(spec), where_(std::move(where)) {
-        RLPT_CHECK_KIND(ConfigError, spec_.is_object(), "{}: expected an object, got {}", where_,
-                        spec_.dump());
+        RLPT_CHECK_KIND(ConfigError, spec_.is_object(), "{}: expected an object, got {}", where_, spec_.dump());
     }
 
     const nlohmann::json* find(const std::string& key) {
@@ -39,32 +38,28 @@ class SpecReader {
             RLPT_CHECK_KIND(ConfigError, fallback.has_value(), "{}: missing required key '{}'", where_, key);
             return *fallback;
         }
-        RLPT_CHECK_KIND(ConfigError, v->is_string(), "{}.{}: expected a string, got {}", where_, key,
-                        v->dump());
+        RLPT_CHECK_KIND(ConfigError, v->is_string(), "{}.{}: expected a string, got {}", where_, key, v->dump());
         return v->get<std::string>();
     }
 
     double number(const std::string& key, double fallback) {
         const nlohmann::json* v = find(key);
         if (v == nullptr) return fallback;
-        RLPT_CHECK_KIND(ConfigError, v->is_number(), "{}.{}: expected a number, got {}", where_, key,
-                        v->dump());
+        RLPT_CHECK_KIND(ConfigError, v->is_number(), "{}.{}: expected a number, got {}", where_, key, v->dump());
         return v->get<double>();
     }
 
     bool boolean(const std::string& key, bool fallback) {
         const nlohmann::json* v = find(key);
         if (v == nullptr) return fallback;
-        RLPT_CHECK_KIND(ConfigError, v->is_boolean(), "{}.{}: expected true or false, got {}", where_, key,
-                        v->dump());
+        RLPT_CHECK_KIND(ConfigError, v->is_boolean(), "{}.{}: expected true or false, got {}", where_, key, v->dump());
         return v->get<bool>();
     }
 
     // Throws ConfigError naming the first key that was never read.
     void finish() const {
         for (auto it = spec_.begin(); it != spec_.end(); ++it) {
-            RLPT_CHECK_KIND(ConfigError, used_.count(it.key()) != 0, "{}: unknown key '{}'", where_,
-                            it.key());
+            RLPT_CHECK_KIND(ConfigError, used_.count(it.key()) != 0, "{}: unknown key '{}'", where_, it.key());
         }
     }
 
@@ -91,8 +86,7 @@ auto with_where(const std::string& where, F&& parse) -> decltype(parse()) {
 
 void ScorerRegistry::set(const std::string& data_source, std::shared_ptr<const Scorer> scorer) {
     RLPT_CHECK_KIND(ConfigError, !data_source.empty(), "scorer registry: empty data_source");
-    RLPT_CHECK_KIND(ConfigError, scorer != nullptr, "scorer registry: null scorer for data_source '{}'",
-                    data_source);
+    RLPT_CHECK_KIND(ConfigError, scorer != nullptr, "scorer registry: null scorer for data_source '{}'", data_source);
     scorers_[data_source] = std::move(scorer);
 }
 
@@ -102,9 +96,7 @@ void ScorerRegistry::set_prefix(const std::string& prefix, std::shared_ptr<const
     prefixes_[prefix] = std::move(scorer);
 }
 
-void ScorerRegistry::set_default(std::shared_ptr<const Scorer> scorer) {
-    default_ = std::move(scorer);
-}
+void ScorerRegistry::set_default(std::shared_ptr<const Scorer> scorer) { default_ = std::move(scorer); }
 
 bool ScorerRegistry::contains(std::string_view data_source) const {
     return scorers_.find(data_source) != scorers_.end();
@@ -133,13 +125,11 @@ const Scorer& ScorerRegistry::get(std::string_view data_source) const {
     RLPT_THROW(ConfigError,
                "no reward scorer for data_source '{}' (known data_sources: {}); set one with reward.scorers "
                "(e.g. reward.scorers: {{\"{}\": number}}) or one for every data_source with reward.scorer",
-               data_source,
-               scorers_.empty() ? std::string("none") : fmt::format("{}", fmt::join(data_sources(), ", ")), data_source);
+               data_source, scorers_.empty() ? std::string("none") : fmt::format("{}", fmt::join(data_sources(), ", ")),
+               data_source);
 }
 
-ScoreResult ScorerRegistry::score(const ScoreRequest& request) const {
-    return get(request.data_source).score(request);
-}
+ScoreResult ScorerRegistry::score(const ScoreRequest& request) const { return get(request.data_source).score(request); }
 
 void add_builtin_scorers(ScorerRegistry& registry) {
     registry.set("openai/gsm8k", std::make_shared<Gsm8kScorer>());
@@ -163,9 +153,8 @@ std::shared_ptr<const Scorer> build_gsm8k(SpecReader& r) {
     const std::string method = r.string("method", std::string("strict"));
     const double format_score = r.number("format_score", 0.0);
     const double score = r.number("score", 1.0);
-    return with_where(r.where() + ".method", [&] {
-        return std::make_shared<Gsm8kScorer>(parse_gsm8k_method(method), format_score, score);
-    });
+    return with_where(r.where() + ".method",
+                      [&] { return std::make_shared<Gsm8kScorer>(parse_gsm8k_method(method), format_score, score); });
 }
 std::shared_ptr<const Scorer> build_math(SpecReader&) { return std::make_shared<MathScorer>(); }
 std::shared_ptr<const Scorer> build_math_dapo(SpecReader&) { return std::make_shared<MathDapoScorer>(); }
@@ -238,9 +227,10 @@ struct ScorerType {
     ScorerBuilder build;
 };
 constexpr ScorerType kScorerTypes[] = {
-    {"number", build_number}, {"exact", build_exact},     {"gsm8k", build_gsm8k},   {"math", build_math},
-    {"math_dapo", build_math_dapo}, {"arithmetic", build_arithmetic}, {"format", build_format},
-    {"command", build_command}, {"user", build_user},     {"sum", build_sum},
+    {"number", build_number}, {"exact", build_exact},         {"gsm8k", build_gsm8k},
+    {"math", build_math},     {"math_dapo", build_math_dapo}, {"arithmetic", build_arithmetic},
+    {"format", build_format}, {"command", build_command},     {"user", build_user},
+    {"sum", build_sum},
 };
 
 }  // namespace
@@ -274,8 +264,7 @@ ScorerRegistry make_scorer_registry(const nlohmann::json& config, const std::str
     if (r.boolean("builtins", true)) add_builtin_scorers(registry);
     if (const nlohmann::json* scorers = r.find("scorers"); scorers != nullptr && !scorers->is_null()) {
         RLPT_CHECK_KIND(ConfigError, scorers->is_object(),
-                        "{}.scorers: expected a map from data_source to scorer spec, got {}", where,
-                        scorers->dump());
+                        "{}.scorers: expected a map from data_source to scorer spec, got {}", where, scorers->dump());
         for (auto it = scorers->begin(); it != scorers->end(); ++it) {
             registry.set(it.key(), make_scorer(it.value(), where + ".scorers." + it.key()));
         }
@@ -325,18 +314,16 @@ std::vector<ScoreResult> score_batch(const ScorerRegistry& registry, std::vector
     return results;
 }
 
-std::vector<ScoreResult> score_batch(const ScorerRegistry& registry,
-                                     const std::vector<std::string>& data_sources,
+std::vector<ScoreResult> score_batch(const ScorerRegistry& registry, const std::vector<std::string>& data_sources,
                                      const std::vector<std::string>& solutions,
                                      const std::vector<std::string>& ground_truths,
                                      const std::vector<nlohmann::json>* extra_infos) {
     const std::size_t n = data_sources.size();
-    RLPT_CHECK(
-        solutions.size() == n && ground_truths.size() == n &&
-            (extra_infos == nullptr || extra_infos->size() == n),
-        "score_batch: column sizes differ: data_sources {}, solutions {}, ground_truths {}, extra_infos {}",
-        n, solutions.size(), ground_truths.size(),
-        extra_infos == nullptr ? std::string("none") : std::to_string(extra_infos->size()));
+    RLPT_CHECK(solutions.size() == n && ground_truths.size() == n &&
+                   (extra_infos == nullptr || extra_infos->size() == n),
+               "score_batch: column sizes differ: data_sources {}, solutions {}, ground_truths {}, extra_infos {}", n,
+               solutions.size(), ground_truths.size(),
+               extra_infos == nullptr ? std::string("none") : std::to_string(extra_infos->size()));
     std::vector<ScoreRequest> requests(n);
     for (std::size_t i = 0; i < n; ++i) {
         requests[i].data_source = data_sources[i];

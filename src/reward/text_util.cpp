@@ -10,9 +10,7 @@ std::size_t utf8_char_len(unsigned char lead) {
     return 1;
 }
 
-static bool is_continuation(unsigned char c) {
-    return (c & 0xC0) == 0x80;
-}
+static bool is_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
 
 std::size_t utf8_length(std::string_view s) {
     std::size_t n = 0;
@@ -71,13 +69,9 @@ std::vector<std::string> split(std::string_view s, std::string_view sep) {
     return parts;
 }
 
-bool contains(std::string_view s, std::string_view what) {
-    return s.find(what) != std::string_view::npos;
-}
+bool contains(std::string_view s, std::string_view what) { return s.find(what) != std::string_view::npos; }
 
-bool starts_with(std::string_view s, std::string_view prefix) {
-    return s.substr(0, prefix.size()) == prefix;
-}
+bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
 std::string_view trim_ascii(std::string_view s) {
     const char* ws = " \t\n\r\f\v";

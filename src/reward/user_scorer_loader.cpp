@@ -73,9 +73,7 @@ UserScorer::~UserScorer() {
     if (handle_ != nullptr) dlclose(handle_);
 }
 
-std::string UserScorer::name() const {
-    return "user(" + path_ + ")";
-}
+std::string UserScorer::name() const { return "user(" + path_ + ")"; }
 
 ScoreResult UserScorer::score(const ScoreRequest& request) const {
     // std::string copies guarantee the NUL terminator the ABI promises.

@@ -57,15 +57,16 @@ void top_ids(const float* lp, int64_t vocab, int64_t k, std::vector<int64_t>& id
 // Searches the prompts distinct[groups[0..g)], writing every finished hypothesis of group j to
 // hyps[groups[j]], best first.
 void search_micro_batch(model::CausalLM& model, const Prompts& distinct, const std::vector<int64_t>& groups,
-                        const SamplingParams& params, const BeamSearchParams& beam,
-                        const std::vector<uint8_t>& finish, std::vector<std::vector<Hypothesis>>& hyps) {
+                        const SamplingParams& params, const BeamSearchParams& beam, const std::vector<uint8_t>& finish,
+                        std::vector<std::vector<Hypothesis>>& hyps) {
     const auto device = model.device();
     const int64_t g_count = static_cast<int64_t>(groups.size()), max_new = params.max_new_tokens;
     const int64_t vocab = model.args().vocab_size, width = beam.beam_width;
     const int64_t k = std::min<int64_t>(2 * width, vocab);
     const double temperature = params.temperature > 0 ? params.temperature : 1.0;
     int64_t p_len = 0;
-    for (int64_t g : groups) p_len = std::max<int64_t>(p_len, static_cast<int64_t>(distinct[static_cast<size_t>(g)].size()));
+    for (int64_t g : groups)
+        p_len = std::max<int64_t>(p_len, static_cast<int64_t>(distinct[static_cast<size_t>(g)].size()));
 
     // Left-padded prompts, the mask over prompt + every generated position, next positions.
     auto ids = torch::full({g_count, p_len}, params.pad_id, torch::kInt64);
@@ -82,7 +83,8 @@ void search_micro_batch(model::CausalLM& model, const Prompts& distinct, const s
     mask = mask.to(device);
     next_pos = next_pos.to(device);
     model::KVCache cache = model.make_cache(g_count, p_len + max_new - 1);
-    auto hidden = model.forward_hidden(ids.to(device), mask.narrow(1, 0, p_len), pos.to(device), &cache).select(1, p_len - 1);
+    auto hidden =
+        model.forward_hidden(ids.to(device), mask.narrow(1, 0, p_len), pos.to(device), &cache).select(1, p_len - 1);
 
     std::vector<std::vector<Beam>> live(static_cast<size_t>(g_count));
     for (int64_t i = 0; i < g_count; ++i) live[static_cast<size_t>(i)].push_back(Beam{i, {}, {}, 0.0});
@@ -154,7 +156,8 @@ void search_micro_batch(model::CausalLM& model, const Prompts& distinct, const s
         for (auto& h : done)
             h.score = beam_score(h.cum, static_cast<int64_t>(h.tokens.size()), h.finish == FinishReason::kEos,
                                  beam.length_penalty);
-        std::stable_sort(done.begin(), done.end(), [](const Hypothesis& a, const Hypothesis& b) { return a.score > b.score; });
+        std::stable_sort(done.begin(), done.end(),
+                         [](const Hypothesis& a, const Hypothesis& b) { return a.score > b.score; });
         if (static_cast<int64_t>(done.size()) > width) done.resize(static_cast<size_t>(width));
     }
 }
@@ -178,13 +181,15 @@ GenerationOutput beam_search(model::CausalLM& model, const Prompts& prompts, con
     validate_sampling_params(params, vocab);
     validate_beam_search_params(beam);
     RLPT_CHECK(params.stop.empty(), "beam_search: stop strings are not supported (vLLM's beam search has none "
-               "either); end beams with eos or stop token ids and max_new_tokens");
+                                    "either); end beams with eos or stop token ids and max_new_tokens");
     RLPT_CHECK(micro_batch_size >= 1, "beam_search: micro_batch_size must be >= 1, got {}", micro_batch_size);
     RLPT_CHECK(sample_rank.empty() || sample_rank.size() == prompts.size(),
-               "beam_search: {} sample ranks for {} prompts (one per prompt, or none)", sample_rank.size(), prompts.size());
+               "beam_search: {} sample ranks for {} prompts (one per prompt, or none)", sample_rank.size(),
+               prompts.size());
     for (size_t i = 0; i < sample_rank.size(); ++i)
         RLPT_CHECK(sample_rank[i] >= 0 && sample_rank[i] < beam.beam_width,
-                   "beam_search: row {} asks for beam {}, outside [0, beam_width={})", i, sample_rank[i], beam.beam_width);
+                   "beam_search: row {} asks for beam {}, outside [0, beam_width={})", i, sample_rank[i],
+                   beam.beam_width);
     check_prompts(prompts, vocab);
     torch::NoGradGuard no_grad;
 
@@ -207,8 +212,9 @@ GenerationOutput beam_search(model::CausalLM& model, const Prompts& prompts, con
     const int64_t per = std::max<int64_t>(1, micro_batch_size / beam.beam_width);
     for (size_t start = 0; start < order.size(); start += static_cast<size_t>(per)) {
         const size_t end = std::min(order.size(), start + static_cast<size_t>(per));
-        search_micro_batch(model, distinct, std::vector<int64_t>(order.begin() + static_cast<int64_t>(start),
-                                                                 order.begin() + static_cast<int64_t>(end)),
+        search_micro_batch(model, distinct,
+                           std::vector<int64_t>(order.begin() + static_cast<int64_t>(start),
+                                                order.begin() + static_cast<int64_t>(end)),
                            params, beam, finish, hyps);
     }
 

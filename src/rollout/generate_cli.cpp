@@ -90,10 +90,12 @@ std::vector<int64_t> parse_ids(const std::string& text) {
             used = 0;
         }
         if (tok.empty() || used != tok.size() || v < 0)
-            throw UsageError(fmt::format("--prompt-ids: '{}' is not a non-negative integer (expected e.g. 1,2,3)", tok));
+            throw UsageError(
+                fmt::format("--prompt-ids: '{}' is not a non-negative integer (expected e.g. 1,2,3)", tok));
         ids.push_back(v);
     }
-    if (ids.empty() || text.back() == ',') throw UsageError("--prompt-ids: expected a comma-separated list such as 1,2,3");
+    if (ids.empty() || text.back() == ',')
+        throw UsageError("--prompt-ids: expected a comma-separated list such as 1,2,3");
     return ids;
 }
 
@@ -118,8 +120,8 @@ std::vector<int64_t> generation_config_eos(const std::string& dir) {
         out.push_back(e.get<int64_t>());
     } else if (e.is_array()) {
         for (const auto& x : e) {
-            RLPT_CHECK_KIND(IoError, x.is_number_integer(), "{}: eos_token_id must hold integers, got {}", path.string(),
-                            e.dump());
+            RLPT_CHECK_KIND(IoError, x.is_number_integer(), "{}: eos_token_id must hold integers, got {}",
+                            path.string(), e.dump());
             out.push_back(x.get<int64_t>());
         }
     } else {
@@ -157,10 +159,16 @@ void set_special_ids(SamplingParams& params, const Options& opt, const model::Mo
 }
 
 nlohmann::json sampling_json(const SamplingParams& p, uint64_t seed) {
-    return {{"greedy", p.greedy},       {"temperature", p.temperature},       {"top_p", p.top_p},
-            {"top_k", p.top_k},         {"max_new_tokens", p.max_new_tokens}, {"eos_id", p.eos_id},
-            {"stop_token_ids", p.stop_token_ids}, {"stop", p.stop},
-            {"include_stop_str_in_output", p.include_stop_str_in_output}, {"seed", seed}};
+    return {{"greedy", p.greedy},
+            {"temperature", p.temperature},
+            {"top_p", p.top_p},
+            {"top_k", p.top_k},
+            {"max_new_tokens", p.max_new_tokens},
+            {"eos_id", p.eos_id},
+            {"stop_token_ids", p.stop_token_ids},
+            {"stop", p.stop},
+            {"include_stop_str_in_output", p.include_stop_str_in_output},
+            {"seed", seed}};
 }
 
 int run(const Options& opt) {
@@ -184,8 +192,8 @@ int run(const Options& opt) {
         try {
             tok = tokenizer::load_tokenizer(opt.model_dir);
         } catch (const Error& e) {
-            throw UsageError(fmt::format("--prompt needs the folder's tokenizer ({}); pass --prompt-ids instead",
-                                         e.message()));
+            throw UsageError(
+                fmt::format("--prompt needs the folder's tokenizer ({}); pass --prompt-ids instead", e.message()));
         }
         const std::string text = family == tokenizer::ChatFamily::kNone
                                      ? opt.prompt
@@ -264,8 +272,9 @@ int run(const Options& opt) {
     // of tool tokens are 0), else the sampled tokens.
     const int64_t P = out.prompts.size(1);
     auto response = [&](int64_t i) {
-        const int64_t len = agent ? out.attention_mask[i].narrow(0, P, out.attention_mask.size(1) - P).sum().item<int64_t>()
-                                  : out.response_mask[i].sum().item<int64_t>();
+        const int64_t len =
+            agent ? out.attention_mask[i].narrow(0, P, out.attention_mask.size(1) - P).sum().item<int64_t>()
+                  : out.response_mask[i].sum().item<int64_t>();
         auto ids = out.responses[i].narrow(0, 0, len).contiguous();
         auto lps = out.rollout_log_probs[i].narrow(0, 0, len).contiguous();
         return std::make_pair(std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + len),
@@ -305,18 +314,19 @@ int run(const Options& opt) {
             auto [ids, lps] = response(i);
             const char* reason = finish_reason_name(out.finish_reasons[static_cast<size_t>(i)]);
             if (beams) {
-                text += fmt::format("--- beam {} (finish: {}, {} tokens, cumulative log-prob {:.4f}, score {:.4f})\n", i,
-                                    reason, ids.size(), cumulative(lps), score_of(i, lps));
+                text += fmt::format("--- beam {} (finish: {}, {} tokens, cumulative log-prob {:.4f}, score {:.4f})\n",
+                                    i, reason, ids.size(), cumulative(lps), score_of(i, lps));
             } else {
-                text += fmt::format("--- sample {} (finish: {}, {} tokens, sum log-prob {:.4f})\n", i, reason, ids.size(),
-                                    cumulative(lps));
+                text += fmt::format("--- sample {} (finish: {}, {} tokens, sum log-prob {:.4f})\n", i, reason,
+                                    ids.size(), cumulative(lps));
             }
             if (agent) {
                 auto value = [&](const char* k) { return agent_ctx.sample_values.at(k)[static_cast<size_t>(i)]; };
-                text += fmt::format("(tool calls {}, turns {}, {} model tokens, {} tool tokens; the tool's text follows "
-                                    "each call and is not sampled)\n",
-                                    value("tool_call_counts"), value("num_turns"), value("model_tokens"),
-                                    value("observation_tokens"));
+                text +=
+                    fmt::format("(tool calls {}, turns {}, {} model tokens, {} tool tokens; the tool's text follows "
+                                "each call and is not sampled)\n",
+                                value("tool_call_counts"), value("num_turns"), value("model_tokens"),
+                                value("observation_tokens"));
             }
             if (tok) text += fmt::format("{}\n", text_of(i, ids));
             text += fmt::format("ids: {}\nlog-probs: [{:.4f}]\n", nlohmann::json(ids).dump(), fmt::join(lps, ", "));
@@ -354,16 +364,17 @@ int generate_command(int argc, char** argv) {
                                   "beam search with this many beams (all shown, best first, with their cumulative "
                                   "log-probs); sampling flags other than --temperature do not apply");
     o_beam->excludes(f_greedy);
-    app.add_option("--length-penalty", opt.length_penalty,
-                   "beam ranking: cumulative log-prob / length^P (default 1)")->needs(o_beam);
+    app.add_option("--length-penalty", opt.length_penalty, "beam ranking: cumulative log-prob / length^P (default 1)")
+        ->needs(o_beam);
     app.add_flag("--include-stop-str-in-output", opt.include_stop_str_in_output,
                  "the shown text keeps the stop string (the token ids always do)");
     app.add_option("--tool", opt.tools,
                    "built-in tool (repeatable; calculator): run the agent loop of rollout.generator tool_agent, "
                    "tool calls executed and their results appended")
         ->check(CLI::IsMember({"calculator"}));
-    app.add_option("--max-turns", opt.max_assistant_turns, "with --tool: at most this many assistant turns (default 0: "
-                                                          "until --max-new-tokens)");
+    app.add_option("--max-turns", opt.max_assistant_turns,
+                   "with --tool: at most this many assistant turns (default 0: "
+                   "until --max-new-tokens)");
     app.add_option("--threads", opt.threads,
                    "torch threads (default: OMP_NUM_THREADS when set, else every core of the machine)");
     try {
@@ -381,7 +392,8 @@ int generate_command(int argc, char** argv) {
         if (o_beam->count() > 0) {
             if (opt.beam_width < 1) throw UsageError(fmt::format("--beam-width must be >= 1, got {}", opt.beam_width));
             if (opt.n != 1) throw UsageError("--n does not apply to --beam-width (every beam is shown)");
-            if (!opt.stop.empty()) throw UsageError("--stop does not apply to --beam-width (vLLM's beam search has no stop strings)");
+            if (!opt.stop.empty())
+                throw UsageError("--stop does not apply to --beam-width (vLLM's beam search has no stop strings)");
             if (!opt.tools.empty()) throw UsageError("--tool does not apply to --beam-width");
             if (!std::isfinite(opt.length_penalty))
                 throw UsageError(fmt::format("--length-penalty must be finite, got {}", opt.length_penalty));

@@ -83,8 +83,7 @@ class Engine {
                 uniforms.resize(active_.size());
                 for (size_t i = 0; i < active_.size(); ++i) {
                     const auto row = static_cast<size_t>(slot_row_[static_cast<size_t>(active_[i])]);
-                    uniforms[i] =
-                        uniform_draw(seeds_[row], static_cast<int64_t>(results_[row].tokens.size()));
+                    uniforms[i] = uniform_draw(seeds_[row], static_cast<int64_t>(results_[row].tokens.size()));
                 }
             }
             // On a GPU the logits stay there: only the chosen ids and log-probs come back (the
@@ -117,9 +116,8 @@ class Engine {
             const int64_t n = static_cast<int64_t>(active_.size());
             cache_->bind_slots(active_);
             hidden_ = model_
-                          .forward_hidden(
-                              torch::tensor(tokens, torch::kInt64).view({n, 1}).to(device), torch::Tensor(),
-                              torch::tensor(positions, torch::kInt64).view({n, 1}).to(device), &*cache_)
+                          .forward_hidden(torch::tensor(tokens, torch::kInt64).view({n, 1}).to(device), torch::Tensor(),
+                                          torch::tensor(positions, torch::kInt64).view({n, 1}).to(device), &*cache_)
                           .select(1, 0);
         }
     }
@@ -136,8 +134,7 @@ class Engine {
         order_.resize(prompts_.size());
         std::iota(order_.begin(), order_.end(), 0);
         std::stable_sort(order_.begin(), order_.end(), [&](int64_t a, int64_t b) {
-            const auto la = prompts_[static_cast<size_t>(a)].size(),
-                       lb = prompts_[static_cast<size_t>(b)].size();
+            const auto la = prompts_[static_cast<size_t>(a)].size(), lb = prompts_[static_cast<size_t>(b)].size();
             if (la != lb) return la > lb;
             return group_[static_cast<size_t>(a)] < group_[static_cast<size_t>(b)];
         });
@@ -198,8 +195,8 @@ class Engine {
         if (!fresh.empty()) fresh_hidden = prefill(fresh);
         for (int64_t slot : copied) {
             const int64_t group = slot_group_[static_cast<size_t>(slot)];
-            const auto len = static_cast<int64_t>(
-                prompts_[static_cast<size_t>(slot_row_[static_cast<size_t>(slot)])].size());
+            const auto len =
+                static_cast<int64_t>(prompts_[static_cast<size_t>(slot_row_[static_cast<size_t>(slot)])].size());
             int64_t src = -1;  // a slot holding the prompt other than this one
             for (size_t s = 0; s < slot_group_.size() && src < 0; ++s)
                 if (slot_group_[s] == group && static_cast<int64_t>(s) != slot &&
@@ -225,9 +222,9 @@ class Engine {
         const int64_t b = static_cast<int64_t>(slots.size());
         int64_t p_len = 0;
         for (int64_t s : slots)
-            p_len = std::max<int64_t>(
-                p_len, static_cast<int64_t>(
-                           prompts_[static_cast<size_t>(slot_row_[static_cast<size_t>(s)])].size()));
+            p_len =
+                std::max<int64_t>(p_len, static_cast<int64_t>(
+                                             prompts_[static_cast<size_t>(slot_row_[static_cast<size_t>(s)])].size()));
         auto ids = torch::full({b, p_len}, params_.pad_id, torch::kInt64);
         auto mask = torch::zeros({b, p_len}, torch::kInt64);
         auto* idp = ids.data_ptr<int64_t>();
@@ -245,8 +242,7 @@ class Engine {
         cache_->bind_slots(slots);
         auto h = model_.forward_hidden(ids.to(device), mask.to(device), pos.to(device), &*cache_);
         auto last_t = torch::tensor(last, torch::kInt64).to(device);
-        h = h.index({torch::arange(b, torch::TensorOptions().dtype(torch::kInt64).device(device)),
-                     last_t});  // [b, H]
+        h = h.index({torch::arange(b, torch::TensorOptions().dtype(torch::kInt64).device(device)), last_t});  // [b, H]
         for (int64_t i = 0; i < b; ++i) {
             const int64_t slot = slots[static_cast<size_t>(i)];
             cache_->set_slot_length(slot, last[static_cast<size_t>(i)] + 1);  // drop the right padding
@@ -298,8 +294,7 @@ const char* finish_reason_name(FinishReason r) {
 void validate_batch_limits(const BatchLimits& l) {
     RLPT_CHECK(l.max_num_seqs >= 1, "rollout.max_num_seqs must be >= 1, got {}", l.max_num_seqs);
     RLPT_CHECK(!l.max_num_batched_tokens || *l.max_num_batched_tokens >= 1,
-               "rollout.max_num_batched_tokens must be >= 1 (or unset), got {}",
-               l.max_num_batched_tokens.value_or(0));
+               "rollout.max_num_batched_tokens must be >= 1 (or unset), got {}", l.max_num_batched_tokens.value_or(0));
 }
 
 void validate_sampling_params(const SamplingParams& p, int64_t vocab_size) {
@@ -319,8 +314,8 @@ void validate_sampling_params(const SamplingParams& p, int64_t vocab_size) {
     if (vocab_size <= 0) return;
     RLPT_CHECK(p.pad_id >= 0 && p.pad_id < vocab_size, "sampling: pad_id {} is outside the vocabulary [0, {})",
                p.pad_id, vocab_size);
-    RLPT_CHECK(p.eos_id >= -1 && p.eos_id < vocab_size, "sampling: eos_id {} is outside the vocabulary [0, {}) (-1: none)",
-               p.eos_id, vocab_size);
+    RLPT_CHECK(p.eos_id >= -1 && p.eos_id < vocab_size,
+               "sampling: eos_id {} is outside the vocabulary [0, {}) (-1: none)", p.eos_id, vocab_size);
     for (int64_t id : p.stop_token_ids)
         RLPT_CHECK(id >= 0 && id < vocab_size, "sampling: stop token id {} is outside the vocabulary [0, {})", id,
                    vocab_size);

@@ -80,8 +80,10 @@ void validate_stages(const std::vector<StageSpec>& stages) {
     for (size_t s = 0; s < stages.size(); ++s) {
         const auto& st = stages[s];
         RLPT_CHECK(st.generator == "sampler" || st.generator == "beam_search",
-                   "multi_stage: rollout.stages[{}].generator '{}' is not one of: sampler, beam_search", s, st.generator);
-        RLPT_CHECK(st.max_tokens >= 1, "multi_stage: rollout.stages[{}].max_tokens must be >= 1, got {}", s, st.max_tokens);
+                   "multi_stage: rollout.stages[{}].generator '{}' is not one of: sampler, beam_search", s,
+                   st.generator);
+        RLPT_CHECK(st.max_tokens >= 1, "multi_stage: rollout.stages[{}].max_tokens must be >= 1, got {}", s,
+                   st.max_tokens);
         RLPT_CHECK(st.stop.empty() || st.generator == "sampler",
                    "multi_stage: rollout.stages[{}].stop: stop strings are not supported on a beam_search stage", s);
         validate_stop_strings(st.stop, "multi_stage: rollout.stages[].stop");
@@ -91,7 +93,8 @@ void validate_stages(const std::vector<StageSpec>& stages) {
 GenerationOutput run_stages(model::CausalLM& model, const Prompts& prompts, const std::vector<uint64_t>& seeds,
                             const SamplingParams& params, const MultiStageArgs& args, const BatchLimits& limits) {
     validate_stages(args.stages);
-    RLPT_CHECK(params.token_texts != nullptr, "multi_stage: needs the tokenizer's token texts (SamplingParams::token_texts)");
+    RLPT_CHECK(params.token_texts != nullptr,
+               "multi_stage: needs the tokenizer's token texts (SamplingParams::token_texts)");
     RLPT_CHECK(seeds.size() == prompts.size(), "multi_stage: {} seeds for {} prompts", seeds.size(), prompts.size());
     RLPT_CHECK(args.sample_rank.empty() || args.sample_rank.size() == prompts.size(),
                "multi_stage: {} sample ranks for {} prompts", args.sample_rank.size(), prompts.size());
@@ -127,7 +130,8 @@ GenerationOutput run_stages(model::CausalLM& model, const Prompts& prompts, cons
             // eos or a stop token id: the model ended the response; a stop string or the
             // stage's limit hands over to the next stage.
             const int64_t last = tokens.empty() ? -1 : tokens.back();
-            rs.ended = rs.row.finish == FinishReason::kEos || (rs.row.finish == FinishReason::kStop && stop_ids.count(last));
+            rs.ended =
+                rs.row.finish == FinishReason::kEos || (rs.row.finish == FinishReason::kStop && stop_ids.count(last));
             if (rs.ended) continue;
             const auto& app = args.stages[s].append_ids;
             rs.row.tokens.insert(rs.row.tokens.end(), app.begin(), app.end());

@@ -57,7 +57,8 @@ void check_prompts(const std::vector<std::vector<int64_t>>& prompts, int64_t voc
         RLPT_CHECK(!prompts[i].empty(), "generate: prompt {} is empty (at least one token is needed)", i);
         for (size_t j = 0; j < prompts[i].size(); ++j)
             RLPT_CHECK(prompts[i][j] >= 0 && prompts[i][j] < vocab,
-                       "generate: prompt {} token {} is {}, outside the vocabulary [0, {})", i, j, prompts[i][j], vocab);
+                       "generate: prompt {} token {} is {}, outside the vocabulary [0, {})", i, j, prompts[i][j],
+                       vocab);
     }
 }
 

@@ -50,9 +50,8 @@ class RowSampler {
         const std::vector<int32_t>* cand = nullptr;
         if (top_k > 0) {
             // top-k: the k best-ranked tokens (weight 1 each), listed in index order.
-            const Selected sk = select(nullptr, [](int32_t) { return 1.0; }, [top_k](double) {
-                return static_cast<double>(top_k);
-            });
+            const Selected sk = select(
+                nullptr, [](int32_t) { return 1.0; }, [top_k](double) { return static_cast<double>(top_k); });
             kept_.clear();
             for (int32_t j = 0; j < static_cast<int32_t>(vocab_); ++j)
                 if (is_kept(j, sk.boundary)) kept_.push_back(j);
@@ -61,8 +60,9 @@ class RowSampler {
         Boundary bp;
         double total = 0;
         if (top_p < 1.0) {
-            const Selected sp = select(cand, [p](int32_t j) { return static_cast<double>(p[j]); },
-                                       [top_p](double mass) { return top_p * mass; });
+            const Selected sp = select(
+                cand, [p](int32_t j) { return static_cast<double>(p[j]); },
+                [top_p](double mass) { return top_p * mass; });
             bp = sp.boundary;
             total = sp.kept_weight;
         } else {
@@ -275,8 +275,8 @@ TokenChoices choose_tokens(const torch::Tensor& logits_in, const SamplingParams&
                "choose_tokens: logits must be [b, V] with V >= 1, got {}",
                logits_in.defined() ? logits_in.sizes() : torch::IntArrayRef{});
     const int64_t b = logits_in.size(0), vocab = logits_in.size(1);
-    RLPT_CHECK(params.greedy || static_cast<int64_t>(uniforms.size()) == b,
-               "choose_tokens: {} uniforms for {} rows", uniforms.size(), b);
+    RLPT_CHECK(params.greedy || static_cast<int64_t>(uniforms.size()) == b, "choose_tokens: {} uniforms for {} rows",
+               uniforms.size(), b);
     RLPT_CHECK(vocab < std::numeric_limits<int32_t>::max(), "choose_tokens: vocabulary of {} is too large", vocab);
     auto z = logits_in.to(torch::kCPU, torch::kFloat32).contiguous();
     const float* zp = z.data_ptr<float>();
@@ -289,7 +289,8 @@ TokenChoices choose_tokens(const torch::Tensor& logits_in, const SamplingParams&
     if (params.greedy) {
         // Argmax of the raw logits; the log-prob from the fused kernel the actor also uses.
         at::parallel_for(0, b, grain, [&](int64_t begin, int64_t end) {
-            for (int64_t i = begin; i < end; ++i) out.tokens[static_cast<size_t>(i)] = first_argmax(zp + i * vocab, vocab);
+            for (int64_t i = begin; i < end; ++i)
+                out.tokens[static_cast<size_t>(i)] = first_argmax(zp + i * vocab, vocab);
         });
         const double t = params.temperature > 0 ? params.temperature : 1.0;
         auto lp = kernels::logprob_forward(z, torch::tensor(out.tokens, torch::kInt64), t, false).logp.contiguous();
@@ -306,9 +307,9 @@ TokenChoices choose_tokens(const torch::Tensor& logits_in, const SamplingParams&
             for (int64_t i = begin; i < end; ++i) {
                 const float* pi = pp + i * vocab;
                 const double u = uniforms[static_cast<size_t>(i)];
-                const int64_t tok = filter ? row_sampler->choose(zp + i * vocab, pi, filter_k ? params.top_k : -1,
-                                                                 params.top_p, u)
-                                           : draw_unfiltered(pi, vocab, u);
+                const int64_t tok =
+                    filter ? row_sampler->choose(zp + i * vocab, pi, filter_k ? params.top_k : -1, params.top_p, u)
+                           : draw_unfiltered(pi, vocab, u);
                 out.tokens[static_cast<size_t>(i)] = tok;
                 out.log_probs[static_cast<size_t>(i)] =
                     tok >= 0 ? static_cast<float>(std::log(static_cast<double>(pi[tok]))) : std::nanf("");

@@ -58,7 +58,8 @@ bool parse_normalizer(const json& n, const std::string& source, const std::strin
     if (type == "NFC") return true;
     if (type == "Sequence") {
         const json* list = member(n, "normalizers");
-        RLPT_CHECK_KIND(IoError, list != nullptr && list->is_array(), "{}: {}.normalizers must be a list", source, path);
+        RLPT_CHECK_KIND(IoError, list != nullptr && list->is_array(), "{}: {}.normalizers must be a list", source,
+                        path);
         bool any = false;
         for (size_t i = 0; i < list->size(); ++i) {
             any = parse_normalizer((*list)[i], source, fmt::format("{}.normalizers[{}]", path, i)) || any;
@@ -116,9 +117,8 @@ void parse_pre_tokenizer(const json& p, const std::string& source, const std::st
                         source, path, behavior);
         step.invert = get_bool(p, "invert", false, source, path);
     } else {
-        RLPT_THROW(IoError,
-                   "{}: {} type '{}' is not supported (rlpt supports Split, ByteLevel and Sequences of them)", source,
-                   path, type);
+        RLPT_THROW(IoError, "{}: {} type '{}' is not supported (rlpt supports Split, ByteLevel and Sequences of them)",
+                   source, path, type);
     }
     steps.push_back(std::move(step));
 }
@@ -255,8 +255,8 @@ void finalize(Impl& impl) {
     const int64_t n_tokens = static_cast<int64_t>(impl.model->vocab().size() + impl.added_tokens.size());
     const int64_t max_size = 2 * n_tokens + 1024;
     RLPT_CHECK_KIND(IoError, size <= max_size,
-                    "{}: token ids go up to {} but the file has only {} tokens (rlpt needs ids below {})",
-                    impl.source, size - 1, n_tokens, max_size);
+                    "{}: token ids go up to {} but the file has only {} tokens (rlpt needs ids below {})", impl.source,
+                    size - 1, n_tokens, max_size);
     impl.tokens.assign(size, std::string());
     impl.flags.assign(size, 0);
     for (const auto& [token, id] : impl.model->vocab()) {
@@ -282,8 +282,8 @@ void finalize(Impl& impl) {
     impl.decoded.assign(size, std::string());
     for (int64_t id = 0; id < size; ++id) {
         if (!(impl.flags[id] & Impl::kHasToken)) continue;
-        impl.decoded[id] = impl.decoder == Impl::Decoder::kByteLevel ? byte_level_decode_token(impl.tokens[id])
-                                                                      : impl.tokens[id];
+        impl.decoded[id] =
+            impl.decoder == Impl::Decoder::kByteLevel ? byte_level_decode_token(impl.tokens[id]) : impl.tokens[id];
     }
 }
 
@@ -293,10 +293,12 @@ std::unique_ptr<Impl> build_from_tokenizer_json(const json& root, const std::str
     RLPT_CHECK_KIND(IoError, root.is_object(), "{}: expected a JSON object at the top level", source);
     auto impl = std::make_unique<Impl>();
     impl->source = source;
-    if (const json* n = member(root, "normalizer"); n != nullptr) impl->nfc = parse_normalizer(*n, source, "normalizer");
+    if (const json* n = member(root, "normalizer"); n != nullptr)
+        impl->nfc = parse_normalizer(*n, source, "normalizer");
 
     std::vector<PreTokenizerStep> steps;
-    if (const json* p = member(root, "pre_tokenizer"); p != nullptr) parse_pre_tokenizer(*p, source, "pre_tokenizer", steps);
+    if (const json* p = member(root, "pre_tokenizer"); p != nullptr)
+        parse_pre_tokenizer(*p, source, "pre_tokenizer", steps);
     bool byte_level = false;
     for (size_t i = 0; i < steps.size(); ++i) {
         if (steps[i].kind != PreTokenizerStep::Kind::kByteLevel) continue;
@@ -374,8 +376,13 @@ std::string gpt2_tokenizer_json(const Impl& impl) {
     using ojson = nlohmann::json;
     ojson added = ojson::array();
     for (const auto& t : impl.added_tokens) {
-        added.push_back({{"id", t.id}, {"content", t.content}, {"single_word", t.single_word}, {"lstrip", t.lstrip},
-                         {"rstrip", t.rstrip}, {"normalized", t.normalized}, {"special", t.special}});
+        added.push_back({{"id", t.id},
+                         {"content", t.content},
+                         {"single_word", t.single_word},
+                         {"lstrip", t.lstrip},
+                         {"rstrip", t.rstrip},
+                         {"normalized", t.normalized},
+                         {"special", t.special}});
     }
     std::vector<std::pair<int32_t, const std::string*>> by_id;
     by_id.reserve(impl.model->vocab().size());
@@ -387,7 +394,9 @@ std::string gpt2_tokenizer_json(const Impl& impl) {
     std::vector<const std::string*> model_tokens(impl.tokens.size(), nullptr);
     for (const auto& [id, token] : by_id) model_tokens[id] = token;
     for (const auto& [a, b] : impl.model->merge_list()) merges.push_back(*model_tokens[a] + " " + *model_tokens[b]);
-    const ojson byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+    const ojson byte_level = {{"type", "ByteLevel"},
+                              {"add_prefix_space", false},
+                              {"trim_offsets", true},
                               {"use_regex", true}};
     ojson root = {
         {"version", "1.0"},
@@ -399,9 +408,16 @@ std::string gpt2_tokenizer_json(const Impl& impl) {
         {"post_processor", byte_level},
         {"decoder", byte_level},
         {"model",
-         {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
-          {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
-          {"vocab", vocab}, {"merges", merges}}},
+         {{"type", "BPE"},
+          {"dropout", nullptr},
+          {"unk_token", nullptr},
+          {"continuing_subword_prefix", nullptr},
+          {"end_of_word_suffix", nullptr},
+          {"fuse_unk", false},
+          {"byte_fallback", false},
+          {"ignore_merges", false},
+          {"vocab", vocab},
+          {"merges", merges}}},
     };
     return root.dump(2);
 }

@@ -23,8 +23,8 @@ BpeModel::BpeModel(std::unordered_map<std::string, int32_t> vocab,
                         where, i, a, b, b);
         const auto merged = vocab_.find(a + b);
         RLPT_CHECK_KIND(IoError, merged != vocab_.end(),
-                        "{}: merge {} ('{} {}'): the merged token '{}{}' is not in the vocabulary", where, i, a, b,
-                        a, b);
+                        "{}: merge {} ('{} {}'): the merged token '{}{}' is not in the vocabulary", where, i, a, b, a,
+                        b);
         merges_[pair_key(ia->second, ib->second)] = {static_cast<int32_t>(i), merged->second};
         merge_list_.emplace_back(ia->second, ib->second);
     }

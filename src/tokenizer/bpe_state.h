@@ -32,9 +32,9 @@ struct BpeState {
     AddedTokenMatcher normalized_matcher;  // normalized=true tokens, on normalized text
 
     // Indexed by id, vocab_size() entries.
-    std::vector<std::string> tokens;     // token string; empty for ids that name no token
-    std::vector<std::string> decoded;    // what the decoder makes of the token alone
-    std::vector<uint8_t> flags;          // kHasToken | kSpecial
+    std::vector<std::string> tokens;   // token string; empty for ids that name no token
+    std::vector<std::string> decoded;  // what the decoder makes of the token alone
+    std::vector<uint8_t> flags;        // kHasToken | kSpecial
     static constexpr uint8_t kHasToken = 1;
     static constexpr uint8_t kSpecial = 2;
 
@@ -50,7 +50,7 @@ struct BpeState {
 std::unique_ptr<BpeState> build_from_tokenizer_json(const nlohmann::json& root, const std::string& source);
 // GPT-2's original files.
 std::unique_ptr<BpeState> build_from_gpt2_files(const std::string& encoder_json_path,
-                                                          const std::string& vocab_bpe_path);
+                                                const std::string& vocab_bpe_path);
 // A Hugging Face tokenizer.json equivalent to a tokenizer built from GPT-2's files.
 std::string gpt2_tokenizer_json(const BpeState& impl);
 

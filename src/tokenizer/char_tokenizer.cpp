@@ -137,15 +137,25 @@ void CharTokenizer::save(const std::string& dir) const {
     ojson added = ojson::array();
     ojson vocab = ojson::object();
     for (int64_t s = 0; s < kFirstCharId; ++s) {
-        added.push_back({{"id", s}, {"content", kSpecials[s]}, {"single_word", false}, {"lstrip", false},
-                         {"rstrip", false}, {"normalized", false}, {"special", true}});
+        added.push_back({{"id", s},
+                         {"content", kSpecials[s]},
+                         {"single_word", false},
+                         {"lstrip", false},
+                         {"rstrip", false},
+                         {"normalized", false},
+                         {"special", true}});
         vocab[kSpecials[s]] = s;
     }
     for (size_t c = 0; c < chars_.size(); ++c) vocab[chars_[c]] = kFirstCharId + static_cast<int64_t>(c);
     for (size_t k = 0; k < words_.size(); ++k) {
         const int64_t id = kFirstCharId + static_cast<int64_t>(chars_.size() + k);
-        added.push_back({{"id", id}, {"content", words_[k]}, {"single_word", false}, {"lstrip", false},
-                         {"rstrip", false}, {"normalized", false}, {"special", false}});
+        added.push_back({{"id", id},
+                         {"content", words_[k]},
+                         {"single_word", false},
+                         {"lstrip", false},
+                         {"rstrip", false},
+                         {"normalized", false},
+                         {"special", false}});
         vocab[words_[k]] = id;
     }
     const ojson root = {
@@ -158,9 +168,16 @@ void CharTokenizer::save(const std::string& dir) const {
         {"post_processor", nullptr},
         {"decoder", {{"type", "Fuse"}}},
         {"model",
-         {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
-          {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
-          {"vocab", vocab}, {"merges", ojson::array()}}},
+         {{"type", "BPE"},
+          {"dropout", nullptr},
+          {"unk_token", nullptr},
+          {"continuing_subword_prefix", nullptr},
+          {"end_of_word_suffix", nullptr},
+          {"fuse_unk", false},
+          {"byte_fallback", false},
+          {"ignore_merges", false},
+          {"vocab", vocab},
+          {"merges", ojson::array()}}},
     };
     const ojson config = {
         {"tokenizer_class", "PreTrainedTokenizerFast"},
@@ -223,7 +240,8 @@ std::unique_ptr<CharTokenizer> CharTokenizer::load(const std::string& dir) {
         size_t i = 0;
         char32_t cp = 0;
         if (!detail::utf8_next(by_id[id], i, cp) || i != by_id[id].size()) {
-            fail(fmt::format("token '{}' (id {}) is not a single character nor a non-special added token", by_id[id], id));
+            fail(fmt::format("token '{}' (id {}) is not a single character nor a non-special added token", by_id[id],
+                             id));
         }
         if (!words.empty()) fail(fmt::format("character '{}' (id {}) follows a word", by_id[id], id));
         charset += by_id[id];

@@ -9,8 +9,7 @@ namespace rlpt::tokenizer {
 
 namespace {
 
-constexpr const char* kQwenDefaultSystem =
-    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+constexpr const char* kQwenDefaultSystem = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
 // Python's str.isspace(), which Jinja's `trim` uses: White_Space plus the information
 // separators U+001C..U+001F.
@@ -78,8 +77,8 @@ std::string apply_chat_template(ChatFamily family, const std::vector<ChatMessage
         case ChatFamily::kLlama3:
             out += "<|begin_of_text|>";
             for (const auto& m : messages) {
-                out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + python_strip(m.content) +
-                       "<|eot_id|>";
+                out +=
+                    "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + python_strip(m.content) + "<|eot_id|>";
             }
             if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
             break;

@@ -101,8 +101,8 @@ int64_t config_json_id(const nlohmann::json& value, const std::string& key, cons
         v = &(*v)[0];
     }
     if (v->is_null()) return -1;
-    RLPT_CHECK_KIND(IoError, v->is_number_integer(), "{}: \"{}\" must be an integer, a list of integers or null, got {}",
-                    source, key, value.dump());
+    RLPT_CHECK_KIND(IoError, v->is_number_integer(),
+                    "{}: \"{}\" must be an integer, a list of integers or null, got {}", source, key, value.dump());
     const int64_t id = v->get<int64_t>();
     RLPT_CHECK_KIND(IoError, id >= 0 && id < vocab_size, "{}: {} = {} is outside the tokenizer's vocabulary (size {})",
                     source, key, id, vocab_size);
@@ -111,8 +111,7 @@ int64_t config_json_id(const nlohmann::json& value, const std::string& key, cons
 
 }  // namespace
 
-SpecialTokenIds resolve_special_ids(const std::string& dir,
-                                    const std::function<int64_t(std::string_view)>& lookup,
+SpecialTokenIds resolve_special_ids(const std::string& dir, const std::function<int64_t(std::string_view)>& lookup,
                                     int64_t vocab_size, SpecialTokenIds defaults) {
     nlohmann::json tok_config;
     nlohmann::json model_config;

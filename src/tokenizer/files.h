@@ -29,8 +29,7 @@ nlohmann::json parse_json(const std::string& text, const std::string& source);
 
 // The special-id rules of bpe_tokenizer.h for the model directory `dir`. lookup maps a token
 // string to its id (-1 when absent). Fields no file names keep the values in `defaults`.
-SpecialTokenIds resolve_special_ids(const std::string& dir,
-                                    const std::function<int64_t(std::string_view)>& lookup,
+SpecialTokenIds resolve_special_ids(const std::string& dir, const std::function<int64_t(std::string_view)>& lookup,
                                     int64_t vocab_size, SpecialTokenIds defaults);
 
 }  // namespace rlpt::tokenizer::detail

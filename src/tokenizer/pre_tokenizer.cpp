@@ -11,8 +11,7 @@
 
 namespace rlpt::tokenizer::detail {
 
-const char* const kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+const char* const kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 RegexSplitter::RegexSplitter(const std::string& pattern, bool literal) {
     UErrorCode status = U_ZERO_ERROR;
@@ -91,8 +90,7 @@ std::vector<Span> apply_behavior(std::vector<Span> matches, SplitBehavior behavi
         case SplitBehavior::kIsolated:
             for (auto& m : matches) acc.push_back({m.first, false});
             return acc;
-        case SplitBehavior::kRemoved:
-            return matches;
+        case SplitBehavior::kRemoved: return matches;
         case SplitBehavior::kContiguous:
             for (auto& [range, is_match] : matches) {
                 if (is_match == previous_match && !acc.empty()) acc.back().first.second = range.second;

@@ -146,9 +146,7 @@ int unicode_to_byte(char32_t cp) {
     return cp < inverse.size() ? inverse[cp] : -1;
 }
 
-bool is_white_space(char32_t cp) {
-    return u_hasBinaryProperty(static_cast<UChar32>(cp), UCHAR_WHITE_SPACE);
-}
+bool is_white_space(char32_t cp) { return u_hasBinaryProperty(static_cast<UChar32>(cp), UCHAR_WHITE_SPACE); }
 
 bool is_word_char(char32_t cp) {
     const auto c = static_cast<UChar32>(cp);

@@ -56,15 +56,23 @@ int main(int argc, char** argv) {
             layers = 4, vocab = 1024, threads = 1;
     try {
         bench::parse_int_options(argc, argv, "rlpt_bench_agent",
-                                 {{"--prompts", &prompts_n}, {"--n", &n}, {"--max-new", &max_new},
-                                  {"--max-num-seqs", &slots}, {"--calls", &calls}, {"--max-turns", &max_turns},
-                                  {"--latency-ms", &latency_ms}, {"--hidden", &hidden}, {"--layers", &layers},
-                                  {"--vocab", &vocab}, {"--threads", &threads}});
+                                 {{"--prompts", &prompts_n},
+                                  {"--n", &n},
+                                  {"--max-new", &max_new},
+                                  {"--max-num-seqs", &slots},
+                                  {"--calls", &calls},
+                                  {"--max-turns", &max_turns},
+                                  {"--latency-ms", &latency_ms},
+                                  {"--hidden", &hidden},
+                                  {"--layers", &layers},
+                                  {"--vocab", &vocab},
+                                  {"--threads", &threads}});
         torch::set_num_threads(static_cast<int>(threads));
         const std::string charset = "abcdefghijklmnopqrstuvwxyz0123456789<>/_ ";
         std::vector<std::string> macros;
         for (int64_t k = 0; k < calls; ++k)
-            macros.push_back(fmt::format("<tool_call>{{\"name\": \"probe\", \"arguments\": {{\"x\": {}}}}}</tool_call>", k));
+            macros.push_back(
+                fmt::format("<tool_call>{{\"name\": \"probe\", \"arguments\": {{\"x\": {}}}}}</tool_call>", k));
         const int64_t first_filler = 3 + static_cast<int64_t>(charset.size()) + calls;
         RLPT_CHECK(vocab > first_filler, "rlpt_bench_agent: --vocab must exceed {}", first_filler);
         for (int64_t id = first_filler; id < vocab; ++id) macros.push_back(fmt::format("w{} ", id));
@@ -123,7 +131,9 @@ int main(int argc, char** argv) {
                 } else {
                     r.out = agent::run_agent_loop(
                         [&](const std::vector<std::vector<int64_t>>& p, const std::vector<uint64_t>& s,
-                            const rollout::SamplingParams& q) { return rollout::generate(*m, p, s, q, rollout::BatchLimits(slots)); },
+                            const rollout::SamplingParams& q) {
+                            return rollout::generate(*m, p, s, q, rollout::BatchLimits(slots));
+                        },
                         prompts, seeds, sp, ctx);
                 }
                 r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -139,36 +149,44 @@ int main(int argc, char** argv) {
             for (int64_t i = 0; i < x.responses.size(0); ++i) {
                 auto ne = (x.responses[i].narrow(0, 0, common_r) != y.responses[i].narrow(0, 0, common_r)).nonzero();
                 const int64_t first = ne.numel() > 0 ? ne[0][0].item<int64_t>() : common_r;
-                if (first < common_r || !torch::equal(x.response_mask[i], y.response_mask[i].narrow(0, 0, x.response_mask.size(1))))
+                if (first < common_r ||
+                    !torch::equal(x.response_mask[i], y.response_mask[i].narrow(0, 0, x.response_mask.size(1))))
                     ++differing;
                 if (first > 0)
-                    worst = std::max(worst, (x.rollout_log_probs[i].narrow(0, 0, first) - y.rollout_log_probs[i].narrow(0, 0, first))
-                                                .abs().max().item<double>());
+                    worst = std::max(worst, (x.rollout_log_probs[i].narrow(0, 0, first) -
+                                             y.rollout_log_probs[i].narrow(0, 0, first))
+                                                .abs()
+                                                .max()
+                                                .item<double>());
             }
             const bool same = worst < 1e-3;
             all_same = all_same && same;
             for (const auto& r : runs) {
-                const double model_tokens = sum(r.values.at("model_tokens")), obs = sum(r.values.at("observation_tokens"));
-                std::printf("{\"kind\": \"loop\", \"latency_ms\": %lld, \"loop\": \"%s\", \"seconds\": %.3f, \"cpu_seconds\": %.3f, "
+                const double model_tokens = sum(r.values.at("model_tokens")),
+                             obs = sum(r.values.at("observation_tokens"));
+                std::printf("{\"kind\": \"loop\", \"latency_ms\": %lld, \"loop\": \"%s\", \"seconds\": %.3f, "
+                            "\"cpu_seconds\": %.3f, "
                             "\"model_tokens\": %.0f, \"observation_tokens\": %.0f, \"tokens_per_s\": %.1f, "
-                            "\"vs_turn_by_turn\": %.3f, \"vs_turn_by_turn_cpu\": %.3f, \"calls\": %.0f, \"tool_seconds\": %.2f, "
+                            "\"vs_turn_by_turn\": %.3f, \"vs_turn_by_turn_cpu\": %.3f, \"calls\": %.0f, "
+                            "\"tool_seconds\": %.2f, "
                             "\"turns_mean\": %.2f, \"differing_rows\": %lld, \"logprob_diff\": %.2e}\n",
-                            static_cast<long long>(lat), r.name, r.seconds, r.cpu, model_tokens, obs, model_tokens / r.seconds,
-                            runs[0].seconds / r.seconds, runs[0].cpu / r.cpu, sum(r.values.at("tool_call_counts")),
-                            sum(r.values.at("tool_latency_s")),
+                            static_cast<long long>(lat), r.name, r.seconds, r.cpu, model_tokens, obs,
+                            model_tokens / r.seconds, runs[0].seconds / r.seconds, runs[0].cpu / r.cpu,
+                            sum(r.values.at("tool_call_counts")), sum(r.values.at("tool_latency_s")),
                             sum(r.values.at("num_turns")) / static_cast<double>(prompts.size()),
                             static_cast<long long>(differing), worst);
             }
             std::fflush(stdout);
         }
-        std::printf("{\"kind\": \"setup\", \"params\": %lld, \"hidden\": %lld, \"layers\": %lld, \"vocab\": %lld, "
-                    "\"prompts\": %lld, \"n\": %lld, \"max_new\": %lld, \"max_num_seqs\": %lld, \"calls\": %lld, "
-                    "\"max_turns\": %lld, \"latency_ms\": %lld, \"threads\": %lld, \"identical\": %s, \"git_sha\": \"%s\"}\n",
-                    static_cast<long long>(params), static_cast<long long>(hidden), static_cast<long long>(layers),
-                    static_cast<long long>(vocab), static_cast<long long>(prompts_n), static_cast<long long>(n),
-                    static_cast<long long>(max_new), static_cast<long long>(slots), static_cast<long long>(calls),
-                    static_cast<long long>(max_turns), static_cast<long long>(latency_ms), static_cast<long long>(threads),
-                    all_same ? "true" : "false", RLPT_GIT_SHA);
+        std::printf(
+            "{\"kind\": \"setup\", \"params\": %lld, \"hidden\": %lld, \"layers\": %lld, \"vocab\": %lld, "
+            "\"prompts\": %lld, \"n\": %lld, \"max_new\": %lld, \"max_num_seqs\": %lld, \"calls\": %lld, "
+            "\"max_turns\": %lld, \"latency_ms\": %lld, \"threads\": %lld, \"identical\": %s, \"git_sha\": \"%s\"}\n",
+            static_cast<long long>(params), static_cast<long long>(hidden), static_cast<long long>(layers),
+            static_cast<long long>(vocab), static_cast<long long>(prompts_n), static_cast<long long>(n),
+            static_cast<long long>(max_new), static_cast<long long>(slots), static_cast<long long>(calls),
+            static_cast<long long>(max_turns), static_cast<long long>(latency_ms), static_cast<long long>(threads),
+            all_same ? "true" : "false", RLPT_GIT_SHA);
         if (!all_same) {
             std::fprintf(stderr, "bench_agent: the loops' log-probs differ before their conversations part\n");
             return 1;

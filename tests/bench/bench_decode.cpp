@@ -175,9 +175,11 @@ int main(int argc, char** argv) {
         } else if (!std::strcmp(argv[i], "--batches") && i + 1 < argc) {
             batches.clear();
             std::stringstream list(argv[++i]);
-            for (std::string item; std::getline(list, item, ',');) batches.push_back(std::max(1, std::atoi(item.c_str())));
+            for (std::string item; std::getline(list, item, ',');)
+                batches.push_back(std::max(1, std::atoi(item.c_str())));
         } else {
-            std::fprintf(stderr, "usage: %s [--threads N] [--quick] [--batches 1,16,64] [--hf-dir DIR [--write-hf-only]] "
+            std::fprintf(stderr,
+                         "usage: %s [--threads N] [--quick] [--batches 1,16,64] [--hf-dir DIR [--write-hf-only]] "
                          "[--models tiny,fp32,bf16] [--no-blas] [--baseline blas|unfused]\n",
                          argv[0]);
             return 2;
@@ -257,13 +259,16 @@ int main(int argc, char** argv) {
             for (int r = 0; r < reps; ++r) {
                 for (int on : paths) {
                     use_path(*m, on);
-                    t_full[on] = std::min(t_full[on], best_seconds(1, [&] { rlpt::rollout::generate(*m, prompts, seeds, p, b); }));
-                    t_pre[on] = std::min(t_pre[on], best_seconds(1, [&] { rlpt::rollout::generate(*m, prompts, seeds, p1, b); }));
+                    t_full[on] = std::min(t_full[on],
+                                          best_seconds(1, [&] { rlpt::rollout::generate(*m, prompts, seeds, p, b); }));
+                    t_pre[on] = std::min(t_pre[on],
+                                         best_seconds(1, [&] { rlpt::rollout::generate(*m, prompts, seeds, p1, b); }));
                 }
             }
             use_path(*m, 1);
             double tok_s[2] = {0, 0};
-            for (int on : paths) tok_s[on] = static_cast<double>(b) * static_cast<double>(n_new - 1) / (t_full[on] - t_pre[on]);
+            for (int on : paths)
+                tok_s[on] = static_cast<double>(b) * static_cast<double>(n_new - 1) / (t_full[on] - t_pre[on]);
             const double step_s = static_cast<double>(b) / tok_s[1];
             // The LM head and the sampler alone for b rows.
             double head_s, sample_s;
@@ -281,18 +286,20 @@ int main(int argc, char** argv) {
             const double kv_elems = 2.0 * a.num_hidden_layers * b * mean_len * a.num_key_value_heads * a.head_dim;
             const double elem_bytes = spec.dtype == torch::kFloat32 ? 4.0 : 2.0;
             const double bytes = elem_bytes * (w + kv_elems);
-            const double flops = 2.0 * b * w + 4.0 * b * mean_len * a.num_attention_heads * a.head_dim * a.num_hidden_layers;
+            const double flops =
+                2.0 * b * w + 4.0 * b * mean_len * a.num_attention_heads * a.head_dim * a.num_hidden_layers;
             const double t_bw = bytes / (bw_gbs * 1e9), t_fl = flops / (mm_gflops * 1e9);
             const double bound = std::max(t_bw, t_fl);
-            std::printf("{\"kind\":\"decode\",\"model\":\"%s\",\"threads\":%d,\"batch\":%lld,\"new_tokens\":%lld,"
-                        "\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"blas_tokens_per_s\":%.1f,\"vs_blas\":%.2f,"
-                        "\"bw_bound_ms\":%.3f,\"flop_bound_ms\":%.3f,\"binding\":\"%s\",\"ceiling_tokens_per_s\":%.1f,"
-                        "\"achieved\":%.3f,\"head_ms\":%.3f,\"sample_ms\":%.3f,\"prefill_ms\":%.2f,\"check_max_abs\":%.2e,"
-                        "\"baseline\":\"%s\"}\n",
-                        spec.name, threads, static_cast<long long>(b), static_cast<long long>(n_new), step_s * 1e3,
-                        tok_s[1], tok_s[0], with_blas ? tok_s[1] / tok_s[0] : 0.0, t_bw * 1e3, t_fl * 1e3,
-                        t_bw >= t_fl ? "bandwidth" : "matmul", b / bound, bound / step_s, head_s * 1e3,
-                        sample_s * 1e3, t_pre[1] * 1e3, err, baseline.c_str());
+            std::printf(
+                "{\"kind\":\"decode\",\"model\":\"%s\",\"threads\":%d,\"batch\":%lld,\"new_tokens\":%lld,"
+                "\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"blas_tokens_per_s\":%.1f,\"vs_blas\":%.2f,"
+                "\"bw_bound_ms\":%.3f,\"flop_bound_ms\":%.3f,\"binding\":\"%s\",\"ceiling_tokens_per_s\":%.1f,"
+                "\"achieved\":%.3f,\"head_ms\":%.3f,\"sample_ms\":%.3f,\"prefill_ms\":%.2f,\"check_max_abs\":%.2e,"
+                "\"baseline\":\"%s\"}\n",
+                spec.name, threads, static_cast<long long>(b), static_cast<long long>(n_new), step_s * 1e3, tok_s[1],
+                tok_s[0], with_blas ? tok_s[1] / tok_s[0] : 0.0, t_bw * 1e3, t_fl * 1e3,
+                t_bw >= t_fl ? "bandwidth" : "matmul", b / bound, bound / step_s, head_s * 1e3, sample_s * 1e3,
+                t_pre[1] * 1e3, err, baseline.c_str());
             std::fflush(stdout);
         }
         if (spec.dtype != torch::kFloat32) continue;

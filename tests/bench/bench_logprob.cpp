@@ -37,7 +37,8 @@ double median_ms(int iters, S&& setup, F&& timed) {
 
 template <class F>
 double median_ms(int iters, F&& f) {
-    return median_ms(iters, [] { return 0; }, [&](int) { f(); });
+    return median_ms(
+        iters, [] { return 0; }, [&](int) { f(); });
 }
 
 struct Unfused {
@@ -62,8 +63,10 @@ int main(int argc, char** argv) {
         int64_t n, v;
         torch::ScalarType dtype;
     };
-    std::vector<Shape> shapes = {{4096, 1000, torch::kFloat},   {512, 32000, torch::kFloat},
-                                 {512, 32000, torch::kBFloat16}, {128, 151936, torch::kFloat},
+    std::vector<Shape> shapes = {{4096, 1000, torch::kFloat},
+                                 {512, 32000, torch::kFloat},
+                                 {512, 32000, torch::kBFloat16},
+                                 {128, 151936, torch::kFloat},
                                  {128, 151936, torch::kBFloat16}};
     if (argc > 3) {
         const int64_t n = std::atoll(argv[2]), v = std::atoll(argv[3]);
@@ -73,11 +76,10 @@ int main(int argc, char** argv) {
         }
         shapes = {{n, v, torch::kFloat}, {n, v, torch::kBFloat16}};
     }
-    std::printf("rlpt %s, %d threads, %d timed iterations (median), T = %.2f\n", RLPT_GIT_SHA,
-                torch::get_num_threads(), iters, temperature);
-    std::printf("%6s %7s %5s | %10s %10s %7s %7s | %10s %10s %7s %7s | %9s %9s\n", "N", "V", "dtype",
-                "fwd fused", "unfused", "GB/s", "speedup", "bwd fused", "unfused", "GB/s", "speedup",
-                "max|dlogp|", "max|dgrad|");
+    std::printf("rlpt %s, %d threads, %d timed iterations (median), T = %.2f\n", RLPT_GIT_SHA, torch::get_num_threads(),
+                iters, temperature);
+    std::printf("%6s %7s %5s | %10s %10s %7s %7s | %10s %10s %7s %7s | %9s %9s\n", "N", "V", "dtype", "fwd fused",
+                "unfused", "GB/s", "speedup", "bwd fused", "unfused", "GB/s", "speedup", "max|dlogp|", "max|dgrad|");
     std::vector<std::string> json;
     for (const Shape& s : shapes) {
         torch::manual_seed(0);
@@ -92,13 +94,11 @@ int main(int argc, char** argv) {
         const torch::Tensor x = logits.detach().clone().requires_grad_(true);
         const Unfused ux = unfused(x, labels, temperature);
         ((ux.logp * wl).sum() + (ux.entropy * wh).sum()).backward();
-        const torch::Tensor g = rlpt::kernels::logprob_backward(logits, labels, f.lse, f.entropy, wl,
-                                                                wh, temperature);
+        const torch::Tensor g = rlpt::kernels::logprob_backward(logits, labels, f.lse, f.entropy, wl, wh, temperature);
         const double dgrad = max_abs_diff(g, x.grad());
 
-        const double fwd_fused = median_ms(iters, [&] {
-            rlpt::kernels::logprob_forward(logits, labels, temperature, true);
-        });
+        const double fwd_fused =
+            median_ms(iters, [&] { rlpt::kernels::logprob_forward(logits, labels, temperature, true); });
         const double fwd_unfused = median_ms(iters, [&] {
             torch::NoGradGuard no_grad;
             unfused(logits, labels, temperature);
@@ -120,21 +120,20 @@ int main(int argc, char** argv) {
         const double bwd_gbs = 2.0 * bytes / (bwd_fused * 1e6);
         const char* dt = s.dtype == torch::kFloat ? "fp32" : "bf16";
         std::printf("%6lld %7lld %5s | %8.2fms %8.2fms %7.2f %6.1fx | %8.2fms %8.2fms %7.2f %6.1fx | %9.2e %9.2e\n",
-                    (long long)s.n, (long long)s.v, dt, fwd_fused, fwd_unfused, fwd_gbs,
-                    fwd_unfused / fwd_fused, bwd_fused, bwd_unfused, bwd_gbs, bwd_unfused / bwd_fused,
-                    dlogp, dgrad);
+                    (long long)s.n, (long long)s.v, dt, fwd_fused, fwd_unfused, fwd_gbs, fwd_unfused / fwd_fused,
+                    bwd_fused, bwd_unfused, bwd_gbs, bwd_unfused / bwd_fused, dlogp, dgrad);
         char line[512];
         std::snprintf(line, sizeof line,
                       "{\"bench\":\"logprob\",\"git\":\"%s\",\"device\":\"cpu\",\"threads\":%d,"
                       "\"n\":%lld,\"v\":%lld,\"dtype\":\"%s\",\"fwd_fused_ms\":%.3f,"
                       "\"fwd_unfused_ms\":%.3f,\"bwd_fused_ms\":%.3f,\"bwd_unfused_ms\":%.3f,"
                       "\"fwd_gbs\":%.3f,\"bwd_gbs\":%.3f,\"max_diff_fwd\":%.3e,\"max_diff_grad\":%.3e}",
-                      RLPT_GIT_SHA, torch::get_num_threads(), (long long)s.n, (long long)s.v, dt,
-                      fwd_fused, fwd_unfused, bwd_fused, bwd_unfused, fwd_gbs, bwd_gbs, dlogp, dgrad);
+                      RLPT_GIT_SHA, torch::get_num_threads(), (long long)s.n, (long long)s.v, dt, fwd_fused,
+                      fwd_unfused, bwd_fused, bwd_unfused, fwd_gbs, bwd_gbs, dlogp, dgrad);
         json.emplace_back(line);
         if (dlogp > 1e-3 || dgrad > 1e-2) {
-            std::fprintf(stderr, "fused and unfused disagree for N=%lld V=%lld %s\n", (long long)s.n,
-                         (long long)s.v, dt);
+            std::fprintf(stderr, "fused and unfused disagree for N=%lld V=%lld %s\n", (long long)s.n, (long long)s.v,
+                         dt);
             return 1;
         }
     }

@@ -71,11 +71,13 @@ int main(int argc, char** argv) {
             torch::NoGradGuard ng;
             auto full = m->forward_logits(ids, mask, pos);
             auto cache = m->make_cache(b, t_prompt + steps);
-            m->forward_logits(ids.narrow(1, 0, t_prompt), mask.narrow(1, 0, t_prompt), pos.narrow(1, 0, t_prompt), &cache);
+            m->forward_logits(ids.narrow(1, 0, t_prompt), mask.narrow(1, 0, t_prompt), pos.narrow(1, 0, t_prompt),
+                              &cache);
             double worst = 0;
             for (int64_t s = 0; s < 4; ++s) {
                 const int64_t t = t_prompt + s;
-                auto step = m->forward_logits(ids.narrow(1, t, 1), mask.narrow(1, 0, t + 1), pos.narrow(1, t, 1), &cache);
+                auto step =
+                    m->forward_logits(ids.narrow(1, t, 1), mask.narrow(1, 0, t + 1), pos.narrow(1, t, 1), &cache);
                 worst = std::max(worst, (step - full.narrow(1, t, 1)).abs().max().item<double>());
             }
             const double tol = dtype == torch::kFloat32 ? 1e-3 : 0.25;

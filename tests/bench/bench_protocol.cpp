@@ -165,8 +165,8 @@ int main(int argc, char** argv) {
     }
     double call_us = (now_s() - t0) / iters * 1e6;
     if (std::getenv("BENCH_VERBOSE")) std::fprintf(stderr, "submit %.2f us per call\n", sub_s / iters * 1e6);
-    json("dispatch", workers, fmt::format("\"raw_round_us\":{:.2f},\"call_us\":{:.2f},\"ratio\":{:.2f}", raw_us, call_us,
-                                          call_us / raw_us));
+    json("dispatch", workers,
+         fmt::format("\"raw_round_us\":{:.2f},\"call_us\":{:.2f},\"ratio\":{:.2f}", raw_us, call_us, call_us / raw_us));
 
     if (transfer) {
         for (size_t k = 0; k < 2; ++k) {

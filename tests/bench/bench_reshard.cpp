@@ -83,9 +83,14 @@ struct Args {
 Args parse(int argc, char** argv) {
     Args a;
     rlpt::bench::parse_int_options(argc, argv, "bench_reshard",
-                                   {{"--from", &a.from}, {"--to", &a.to}, {"--blocks", &a.blocks}, {"--iters", &a.iters},
-                                    {"--threads", &a.threads}, {"--bucket-mb", &a.bucket_mb},
-                                    {"--colocated", &a.colocated}, {"--zero3-dp", &a.zero3_dp}});
+                                   {{"--from", &a.from},
+                                    {"--to", &a.to},
+                                    {"--blocks", &a.blocks},
+                                    {"--iters", &a.iters},
+                                    {"--threads", &a.threads},
+                                    {"--bucket-mb", &a.bucket_mb},
+                                    {"--colocated", &a.colocated},
+                                    {"--zero3-dp", &a.zero3_dp}});
     return a;
 }
 
@@ -131,7 +136,8 @@ std::vector<Timing> timed_cpu(const comm::Communicator& world, int64_t iters,
 }
 
 // The slowest rank's median wall time per function (timed_cpu).
-std::vector<double> timed(const comm::Communicator& world, int64_t iters, const std::vector<std::function<void()>>& fns) {
+std::vector<double> timed(const comm::Communicator& world, int64_t iters,
+                          const std::vector<std::function<void()>>& fns) {
     std::vector<double> out;
     for (const Timing& t : timed_cpu(world, iters, fns)) out.push_back(t.wall);
     return out;
@@ -167,7 +173,8 @@ int64_t full_model_bytes(const comm::ReshardPlan& plan) {
 // Raw p2p of exactly a region exchange's last bytes per pair, one warm preallocated message each
 // way (for timed()).
 std::function<void()> raw_p2p_like(const comm::Communicator& world, const comm::RegionExchangeStats& xs) {
-    auto out_bufs = std::make_shared<std::vector<torch::Tensor>>(), in_bufs = std::make_shared<std::vector<torch::Tensor>>();
+    auto out_bufs = std::make_shared<std::vector<torch::Tensor>>(),
+         in_bufs = std::make_shared<std::vector<torch::Tensor>>();
     for (int r = 0; r < world.size(); ++r) {
         out_bufs->push_back(torch::ones({xs.sent_to[static_cast<size_t>(r)]}, torch::kUInt8));
         in_bufs->push_back(torch::ones({xs.received_from[static_cast<size_t>(r)]}, torch::kUInt8));
@@ -205,7 +212,8 @@ void run(const Args& a, const comm::Communicator& world) {
     for (auto& p : params) plain_params.push_back(p.detach().clone());
     {
         auto shared = params;
-        RLPT_CHECK(comm::share_tensors(shared, "bench-params"), "bench_reshard: no shared arena (RLPT_SHARED_WEIGHTS=0?)");
+        RLPT_CHECK(comm::share_tensors(shared, "bench-params"),
+                   "bench_reshard: no shared arena (RLPT_SHARED_WEIGHTS=0?)");
     }
     comm::WeightSyncOptions opts;
     opts.bucket_bytes = a.bucket_mb << 20;
@@ -224,7 +232,8 @@ void run(const Args& a, const comm::Communicator& world) {
         reshards.back()->sync(plan, names, ps, version);
         if (!sender && variant == 2) {
             for (size_t i = 0; i < params.size(); ++i)
-                RLPT_CHECK(torch::equal(params[i], plain_params[i]), "bench_reshard: the CMA sync differs at parameter {}", i);
+                RLPT_CHECK(torch::equal(params[i], plain_params[i]),
+                           "bench_reshard: the CMA sync differs at parameter {}", i);
         } else if (!sender) {
             check_slices(*m, args, me);
         }
@@ -284,10 +293,13 @@ void run(const Args& a, const comm::Communicator& world) {
     const int64_t single_copy_messages = world.allreduce_max_i64(st.n_single_copy_messages);
     const double sync_s = world.allreduce_max(st.seconds), sync_min_s = -world.allreduce_max(-st.seconds);
     const int64_t mpi_copied = world.allreduce_max_i64(st_mpi.packed_bytes + st_mpi.unpacked_bytes);
-    auto most = [](const std::vector<int64_t>& v) { return static_cast<long long>(*std::max_element(v.begin(), v.end())); };
+    auto most = [](const std::vector<int64_t>& v) {
+        return static_cast<long long>(*std::max_element(v.begin(), v.end()));
+    };
     if (me == 0) {
         std::printf(
-            "{\"git_sha\": \"%s\", \"bucket_mb\": %lld, \"from\": %lld, \"to\": %lld, \"blocks\": %lld, \"ranks\": %d, \"plan_bytes\": %lld, "
+            "{\"git_sha\": \"%s\", \"bucket_mb\": %lld, \"from\": %lld, \"to\": %lld, \"blocks\": %lld, \"ranks\": %d, "
+            "\"plan_bytes\": %lld, "
             "\"full_model_bytes\": %lld, \"max_bytes_received\": %lld, \"max_bytes_sent\": %lld, \"reshard_s\": %.6f, "
             "\"raw_p2p_s\": %.6f, \"full_bcast_s\": %.6f, \"max_bytes_copied\": %lld, \"max_messages\": %lld, "
             "\"plan_s\": %.6f, \"copy_s\": %.6f, \"wait_s\": %.6f, \"reshard_mpi_s\": %.6f, "
@@ -296,20 +308,20 @@ void run(const Args& a, const comm::Communicator& world) {
             "\"reshard_cpu_busiest_s\": %.6f, \"raw_p2p_cpu_s\": %.6f, \"raw_p2p_cpu_busiest_s\": %.6f, "
             "\"reshard_cma_s\": %.6f, \"reshard_cma_cpu_s\": %.6f, \"reshard_cma_cpu_busiest_s\": %.6f, "
             "\"mapped_messages\": %lld}\n",
-            RLPT_GIT_SHA, static_cast<long long>(a.bucket_mb), static_cast<long long>(a.from), static_cast<long long>(a.to),
-            static_cast<long long>(a.blocks), world.size(), static_cast<long long>(st.plan_bytes),
-            static_cast<long long>(full_bytes), most(recv), most(sent), t_reshard, t_raw, t_bcast, most(copied),
-            most(messages), plan_s, copy_s, wait_s, t_reshard_mpi, static_cast<long long>(single_copy_messages),
-            static_cast<long long>(mpi_copied), sync_s, sync_min_s, agree_s, static_cast<long long>(reused),
-            t[0].cpu_all, t[0].cpu_busiest, t[2].cpu_all, t[2].cpu_busiest, t_cma, t[4].cpu_all, t[4].cpu_busiest,
-            static_cast<long long>(mapped_messages));
+            RLPT_GIT_SHA, static_cast<long long>(a.bucket_mb), static_cast<long long>(a.from),
+            static_cast<long long>(a.to), static_cast<long long>(a.blocks), world.size(),
+            static_cast<long long>(st.plan_bytes), static_cast<long long>(full_bytes), most(recv), most(sent),
+            t_reshard, t_raw, t_bcast, most(copied), most(messages), plan_s, copy_s, wait_s, t_reshard_mpi,
+            static_cast<long long>(single_copy_messages), static_cast<long long>(mpi_copied), sync_s, sync_min_s,
+            agree_s, static_cast<long long>(reused), t[0].cpu_all, t[0].cpu_busiest, t[2].cpu_all, t[2].cpu_busiest,
+            t_cma, t[4].cpu_all, t[4].cpu_busiest, static_cast<long long>(mapped_messages));
     }
 }
 
 void run_colocated(const Args& a, const comm::Communicator& world) {
     const int n = world.size(), me = world.rank();
-    RLPT_CHECK(n % a.from == 0 && n % a.to == 0, "bench_reshard --colocated: {} ranks do not split into tp {} and tp {}",
-               n, a.from, a.to);
+    RLPT_CHECK(n % a.from == 0 && n % a.to == 0,
+               "bench_reshard --colocated: {} ranks do not split into tp {} and tp {}", n, a.from, a.to);
     auto actor_mp = world.split(me / static_cast<int>(a.from), me);
     auto actor_dp = world.split(me % static_cast<int>(a.from), me);
     auto rollout_mp = world.split(me / static_cast<int>(a.to), me);
@@ -343,8 +355,9 @@ void run_colocated(const Args& a, const comm::Communicator& world) {
     std::vector<model::HeldReshardStats> window_stats(4);
     auto window = [&](size_t k, bool lend) {
         const model::HeldSource src{engine.held_parameters(), src_layout.tp, src_layout.rank};
-        window_stats[k + (lend ? 0 : 2)] = resharders[k]->run(&src, rollout.get(), rollout->tp_layout(),
-                                                               lend ? engine.lend_gradient_memory() : model::ScratchMemory{});
+        window_stats[k + (lend ? 0 : 2)] =
+            resharders[k]->run(&src, rollout.get(), rollout->tp_layout(),
+                               lend ? engine.lend_gradient_memory() : model::ScratchMemory{});
         model::release_parameter_storage(*rollout);
     };
     // What the trainer does before the next backward; the lease must be gone by then.
@@ -410,9 +423,9 @@ void run_colocated(const Args& a, const comm::Communicator& world) {
     // (scripts/bench_reshard.sh), so these are kept apart from the headline group.
     const auto t_alone = timed(world, a.iters, {raw, p2p});
     const auto t_lent = timed(world, a.iters, {[&] { window(0, true); }, zero_grad, raw, p2p});
-    const auto t = timed(world, a.iters,
-                         {[&] { window(1, true); }, zero_grad, [&] { window(0, false); }, zero_grad, raw_fresh,
-                          fresh_fill, raw});
+    const auto t =
+        timed(world, a.iters,
+              {[&] { window(1, true); }, zero_grad, [&] { window(0, false); }, zero_grad, raw_fresh, fresh_fill, raw});
     const double t_reshard = t_lent[0], t_zero_lent = t_lent[1], t_raw = t_lent[2], t_p2p = t_lent[3],
                  t_reshard_mpi = t[0], t_reshard_fresh = t[2], t_zero_fresh = t[3], t_raw_fresh = t[4],
                  t_fresh_fill = t[5], t_raw_turns = t[6], t_raw_alone = t_alone[0], t_p2p_alone = t_alone[1];
@@ -451,7 +464,6 @@ void run_colocated(const Args& a, const comm::Communicator& world) {
             t_raw_alone, t_p2p_alone);
     }
 }
-
 
 void run_zero3_sync(const Args& a, const comm::Communicator& world) {
     const int me = world.rank(), n_actor = static_cast<int>(a.from * a.zero3_dp);
@@ -524,19 +536,23 @@ void run_zero3_sync(const Args& a, const comm::Communicator& world) {
     const double t_p2p = timed(world, a.iters, raw_p2p_like(world, exchange->last_stats()));
     const int64_t full_bytes = full_model_bytes(plan);
     const int64_t max_persistent = world.allreduce_max_i64(persistent);
-    const int64_t max_gathered = world.allreduce_max_i64(gathered_peak), max_shards = world.allreduce_max_i64(shards_peak);
-    const int64_t max_sent = world.allreduce_max_i64(st.sent_bytes), min_sent = world.allreduce_min_i64(actor_rank ? st.sent_bytes : INT64_MAX);
+    const int64_t max_gathered = world.allreduce_max_i64(gathered_peak),
+                  max_shards = world.allreduce_max_i64(shards_peak);
+    const int64_t max_sent = world.allreduce_max_i64(st.sent_bytes),
+                  min_sent = world.allreduce_min_i64(actor_rank ? st.sent_bytes : INT64_MAX);
     if (me == 0) {
         std::printf(
             "{\"git_sha\": \"%s\", \"zero3_dp\": %lld, \"from\": %lld, \"to\": %lld, \"blocks\": %lld, \"ranks\": %d, "
-            "\"bucket_mb\": %lld, \"full_model_bytes\": %lld, \"actor_persistent_bytes\": %lld, \"gathered_peak_bytes\": %lld, "
+            "\"bucket_mb\": %lld, \"full_model_bytes\": %lld, \"actor_persistent_bytes\": %lld, "
+            "\"gathered_peak_bytes\": %lld, "
             "\"shards_peak_bytes\": %lld, \"max_actor_sent_bytes\": %lld, \"min_actor_sent_bytes\": %lld, "
             "\"gathered_s\": %.6f, \"shards_s\": %.6f, \"raw_p2p_s\": %.6f}\n",
-            RLPT_GIT_SHA, static_cast<long long>(a.zero3_dp), static_cast<long long>(a.from), static_cast<long long>(a.to),
-            static_cast<long long>(a.blocks), world.size(), static_cast<long long>(a.bucket_mb),
-            static_cast<long long>(full_bytes), static_cast<long long>(max_persistent),
-            static_cast<long long>(max_gathered), static_cast<long long>(max_shards), static_cast<long long>(max_sent),
-            static_cast<long long>(min_sent), t_gathered, t_shards, t_p2p);
+            RLPT_GIT_SHA, static_cast<long long>(a.zero3_dp), static_cast<long long>(a.from),
+            static_cast<long long>(a.to), static_cast<long long>(a.blocks), world.size(),
+            static_cast<long long>(a.bucket_mb), static_cast<long long>(full_bytes),
+            static_cast<long long>(max_persistent), static_cast<long long>(max_gathered),
+            static_cast<long long>(max_shards), static_cast<long long>(max_sent), static_cast<long long>(min_sent),
+            t_gathered, t_shards, t_p2p);
     }
 }
 

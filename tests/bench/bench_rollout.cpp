@@ -55,14 +55,21 @@ struct Run {
 }  // namespace
 
 int main(int argc, char** argv) {
-    int64_t prompts_n = 64, n = 8, max_new = 192, prompt_len = 192, slots = 64, stop_ids = 72, hidden = 256,
-            layers = 4, vocab = 4096, threads = 1, rounds = 1;
+    int64_t prompts_n = 64, n = 8, max_new = 192, prompt_len = 192, slots = 64, stop_ids = 72, hidden = 256, layers = 4,
+            vocab = 4096, threads = 1, rounds = 1;
     try {
         bench::parse_int_options(argc, argv, "rlpt_bench_rollout",
-                                 {{"--prompts", &prompts_n}, {"--n", &n}, {"--max-new", &max_new},
-                                  {"--prompt-len", &prompt_len}, {"--max-num-seqs", &slots}, {"--stop-ids", &stop_ids},
-                                  {"--hidden", &hidden}, {"--layers", &layers}, {"--vocab", &vocab},
-                                  {"--threads", &threads}, {"--rounds", &rounds}});
+                                 {{"--prompts", &prompts_n},
+                                  {"--n", &n},
+                                  {"--max-new", &max_new},
+                                  {"--prompt-len", &prompt_len},
+                                  {"--max-num-seqs", &slots},
+                                  {"--stop-ids", &stop_ids},
+                                  {"--hidden", &hidden},
+                                  {"--layers", &layers},
+                                  {"--vocab", &vocab},
+                                  {"--threads", &threads},
+                                  {"--rounds", &rounds}});
         torch::set_num_threads(static_cast<int>(threads));
         const auto a = bench::small_llama(vocab, hidden, layers, prompt_len + max_new + 8);
         auto m = model::make_random_causal_lm(a, 5);
@@ -122,7 +129,8 @@ int main(int argc, char** argv) {
             const auto& a = runs[0].out;
             const auto& b = r.out;
             for (int64_t i = 0; i < a.responses.size(0); ++i) {
-                const int64_t la = a.response_mask[i].sum().item<int64_t>(), lb = b.response_mask[i].sum().item<int64_t>();
+                const int64_t la = a.response_mask[i].sum().item<int64_t>(),
+                              lb = b.response_mask[i].sum().item<int64_t>();
                 const int64_t common = std::min(la, lb);
                 auto ne = (a.responses[i].narrow(0, 0, common) != b.responses[i].narrow(0, 0, common)).nonzero();
                 const int64_t first = ne.numel() > 0 ? ne[0][0].item<int64_t>() : common;

@@ -51,8 +51,13 @@ struct Args {
 Args parse(int argc, char** argv) {
     Args a;
     rlpt::bench::parse_int_options(argc, argv, "bench_tp",
-                                   {{"--tp", &a.tp}, {"--batch", &a.batch}, {"--seq", &a.seq}, {"--iters", &a.iters},
-                                    {"--prompts", &a.prompts}, {"--new", &a.new_tokens}, {"--threads", &a.threads}});
+                                   {{"--tp", &a.tp},
+                                    {"--batch", &a.batch},
+                                    {"--seq", &a.seq},
+                                    {"--iters", &a.iters},
+                                    {"--prompts", &a.prompts},
+                                    {"--new", &a.new_tokens},
+                                    {"--threads", &a.threads}});
     return a;
 }
 
@@ -70,7 +75,8 @@ void run(const Args& a, const rlpt::comm::Communicator& world) {
     int64_t bytes = 0, matrix_bytes = 0;
     for (const auto& p : m->named_parameters()) {
         bytes += p.value().numel() * 4;
-        if (p.key().find(".layers.") != std::string::npos && p.value().dim() == 2) matrix_bytes += p.value().numel() * 4;
+        if (p.key().find(".layers.") != std::string::npos && p.value().dim() == 2)
+            matrix_bytes += p.value().numel() * 4;
     }
 
     engine::TensorParallelInfo info;
@@ -95,7 +101,8 @@ void run(const Args& a, const rlpt::comm::Communicator& world) {
     double loss_value = 0;
     auto step = [&] {
         eng.zero_grad();
-        auto loss = engine::sft_token_nll_sum(*m, ids, mask, pos, loss_mask) * (static_cast<double>(dp_size) / global_tokens);
+        auto loss =
+            engine::sft_token_nll_sum(*m, ids, mask, pos, loss_mask) * (static_cast<double>(dp_size) / global_tokens);
         loss.backward();
         loss_value = loss.item<double>();
         return eng.step();
@@ -140,19 +147,18 @@ void run(const Args& a, const rlpt::comm::Communicator& world) {
 
     if (world.rank() != 0) return;
     const double layers = static_cast<double>(margs.num_hidden_layers);
-    std::printf(
-        "{\"bench\":\"tp\",\"git_sha\":\"%s\",\"tp\":%lld,\"dp\":%lld,\"ranks\":%d,\"threads\":%lld,"
-        "\"param_bytes_per_rank\":%lld,\"layer_matrix_bytes_per_rank\":%lld,\"batch\":%lld,\"seq\":%lld,"
-        "\"iters\":%lld,\"step_s\":%.4f,\"train_tokens_per_s\":%.1f,\"train_allreduce_ms_per_layer_step\":%.3f,"
-        "\"decode_prompts\":%lld,\"decode_new\":%lld,\"decode_s\":%.4f,\"decode_tokens_per_s\":%.2f,"
-        "\"decode_allreduce_ms_per_layer_token\":%.4f,\"loss_first\":%.4f,\"loss_second\":%.4f}\n",
-        RLPT_GIT_SHA, static_cast<long long>(a.tp), static_cast<long long>(dp_size), world.size(),
-        static_cast<long long>(a.threads), static_cast<long long>(bytes), static_cast<long long>(matrix_bytes),
-        static_cast<long long>(a.batch), static_cast<long long>(a.seq), static_cast<long long>(a.iters), step_s,
-        global_tokens / step_s, 1e3 * train_coll / (layers * static_cast<double>(a.iters)),
-        static_cast<long long>(a.prompts), static_cast<long long>(a.new_tokens), decode_s,
-        static_cast<double>(generated) / decode_s,
-        1e3 * decode_coll / (layers * static_cast<double>(a.new_tokens)), first, second);
+    std::printf("{\"bench\":\"tp\",\"git_sha\":\"%s\",\"tp\":%lld,\"dp\":%lld,\"ranks\":%d,\"threads\":%lld,"
+                "\"param_bytes_per_rank\":%lld,\"layer_matrix_bytes_per_rank\":%lld,\"batch\":%lld,\"seq\":%lld,"
+                "\"iters\":%lld,\"step_s\":%.4f,\"train_tokens_per_s\":%.1f,\"train_allreduce_ms_per_layer_step\":%.3f,"
+                "\"decode_prompts\":%lld,\"decode_new\":%lld,\"decode_s\":%.4f,\"decode_tokens_per_s\":%.2f,"
+                "\"decode_allreduce_ms_per_layer_token\":%.4f,\"loss_first\":%.4f,\"loss_second\":%.4f}\n",
+                RLPT_GIT_SHA, static_cast<long long>(a.tp), static_cast<long long>(dp_size), world.size(),
+                static_cast<long long>(a.threads), static_cast<long long>(bytes), static_cast<long long>(matrix_bytes),
+                static_cast<long long>(a.batch), static_cast<long long>(a.seq), static_cast<long long>(a.iters), step_s,
+                global_tokens / step_s, 1e3 * train_coll / (layers * static_cast<double>(a.iters)),
+                static_cast<long long>(a.prompts), static_cast<long long>(a.new_tokens), decode_s,
+                static_cast<double>(generated) / decode_s,
+                1e3 * decode_coll / (layers * static_cast<double>(a.new_tokens)), first, second);
 }
 
 }  // namespace

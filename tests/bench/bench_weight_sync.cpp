@@ -83,13 +83,12 @@ std::vector<std::vector<int64_t>> model_shapes(const Args& a) {
     const int64_t d = a.width;
     std::vector<std::vector<int64_t>> s = {{a.vocab, d}, {a.max_pos, d}};
     for (int l = 0; l < a.layers; ++l) {
-        std::vector<std::vector<int64_t>> layer = {
-            {d},         {d},          // ln_1
-            {3 * d, d},  {3 * d},      // attn.c_attn
-            {d, d},      {d},          // attn.c_proj
-            {d},         {d},          // ln_2
-            {4 * d, d},  {4 * d},      // mlp.c_fc
-            {d, 4 * d},  {d}};         // mlp.c_proj
+        std::vector<std::vector<int64_t>> layer = {{d},        {d},      // ln_1
+                                                   {3 * d, d}, {3 * d},  // attn.c_attn
+                                                   {d, d},     {d},      // attn.c_proj
+                                                   {d},        {d},      // ln_2
+                                                   {4 * d, d}, {4 * d},  // mlp.c_fc
+                                                   {d, 4 * d}, {d}};     // mlp.c_proj
         s.insert(s.end(), layer.begin(), layer.end());
     }
     s.push_back({d});
@@ -139,8 +138,8 @@ int main(int argc, char** argv) {
                 rlpt::comm::WeightSyncOptions o;
                 o.bucket_bytes = mib << 20;
                 if (packed_only) o.inplace_min_bytes = int64_t(1) << 40;
-                rows.push_back(Row{packed_only ? "sync, all packed" : "sync, in place >= 1 MiB",
-                                   o.bucket_bytes, {}, 0, 0});
+                rows.push_back(
+                    Row{packed_only ? "sync, all packed" : "sync, in place >= 1 MiB", o.bucket_bytes, {}, 0, 0});
                 syncs.push_back(rlpt::comm::make_weight_sync("mpi", world, o));
             }
         }
@@ -149,8 +148,7 @@ int main(int argc, char** argv) {
         auto run = [&](size_t v) {
             if (!syncs[v]) {
                 for (int64_t off = 0; off < total_bytes; off += rlpt::comm::kMaxMessageBytes) {
-                    const int n = static_cast<int>(
-                        std::min(rlpt::comm::kMaxMessageBytes, total_bytes - off));
+                    const int n = static_cast<int>(std::min(rlpt::comm::kMaxMessageBytes, total_bytes - off));
                     RLPT_MPI_CHECK(MPI_Bcast(raw.data() + off, n, MPI_BYTE, 0, world.get()));
                 }
                 return;
@@ -168,8 +166,7 @@ int main(int argc, char** argv) {
             run(v);
             const uint64_t sum = rlpt::comm::weights_checksum(tensors);
             const int64_t bad = world.allreduce_sum_i64(sum != want ? 1 : 0);
-            RLPT_CHECK_KIND(InternalError, bad == 0, "{}: {} rank(s) hold different weights",
-                            rows[v].name, bad);
+            RLPT_CHECK_KIND(InternalError, bad == 0, "{}: {} rank(s) hold different weights", rows[v].name, bad);
             rows[v].messages = syncs[v]->last_stats().n_messages;
             rows[v].inplace = syncs[v]->last_stats().n_inplace_messages;
         }
@@ -189,29 +186,24 @@ int main(int argc, char** argv) {
             const double raw_best = rows[0].times.front();
             std::printf("weight sync: %d receiver(s), %zu tensors, %.1f MB (%.1fM fp32 params), "
                         "%d iters (time = max over ranks; variants interleaved)\n",
-                        world.size() - 1, tensors.size(), total_bytes / 1e6,
-                        total_bytes / 4 / 1e6, a.iters);
-            std::printf("%-26s %8s %5s %7s %9s %9s %7s %8s %8s\n", "variant", "bucket", "msgs",
-                        "inplace", "median ms", "best ms", "GB/s", "med/raw", "best/raw");
+                        world.size() - 1, tensors.size(), total_bytes / 1e6, total_bytes / 4 / 1e6, a.iters);
+            std::printf("%-26s %8s %5s %7s %9s %9s %7s %8s %8s\n", "variant", "bucket", "msgs", "inplace", "median ms",
+                        "best ms", "GB/s", "med/raw", "best/raw");
             for (const Row& r : rows) {
                 const double med = r.times[r.times.size() / 2];
                 const double best = r.times.front();
                 const double gbs = total_bytes / med / 1e9;
-                std::string bucket =
-                    r.bucket_bytes ? std::to_string(r.bucket_bytes >> 20) + " MiB" : "-";
-                std::printf("%-26s %8s %5lld %7lld %9.1f %9.1f %7.2f %8.2f %8.2f\n",
-                            r.name.c_str(), bucket.c_str(), static_cast<long long>(r.messages),
-                            static_cast<long long>(r.inplace), med * 1e3, best * 1e3, gbs,
-                            raw_med / med, raw_best / best);
+                std::string bucket = r.bucket_bytes ? std::to_string(r.bucket_bytes >> 20) + " MiB" : "-";
+                std::printf("%-26s %8s %5lld %7lld %9.1f %9.1f %7.2f %8.2f %8.2f\n", r.name.c_str(), bucket.c_str(),
+                            static_cast<long long>(r.messages), static_cast<long long>(r.inplace), med * 1e3,
+                            best * 1e3, gbs, raw_med / med, raw_best / best);
                 if (a.json) {
-                    std::printf(
-                        "{\"bench\":\"weight_sync\",\"git\":\"%s\",\"variant\":\"%s\","
-                        "\"bucket_bytes\":%lld,\"world_size\":%d,\"bytes\":%lld,"
-                        "\"time_s\":%.6f,\"best_time_s\":%.6f,\"algbw_gbs\":%.3f,"
-                        "\"busbw_gbs\":%.3f,\"ratio_vs_raw\":%.3f,\"device\":\"cpu\"}\n",
-                        RLPT_GIT_SHA, r.name.c_str(), static_cast<long long>(r.bucket_bytes),
-                        world.size(), static_cast<long long>(total_bytes), med, best, gbs, gbs,
-                        raw_med / med);
+                    std::printf("{\"bench\":\"weight_sync\",\"git\":\"%s\",\"variant\":\"%s\","
+                                "\"bucket_bytes\":%lld,\"world_size\":%d,\"bytes\":%lld,"
+                                "\"time_s\":%.6f,\"best_time_s\":%.6f,\"algbw_gbs\":%.3f,"
+                                "\"busbw_gbs\":%.3f,\"ratio_vs_raw\":%.3f,\"device\":\"cpu\"}\n",
+                                RLPT_GIT_SHA, r.name.c_str(), static_cast<long long>(r.bucket_bytes), world.size(),
+                                static_cast<long long>(total_bytes), med, best, gbs, gbs, raw_med / med);
                 }
             }
             std::fflush(stdout);

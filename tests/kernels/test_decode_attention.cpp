@@ -59,8 +59,8 @@ TEST(DecodeAttention, MatchesReferenceOnOddShapesAndCacheViews) {
             for (int64_t g : {1, 3}) {
                 for (int64_t s : {1, 5, 33}) {
                     for (int64_t hd : {7, 16, 64}) {
-                        SCOPED_TRACE(testing::Message() << "b " << b << " nkv " << nkv << " g " << g << " s " << s
-                                                        << " hd " << hd);
+                        SCOPED_TRACE(testing::Message()
+                                     << "b " << b << " nkv " << nkv << " g " << g << " s " << s << " hd " << hd);
                         // K/V as KVCache::store returns them: narrowed from a longer buffer.
                         auto kbuf = torch::randn({b, nkv, s + 4, hd}), vbuf = torch::randn({b, nkv, s + 4, hd});
                         auto k = kbuf.narrow(2, 0, s), v = vbuf.narrow(2, 0, s);
@@ -115,8 +115,7 @@ TEST(DecodeAttention, SlotsReadTheirOwnSlotAndLength) {
         for (int64_t hd : {7, 32}) {
             SCOPED_TRACE(testing::Message() << c10::toString(dtype) << " hd " << hd);
             const int64_t n = 5, t = 12, nkv = 2, g = 3;
-            auto kbuf = torch::randn({n, nkv, t, hd}).to(dtype),
-                 vbuf = torch::randn({n, nkv, t, hd}).to(dtype);
+            auto kbuf = torch::randn({n, nkv, t, hd}).to(dtype), vbuf = torch::randn({n, nkv, t, hd}).to(dtype);
             auto q = torch::randn({4, nkv, g, hd}).to(dtype);
             auto slots = torch::tensor({3, 0, 4, 1}, torch::kInt64);
             auto lengths = torch::tensor({1, 12, 7, 3}, torch::kInt64);
@@ -134,14 +133,14 @@ TEST(DecodeAttention, SlotsReadTheirOwnSlotAndLength) {
         }
     }
     auto q = torch::randn({1, 1, 1, 8}), k = torch::randn({2, 1, 4, 8});
-    EXPECT_THROW(decode_attention_slots(q, k, k, torch::tensor({2}, torch::kInt64),
-                                        torch::tensor({1}, torch::kInt64), 1.0),
+    EXPECT_THROW(decode_attention_slots(q, k, k, torch::tensor({2}, torch::kInt64), torch::tensor({1}, torch::kInt64),
+                                        1.0),
                  rlpt::ValueError);
-    EXPECT_THROW(decode_attention_slots(q, k, k, torch::tensor({0}, torch::kInt64),
-                                        torch::tensor({5}, torch::kInt64), 1.0),
+    EXPECT_THROW(decode_attention_slots(q, k, k, torch::tensor({0}, torch::kInt64), torch::tensor({5}, torch::kInt64),
+                                        1.0),
                  rlpt::ValueError);
-    EXPECT_THROW(decode_attention_slots(q, k, k, torch::tensor({0}, torch::kInt64),
-                                        torch::tensor({0}, torch::kInt64), 1.0),
+    EXPECT_THROW(decode_attention_slots(q, k, k, torch::tensor({0}, torch::kInt64), torch::tensor({0}, torch::kInt64),
+                                        1.0),
                  rlpt::ValueError);
 }
 

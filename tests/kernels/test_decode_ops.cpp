@@ -100,14 +100,23 @@ TEST(DecodeOps, RotaryIsTheLibTorchExpressionBitForBit) {
 
 TEST(DecodeOps, Errors) {
     auto x = torch::randn({2, 8});
-    expect_value_error([&] { rlpt::kernels::rms_norm_into(x, torch::randn({7}), 1e-5, torch::empty({2, 8})); },
-                       "rms_norm_into");
+    expect_value_error(
+        [&] {
+            rlpt::kernels::rms_norm_into(x, torch::randn({7}), 1e-5, torch::empty({2, 8}));
+        },
+        "rms_norm_into");
     expect_value_error([&] { rlpt::kernels::rms_norm_into(x.to(torch::kDouble), torch::randn({8}), 1e-5, x); },
                        "float32");
-    expect_value_error([&] { rlpt::kernels::rotary_inplace(x, torch::randn({2, 3}), torch::randn({2, 3}), 3); },
-                       "head_dim even");
-    expect_value_error([&] { rlpt::kernels::rotary_inplace(x, torch::randn({1, 4}), torch::randn({2, 4}), 4); },
-                       "rotary_inplace");
+    expect_value_error(
+        [&] {
+            rlpt::kernels::rotary_inplace(x, torch::randn({2, 3}), torch::randn({2, 3}), 3);
+        },
+        "head_dim even");
+    expect_value_error(
+        [&] {
+            rlpt::kernels::rotary_inplace(x, torch::randn({1, 4}), torch::randn({2, 4}), 4);
+        },
+        "rotary_inplace");
 }
 
 std::vector<rlpt::kernels::SmallMatmulIsa> isas() {
@@ -131,7 +140,8 @@ TEST(SmallMatmulInto, EachTargetIsSmallMatmulBitForBit) {
                 SCOPED_TRACE(testing::Message() << "threads " << threads << " m " << m << " " << c10::toString(dt));
                 const int64_t k = 77;
                 auto x = torch::randn({m, k});
-                auto w1 = torch::randn({37, k}).to(dt), w2 = torch::randn({5, k}).to(dt), w3 = torch::randn({64, k}).to(dt);
+                auto w1 = torch::randn({37, k}).to(dt), w2 = torch::randn({5, k}).to(dt),
+                     w3 = torch::randn({64, k}).to(dt);
                 auto b2 = torch::randn({5});
                 auto wide = torch::full({m, 37 + 9}, 7.0f);
                 auto y1 = wide.narrow(1, 9, 37);
@@ -176,14 +186,26 @@ TEST(SmallMatmulInto, Errors) {
     auto x = torch::randn({2, 8}), w = torch::randn({4, 8});
     expect_value_error([&] { rlpt::kernels::small_matmul_into(x, {}); }, "no targets");
     expect_value_error([&] { rlpt::kernels::small_matmul_into(x, {{w, {}, torch::empty({2, 5})}}); }, "out must be");
-    expect_value_error([&] { rlpt::kernels::small_matmul_into(x, {{torch::randn({4, 7}), {}, torch::empty({2, 4})}}); },
-                       "target 0 needs w");
-    expect_value_error([&] { rlpt::kernels::small_matmul_into(x, {{w, torch::randn({3}), torch::empty({2, 4})}}); },
-                       "bias must be [4]");
     expect_value_error(
-        [&] { rlpt::kernels::small_matmul_into(x.to(torch::kDouble), {{w, {}, torch::empty({2, 4})}}); }, "float32");
-    expect_value_error([&] { rlpt::kernels::small_matmul_into(x, {{w.t().contiguous().t(), {}, torch::empty({2, 4})}}); },
-                       "contiguous");
+        [&] {
+            rlpt::kernels::small_matmul_into(x, {{torch::randn({4, 7}), {}, torch::empty({2, 4})}});
+        },
+        "target 0 needs w");
+    expect_value_error(
+        [&] {
+            rlpt::kernels::small_matmul_into(x, {{w, torch::randn({3}), torch::empty({2, 4})}});
+        },
+        "bias must be [4]");
+    expect_value_error(
+        [&] {
+            rlpt::kernels::small_matmul_into(x.to(torch::kDouble), {{w, {}, torch::empty({2, 4})}});
+        },
+        "float32");
+    expect_value_error(
+        [&] {
+            rlpt::kernels::small_matmul_into(x, {{w.t().contiguous().t(), {}, torch::empty({2, 4})}});
+        },
+        "contiguous");
 }
 
 }  // namespace

@@ -114,8 +114,8 @@ TorchRef torch_ref(const Tensor& logits, const Tensor& labels, double temperatur
 }
 
 // Gradient of Σ(wl·logp + wh·entropy) w.r.t. logits through the plain-torch formula (float64).
-Tensor torch_ref_grad(const Tensor& logits, const Tensor& labels, double temperature,
-                      const Tensor& wl, const Tensor& wh) {
+Tensor torch_ref_grad(const Tensor& logits, const Tensor& labels, double temperature, const Tensor& wl,
+                      const Tensor& wh) {
     const Tensor x = logits.detach().to(torch::kDouble).requires_grad_(true);
     const TorchRef r = torch_ref(x, labels, temperature);
     Tensor loss = (r.logp * wl.to(torch::kDouble)).sum();
@@ -230,10 +230,8 @@ TEST_P(LogProbVsTorch, ForwardAndBackward) {
 // CPU tile; 6149 spans four tiles (the online rescale across tiles).
 INSTANTIATE_TEST_SUITE_P(Shapes, LogProbVsTorch,
                          ::testing::Values(Case{5, 1, 1.0, torch::kFloat}, Case{7, 3, 1.0, torch::kFloat},
-                                           Case{33, 257, 0.7, torch::kFloat},
-                                           Case{9, 6149, 1.3, torch::kFloat},
-                                           Case{33, 257, 0.7, torch::kBFloat16},
-                                           Case{9, 6149, 2.5, torch::kBFloat16},
+                                           Case{33, 257, 0.7, torch::kFloat}, Case{9, 6149, 1.3, torch::kFloat},
+                                           Case{33, 257, 0.7, torch::kBFloat16}, Case{9, 6149, 2.5, torch::kBFloat16},
                                            Case{4, 2048, 1.0, torch::kFloat}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                              const Case& c = info.param;
@@ -290,10 +288,9 @@ TEST(LogProbRef, EmptyBatch) {
     (out.logp.sum() + out.entropy.sum()).backward();
     EXPECT_EQ(logits.grad().sizes(), logits.sizes());
     const auto f = logprob_forward(logits.detach(), labels, 1.0, true);
-    EXPECT_EQ(logprob_backward(logits.detach(), labels, f.lse, f.entropy, torch::zeros({0}),
-                               torch::zeros({0}), 1.0)
-                  .sizes(),
-              logits.sizes());
+    EXPECT_EQ(
+        logprob_backward(logits.detach(), labels, f.lse, f.entropy, torch::zeros({0}), torch::zeros({0}), 1.0).sizes(),
+        logits.sizes());
 }
 
 TEST(LogProbRef, ExtremeLogitsStayFinite) {
@@ -331,8 +328,8 @@ TEST(LogProbRef, NegativeInfinityLogitsHaveZeroProbability) {
     const auto b = logprob_bound(logits, torch::tensor({2}, torch::kLong), 1.0);
     EXPECT_TRUE(within(f.logp, ref.logp, b.logp));
     EXPECT_TRUE(within(f.entropy, ref.entropy, b.entropy));
-    const Tensor g = logprob_backward(logits, torch::tensor({2}, torch::kLong), f.lse, f.entropy,
-                                      torch::ones({1}), torch::ones({1}), 1.0);
+    const Tensor g = logprob_backward(logits, torch::tensor({2}, torch::kLong), f.lse, f.entropy, torch::ones({1}),
+                                      torch::ones({1}), 1.0);
     EXPECT_TRUE(torch::isfinite(g).all().item<bool>());
     // p of a −inf entry is exp(kMinLogRatio = −86) at most (kernels/logprob_ref.cpp clamps there):
     // its gradient −p·(1 + log p + H) with |log p| <= 86.
@@ -351,8 +348,7 @@ TEST(LogProbRef, NanLogitsPoisonTheirRowOnly) {
     EXPECT_TRUE(std::isnan(f.logp[1].item<float>()));
     EXPECT_TRUE(std::isnan(f.entropy[1].item<float>()));
     EXPECT_TRUE(std::isfinite(f.logp[0].item<float>()) && std::isfinite(f.logp[2].item<float>()));
-    const Tensor g = logprob_backward(logits, labels, f.lse, f.entropy, torch::ones({3}),
-                                      torch::ones({3}), 1.0);
+    const Tensor g = logprob_backward(logits, labels, f.lse, f.entropy, torch::ones({3}), torch::ones({3}), 1.0);
     EXPECT_TRUE(torch::isnan(g[1]).all().item<bool>());
     EXPECT_TRUE(torch::isfinite(g[0]).all().item<bool>());
 }
@@ -384,7 +380,7 @@ TEST(LogProbRef, BitwiseIndependentOfThreadCount) {
 
 TEST(LogProbRef, NonContiguousInputs) {
     const Tensor base = random_logits(40, 12, 2.0, torch::kFloat, 12);
-    const Tensor logits = base.t();  // [12, 40], non-contiguous
+    const Tensor logits = base.t();                                      // [12, 40], non-contiguous
     const Tensor labels = random_labels(24, 40, 13).slice(0, 0, 24, 2);  // stride 2
     const auto f = logprob_forward(logits, labels, 1.0, true);
     const TorchRef ref = torch_ref(logits, labels, 1.0);
@@ -402,8 +398,7 @@ TEST(LogProbRef, OutVariantsWriteOnlyTheirElements) {
         const Tensor labels = random_labels(n, v, 15);
         Tensor bufs[3];
         for (auto& b : bufs) b = torch::full({n + 2 * pad}, sentinel);
-        const Tensor logp = bufs[0].narrow(0, pad, n), ent = bufs[1].narrow(0, pad, n),
-                     lse = bufs[2].narrow(0, pad, n);
+        const Tensor logp = bufs[0].narrow(0, pad, n), ent = bufs[1].narrow(0, pad, n), lse = bufs[2].narrow(0, pad, n);
         logprob_forward_out(logits, labels, 0.9, logp, ent, lse);
         const auto f = logprob_forward(logits, labels, 0.9, true);
         EXPECT_TRUE(torch::equal(logp, f.logp));
@@ -415,11 +410,10 @@ TEST(LogProbRef, OutVariantsWriteOnlyTheirElements) {
         const Tensor gbuf = torch::full({n * v + 2 * pad}, sentinel, torch::TensorOptions(dtype));
         const Tensor grad = gbuf.narrow(0, pad, n * v).view({n, v});
         logprob_backward_out(logits, labels, lse, ent, torch::ones({n}), torch::ones({n}), 0.9, grad);
-        EXPECT_TRUE(torch::equal(grad, logprob_backward(logits, labels, lse, ent, torch::ones({n}),
-                                                        torch::ones({n}), 0.9)));
+        EXPECT_TRUE(
+            torch::equal(grad, logprob_backward(logits, labels, lse, ent, torch::ones({n}), torch::ones({n}), 0.9)));
         EXPECT_TRUE(torch::equal(gbuf.narrow(0, 0, pad), torch::full({pad}, sentinel, gbuf.options())));
-        EXPECT_TRUE(torch::equal(gbuf.narrow(0, pad + n * v, pad),
-                                 torch::full({pad}, sentinel, gbuf.options())));
+        EXPECT_TRUE(torch::equal(gbuf.narrow(0, pad + n * v, pad), torch::full({pad}, sentinel, gbuf.options())));
     }
 }
 
@@ -439,17 +433,21 @@ TEST(LogProbRef, RejectsBadArguments) {
     };
     expect_error([&] { logprob_forward(logits.to(torch::kDouble), labels, 1.0, true); },
                  "float32 or bfloat16, got Double");
-    expect_error([&] { logprob_forward(logits.to(torch::kHalf), labels, 1.0, true); },
-                 "float32 or bfloat16, got Half");
+    expect_error([&] { logprob_forward(logits.to(torch::kHalf), labels, 1.0, true); }, "float32 or bfloat16, got Half");
     expect_error([&] { logprob_forward(logits.reshape({15}), labels, 1.0, true); }, "2-D [N, V]");
     expect_error([&] { logprob_forward(torch::randn({3, 0}), labels, 1.0, true); }, "V must be >= 1");
     expect_error([&] { logprob_forward(logits, labels.to(torch::kInt), 1.0, true); }, "int64");
-    expect_error([&] { logprob_forward(logits, labels.narrow(0, 0, 2), 1.0, true); },
-                 "labels must be [N] = [3]");
-    expect_error([&] { logprob_forward(logits, torch::tensor({0, 5, 1}, torch::kLong), 1.0, true); },
-                 "labels[1] = 5 is outside [0, 5)");
-    expect_error([&] { logprob_forward(logits, torch::tensor({0, 1, -1}, torch::kLong), 1.0, true); },
-                 "labels[2] = -1 is outside [0, 5)");
+    expect_error([&] { logprob_forward(logits, labels.narrow(0, 0, 2), 1.0, true); }, "labels must be [N] = [3]");
+    expect_error(
+        [&] {
+            logprob_forward(logits, torch::tensor({0, 5, 1}, torch::kLong), 1.0, true);
+        },
+        "labels[1] = 5 is outside [0, 5)");
+    expect_error(
+        [&] {
+            logprob_forward(logits, torch::tensor({0, 1, -1}, torch::kLong), 1.0, true);
+        },
+        "labels[2] = -1 is outside [0, 5)");
     expect_error([&] { logprob_forward(logits, labels, 0.0, true); }, "temperature");
     expect_error([&] { logprob_forward(logits, labels, -1.0, true); }, "temperature");
     expect_error([&] { logprob_forward(logits, labels, NAN, true); }, "temperature");
@@ -459,26 +457,30 @@ TEST(LogProbRef, RejectsBadArguments) {
                  "lse (from the forward) is undefined");
     expect_error([&] { logprob_backward(logits, labels, f.lse, f.entropy, torch::ones({4}), Tensor(), 1.0); },
                  "grad_logp must be [N] = [3]");
-    expect_error([&] {
-        logprob_backward(logits, labels, f.lse, f.entropy, torch::ones({3}, torch::kDouble), Tensor(), 1.0);
-    }, "grad_logp must be float32");
+    expect_error(
+        [&] { logprob_backward(logits, labels, f.lse, f.entropy, torch::ones({3}, torch::kDouble), Tensor(), 1.0); },
+        "grad_logp must be float32");
     expect_error([&] { logprob_forward_out(logits, labels, 1.0, torch::empty({4}), Tensor(), torch::empty({3})); },
                  "output logp must have shape [3]");
-    expect_error([&] {
-        logprob_forward_out(logits, labels, 1.0, torch::empty({3}, torch::kDouble), Tensor(), torch::empty({3}));
-    }, "output logp must be Float");
-    expect_error([&] {
-        logprob_backward_out(logits, labels, f.lse, f.entropy, torch::ones({3}), Tensor(), 1.0,
-                             torch::empty({5, 3}).t());
-    }, "output grad_logits must be contiguous");
-    expect_error([&] {
-        logprob_backward_out(logits, labels, f.lse, f.entropy, torch::ones({3}), Tensor(), 1.0,
-                             torch::empty({3, 5}, torch::kBFloat16));
-    }, "output grad_logits must be Float");
-    expect_error([&] { logprob_entropy(logits, labels.reshape({3, 1}), 1.0, true); },
-                 "must equal the leading dims");
-    expect_error([&] { logprob_entropy(torch::randn({}), torch::zeros({}, torch::kLong), 1.0, true); },
-                 "0-dim");
+    expect_error(
+        [&] {
+            logprob_forward_out(logits, labels, 1.0, torch::empty({3}, torch::kDouble), Tensor(), torch::empty({3}));
+        },
+        "output logp must be Float");
+    expect_error(
+        [&] {
+            logprob_backward_out(logits, labels, f.lse, f.entropy, torch::ones({3}), Tensor(), 1.0,
+                                 torch::empty({5, 3}).t());
+        },
+        "output grad_logits must be contiguous");
+    expect_error(
+        [&] {
+            logprob_backward_out(logits, labels, f.lse, f.entropy, torch::ones({3}), Tensor(), 1.0,
+                                 torch::empty({3, 5}, torch::kBFloat16));
+        },
+        "output grad_logits must be Float");
+    expect_error([&] { logprob_entropy(logits, labels.reshape({3, 1}), 1.0, true); }, "must equal the leading dims");
+    expect_error([&] { logprob_entropy(torch::randn({}), torch::zeros({}, torch::kLong), 1.0, true); }, "0-dim");
 }
 
 // --- GPU against the CPU reference ----------------------------------------------------------------
@@ -491,9 +493,9 @@ TEST(LogProbGpu, MatchesCpuReference) {
     const torch::Device cuda(torch::kCUDA, 0);
     const float sentinel = -777.0f;
     const int64_t pad = 257;
-    for (const Case c : {Case{1, 1, 1.0, torch::kFloat}, Case{37, 1001, 0.7, torch::kFloat},
-                         Case{5, 151937, 1.0, torch::kFloat}, Case{37, 1001, 1.3, torch::kBFloat16},
-                         Case{3, 32003, 0.6, torch::kBFloat16}}) {
+    for (const Case c :
+         {Case{1, 1, 1.0, torch::kFloat}, Case{37, 1001, 0.7, torch::kFloat}, Case{5, 151937, 1.0, torch::kFloat},
+          Case{37, 1001, 1.3, torch::kBFloat16}, Case{3, 32003, 0.6, torch::kBFloat16}}) {
         SCOPED_TRACE(::testing::Message() << "n=" << c.n << " v=" << c.v << " dtype=" << c.dtype);
         Tensor logits = random_logits(c.n, c.v, 4.0, c.dtype, 21);
         logits.index_put_({0, c.v - 1}, 1e4);  // an extreme value in the last element
@@ -519,8 +521,7 @@ TEST(LogProbGpu, MatchesCpuReference) {
         torch::manual_seed(23);
         const Tensor wl = torch::randn({c.n}), wh = torch::randn({c.n});
         const Tensor gref = logprob_backward(logits, labels, ref.lse, ref.entropy, wl, wh, c.temperature);
-        const Tensor gbuf = torch::full({c.n * c.v + 2 * pad}, sentinel,
-                                        torch::TensorOptions(cuda).dtype(c.dtype));
+        const Tensor gbuf = torch::full({c.n * c.v + 2 * pad}, sentinel, torch::TensorOptions(cuda).dtype(c.dtype));
         const Tensor grad = gbuf.narrow(0, pad, c.n * c.v).view({c.n, c.v});
         logprob_backward_out(lx, ly, lse, ent, wl.to(cuda), wh.to(cuda), c.temperature, grad);
         EXPECT_TRUE(within(grad, gref, 2 * logprob_bound(logits, labels, c.temperature, wl, wh).grad)) << "grad_logits";

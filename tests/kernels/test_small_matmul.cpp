@@ -140,7 +140,7 @@ TEST(SmallMatmul, AppliesOnlyToFewRowsWithoutGrad) {
         torch::NoGradGuard ng;
         EXPECT_TRUE(small_matmul_applies(x, w, {}));
         EXPECT_TRUE(small_matmul_applies(torch::randn({16, 12}), w, {}));
-        EXPECT_FALSE(small_matmul_applies(torch::randn({17, 12}), w, {}));          // prefill / training
+        EXPECT_FALSE(small_matmul_applies(torch::randn({17, 12}), w, {}));  // prefill / training
         EXPECT_FALSE(small_matmul_applies(torch::randn({4, 12}).to(torch::kDouble), w, {}));
         EXPECT_FALSE(small_matmul_applies(x, w.detach().t().contiguous().t(), {}));  // strided weight
         EXPECT_FALSE(small_matmul_applies(torch::randn({4, 11}), w, {}));

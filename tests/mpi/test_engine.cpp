@@ -73,8 +73,8 @@ torch::Tensor response_mask(const SequenceBatch& s) {
 
 // One training step on rows [begin, begin + n) of the global batch, in micro-batches of `mb`
 // rows, with the token-mean loss normalised by the global token count (ALGORITHMS §1.3).
-StepResult train_step(TrainEngine& eng, model::CausalLM& m, const GlobalBatch& g, int64_t begin, int64_t n,
-                      int64_t mb, int64_t dp_size, const comm::Communicator* dp) {
+StepResult train_step(TrainEngine& eng, model::CausalLM& m, const GlobalBatch& g, int64_t begin, int64_t n, int64_t mb,
+                      int64_t dp_size, const comm::Communicator* dp) {
     auto mine = rows(g.seq, begin, n);
     int64_t tokens = response_mask(mine).sum().item<int64_t>();
     if (dp) tokens = dp->allreduce_sum_i64(tokens);
@@ -116,7 +116,7 @@ struct Run {
     std::vector<double> norms, lrs;
     torch::Tensor first_grad;  // all gradients after the first step (the DP mean), flattened
     int64_t state_bytes = 0;
-    double allgather_s = 0;  // StepResult::allgather_s summed over the steps
+    double allgather_s = 0;        // StepResult::allgather_s summed over the steps
     TrainEngine::MemoryBytes mem;  // after the last step
 };
 
@@ -352,7 +352,7 @@ TEST_F(EngineDp, SameGlobalBatchSameUpdateBf16Masters) {
     auto z0 = run(&world_, torch::kBFloat16, 0);
     auto z1 = run(&world_, torch::kBFloat16, 1);
     EXPECT_TRUE(bitwise_equal(*z0.model, *z1.model));
-    EXPECT_EQ(z1.state_bytes < z0.state_bytes, world_.size() > 1);
+    EXPECT_EQ(z1.state_bytes<z0.state_bytes, world_.size()> 1);
 }
 
 // ZeRO-2 (gradients reduce-scattered) and ZeRO-3 (parameters sharded, gathered per layer): the
@@ -362,7 +362,7 @@ TEST_F(EngineDp, Zero2AndZero3SameUpdateAndShardedBytes) {
     const int64_t d = world_.size();
     auto ref = run(nullptr, torch::kFloat32, 0);
     auto z0 = run(&world_, torch::kFloat32, 0);
-    const int64_t n = z0.state_bytes / 8;  // parameters
+    const int64_t n = z0.state_bytes / 8;                                // parameters
     const int64_t slack = 16 * 64 * d * (args().num_hidden_layers + 1);  // padding to 64·dp per unit
     const auto t = fp32_tolerance(kSteps);
     for (int64_t z : {2, 3}) {
@@ -467,7 +467,8 @@ TEST_F(EngineDp, Zero1SaveLoadContinuesBitIdentically) {
         e4.load_state(all);
         EXPECT_TRUE(bitwise_equal(*first, *solo0));
         world_.barrier();
-        for (const auto& p : paths) if (world_.rank() == 0) std::filesystem::remove(p);
+        for (const auto& p : paths)
+            if (world_.rank() == 0) std::filesystem::remove(p);
     }
     std::filesystem::remove(path);
 }
@@ -480,7 +481,8 @@ TEST_F(EngineDp, Zero3SaveLoadSameLayoutBitIdenticalOtherLayoutsClose) {
     comm::Communicator none;
     auto steps = [&](TrainEngine& e, model::CausalLM& m, int from, int to, const comm::Communicator* dp) {
         const int64_t dd = dp ? d : 1, rank = dp ? world_.rank() : 0;
-        for (int k = from; k < to; ++k) train_step(e, m, global_batch(k), rank * (kGlobalRows / dd), kGlobalRows / dd, 2, dd, dp);
+        for (int k = from; k < to; ++k)
+            train_step(e, m, global_batch(k), rank * (kGlobalRows / dd), kGlobalRows / dd, 2, dd, dp);
     };
     auto straight = model::make_random_causal_lm(args(), 21);
     TrainEngine es(straight, world_, options(3), 0);
@@ -808,7 +810,8 @@ TEST_F(EngineDp, Zero0ReplicasWriteNoStateAndOldFullCopiesStillLoad) {
         ShardedState saved(*files, me, "actor/");
         e.load_state(saved);
         dp_steps(e, *m, 2, kSteps + 1, world_);
-        EXPECT_TRUE(bitwise_equal(*straight, *m)) << (files == &paths ? "deduplicated" : "pre-deduplication") << " files";
+        EXPECT_TRUE(bitwise_equal(*straight, *m))
+            << (files == &paths ? "deduplicated" : "pre-deduplication") << " files";
     }
     {
         auto m = model::make_random_causal_lm(args(), 5);
@@ -817,7 +820,8 @@ TEST_F(EngineDp, Zero0ReplicasWriteNoStateAndOldFullCopiesStillLoad) {
             e.load_state(ckpt::H5Reader(paths[me]), "actor/");
             ADD_FAILURE() << "loaded from the files without DP rank 0's";
         } catch (const IoError& err) {
-            if (me > 0) EXPECT_NE(std::string(err.what()).find("from the file of DP rank 0"), std::string::npos) << err.what();
+            if (me > 0)
+                EXPECT_NE(std::string(err.what()).find("from the file of DP rank 0"), std::string::npos) << err.what();
         }
     }
     world_.barrier();
@@ -869,8 +873,8 @@ TEST_F(EngineDp, FrozenZero3ForwardEqualsTheFullCopy) {
         EXPECT_GE(mem.params, 4 * n / groups);
         EXPECT_LE(mem.params, 4 * n / groups + slack);
         const auto got = compute_log_probs(*m, g.seq, 1.0, false).log_probs;
-        EXPECT_TRUE(torch::equal(got, want)) << "shard group " << S << ": max diff "
-                                             << (got - want).abs().max().item<double>();
+        EXPECT_TRUE(torch::equal(got, want))
+            << "shard group " << S << ": max diff " << (got - want).abs().max().item<double>();
         // The peak: the slices + the gathered units (the root, a layer and the prefetched next).
         EXPECT_GT(eng.peak_memory_bytes(), mem.params);
         EXPECT_LE(eng.peak_memory_bytes(), mem.params + 4 * n + slack);

@@ -118,13 +118,22 @@ RoleSpec test_spec(const std::string& name) {
     using protocol::method;
     using protocol::tensors;
     s.methods = {
-        method(TestMethod::kEcho, "echo", echo).split_over_dp().takes(tensors("x")).concat_outputs(tensors("x2", "rank")),
-        method(TestMethod::kRoleSum, "role_sum", role_sum).takes({protocol::meta_field("add")}).first_output(tensors("sum")),
+        method(TestMethod::kEcho, "echo", echo)
+            .split_over_dp()
+            .takes(tensors("x"))
+            .concat_outputs(tensors("x2", "rank")),
+        method(TestMethod::kRoleSum, "role_sum", role_sum)
+            .takes({protocol::meta_field("add")})
+            .first_output(tensors("sum")),
         method(TestMethod::kWhoAll, "who", who).every_output({protocol::int_field("world_rank")}),
         method(TestMethod::kEach, "each", each).one_batch_per_rank().takes(tensors("v")).every_output(tensors("v")),
         method(TestMethod::kNothing, "nothing", nothing),
         method(TestMethod::kFail, "fail", fail),
-        method(TestMethod::kMetrics, "metrics", metrics).split_over_dp().unpadded().takes(tensors("x")).concat_outputs({}),
+        method(TestMethod::kMetrics, "metrics", metrics)
+            .split_over_dp()
+            .unpadded()
+            .takes(tensors("x"))
+            .concat_outputs({}),
         method(TestMethod::kSleep, "sleep", sleep_ms).takes({protocol::meta_field("ms")}),
         method(TestMethod::kWaitOffThread, "wait_off_thread", wait_off_thread)
             .every_output({protocol::int_field("off_thread_calls"), protocol::int_field("heartbeat_sends")}),
@@ -132,9 +141,7 @@ RoleSpec test_spec(const std::string& name) {
     return s;
 }
 
-std::vector<RoleSpec> test_registry() {
-    return {test_spec("actor"), test_spec("rollout"), test_spec("critic")};
-}
+std::vector<RoleSpec> test_registry() { return {test_spec("actor"), test_spec("rollout"), test_spec("critic")}; }
 
 // Layouts exercised at every world size: a single group, and an uneven two-group layout
 // (actor+rollout colocated on most ranks, critic on the rest), with and without rank 0
@@ -142,7 +149,8 @@ std::vector<RoleSpec> test_registry() {
 std::vector<std::vector<std::string>> layouts(int world) {
     std::vector<std::vector<std::string>> out;
     out.push_back({"placement.groups=[{roles: [actor, rollout], ranks: auto}]"});
-    out.push_back({"placement.groups=[{roles: [actor, rollout], ranks: auto}]", "placement.controller_hosts_roles=true"});
+    out.push_back(
+        {"placement.groups=[{roles: [actor, rollout], ranks: auto}]", "placement.controller_hosts_roles=true"});
     if (world >= 3) {
         out.push_back({fmt::format("placement.groups=[{{roles: [actor, rollout], ranks: auto}}, {{roles: [critic], "
                                    "ranks: {}}}]",
@@ -241,7 +249,8 @@ TEST(Protocol, EveryDispatchModeOnEveryLayout) {
             Controller::Pending p = ctl.submit(TestMethod::kWhoAll, Batch(0));
             auto all = ctl.wait_all(p);
             ASSERT_EQ(static_cast<int>(all.size()), n);
-            for (int r = 0; r < n; ++r) EXPECT_EQ(all[static_cast<size_t>(r)].ints("world_rank")[0], L.world_ranks[static_cast<size_t>(r)]);
+            for (int r = 0; r < n; ++r)
+                EXPECT_EQ(all[static_cast<size_t>(r)].ints("world_rank")[0], L.world_ranks[static_cast<size_t>(r)]);
             // all_to_all.
             std::vector<Batch> per_rank;
             for (int r = 0; r < n; ++r) {
@@ -249,7 +258,8 @@ TEST(Protocol, EveryDispatchModeOnEveryLayout) {
                 b.set("v", torch::full({1}, r * 10, torch::kInt32));
                 per_rank.push_back(b);
             }
-            Controller::Pending pe = ctl.submit_raw(ctl.role_index("actor"), static_cast<uint16_t>(TestMethod::kEach), nullptr, &per_rank);
+            Controller::Pending pe =
+                ctl.submit_raw(ctl.role_index("actor"), static_cast<uint16_t>(TestMethod::kEach), nullptr, &per_rank);
             auto back = ctl.wait_all(pe);
             for (int r = 0; r < n; ++r) EXPECT_EQ(back[static_cast<size_t>(r)].at("v")[0].item<int>(), r * 10);
             // none.
@@ -273,32 +283,33 @@ TEST(Protocol, EveryDispatchModeOnEveryLayout) {
 TEST(Protocol, ConcurrentCallsOnDisjointRolesAndMisuse) {
     int world = comm::Communicator::world().size();
     if (world < 3) GTEST_SKIP() << "needs separate actor and critic ranks";
-    run({"placement.groups=[{roles: [actor, rollout], ranks: auto}, {roles: [critic], ranks: 1}]"},
-        [&](Controller& ctl, Env&) {
-            Batch in(4);
-            in.set("x", torch::ones({4, 2}));
-            Controller::Pending a = ctl.submit(TestMethod::kEcho, in);
-            Controller::Pending c = ctl.submit_raw(ctl.role_index("critic"), static_cast<uint16_t>(TestMethod::kEcho), &in, nullptr);
-            // The critic's reply may arrive first; each wait gets its own call's rows.
-            Batch oc = ctl.wait(c);
-            Batch oa = ctl.wait(a);
-            EXPECT_EQ(oa.size(), 4);
-            EXPECT_EQ(oc.size(), 4);
-            EXPECT_EQ(oc.at("rank")[0].item<int64_t>(), world - 1);
-            // A second call on ranks that are still busy is refused, not deadlocked.
-            Controller::Pending b = ctl.submit(TestMethod::kNothing, Batch(0));
-            EXPECT_THROW(ctl.submit(TestMethod::kNothing, Batch(0)), InternalError);
-            ctl.wait(b);
-            // Inputs are checked against the schema before anything is sent.
-            Batch missing(2);
-            missing.set("y", torch::ones({2}));
-            try {
-                ctl.call(TestMethod::kEcho, missing);
-                ADD_FAILURE() << "expected a schema error";
-            } catch (const ValueError& e) {
-                EXPECT_NE(std::string(e.what()).find("actor.echo: input is missing 'x'"), std::string::npos) << e.what();
-            }
-        });
+    run({"placement.groups=[{roles: [actor, rollout], ranks: auto}, {roles: [critic], ranks: 1}]"}, [&](Controller& ctl,
+                                                                                                        Env&) {
+        Batch in(4);
+        in.set("x", torch::ones({4, 2}));
+        Controller::Pending a = ctl.submit(TestMethod::kEcho, in);
+        Controller::Pending c =
+            ctl.submit_raw(ctl.role_index("critic"), static_cast<uint16_t>(TestMethod::kEcho), &in, nullptr);
+        // The critic's reply may arrive first; each wait gets its own call's rows.
+        Batch oc = ctl.wait(c);
+        Batch oa = ctl.wait(a);
+        EXPECT_EQ(oa.size(), 4);
+        EXPECT_EQ(oc.size(), 4);
+        EXPECT_EQ(oc.at("rank")[0].item<int64_t>(), world - 1);
+        // A second call on ranks that are still busy is refused, not deadlocked.
+        Controller::Pending b = ctl.submit(TestMethod::kNothing, Batch(0));
+        EXPECT_THROW(ctl.submit(TestMethod::kNothing, Batch(0)), InternalError);
+        ctl.wait(b);
+        // Inputs are checked against the schema before anything is sent.
+        Batch missing(2);
+        missing.set("y", torch::ones({2}));
+        try {
+            ctl.call(TestMethod::kEcho, missing);
+            ADD_FAILURE() << "expected a schema error";
+        } catch (const ValueError& e) {
+            EXPECT_NE(std::string(e.what()).find("actor.echo: input is missing 'x'"), std::string::npos) << e.what();
+        }
+    });
 }
 
 TEST(Protocol, BadLayoutRefusedOnEveryRankWithOneMessage) {
@@ -340,8 +351,10 @@ TEST(ProtocolThreads, WorkersSendHeartbeatsOnlyFromTheMpiThread) {
         auto all = ctl.wait_all(p);
         ASSERT_EQ(static_cast<int>(all.size()), L.size());
         for (size_t r = 0; r < all.size(); ++r) {
-            EXPECT_EQ(all[r].ints("off_thread_calls")[0], 0) << "MPI calls off the MPI thread on rank " << L.world_ranks[r];
-            EXPECT_GE(all[r].ints("heartbeat_sends")[0], 1) << "no heartbeat on the MPI thread of rank " << L.world_ranks[r];
+            EXPECT_EQ(all[r].ints("off_thread_calls")[0], 0)
+                << "MPI calls off the MPI thread on rank " << L.world_ranks[r];
+            EXPECT_GE(all[r].ints("heartbeat_sends")[0], 1)
+                << "no heartbeat on the MPI thread of rank " << L.world_ranks[r];
         }
     });
 }

@@ -78,11 +78,16 @@ TEST(RoleHandlers, EveryMethodOfEveryRoleRunsOnASmallBatch) {
     }
     world.barrier();
     const std::string groups =
-        world.size() >= 2 ? "placement.groups=[{roles: [actor, reference, critic, reward_model], ranks: 1}, "
-                            "{roles: [rollout], ranks: auto}]"
-                          : "placement.groups=[{roles: [actor, rollout, reference, critic, reward_model], ranks: auto}]";
-    std::vector<std::string> overrides{groups, "reward_model.enable=true", "reward_model.model_path=" + rm_dir,
-                                       "critic.enable=true", "actor.optim.lr=0.05", "trainer.log_level=warn",
+        world.size() >= 2
+            ? "placement.groups=[{roles: [actor, reference, critic, reward_model], ranks: 1}, "
+              "{roles: [rollout], ranks: auto}]"
+            : "placement.groups=[{roles: [actor, rollout, reference, critic, reward_model], ranks: auto}]";
+    std::vector<std::string> overrides{groups,
+                                       "reward_model.enable=true",
+                                       "reward_model.model_path=" + rm_dir,
+                                       "critic.enable=true",
+                                       "actor.optim.lr=0.05",
+                                       "trainer.log_level=warn",
                                        "trainer.threads_per_rank=1"};
     // RLPT_TEST_OVERRIDES="model.device=cuda" (scripts/gpu_check.sh) runs every handler on the GPU.
     if (const char* more = std::getenv("RLPT_TEST_OVERRIDES")) {
@@ -151,8 +156,9 @@ TEST(RoleHandlers, EveryMethodOfEveryRoleRunsOnASmallBatch) {
             std::vector<std::string> texts;
             for (int64_t t = 0; t < kVocab; ++t) texts.push_back("t" + std::to_string(t));
             b.set_strings("token_text", std::move(texts));
-            call(role, "init", protocol::with_args(protocol::with_args(std::move(b), protocol::InitArgs{kVocab, 2}),
-                                                   roles::RolloutInitArgs{}));
+            call(role, "init",
+                 protocol::with_args(protocol::with_args(std::move(b), protocol::InitArgs{kVocab, 2}),
+                                     roles::RolloutInitArgs{}));
         } else {
             call(role, "init", protocol::with_args(Batch(0), protocol::InitArgs{kVocab, 2}));
         }

@@ -255,7 +255,8 @@ TEST_P(TensorParallelTest, Bf16ModelsAgreeToBf16Precision) {
             << what << " (RMS)";
     }
     a.log_probs.sum().backward();
-    for (const auto& p : split->parameters()) ASSERT_TRUE(p.grad().defined() && torch::isfinite(p.grad()).all().item<bool>());
+    for (const auto& p : split->parameters())
+        ASSERT_TRUE(p.grad().defined() && torch::isfinite(p.grad()).all().item<bool>());
 }
 
 TEST_P(TensorParallelTest, ImpossibleLayoutsAreRefusedNamingTheNumbers) {
@@ -365,10 +366,10 @@ class TensorParallelEngine : public ::testing::Test {
         for (const auto& item : got.model->named_parameters()) {
             const auto spec = shard_spec(item.key(), got.model->tp_layout());
             auto expected = torch::zeros_like(item.value());
-            if (spec.dim < 0)
-                expected.copy_(full[item.key()]);
+            if (spec.dim < 0) expected.copy_(full[item.key()]);
             else if (spec.real() > 0)
-                expected.narrow(spec.dim, 0, spec.real()).copy_(full[item.key()].narrow(spec.dim, spec.start, spec.real()));
+                expected.narrow(spec.dim, 0, spec.real())
+                    .copy_(full[item.key()].narrow(spec.dim, spec.start, spec.real()));
             const auto excess = (item.value().to(torch::kFloat64) - expected.to(torch::kFloat64)).abs() -
                                 rel * expected.to(torch::kFloat64).abs();
             EXPECT_LE(excess.max().item<double>(), abs) << what << " " << item.key();

@@ -46,7 +46,8 @@ class TpAllGatherTest : public ::testing::Test {
         for (int64_t r = 0; r < n(); ++r) {
             const auto i = static_cast<size_t>(r);
             if (counts[i] > 0)
-                expected.narrow(dim, starts[i], counts[i]).copy_(local_of(r, shape_of(local_len), dtype).narrow(dim, 0, counts[i]));
+                expected.narrow(dim, starts[i], counts[i])
+                    .copy_(local_of(r, shape_of(local_len), dtype).narrow(dim, 0, counts[i]));
         }
         EXPECT_TRUE(torch::equal(out, expected)) << "rank " << me() << " dim " << dim << " " << c10::toString(dtype);
     }

@@ -64,8 +64,8 @@ const std::string& scratch() {
 std::map<int64_t, Metrics> run_trainer(const std::string& name, std::vector<std::string> overrides) {
     auto world = comm::Communicator::world();
     std::vector<std::string> ov{"trainer.output_dir=" + scratch(), "trainer.experiment_name=" + name,
-                                "trainer.total_training_steps=1", "trainer.export_hf=false",
-                                "trainer.log_level=warn", "trainer.threads_per_rank=1"};
+                                "trainer.total_training_steps=1",  "trainer.export_hf=false",
+                                "trainer.log_level=warn",          "trainer.threads_per_rank=1"};
     ov.insert(ov.end(), overrides.begin(), overrides.end());
     Config c = load_config(source_dir() + "/configs/tiny.yaml", ov);
     set_log_level(parse_log_level(c.trainer.log_level));
@@ -159,8 +159,8 @@ RLPT_SCORER_EXPORT int rlpt_score_v1(const rlpt_score_input* in, rlpt_score_outp
     return 0;
 }
 )";
-    const std::string cmd = "cc -shared -fPIC -I '" + source_dir() + "/include' '" + src.string() + "' -o '" +
-                            lib.string() + "'";
+    const std::string cmd =
+        "cc -shared -fPIC -I '" + source_dir() + "/include' '" + src.string() + "' -o '" + lib.string() + "'";
     if (std::system(cmd.c_str()) != 0) return "";
     return lib.string();
 }
@@ -174,9 +174,9 @@ TEST(TrainerMatrix, RemaxBaselineIsTheGreedyAnswerToTheSamePrompt) {
     // a baseline from the same prompt equals its reward and every advantage is exactly 0. A
     // baseline from another prompt (the bug: validation prompts indexed by training uids) differs,
     // because the scorer's value depends on the ground truth.
-    auto steps = run_trainer("remax-greedy", {"algorithm.adv_estimator=remax", "rollout.n=1", "rollout.do_sample=false",
-                                              "reward.scorer=custom", "reward.custom_library=" + lib,
-                                              "data.builtin.num_val=2"});
+    auto steps =
+        run_trainer("remax-greedy", {"algorithm.adv_estimator=remax", "rollout.n=1", "rollout.do_sample=false",
+                                     "reward.scorer=custom", "reward.custom_library=" + lib, "data.builtin.num_val=2"});
     if (!is_controller()) return;
     const Metrics& m = steps.at(1);
     EXPECT_LT(get(m, "critic/score/min"), get(m, "critic/score/max"));  // the rewards do differ by prompt
@@ -193,10 +193,11 @@ TEST(TrainerMatrix, DynamicSamplingMetricsAndRolloutLogProbsOff) {
     // keeps some; each metric name of verl's filter_groups runs (acc is constant here).
     for (const char* metric : {"score", "seq_reward", "seq_final_reward"}) {
         SCOPED_TRACE(metric);
-        auto steps = run_trainer(std::string("dapo-") + metric,
-                                 {"algorithm.filter_groups.enable=true", "algorithm.filter_groups.max_num_gen_batches=20",
-                                  std::string("algorithm.filter_groups.metric=") + metric, "reward.scorer=custom",
-                                  "reward.custom_library=" + lib, "rollout.calculate_log_probs=false"});
+        auto steps =
+            run_trainer(std::string("dapo-") + metric,
+                        {"algorithm.filter_groups.enable=true", "algorithm.filter_groups.max_num_gen_batches=20",
+                         std::string("algorithm.filter_groups.metric=") + metric, "reward.scorer=custom",
+                         "reward.custom_library=" + lib, "rollout.calculate_log_probs=false"});
         if (!is_controller()) continue;
         EXPECT_GE(get(steps.at(1), "train/num_gen_batches"), 1.0);
         EXPECT_GT(get(steps.at(1), "train/kept_group_ratio"), 0.0);
@@ -269,8 +270,9 @@ TEST(TrainerMatrix, RewardModelRoleAddsItsScores) {
                                                "ranks: auto}]"}));
     std::map<int64_t, Metrics> with_rm_tp2;
     if (world.size() % 2 == 0) {
-        with_rm_tp2 = run_trainer("rm-tp2", with({"placement.groups=[{roles: [actor, rollout, reference, reward_model], "
-                                                  "ranks: auto, model_parallel_size: 2}]"}));
+        with_rm_tp2 =
+            run_trainer("rm-tp2", with({"placement.groups=[{roles: [actor, rollout, reference, reward_model], "
+                                        "ranks: auto, model_parallel_size: 2}]"}));
     }
     if (!is_controller()) return;
     ASSERT_TRUE(rule_only.count(1) && with_rm.count(1));

@@ -239,7 +239,7 @@ class WeightReshardTest : public ::testing::Test {
         EXPECT_LE(st.bytes_received, local_bytes) << what;
         if (c.tp_to > 1) EXPECT_LT(st.bytes_received, full_bytes) << what;
         EXPECT_EQ(st.bytes_sent, 0) << what;
-        EXPECT_GT(st.n_direct_messages, 0) << what;  // row slices land in place
+        EXPECT_GT(st.n_direct_messages, 0) << what;                                   // row slices land in place
         if (opts.bucket_bytes < 4096) EXPECT_GT(st.n_messages, st.n_pieces) << what;  // pieces cut into rows
 
         // The rollout layout computes what tp = 1 computes.
@@ -253,8 +253,8 @@ class WeightReshardTest : public ::testing::Test {
     }
 
     void run_all(const Case& c) {
-        const std::string name = "tp " + std::to_string(c.tp_from) + " -> " + std::to_string(c.tp_to) + " x" +
-                                 std::to_string(c.n_blocks);
+        const std::string name =
+            "tp " + std::to_string(c.tp_from) + " -> " + std::to_string(c.tp_to) + " x" + std::to_string(c.n_blocks);
         comm::WeightSyncOptions defaults;
         comm::WeightSyncOptions small;
         small.bucket_bytes = 1000;  // pieces cut by rows, rows wider than a bucket alone, many rounds
@@ -396,8 +396,10 @@ struct HandPlan {
     void expect_landed(int round, const std::string& what) const {
         if (sender()) return;
         for (int k = 0; k < s; ++k) {
-            EXPECT_TRUE(torch::equal(tensors[0].narrow(0, 4 * k, 4), values(round, k, {4, 6}))) << what << " rows of " << k;
-            EXPECT_TRUE(torch::equal(tensors[1].narrow(1, 2 * k, 2), values(round, k, {3, 2}))) << what << " cols of " << k;
+            EXPECT_TRUE(torch::equal(tensors[0].narrow(0, 4 * k, 4), values(round, k, {4, 6})))
+                << what << " rows of " << k;
+            EXPECT_TRUE(torch::equal(tensors[1].narrow(1, 2 * k, 2), values(round, k, {3, 2})))
+                << what << " cols of " << k;
         }
     }
 };
@@ -409,84 +411,88 @@ struct HandPlan {
 // with the tensors in shared arenas, a new arena at a freed one's address is new memory.
 TEST_F(WeightReshardTest, CachedSyncMovesRightBytesAndNeverHidesAChange) {
     if (world_.size() < 2) GTEST_SKIP() << "needs 2 ranks";
-    for (const Arenas arenas : {Arenas::kNone, Arenas::kShared}) for (const bool single_copy : {true, false}) {
-        if (arenas == Arenas::kShared && !single_copy) continue;
-        const std::string mode = !single_copy ? "MPI only" : arenas == Arenas::kShared ? "single copy, arenas" : "single copy";
-        comm::WeightSyncOptions opts;
-        opts.single_copy = single_copy;
-        HandPlan h(world_);
-        if (arenas == Arenas::kShared) EXPECT_TRUE(comm::share_tensors(h.tensors, "test-hand-plan")) << mode;
-        const int bad = world_.size() - 1;  // a receiver
-        auto reshard = comm::make_weight_reshard("mpi", world_, opts);
-        uint64_t version = 0;
-        auto sync_round = [&](int round, bool expect_reused, const std::string& what) {
-            h.fill(round);
-            if (h.sender()) version = static_cast<uint64_t>(round);
-            reshard->sync(h.plan, h.names, h.tensors, version);
-            EXPECT_EQ(version, static_cast<uint64_t>(round)) << what;
-            EXPECT_EQ(reshard->last_stats().reused_transfers, expect_reused) << what;
-            h.expect_landed(round, what);
-        };
-        sync_round(1, false, mode + " first sync");
-        sync_round(2, true, mode + " second sync (cached)");
-        sync_round(3, true, mode + " third sync (cached)");
-        // One receiver re-allocates a tensor (same shape, new memory): every rank recomputes.
-        if (world_.rank() == bad) h.tensors[0] = torch::full({4 * h.s, 6}, -1.0f);
-        sync_round(4, false, mode + " after a re-allocated tensor");
-        sync_round(5, true, mode + " cached again");
-        // Another shape on one rank after cached syncs: refused on every rank, nothing moved.
-        auto expect_refused = [&](const comm::ReshardPlan& plan, const std::vector<torch::Tensor>& tensors,
-                                  const std::string& problem, const std::string& what) {
-            h.fill(6);
-            uint64_t v = h.sender() ? 6 : 5;
-            std::vector<torch::Tensor> t = tensors;
-            try {
-                reshard->sync(plan, h.names, t, v);
-                ADD_FAILURE() << what << ": expected a CommError";
-            } catch (const CommError& e) {
-                const std::string msg = e.what();
-                EXPECT_NE(msg.find("refused before any payload moved"), std::string::npos) << what << ": " << msg;
-                EXPECT_NE(msg.find(fmt::format("rank(s) {} disagree", bad)), std::string::npos) << what << ": " << msg;
-                EXPECT_NE(msg.find(fmt::format("rank {}: ", bad)), std::string::npos) << what << ": " << msg;
-                EXPECT_NE(msg.find(problem), std::string::npos) << what << ": " << msg;
+    for (const Arenas arenas : {Arenas::kNone, Arenas::kShared})
+        for (const bool single_copy : {true, false}) {
+            if (arenas == Arenas::kShared && !single_copy) continue;
+            const std::string mode = !single_copy                ? "MPI only"
+                                     : arenas == Arenas::kShared ? "single copy, arenas"
+                                                                 : "single copy";
+            comm::WeightSyncOptions opts;
+            opts.single_copy = single_copy;
+            HandPlan h(world_);
+            if (arenas == Arenas::kShared) EXPECT_TRUE(comm::share_tensors(h.tensors, "test-hand-plan")) << mode;
+            const int bad = world_.size() - 1;  // a receiver
+            auto reshard = comm::make_weight_reshard("mpi", world_, opts);
+            uint64_t version = 0;
+            auto sync_round = [&](int round, bool expect_reused, const std::string& what) {
+                h.fill(round);
+                if (h.sender()) version = static_cast<uint64_t>(round);
+                reshard->sync(h.plan, h.names, h.tensors, version);
+                EXPECT_EQ(version, static_cast<uint64_t>(round)) << what;
+                EXPECT_EQ(reshard->last_stats().reused_transfers, expect_reused) << what;
+                h.expect_landed(round, what);
+            };
+            sync_round(1, false, mode + " first sync");
+            sync_round(2, true, mode + " second sync (cached)");
+            sync_round(3, true, mode + " third sync (cached)");
+            // One receiver re-allocates a tensor (same shape, new memory): every rank recomputes.
+            if (world_.rank() == bad) h.tensors[0] = torch::full({4 * h.s, 6}, -1.0f);
+            sync_round(4, false, mode + " after a re-allocated tensor");
+            sync_round(5, true, mode + " cached again");
+            // Another shape on one rank after cached syncs: refused on every rank, nothing moved.
+            auto expect_refused = [&](const comm::ReshardPlan& plan, const std::vector<torch::Tensor>& tensors,
+                                      const std::string& problem, const std::string& what) {
+                h.fill(6);
+                uint64_t v = h.sender() ? 6 : 5;
+                std::vector<torch::Tensor> t = tensors;
+                try {
+                    reshard->sync(plan, h.names, t, v);
+                    ADD_FAILURE() << what << ": expected a CommError";
+                } catch (const CommError& e) {
+                    const std::string msg = e.what();
+                    EXPECT_NE(msg.find("refused before any payload moved"), std::string::npos) << what << ": " << msg;
+                    EXPECT_NE(msg.find(fmt::format("rank(s) {} disagree", bad)), std::string::npos)
+                        << what << ": " << msg;
+                    EXPECT_NE(msg.find(fmt::format("rank {}: ", bad)), std::string::npos) << what << ": " << msg;
+                    EXPECT_NE(msg.find(problem), std::string::npos) << what << ": " << msg;
+                }
+                EXPECT_EQ(v, h.sender() ? 6u : 5u) << what;
+                h.expect_landed(5, what + " (nothing moved)");
+            };
+            auto reshaped = h.tensors;
+            if (world_.rank() == bad) reshaped[0] = torch::zeros({4 * h.s, 7});  // rows of 7, not 6
+            expect_refused(h.plan, reshaped, "cannot hold piece", mode + " another shape on one rank");
+            // Another plan on one rank (valid locally: one column of each column piece), after cached syncs.
+            auto other = h.plan;
+            for (auto& p : other.pieces)
+                if (world_.rank() == bad && p.tensor == 1) p.length = 1;
+            expect_refused(other, h.tensors, "first difference", mode + " another plan on one rank");
+            // The unchanged plan and tensors: the cache of syncs 4-5 is still right.
+            sync_round(7, true, mode + " cached after the refusals");
+            if (arenas != Arenas::kShared) continue;
+            reshaped.clear();
+            // A sender frees its arena and moves its tensors into a new one, which the kernel
+            // usually maps at the freed one's address (same data pointers, sizes and strides): the
+            // receivers' cached layouts and mappings name the old arena (whose pages stay alive while
+            // mapped), so every rank must recompute, and the bytes must be read from the new memory.
+            if (world_.rank() == 0) {
+                std::vector<size_t> in_arena;
+                for (size_t i = 0; i < h.tensors.size(); ++i)
+                    if (comm::arena_of(h.tensors[i].data_ptr(), 4).id != 0) in_arena.push_back(i);
+                EXPECT_FALSE(in_arena.empty()) << mode;
+                const void* old_address = in_arena.empty() ? nullptr : h.tensors[in_arena[0]].data_ptr();
+                for (size_t i : in_arena) h.tensors[i] = h.tensors[i].clone();  // the old arena's last tensors go
+                EXPECT_EQ(comm::arena_of(old_address, 4).id, 0u) << mode << ": the old arena is still live";
+                std::vector<torch::Tensor> moved;
+                for (size_t i : in_arena) moved.push_back(h.tensors[i]);
+                EXPECT_TRUE(comm::share_tensors(moved, "test-hand-plan-2")) << mode;
+                const bool same = !in_arena.empty() && h.tensors[in_arena[0]].data_ptr() == old_address;
+                std::printf("[ info ] rank %d: the new arena %s the freed one's address\n", world_.rank(),
+                            same ? "reuses" : "does not reuse");
             }
-            EXPECT_EQ(v, h.sender() ? 6u : 5u) << what;
-            h.expect_landed(5, what + " (nothing moved)");
-        };
-        auto reshaped = h.tensors;
-        if (world_.rank() == bad) reshaped[0] = torch::zeros({4 * h.s, 7});  // rows of 7, not 6
-        expect_refused(h.plan, reshaped, "cannot hold piece", mode + " another shape on one rank");
-        // Another plan on one rank (valid locally: one column of each column piece), after cached syncs.
-        auto other = h.plan;
-        for (auto& p : other.pieces)
-            if (world_.rank() == bad && p.tensor == 1) p.length = 1;
-        expect_refused(other, h.tensors, "first difference", mode + " another plan on one rank");
-        // The unchanged plan and tensors: the cache of syncs 4-5 is still right.
-        sync_round(7, true, mode + " cached after the refusals");
-        if (arenas != Arenas::kShared) continue;
-        reshaped.clear();
-        // A sender frees its arena and moves its tensors into a new one, which the kernel
-        // usually maps at the freed one's address (same data pointers, sizes and strides): the
-        // receivers' cached layouts and mappings name the old arena (whose pages stay alive while
-        // mapped), so every rank must recompute, and the bytes must be read from the new memory.
-        if (world_.rank() == 0) {
-            std::vector<size_t> in_arena;
-            for (size_t i = 0; i < h.tensors.size(); ++i)
-                if (comm::arena_of(h.tensors[i].data_ptr(), 4).id != 0) in_arena.push_back(i);
-            EXPECT_FALSE(in_arena.empty()) << mode;
-            const void* old_address = in_arena.empty() ? nullptr : h.tensors[in_arena[0]].data_ptr();
-            for (size_t i : in_arena) h.tensors[i] = h.tensors[i].clone();  // the old arena's last tensors go
-            EXPECT_EQ(comm::arena_of(old_address, 4).id, 0u) << mode << ": the old arena is still live";
-            std::vector<torch::Tensor> moved;
-            for (size_t i : in_arena) moved.push_back(h.tensors[i]);
-            EXPECT_TRUE(comm::share_tensors(moved, "test-hand-plan-2")) << mode;
-            const bool same = !in_arena.empty() && h.tensors[in_arena[0]].data_ptr() == old_address;
-            std::printf("[ info ] rank %d: the new arena %s the freed one's address\n", world_.rank(),
-                        same ? "reuses" : "does not reuse");
+            sync_round(8, false, mode + " after a new arena on one rank");
+            sync_round(9, true, mode + " cached with the new arena");
         }
-        sync_round(8, false, mode + " after a new arena on one rank");
-        sync_round(9, true, mode + " cached with the new arena");
-    }
 }
 
 // The actor's training engine at ZeRO stage `zero` (hybrid-shard groups of `shard_group`, 0: all
@@ -506,7 +512,7 @@ std::unique_ptr<engine::TrainEngine> actor_engine(const std::shared_ptr<CausalLM
 
 struct ColocatedCase {
     int tp_a, zero_stage, tp_r;
-    int shard_group = 0;  // OptimOptions::shard_group_size (0: all DP ranks)
+    int shard_group = 0;      // OptimOptions::shard_group_size (0: all DP ranks)
     bool single_copy = true;  // false: RLPT_RESHARD_CMA=0 on every rank
 };
 
@@ -730,8 +736,8 @@ class DisaggregatedReshardTest : public ::testing::Test {
     void run(const DisaggregatedCase& c) {
         const int n_actor = c.tp_a * c.dp_a, used = n_actor + c.n_r, me = world_.rank();
         const std::string what = "actor ZeRO-3 tp " + std::to_string(c.tp_a) + " x dp " + std::to_string(c.dp_a) +
-                                 (c.shard_group > 0 ? " in groups of " + std::to_string(c.shard_group) : "") +
-                                 " -> " + std::to_string(c.n_r) + " rollout ranks at tp " + std::to_string(c.tp_r);
+                                 (c.shard_group > 0 ? " in groups of " + std::to_string(c.shard_group) : "") + " -> " +
+                                 std::to_string(c.n_r) + " rollout ranks at tp " + std::to_string(c.tp_r);
         if (used > world_.size()) GTEST_SKIP() << what << " needs " << used << " ranks";
         auto group = world_.split(me < used ? 0 : 1, me);
         if (me >= used) return;
@@ -882,12 +888,11 @@ void strided_both_ends(bool single_copy) {
                                           base({30, 40}, torch::kFloat64)};
     };
     auto src_regions = [](const std::vector<torch::Tensor>& s) {
-        return std::vector<torch::Tensor>{
-            s[0].narrow(1, 7, 150),                   // 40 runs of 600 bytes
-            s[1].narrow(0, 1, 4).narrow(2, 3, 20),    // 3-D, 40 runs of 80 bytes
-            s[2].narrow(1, 2, 4),                     // 3000 runs of 16 bytes (> IOV_MAX)
-            s[3].narrow(0, 2, 16),                    // contiguous
-            s[4].narrow(1, 5, 20)};                   // strided into a contiguous destination
+        return std::vector<torch::Tensor>{s[0].narrow(1, 7, 150),                 // 40 runs of 600 bytes
+                                          s[1].narrow(0, 1, 4).narrow(2, 3, 20),  // 3-D, 40 runs of 80 bytes
+                                          s[2].narrow(1, 2, 4),                   // 3000 runs of 16 bytes (> IOV_MAX)
+                                          s[3].narrow(0, 2, 16),                  // contiguous
+                                          s[4].narrow(1, 5, 20)};  // strided into a contiguous destination
     };
     auto destinations = [] {
         return std::vector<torch::Tensor>{torch::full({40, 400}, -1.0f), torch::full({4, 12, 64}, -1.0f),
@@ -895,12 +900,11 @@ void strided_both_ends(bool single_copy) {
                                           torch::full({30, 20}, -1.0, torch::kFloat64)};
     };
     auto dst_regions = [](const std::vector<torch::Tensor>& d) {
-        return std::vector<torch::Tensor>{
-            d[0].narrow(1, 200, 150),                 // another column slice
-            d[1].narrow(1, 1, 10).narrow(2, 40, 20),  // 3-D, other strides
-            d[2].t(),                                 // transposed: 12000 runs of 4 bytes
-            d[3].narrow(1, 10, 64),                   // strided where the source is contiguous
-            d[4]};                                    // contiguous (single copy: the sender writes)
+        return std::vector<torch::Tensor>{d[0].narrow(1, 200, 150),                 // another column slice
+                                          d[1].narrow(1, 1, 10).narrow(2, 40, 20),  // 3-D, other strides
+                                          d[2].t(),                                 // transposed: 12000 runs of 4 bytes
+                                          d[3].narrow(1, 10, 64),  // strided where the source is contiguous
+                                          d[4]};                   // contiguous (single copy: the sender writes)
     };
     const auto mine = sources(me);
     auto dst = destinations();

@@ -46,8 +46,7 @@ std::vector<torch::Tensor> make_sources(const std::vector<Spec>& specs, uint64_t
 }
 
 // Receivers' destinations: right shapes and dtypes, filled with a sentinel.
-std::vector<torch::Tensor> make_destinations(const std::vector<Spec>& specs,
-                                             torch::Device device = torch::kCPU) {
+std::vector<torch::Tensor> make_destinations(const std::vector<Spec>& specs, torch::Device device = torch::kCPU) {
     std::vector<torch::Tensor> out;
     for (const auto& s : specs) {
         out.push_back(torch::full(s.shape, 7, torch::dtype(s.dtype).device(device)));
@@ -55,8 +54,7 @@ std::vector<torch::Tensor> make_destinations(const std::vector<Spec>& specs,
     return out;
 }
 
-std::vector<torch::Tensor> clone_all(const std::vector<torch::Tensor>& ts,
-                                     torch::Device device = torch::kCPU) {
+std::vector<torch::Tensor> clone_all(const std::vector<torch::Tensor>& ts, torch::Device device = torch::kCPU) {
     std::vector<torch::Tensor> out;
     for (const auto& t : ts) out.push_back(t.to(device, /*non_blocking=*/false, /*copy=*/true));
     return out;
@@ -78,10 +76,8 @@ void expect_synced(const Communicator& comm, const std::vector<torch::Tensor>& g
 
 // One sync of `specs` from the root (tensors on `device` on every rank); returns the tensors
 // this rank ends with.
-std::vector<torch::Tensor> sync_once(WeightSync& ws, const Communicator& comm,
-                                     const std::vector<Spec>& specs, uint64_t seed,
-                                     uint64_t root_version = 1,
-                                     torch::Device device = torch::kCPU) {
+std::vector<torch::Tensor> sync_once(WeightSync& ws, const Communicator& comm, const std::vector<Spec>& specs,
+                                     uint64_t seed, uint64_t root_version = 1, torch::Device device = torch::kCPU) {
     auto expected = make_sources(specs, seed);
     std::vector<torch::Tensor> tensors =
         comm.rank() == 0 ? clone_all(expected, device) : make_destinations(specs, device);
@@ -113,8 +109,7 @@ TEST(WeightSync, ChecksumKnownValues) {
     EXPECT_EQ(weights_checksum({u8({1, 2, 3})}), 0xf5d06a87f8f19736ULL);
     EXPECT_EQ(weights_checksum({u8({1, 2, 3, 4, 5, 6, 7, 8, 9})}), 0x0a80c513c7cca842ULL);
     EXPECT_EQ(weights_checksum({u8({1, 2, 3, 4, 5, 6, 7, 8, 9}), u8({})}), 0xa577229c80c1e826ULL);
-    EXPECT_EQ(weights_checksum({u8({1, 2, 3, 4, 5, 6, 7, 8, 9}), torch::Tensor()}),
-              0xa577229c80c1e826ULL);
+    EXPECT_EQ(weights_checksum({u8({1, 2, 3, 4, 5, 6, 7, 8, 9}), torch::Tensor()}), 0xa577229c80c1e826ULL);
 }
 
 TEST(WeightSync, ChecksumSeesBoundariesValuesAndLogicalOrder) {
@@ -133,9 +128,8 @@ TEST(WeightSync, ChecksumSeesBoundariesValuesAndLogicalOrder) {
 
 TEST(WeightSync, MixedDtypesPackedAndInPlace) {
     auto world = Communicator::world();
-    std::vector<Spec> specs = {{{4, 5}, torch::kFloat32}, {{7}, torch::kBFloat16},
-                               {{4, 2}, torch::kInt64},   {{}, torch::kFloat64},
-                               {{13}, torch::kUInt8},     {{2, 3, 4}, torch::kFloat16},
+    std::vector<Spec> specs = {{{4, 5}, torch::kFloat32}, {{7}, torch::kBFloat16}, {{4, 2}, torch::kInt64},
+                               {{}, torch::kFloat64},     {{13}, torch::kUInt8},   {{2, 3, 4}, torch::kFloat16},
                                {{9}, torch::kBool},       {{40}, torch::kInt32}};
     // 256-byte buckets; tensors of >= 64 bytes go in place: f32 [4,5] (80 B), i64 [4,2]
     // (64 B), i32 [40] (160 B). The rest (14 + 8 + 13 + 48 + 9 = 92 B) share one bucket.
@@ -152,8 +146,7 @@ TEST(WeightSync, MixedDtypesPackedAndInPlace) {
 
 TEST(WeightSync, TensorLargerThanBucketGoesInPieces) {
     auto world = Communicator::world();
-    std::vector<Spec> specs = {{{10}, torch::kFloat32}, {{100, 100}, torch::kFloat32},
-                               {{3}, torch::kFloat32}};
+    std::vector<Spec> specs = {{{10}, torch::kFloat32}, {{100, 100}, torch::kFloat32}, {{3}, torch::kFloat32}};
     for (int64_t inplace_min : {int64_t(1024), kNever}) {
         auto ws = make_weight_sync("mpi", world, small_buckets(4096, inplace_min));
         sync_once(*ws, world, specs, 12);
@@ -200,8 +193,11 @@ TEST(WeightSync, EmptyTensorsAndEmptyLists) {
     auto world = Communicator::world();
     auto ws = make_weight_sync("mpi", world, small_buckets(64, 16));
     sync_once(*ws, world,
-              {{{0}, torch::kFloat32}, {{5}, torch::kFloat32}, {{3, 0}, torch::kInt64},
-               {{20}, torch::kFloat32}, {{0}, torch::kBFloat16}},
+              {{{0}, torch::kFloat32},
+               {{5}, torch::kFloat32},
+               {{3, 0}, torch::kInt64},
+               {{20}, torch::kFloat32},
+               {{0}, torch::kBFloat16}},
               15, 3);
     EXPECT_EQ(ws->last_stats().total_bytes, 100);
     sync_once(*ws, world, {{{0}, torch::kFloat32}, {{2, 0, 3}, torch::kFloat32}}, 16, 4);
@@ -213,20 +209,16 @@ TEST(WeightSync, EmptyTensorsAndEmptyLists) {
 TEST(WeightSync, NonContiguousSourcesAndDestinations) {
     auto world = Communicator::world();
     const bool root = world.rank() == 0;
-    auto base = make_sources({{{6, 8}, torch::kFloat32}, {{10, 4}, torch::kInt64},
-                              {{300, 2}, torch::kFloat32}},
-                             18);
+    auto base = make_sources({{{6, 8}, torch::kFloat32}, {{10, 4}, torch::kInt64}, {{300, 2}, torch::kFloat32}}, 18);
     // Root: a transpose, a strided slice and a transposed big tensor (in place by size).
-    std::vector<torch::Tensor> expected = {base[0].t().contiguous(),
-                                           base[1].slice(0, 0, 10, 2).contiguous(),
+    std::vector<torch::Tensor> expected = {base[0].t().contiguous(), base[1].slice(0, 0, 10, 2).contiguous(),
                                            base[2].t().contiguous()};
     std::vector<torch::Tensor> tensors;
     std::vector<torch::Tensor> storage;  // receivers: non-contiguous views into these
     if (root) {
         tensors = {base[0].t(), base[1].slice(0, 0, 10, 2), base[2].t()};
     } else {
-        storage = {torch::zeros({6, 8}), torch::zeros({5, 4}, torch::kInt64),
-                   torch::zeros({300, 2})};
+        storage = {torch::zeros({6, 8}), torch::zeros({5, 4}, torch::kInt64), torch::zeros({300, 2})};
         tensors = {storage[0].t(), storage[1], storage[2].t()};
     }
     for (size_t i = 0; i < expected.size(); ++i) ASSERT_EQ(tensors[i].sizes(), expected[i].sizes());
@@ -245,8 +237,7 @@ TEST(WeightSync, DestinationsWithRequiresGradAreFilled) {
     if (world.rank() == 0) {
         tensors = clone_all(expected);
     } else {  // leaf parameters, the second one non-contiguous (staged, copied with copy_)
-        tensors = {torch::zeros({4, 4}).requires_grad_(),
-                   torch::zeros({64, 64}).t().requires_grad_()};
+        tensors = {torch::zeros({4, 4}).requires_grad_(), torch::zeros({64, 64}).t().requires_grad_()};
     }
     auto ws = make_weight_sync("mpi", world, small_buckets(4096, 1024));
     uint64_t version = 2;
@@ -256,8 +247,7 @@ TEST(WeightSync, DestinationsWithRequiresGradAreFilled) {
 
 TEST(WeightSync, VersionPropagatesAndBuffersAreReused) {
     auto world = Communicator::world();
-    std::vector<Spec> specs = {{{100}, torch::kFloat32}, {{3000}, torch::kFloat32},
-                               {{50}, torch::kInt64}};
+    std::vector<Spec> specs = {{{100}, torch::kFloat32}, {{3000}, torch::kFloat32}, {{50}, torch::kInt64}};
     auto ws = make_weight_sync("mpi", world, small_buckets(2048, kNever));
     for (uint64_t v = 1; v <= 4; ++v) {
         sync_once(*ws, world, specs, 100 + v, 10 * v);
@@ -299,7 +289,7 @@ TEST(WeightSync, RandomLayoutsAndBucketSizes) {
     auto world = Communicator::world();
     std::mt19937 rng(77);  // same stream on every rank
     const torch::Dtype dtypes[] = {torch::kFloat32, torch::kBFloat16, torch::kInt64,
-                                   torch::kUInt8, torch::kFloat64, torch::kInt16};
+                                   torch::kUInt8,   torch::kFloat64,  torch::kInt16};
     for (int round = 0; round < 12; ++round) {
         std::vector<Spec> specs;
         const int n = static_cast<int>(rng() % 30);
@@ -312,8 +302,8 @@ TEST(WeightSync, RandomLayoutsAndBucketSizes) {
         auto o = small_buckets(bucket, inplace_min);
         o.n_buffers = 1 + static_cast<int>(rng() % 3);
         auto ws = make_weight_sync("mpi", world, o);
-        SCOPED_TRACE(fmt::format("round {} bucket {} inplace_min {} n_buffers {}", round, bucket,
-                                 inplace_min, o.n_buffers));
+        SCOPED_TRACE(
+            fmt::format("round {} bucket {} inplace_min {} n_buffers {}", round, bucket, inplace_min, o.n_buffers));
         sync_once(*ws, world, specs, 300 + round, round + 1);
     }
 }
@@ -364,8 +354,10 @@ TEST(WeightSyncNccl, SyncsCudaTensorsAndMatchesTheRoot) {
                         "every rank; this machine has fewer";
     }
     const torch::Device dev = rlpt::protocol::handler_device();
-    std::vector<Spec> specs = {{{4, 5}, torch::kFloat32}, {{7}, torch::kBFloat16},
-                               {{100, 100}, torch::kFloat32}, {{0}, torch::kInt64},
+    std::vector<Spec> specs = {{{4, 5}, torch::kFloat32},
+                               {{7}, torch::kBFloat16},
+                               {{100, 100}, torch::kFloat32},
+                               {{0}, torch::kInt64},
                                {{40}, torch::kInt64}};
     auto ws = make_weight_sync("nccl", world, small_buckets(4096, 1024));
     EXPECT_EQ(ws->backend_name(), "nccl");
@@ -394,8 +386,7 @@ TEST(WeightSyncNccl, LayoutMismatchIsCleanOnEveryRank) {
     std::vector<Spec> mine = good;
     if (world.rank() == world.size() - 1) mine[0].shape = {4, 16};
     auto ws = make_weight_sync("nccl", world);
-    auto tensors =
-        world.rank() == 0 ? clone_all(make_sources(mine, 1), dev) : make_destinations(mine, dev);
+    auto tensors = world.rank() == 0 ? clone_all(make_sources(mine, 1), dev) : make_destinations(mine, dev);
     uint64_t version = 1;
     EXPECT_THROW(ws->sync(tensors, version), rlpt::CommError);
     sync_once(*ws, world, good, 2, 2, dev);
@@ -414,8 +405,7 @@ void expect_clean_mismatch(int bad_rank, const std::function<void(std::vector<Sp
     auto world = Communicator::world();
     bad_rank = std::min(bad_rank, world.size() - 1);
     const bool bad = world.rank() == bad_rank;
-    std::vector<Spec> good = {{{16, 4}, torch::kFloat32}, {{8}, torch::kBFloat16},
-                              {{3}, torch::kInt64}};
+    std::vector<Spec> good = {{{16, 4}, torch::kFloat32}, {{8}, torch::kBFloat16}, {{3}, torch::kInt64}};
     std::vector<Spec> mine = good;
     if (bad) tweak(mine);
     auto ws = make_weight_sync("mpi", world, small_buckets(128, 200));
@@ -434,8 +424,7 @@ void expect_clean_mismatch(int bad_rank, const std::function<void(std::vector<Sp
         ADD_FAILURE() << "no error on rank " << world.rank();
     } catch (const rlpt::CommError& e) {
         const std::string what = e.what();
-        EXPECT_NE(what.find(fmt::format("rank(s) {} disagree", bad_rank)), std::string::npos)
-            << what;
+        EXPECT_NE(what.find(fmt::format("rank(s) {} disagree", bad_rank)), std::string::npos) << what;
         if (bad) EXPECT_NE(what.find(bad_rank_text), std::string::npos) << what;
     }
     EXPECT_EQ(version, world.rank() == 0 ? 5u : 77u);  // untouched on failure
@@ -445,7 +434,10 @@ void expect_clean_mismatch(int bad_rank, const std::function<void(std::vector<Sp
 
 TEST(WeightSyncError, ShapeMismatchOnLastRank) {
     expect_clean_mismatch(
-        3, [](std::vector<Spec>& s) { s[0].shape = {4, 16}; },
+        3,
+        [](std::vector<Spec>& s) {
+            s[0].shape = {4, 16};
+        },
         "first difference at tensor 0: root has '0 - Float [16, 4]', this rank has '0 - Float [4, "
         "16]'");
 }
@@ -458,8 +450,7 @@ TEST(WeightSyncError, DtypeMismatchOnOneReceiver) {
 
 TEST(WeightSyncError, TensorCountMismatch) {
     expect_clean_mismatch(
-        2, [](std::vector<Spec>& s) { s.pop_back(); },
-        "the root sends 3 tensors, this rank has 2");
+        2, [](std::vector<Spec>& s) { s.pop_back(); }, "the root sends 3 tensors, this rank has 2");
 }
 
 TEST(WeightSyncError, SameBytesDifferentShapeOnRoot) {
@@ -498,8 +489,7 @@ TEST(WeightSyncError, NameMismatch) {
 
 TEST(WeightSyncError, NamesOnSomeRanksOnly) {
     expect_clean_mismatch(
-        1, [](std::vector<Spec>&) {}, "the root passed parameter names, this rank did not",
-        Names::kAllButBadRank);
+        1, [](std::vector<Spec>&) {}, "the root passed parameter names, this rank did not", Names::kAllButBadRank);
 }
 
 TEST(WeightSyncError, NamesCountMismatch) {
@@ -520,9 +510,7 @@ TEST(WeightSyncError, UndefinedTensorOnAReceiverOrTheRoot) {
             ADD_FAILURE() << "no error";
         } catch (const rlpt::CommError& e) {
             if (world.rank() == bad) {
-                EXPECT_NE(std::string(e.what()).find("tensor 1 ('-') is undefined"),
-                          std::string::npos)
-                    << e.what();
+                EXPECT_NE(std::string(e.what()).find("tensor 1 ('-') is undefined"), std::string::npos) << e.what();
             }
         }
     }
@@ -567,17 +555,14 @@ TEST(WeightSyncError, ZTimeoutWhenTheRootNeverComes) {
         uint64_t version = 0;
         const auto t0 = std::chrono::steady_clock::now();
         EXPECT_THROW(ws->sync(tensors, version), rlpt::TimeoutError);
-        const double s =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         EXPECT_GE(s, 0.45);
         EXPECT_LT(s, 5.0);
         try {
             ws->sync(tensors, version);
             ADD_FAILURE() << "a broken weight sync accepted another sync";
         } catch (const rlpt::CommError& e) {
-            EXPECT_NE(std::string(e.what()).find("unusable after an earlier failure"),
-                      std::string::npos)
-                << e.what();
+            EXPECT_NE(std::string(e.what()).find("unusable after an earlier failure"), std::string::npos) << e.what();
         }
     }
     world.barrier();

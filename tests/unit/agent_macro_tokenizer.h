@@ -43,7 +43,9 @@ class MacroTokenizer final : public tokenizer::Tokenizer {
     }
     int64_t vocab_size() const override { return chars_.vocab_size() + static_cast<int64_t>(macros_.size()); }
     tokenizer::SpecialTokenIds special_ids() const override { return chars_.special_ids(); }
-    std::string id_to_token(int64_t id) const override { return id < first_macro_id() ? chars_.id_to_token(id) : token_bytes(id); }
+    std::string id_to_token(int64_t id) const override {
+        return id < first_macro_id() ? chars_.id_to_token(id) : token_bytes(id);
+    }
     int64_t token_to_id(std::string_view token) const override { return chars_.token_to_id(token); }
     bool is_special(int64_t id) const override { return chars_.is_special(id); }
     void save(const std::string&) const override { throw ValueError("MacroTokenizer: a test tokenizer is not saved"); }

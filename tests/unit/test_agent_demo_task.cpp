@@ -36,11 +36,11 @@ TEST(CharTokenizerWords, MatchedLongestFirstInEveryEncodeAndRoundTrip) {
     EXPECT_EQ(tok.token_to_id("</x>"), w2);
     EXPECT_EQ(tok.id_to_token(w1), "<a>b");
     EXPECT_FALSE(tok.is_special(w0));
-    EXPECT_THROW(tok.encode("</y>"), ValueError);  // '/' and 'y' are no characters of it
-    EXPECT_THROW(CharTokenizer("ab", {"a"}), ValueError);           // one character: not a word
-    EXPECT_THROW(CharTokenizer("ab", {"ab", "ab"}), ValueError);    // twice
-    EXPECT_THROW(CharTokenizer("ab", {"a\nb"}), ValueError);        // newline
-    EXPECT_THROW(CharTokenizer("ab", {"<eos>"}), ValueError);       // a special token
+    EXPECT_THROW(tok.encode("</y>"), ValueError);                 // '/' and 'y' are no characters of it
+    EXPECT_THROW(CharTokenizer("ab", {"a"}), ValueError);         // one character: not a word
+    EXPECT_THROW(CharTokenizer("ab", {"ab", "ab"}), ValueError);  // twice
+    EXPECT_THROW(CharTokenizer("ab", {"a\nb"}), ValueError);      // newline
+    EXPECT_THROW(CharTokenizer("ab", {"<eos>"}), ValueError);     // a special token
 
     const auto dir = std::filesystem::temp_directory_path() / ("rlpt_words_" + std::to_string(::getpid()));
     tok.save(dir.string());
@@ -118,8 +118,8 @@ TEST(AgentSftConversation, ToolTurnsAreInTheSequenceButOutOfTheLoss) {
     Ids want = tok.encode(call);
     want.push_back(eos);  // the model ends its turn with EOS (template none)
     const size_t obs_begin = want.size();
-    const Ids obs = agent::encode_observation(
-        tok, agent::render_tool_observation(tokenizer::ChatFamily::kNone, {"1776"}, /*turn_closed=*/true));
+    const Ids obs = agent::encode_observation(tok, agent::render_tool_observation(tokenizer::ChatFamily::kNone,
+                                                                                  {"1776"}, /*turn_closed=*/true));
     EXPECT_EQ(tok.decode(obs), "<tool_response>1776</tool_response>");
     want.insert(want.end(), obs.begin(), obs.end());
     const size_t obs_end = want.size();
@@ -139,10 +139,12 @@ TEST(AgentSftConversation, ToolTurnsAreInTheSequenceButOutOfTheLoss) {
         }
         return std::string("no error");
     };
-    EXPECT_NE(error({{{"role", "tool"}, {"content", "1"}}, {{"role", "assistant"}, {"content", "1"}}}).find("first turn"),
-              std::string::npos);
-    EXPECT_NE(error({{{"role", "assistant"}, {"content", call}}, {{"role", "tool"}, {"content", "1"}}}).find("last turn"),
-              std::string::npos);
+    EXPECT_NE(
+        error({{{"role", "tool"}, {"content", "1"}}, {{"role", "assistant"}, {"content", "1"}}}).find("first turn"),
+        std::string::npos);
+    EXPECT_NE(
+        error({{{"role", "assistant"}, {"content", call}}, {{"role", "tool"}, {"content", "1"}}}).find("last turn"),
+        std::string::npos);
     EXPECT_NE(error({{{"role", "user"}, {"content", "1"}}}).find("role 'user'"), std::string::npos);
     EXPECT_NE(error(nlohmann::json::array()).find("non-empty"), std::string::npos);
 }

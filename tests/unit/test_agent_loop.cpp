@@ -51,7 +51,7 @@ struct Script {
             const bool eos = !ids.empty() && ids.back() == tokenizer::CharTokenizer::kEosId;
             if (static_cast<int64_t>(ids.size()) > p.max_new_tokens) ids.resize(static_cast<size_t>(p.max_new_tokens));
             g.finish_reasons.push_back(eos && ids.back() == tokenizer::CharTokenizer::kEosId ? FinishReason::kEos
-                                                                                            : FinishReason::kLength);
+                                                                                             : FinishReason::kLength);
             R = std::max<int64_t>(R, static_cast<int64_t>(ids.size()));
             out.push_back(ids);
         }
@@ -101,11 +101,13 @@ struct Fixture {
 TEST(AgentLoop, ToolCallsObservationsAndErrorsWithScriptedTurns) {
     Fixture f;
     Script s{f.tok, {}, {}, {}};
-    const std::string call = "<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"12*(3+4)\"}}</tool_call><eos>";
+    const std::string call =
+        "<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"12*(3+4)\"}}</tool_call><eos>";
     s.turns[3] = {call, "84<eos>"};
     s.turns[4] = {"<tool_call>{oops</tool_call><eos>", "x<eos>"};
     s.turns[5] = {"<tool_call>{\"name\": \"add\", \"arguments\": {}}</tool_call><eos>", "y<eos>"};
-    s.turns[6] = {"<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": 5}}</tool_call><eos>", "z<eos>"};
+    s.turns[6] = {"<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": 5}}</tool_call><eos>",
+                  "z<eos>"};
     s.turns[7] = {"42<eos>"};
     std::vector<std::vector<int64_t>> prompts{{3, 10}, {4, 10}, {5, 10}, {6, 10}, {7, 10}};
     auto g = run_agent_loop(std::ref(s), prompts, {1, 2, 3, 4, 5}, f.params(200), f.ctx);
@@ -113,34 +115,43 @@ TEST(AgentLoop, ToolCallsObservationsAndErrorsWithScriptedTurns) {
     // The model's own tokens (mask 1) are its two turns; the observation (mask 0) sits between them.
     EXPECT_EQ(f.response_text(g, 0, 1), call + "84<eos>");
     EXPECT_EQ(f.response_text(g, 0, 0), "<tool_response>84</tool_response>");
-    EXPECT_EQ(f.tok.decode(row(g.responses, 0), false).substr(0, call.size() + 33), call + "<tool_response>84</tool_response>");
+    EXPECT_EQ(f.tok.decode(row(g.responses, 0), false).substr(0, call.size() + 33),
+              call + "<tool_response>84</tool_response>");
     // The second turn was generated from prompt ++ turn 1 ++ observation.
     bool found = false;
     for (const auto& p : s.seen_prompts)
-        found = found || f.tok.decode(p, false) == f.tok.decode(prompts[0], false) + call + "<tool_response>84</tool_response>";
+        found = found ||
+                f.tok.decode(p, false) == f.tok.decode(prompts[0], false) + call + "<tool_response>84</tool_response>";
     EXPECT_TRUE(found);
     // Observation tokens: rollout log-prob 0; model tokens keep theirs; attention 1 on both.
     auto m = g.response_mask[0], lp = g.rollout_log_probs[0];
     EXPECT_TRUE(torch::all(lp.masked_select(m == 0) == 0).item<bool>());
-    const int64_t P = g.prompts.size(1), n0 = static_cast<int64_t>(f.tok.encode(call + "<tool_response>84</tool_response>84<eos>", true).size());
+    const int64_t P = g.prompts.size(1),
+                  n0 = static_cast<int64_t>(
+                      f.tok.encode(call + "<tool_response>84</tool_response>84<eos>", true).size());
     EXPECT_EQ(g.attention_mask[0].slice(0, P, P + n0).sum().item<int64_t>(), n0);
     EXPECT_NE(f.response_text(g, 1, 0).find("not a JSON object"), std::string::npos) << f.response_text(g, 1, 0);
-    EXPECT_NE(f.response_text(g, 2, 0).find("Unknown function 'add'. Available tools: [calculator]"), std::string::npos);
-    EXPECT_NE(f.response_text(g, 3, 0).find("Invalid arguments for 'calculator': argument 'expression': expected string, got integer"),
-              std::string::npos) << f.response_text(g, 3, 0);
+    EXPECT_NE(f.response_text(g, 2, 0).find("Unknown function 'add'. Available tools: [calculator]"),
+              std::string::npos);
+    EXPECT_NE(f.response_text(g, 3, 0).find(
+                  "Invalid arguments for 'calculator': argument 'expression': expected string, got integer"),
+              std::string::npos)
+        << f.response_text(g, 3, 0);
     EXPECT_EQ(f.response_text(g, 4, 0), "");
     const auto& v = f.ctx.sample_values;
     EXPECT_EQ(v.at("num_turns"), (std::vector<double>{4, 4, 4, 4, 2}));  // assistant + user turns + 1
     EXPECT_EQ(v.at("tool_call_counts"), (std::vector<double>{1, 1, 1, 1, 0}));
     EXPECT_EQ(v.at("tool_errors"), (std::vector<double>{0, 1, 1, 1, 0}));
     EXPECT_EQ(v.at("model_tokens")[4], 3.0);
-    EXPECT_EQ(v.at("observation_tokens")[0], static_cast<double>(f.tok.encode("<tool_response>84</tool_response>", false).size()));
+    EXPECT_EQ(v.at("observation_tokens")[0],
+              static_cast<double>(f.tok.encode("<tool_response>84</tool_response>", false).size()));
     for (auto r : g.finish_reasons) EXPECT_EQ(r, FinishReason::kEos);
 }
 
 TEST(AgentLoop, BudgetAndTurnLimits) {
     Fixture f;
-    const std::string call = "<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"1+1\"}}</tool_call><eos>";
+    const std::string call =
+        "<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"1+1\"}}</tool_call><eos>";
     const auto n_call = static_cast<int64_t>(f.tok.encode(call, true).size());
     {  // The observation would reach the budget: not appended, the response ends on model tokens.
         Script s{f.tok, {{3, {call, "2<eos>"}}}, {}, {}};
@@ -169,15 +180,19 @@ using testing::everything_server;
 
 TEST(AgentLoop, McpToolsOfDifferentSamplesRunTogether) {
     const std::string server = everything_server();
-    if (server.empty()) GTEST_SKIP() << "@modelcontextprotocol/server-everything is not installed (run scripts/fetch_test_assets.sh)";
+    if (server.empty())
+        GTEST_SKIP() << "@modelcontextprotocol/server-everything is not installed (run scripts/fetch_test_assets.sh)";
     Fixture f;
     f.config.rollout.multi_turn.builtin_tools.clear();
     f.config.rollout.multi_turn.mcp_servers = {server};
     Script s{f.tok, {}, {}, {}};
     for (int64_t k = 0; k < 4; ++k)
-        s.turns[3 + k] = {fmt::format("<tool_call>{{\"name\": \"get-sum\", \"arguments\": {{\"a\": {}, \"b\": 2}}}}</tool_call><eos>", k),
-                          "<eos>"};
-    s.turns[7] = {"<tool_call>{\"name\": \"get-sum\", \"arguments\": {\"a\": \"x\", \"b\": 2}}</tool_call><eos>", "<eos>"};
+        s.turns[3 + k] = {
+            fmt::format("<tool_call>{{\"name\": \"get-sum\", \"arguments\": {{\"a\": {}, \"b\": 2}}}}</tool_call><eos>",
+                        k),
+            "<eos>"};
+    s.turns[7] = {"<tool_call>{\"name\": \"get-sum\", \"arguments\": {\"a\": \"x\", \"b\": 2}}</tool_call><eos>",
+                  "<eos>"};
     auto g = run_agent_loop(std::ref(s), {{3}, {4}, {5}, {6}, {7}}, {1, 2, 3, 4, 5}, f.params(400), f.ctx);
     for (int64_t k = 0; k < 4; ++k) {
         // The char vocabulary has no 'T' or 'h': those characters are dropped from the observation.
@@ -185,7 +200,8 @@ TEST(AgentLoop, McpToolsOfDifferentSamplesRunTogether) {
             << f.response_text(g, k, 0);
     }
     // Arguments failing the server's input schema are refused before the call.
-    EXPECT_NE(f.response_text(g, 4, 0).find("Invalid arguments for 'get-sum': argument 'a': expected number"), std::string::npos);
+    EXPECT_NE(f.response_text(g, 4, 0).find("Invalid arguments for 'get-sum': argument 'a': expected number"),
+              std::string::npos);
     EXPECT_EQ(f.ctx.sample_values.at("tool_errors"), (std::vector<double>{0, 0, 0, 0, 1}));
     EXPECT_GT(f.ctx.sample_values.at("tool_latency_s")[0], 0.0);
 }
@@ -287,8 +303,7 @@ struct RealModel {
     std::shared_ptr<model::CausalLM> model;
     Config config;
     rollout::GeneratorContext ctx;
-    explicit RealModel(std::vector<std::string> macros, uint64_t seed = 5)
-        : tok(kCharset, std::move(macros)) {
+    explicit RealModel(std::vector<std::string> macros, uint64_t seed = 5) : tok(kCharset, std::move(macros)) {
         auto a = model::tiny_model_args(model::ModelFamily::kQwen2, tok.vocab_size());
         a.initializer_range = 0.25;  // peaked next-token distributions: clear margins between tokens
         model = model::make_random_causal_lm(a, seed, torch::kFloat32);
@@ -308,7 +323,8 @@ struct RealModel {
     GenerationOutput turn_by_turn(const std::vector<std::vector<int64_t>>& prompts, const std::vector<uint64_t>& seeds,
                                   const rollout::SamplingParams& p) {
         return run_agent_loop(
-            [&](const std::vector<std::vector<int64_t>>& pr, const std::vector<uint64_t>& sd, const rollout::SamplingParams& sp) {
+            [&](const std::vector<std::vector<int64_t>>& pr, const std::vector<uint64_t>& sd,
+                const rollout::SamplingParams& sp) {
                 return rollout::generate(*model, pr, sd, sp, rollout::BatchLimits(64));
             },
             prompts, seeds, p, ctx);
@@ -348,8 +364,8 @@ std::vector<uint64_t> agent_seeds(size_t n) {
 }
 
 TEST(AgentLoop, ContinuousMatchesTurnByTurnAtAnyMaxNumSeqs) {
-    RealModel m({calc_call("6*7"), calc_call("1/0"), calc_call("(3+4)*2"), "<tool_call>{\"name\": \"nope\", \"arguments\": {}}</tool_call>",
-                 calc_call("12+30"), "no call here"});
+    RealModel m({calc_call("6*7"), calc_call("1/0"), calc_call("(3+4)*2"),
+                 "<tool_call>{\"name\": \"nope\", \"arguments\": {}}</tool_call>", calc_call("12+30"), "no call here"});
     m.config.rollout.multi_turn.max_assistant_turns = 6;
     const auto prompts = agent_prompts(m.tok, 3);
     const auto seeds = agent_seeds(prompts.size());
@@ -398,7 +414,8 @@ TEST(AgentLoop, ContinuousEnvironmentAndMcpMatchTurnByTurn) {
     {  // An environment (retry_env.py): every turn's text is its action.
         RealModel m({"7", "5"});
         m.config.rollout.multi_turn.builtin_tools.clear();
-        m.config.rollout.multi_turn.env_command = fmt::format("python3 {}/scripts/examples/retry_env.py", RLPT_SOURCE_DIR);
+        m.config.rollout.multi_turn.env_command =
+            fmt::format("python3 {}/scripts/examples/retry_env.py", RLPT_SOURCE_DIR);
         m.config.rollout.multi_turn.env_workers = 2;
         const auto prompts = agent_prompts(m.tok, 2);
         const auto seeds = agent_seeds(prompts.size());
@@ -416,7 +433,8 @@ TEST(AgentLoop, ContinuousEnvironmentAndMcpMatchTurnByTurn) {
         RealModel m({"<tool_call>{\"name\": \"probe\", \"arguments\": {\"x\": 5}}</tool_call>",
                      "<tool_call>{\"name\": \"probe\", \"arguments\": {\"y\": 5}}</tool_call>", "done"});
         m.config.rollout.multi_turn.builtin_tools.clear();
-        m.config.rollout.multi_turn.mcp_servers = {fmt::format("python3 {}/tests/agent/fault_mcp_server.py slow:0.05", RLPT_SOURCE_DIR)};
+        m.config.rollout.multi_turn.mcp_servers = {
+            fmt::format("python3 {}/tests/agent/fault_mcp_server.py slow:0.05", RLPT_SOURCE_DIR)};
         m.config.rollout.multi_turn.max_assistant_turns = 5;
         const auto prompts = agent_prompts(m.tok, 2);
         const auto seeds = agent_seeds(prompts.size());
@@ -437,10 +455,13 @@ TEST(AgentLoop, ContinuousEnvironmentAndMcpMatchTurnByTurn) {
 // several calls in flight. Every call takes 0.4 s; timing bounds are generous (loaded machines).
 TEST(AgentLoop, ToolCallsOfDifferentSamplesOverlap) {
     std::vector<std::string> probes;
-    for (int k = 0; k < 12; ++k) probes.push_back(fmt::format("<tool_call>{{\"name\": \"probe\", \"arguments\": {{\"x\": {}}}}}</tool_call>", k));
+    for (int k = 0; k < 12; ++k)
+        probes.push_back(
+            fmt::format("<tool_call>{{\"name\": \"probe\", \"arguments\": {{\"x\": {}}}}}</tool_call>", k));
     RealModel m(probes);
     m.config.rollout.multi_turn.builtin_tools.clear();
-    m.config.rollout.multi_turn.mcp_servers = {fmt::format("python3 {}/tests/agent/fault_mcp_server.py slow:0.4", RLPT_SOURCE_DIR)};
+    m.config.rollout.multi_turn.mcp_servers = {
+        fmt::format("python3 {}/tests/agent/fault_mcp_server.py slow:0.4", RLPT_SOURCE_DIR)};
     m.config.rollout.multi_turn.max_assistant_turns = 3;
     const auto prompts = agent_prompts(m.tok, 2);
     const auto seeds = agent_seeds(prompts.size());

@@ -25,10 +25,10 @@ namespace {
 
 using testing::everything_server;
 
-#define REQUIRE_EVERYTHING(var)                                                                                    \
-    const std::string var = everything_server();                                                                  \
-    if (var.empty())                                                                                               \
-    GTEST_SKIP() << "@modelcontextprotocol/server-everything is not installed (node/npm absent, or run "          \
+#define REQUIRE_EVERYTHING(var)                                                                          \
+    const std::string var = everything_server();                                                         \
+    if (var.empty())                                                                                     \
+    GTEST_SKIP() << "@modelcontextprotocol/server-everything is not installed (node/npm absent, or run " \
                     "scripts/fetch_test_assets.sh)"
 
 std::string fault_server(const std::string& mode) {
@@ -95,7 +95,8 @@ TEST(AgentMcp, ConcurrentCallsAreInFlightTogetherAndMatchedById) {
     auto r = c.call_many(calls);
     const double wall = monotonic_s() - t0;
     for (int i = 0; i < 4; ++i) EXPECT_FALSE(r[static_cast<size_t>(i)].is_error) << r[static_cast<size_t>(i)].text;
-    for (int i = 0; i < 8; ++i) EXPECT_EQ(r[static_cast<size_t>(4 + i)].text, fmt::format("The sum of {} and 100 is {}.", i, i + 100));
+    for (int i = 0; i < 8; ++i)
+        EXPECT_EQ(r[static_cast<size_t>(4 + i)].text, fmt::format("The sum of {} and 100 is {}.", i, i + 100));
     // One after the other would take 4 x 2 s; all in flight at once takes ~2 s (generous bound).
     EXPECT_LT(wall, 6.5);
     // The quick calls were not held up behind the long ones.

@@ -11,9 +11,10 @@ namespace {
 using tokenizer::ChatFamily;
 
 TEST(AgentToolCall, HermesParsesEveryBlockAndKeepsTheContent) {
-    auto t = parse_tool_calls("hermes", "I'll add.\n<tool_call>\n{\"name\": \"get-sum\", \"arguments\": {\"a\": 2, \"b\": 3}}\n"
-                                        "</tool_call>\n<tool_call>{\"name\": \"echo\", \"arguments\": \"{\\\"message\\\": \\\"x\\\"}\"}"
-                                        "</tool_call><|im_end|>");
+    auto t = parse_tool_calls(
+        "hermes", "I'll add.\n<tool_call>\n{\"name\": \"get-sum\", \"arguments\": {\"a\": 2, \"b\": 3}}\n"
+                  "</tool_call>\n<tool_call>{\"name\": \"echo\", \"arguments\": \"{\\\"message\\\": \\\"x\\\"}\"}"
+                  "</tool_call><|im_end|>");
     ASSERT_EQ(t.calls.size(), 2u);
     EXPECT_EQ(t.calls[0].name, "get-sum");
     EXPECT_EQ(t.calls[0].arguments, nlohmann::json({{"a", 2}, {"b", 3}}));
@@ -68,8 +69,10 @@ TEST(AgentToolCall, QwenPromptWithToolsMatchesTheTemplate) {
     // A system message replaces the default; no tools: the plain template.
     EXPECT_EQ(render_prompt_with_tools(ChatFamily::kQwen2, {{"user", "hi"}}, {}),
               tokenizer::apply_chat_template(ChatFamily::kQwen2, {{"user", "hi"}}, true));
-    EXPECT_EQ(render_prompt_with_tools(ChatFamily::kQwen2, {{"system", "S"}, {"user", "hi"}}, {function_tool("f", "", {})})
-                  .rfind("<|im_start|>system\nS\n\n# Tools", 0), 0u);
+    EXPECT_EQ(render_prompt_with_tools(ChatFamily::kQwen2, {{"system", "S"}, {"user", "hi"}},
+                                       {function_tool("f", "", {})})
+                  .rfind("<|im_start|>system\nS\n\n# Tools", 0),
+              0u);
 }
 
 TEST(AgentToolCall, ToolResponsesAreOneUserTurn) {
@@ -90,7 +93,8 @@ TEST(AgentToolCall, TruncationFollowsVerl) {
     EXPECT_EQ(truncate_tool_text("abcdef", 4, "left"), "(truncated)...cdef");
     EXPECT_EQ(truncate_tool_text("abcdef", 4, "right"), "abcd...(truncated)");
     EXPECT_EQ(truncate_tool_text("abcdef", 6, "right"), "abcdef");
-    EXPECT_EQ(truncate_tool_text("\xC3\xA9\xC3\xA9\xC3\xA9", 2, "right"), "\xC3\xA9\xC3\xA9...(truncated)");  // code points
+    EXPECT_EQ(truncate_tool_text("\xC3\xA9\xC3\xA9\xC3\xA9", 2, "right"),
+              "\xC3\xA9\xC3\xA9...(truncated)");  // code points
     EXPECT_THROW(truncate_tool_text("abc", 1, "top"), ConfigError);
 }
 
@@ -105,17 +109,20 @@ TEST(AgentToolCall, ConfigKeysAreValidatedByName) {
         }
     };
     refused({"rollout.generator=tool_agent"}, "rollout.generator");  // no tools and no environment
-    refused({"rollout.generator=tool_agent", "rollout.multi_turn.builtin_tools=[calc]"}, "rollout.multi_turn.builtin_tools");
+    refused({"rollout.generator=tool_agent", "rollout.multi_turn.builtin_tools=[calc]"},
+            "rollout.multi_turn.builtin_tools");
     refused({"rollout.multi_turn.tool_response_truncate_side=top"}, "rollout.multi_turn.tool_response_truncate_side");
     refused({"rollout.multi_turn.format=gpt-oss"}, "rollout.multi_turn.format");
     refused({"rollout.multi_turn.max_parallel_calls=0"}, "rollout.multi_turn.max_parallel_calls");
     refused({"rollout.multi_turn.max_assistant_turns=-1"}, "rollout.multi_turn.max_assistant_turns");
     refused({"rollout.multi_turn.tool_timeout_s=0"}, "rollout.multi_turn.tool_timeout_s");
     refused({"rollout.multi_turn.env_workers=0"}, "rollout.multi_turn.env_workers");
-    refused({"rollout.generator=tool_agent", "rollout.multi_turn.builtin_tools=[calculator]", "model.chat_template=llama3"},
+    refused({"rollout.generator=tool_agent", "rollout.multi_turn.builtin_tools=[calculator]",
+             "model.chat_template=llama3"},
             "model.chat_template");
-    EXPECT_NO_THROW(config_from_yaml("", "test", {"rollout.generator=tool_agent", "rollout.multi_turn.builtin_tools=[calculator]",
-                                                  "rollout.multi_turn.mcp_servers=[npx -y x]"}));
+    EXPECT_NO_THROW(config_from_yaml("", "test",
+                                     {"rollout.generator=tool_agent", "rollout.multi_turn.builtin_tools=[calculator]",
+                                      "rollout.multi_turn.mcp_servers=[npx -y x]"}));
 }
 
 }  // namespace

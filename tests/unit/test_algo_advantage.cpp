@@ -156,8 +156,8 @@ TEST(Gae, SkipsMaskedTokensAndZeroesPadding) {
     auto out = compute_gae(r, v, m, 0.9, 0.8);
     // verl values at valid positions; 0 at masked ones (choice: verl leaves whitened values there).
     expect_close(out.advantages,
-                 {0.112993769991, 0.728711682896, 0, -0.168509319515, 0, -0.43431104148, 1.33153204389,
-                  -1.57041713578, 0, 0},
+                 {0.112993769991, 0.728711682896, 0, -0.168509319515, 0, -0.43431104148, 1.33153204389, -1.57041713578,
+                  0, 0},
                  1e-9);
     // hand for row 1: t=2: 0.2 + 0.3; t=1: 0.47 + 0.72·0.2 - 0.2 = 0.414.
     expect_close(out.returns, {0.74016, 0.928, 0, 1.0, 0, 0.46208, 0.414, 0.5, 0, 0}, 1e-12);
@@ -208,8 +208,7 @@ TEST(GroupIndex, ArbitraryLabelsBecomeDense) {
 }
 
 TEST_F(OutcomeFixture, AllZeroMaskGivesZerosOrAClearError) {
-    AdvantageInputs in{rewards, torch::zeros_like(mask), rewards.clone(), index,
-                       torch::zeros({6}, torch::kFloat32)};
+    AdvantageInputs in{rewards, torch::zeros_like(mask), rewards.clone(), index, torch::zeros({6}, torch::kFloat32)};
     for (const char* name : {"grpo", "rloo", "opo", "gpg", "remax"}) {
         auto out = compute_advantage(name, in);
         EXPECT_EQ(out.advantages.abs().sum().item<double>(), 0.0) << name;
@@ -223,8 +222,8 @@ TEST_F(OutcomeFixture, AllZeroMaskGivesZerosOrAClearError) {
 TEST_F(OutcomeFixture, DispatcherByName) {
     AdvantageInputs in{rewards, mask, {}, index, {}};
     AdvantageParams params;
-    EXPECT_TRUE(torch::equal(compute_advantage("grpo", in, params).advantages,
-                             compute_grpo(rewards, mask, index).advantages));
+    EXPECT_TRUE(
+        torch::equal(compute_advantage("grpo", in, params).advantages, compute_grpo(rewards, mask, index).advantages));
     EXPECT_TRUE(torch::equal(compute_advantage("grpo_vectorized", in, params).advantages,
                              compute_grpo(rewards, mask, index).advantages));
     params.norm_adv_by_std_in_grpo = false;
@@ -242,8 +241,7 @@ TEST_F(OutcomeFixture, DispatcherByName) {
     test::expect_value_error([&] { compute_advantage("rloo", no_index); }, "'index'");
     AdvantageInputs no_mask{rewards, {}, {}, index, {}};
     test::expect_value_error([&] { compute_advantage("grpo", no_mask); }, "'response_mask'");
-    test::expect_value_error([&] { compute_grpo(rewards, mask, index.slice(0, 0, 5)); },
-                             "index must have shape [6]");
+    test::expect_value_error([&] { compute_grpo(rewards, mask, index.slice(0, 0, 5)); }, "index must have shape [6]");
 }
 
 TEST_F(OutcomeFixture, BadArguments) {

@@ -52,8 +52,8 @@ TEST_F(OtbFixture, PerPositionBaselineWithZeroTail) {
     // Position 2 of row 0: only row 0 is valid there, so B = G·W/(W + 1e-8) ≈ 1 without the zero
     // tail (A ≈ 9.1e-9) and 0 with it (A = G = 1).
     expect_close(out.advantages,
-                 {0.7284832666375178, 0.5241603461440767, 1.0, 0.22848326663751783, 0.02416034614407664, 0,
-                  2.0, 0, 0, -0.021516733362482166, -0.22583965385592336, 0},
+                 {0.7284832666375178, 0.5241603461440767, 1.0, 0.22848326663751783, 0.02416034614407664, 0, 2.0, 0, 0,
+                  -0.021516733362482166, -0.22583965385592336, 0},
                  1e-12);
     expect_close(out.returns, {1, 1, 1, 0.5, 0.5, 0, 2, 0, 0, 0.25, 0.25, 0}, 0.0);
     auto no_tail = compute_optimal_token_baseline(rewards, mask, index, old_lp, spsq, false);
@@ -70,8 +70,8 @@ TEST_F(OtbFixture, MultiTurnCompactsValidTokens) {
     auto out = compute_tir_optimal_token_baseline(r, m, index, old_lp, spsq);
     // Row 3 is the unique longest (3 valid tokens vs 2): its last position has baseline 0, A = G.
     expect_close(out.advantages,
-                 {0.662833705472196, 0, 0.46948457020084566, 0, 0.16283370547219594, -0.030515429799154337,
-                  2.0, 0, 0, -0.08716629452780406, -0.28051542979915434, 0.25},
+                 {0.662833705472196, 0, 0.46948457020084566, 0, 0.16283370547219594, -0.030515429799154337, 2.0, 0, 0,
+                  -0.08716629452780406, -0.28051542979915434, 0.25},
                  1e-12);
     // Through the dispatcher (float32 in, float32 out), and the inputs it needs.
     AdvantageInputs in;

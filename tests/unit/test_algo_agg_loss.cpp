@@ -59,8 +59,7 @@ TEST_F(AggFixture, Errors) {
     GlobalBatchInfo dp2;
     dp2.dp_size = 2;
     test::expect_value_error([&] { agg_loss(loss, mask, AggMode::kTokenMean, dp2); }, "batch_num_tokens");
-    test::expect_value_error([&] { agg_loss(loss, mask, AggMode::kSeqMeanTokenMean, dp2); },
-                             "global_batch_size");
+    test::expect_value_error([&] { agg_loss(loss, mask, AggMode::kSeqMeanTokenMean, dp2); }, "global_batch_size");
     EXPECT_NO_THROW(agg_loss(loss, mask, AggMode::kTokenSum, dp2));
     test::expect_value_error([] { parse_agg_mode("token_mean"); }, "seq-mean-token-sum-norm");
     test::expect_value_error([&] { agg_loss(loss, mask.slice(1, 0, 2), AggMode::kTokenMean); }, "shape");
@@ -109,14 +108,13 @@ TEST(AggLossShards, ThreeShardsTimesTwoMicroBatchesEqualTheWholeBatch) {
                 auto rank_sum = torch::zeros({}, torch::kFloat64);
                 for (int64_t mb = 0; mb < kMicro; ++mb) {
                     const int64_t lo = r * per_rank + mb * per_micro;
-                    rank_sum = rank_sum + agg_loss(ls.slice(0, lo, lo + per_micro),
-                                                   m.slice(0, lo, lo + per_micro), mode, info);
+                    rank_sum = rank_sum +
+                               agg_loss(ls.slice(0, lo, lo + per_micro), m.slice(0, lo, lo + per_micro), mode, info);
                 }
                 total = total + rank_sum / static_cast<double>(kRanks);
             }
             total.backward();
-            EXPECT_NEAR(total.item<double>(), ref.item<double>(), 1e-12)
-                << name << " all_rows=" << count_all_rows;
+            EXPECT_NEAR(total.item<double>(), ref.item<double>(), 1e-12) << name << " all_rows=" << count_all_rows;
             EXPECT_TRUE(torch::allclose(ls.grad(), lw.grad(), 0, 1e-14)) << name;
             EXPECT_NE(ref.item<double>(), 0.0) << name;
         }
@@ -126,8 +124,7 @@ TEST(AggLossShards, ThreeShardsTimesTwoMicroBatchesEqualTheWholeBatch) {
 TEST_F(AggFixture, NegativeOrZeroNormalisersAreErrors) {
     GlobalBatchInfo info;
     info.batch_num_tokens = -1.0;
-    test::expect_value_error([&] { agg_loss(loss, mask, AggMode::kTokenMean, info); },
-                             "batch_num_tokens must be");
+    test::expect_value_error([&] { agg_loss(loss, mask, AggMode::kTokenMean, info); }, "batch_num_tokens must be");
     info = {};
     info.global_batch_size = -2.0;
     test::expect_value_error([&] { agg_loss(loss, mask, AggMode::kSeqMeanTokenSum, info); },

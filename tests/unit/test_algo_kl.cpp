@@ -57,8 +57,7 @@ TEST_F(KlFixture, StraightThroughKeepsForwardAndUsesK2Gradient) {
         EXPECT_TRUE(torch::allclose(sg, k2g, 0, 1e-12)) << base << "+ gradient";
     }
     // The k3+ gradient really differs from k3's: 0.2 vs 1 - e^{-0.2} = 0.1813.
-    EXPECT_NE(value_and_grad("k3+").second[0][0].item<double>(),
-              value_and_grad("k3").second[0][0].item<double>());
+    EXPECT_NE(value_and_grad("k3+").second[0][0].item<double>(), value_and_grad("k3").second[0][0].item<double>());
     auto t = parse_kl_type("k2+");
     EXPECT_EQ(t.estimator, KlEstimator::kK2);
     EXPECT_FALSE(t.straight_through);

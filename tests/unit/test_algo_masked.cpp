@@ -37,8 +37,7 @@ TEST_F(MaskedFixture, EpsilonFollowsMaskDtypeAndNanOutsideMaskIsDropped) {
     // 3/(13 + 1e-8) = 0.23076923059...; a bool/int/float32 mask gives a float32 count and 3/13.
     auto clipped = torch::zeros({13}, torch::kFloat64);
     clipped.slice(0, 0, 3).fill_(1.0);
-    EXPECT_NEAR(masked_mean(clipped, torch::ones({13}, torch::kFloat64)).item<double>(), 3.0 / (13.0 + 1e-8),
-                1e-17);
+    EXPECT_NEAR(masked_mean(clipped, torch::ones({13}, torch::kFloat64)).item<double>(), 3.0 / (13.0 + 1e-8), 1e-17);
     EXPECT_NE(masked_mean(clipped, torch::ones({13}, torch::kFloat64)).item<double>(), 3.0 / 13.0);
     EXPECT_DOUBLE_EQ(masked_mean(clipped, torch::ones({13}, torch::kInt64)).item<double>(), 3.0 / 13.0);
     EXPECT_DOUBLE_EQ(masked_mean(clipped, torch::ones({13}, torch::kBool)).item<double>(), 3.0 / 13.0);
@@ -66,8 +65,8 @@ TEST_F(MaskedFixture, VarNeedsTwoElements) {
 TEST_F(MaskedFixture, WhitenTouchesEveryPosition) {
     // (v - 4.2)/sqrt(6.7 + 1e-8) everywhere, masked positions included (verl).
     expect_close(masked_whiten(v, m),
-                 {-1.23626785394, -0.849934149581, -0.463600445226, -0.077266740871, 0.309066963484,
-                  0.695400667839, 1.08173437219, 1.46806807655},
+                 {-1.23626785394, -0.849934149581, -0.463600445226, -0.077266740871, 0.309066963484, 0.695400667839,
+                  1.08173437219, 1.46806807655},
                  1e-10);
     expect_close(masked_whiten(v, m, /*shift_mean=*/false),
                  {2.96373214606, 3.35006585042, 3.73639955477, 4.12273325913, 4.50906696348, 4.89540066784,
@@ -87,8 +86,7 @@ TEST(MaskedOps, ClipByValue) {
 
 TEST(MaskedOps, EntropyUniformAndReference) {
     // Uniform over 4 classes: ln 4 (hand).
-    EXPECT_NEAR(entropy_from_logits(torch::zeros({1, 4}, torch::kFloat64)).item<double>(), std::log(4.0),
-                1e-15);
+    EXPECT_NEAR(entropy_from_logits(torch::zeros({1, 4}, torch::kFloat64)).item<double>(), std::log(4.0), 1e-15);
     auto z = t2d({{1.0, 2.0, 0.5, -1.0}, {0.0, 3.0, -2.0, 1.0}});
     expect_close(entropy_from_logits(z), {1.0144027755, 0.556198826194}, 1e-10);
     expect_close(sum_pi_squared_from_logits(z), {0.441124379842, 0.718632547658}, 1e-10);
@@ -134,11 +132,7 @@ TEST(MaskedOps, LogprobsFromLogits) {
     const double max_z = z.abs().max().item<double>();
     expect_close(lpb, {-0.495181898086, -5.17551536262},
                  2 * rlpt::tol::kUnitRoundoffBf16 * max_z + rlpt::tol::gamma(8, u32) * (1 + max_z + 5.2));
-    test::expect_value_error(
-        [&] {
-            logprobs_from_logits(z, torch::tensor({1, 4}, torch::kInt64));
-        },
-        "[0, 4)");
+    test::expect_value_error([&] { logprobs_from_logits(z, torch::tensor({1, 4}, torch::kInt64)); }, "[0, 4)");
     test::expect_value_error([&] { logprobs_from_logits(z, torch::tensor({1, 2}, torch::kInt32)); }, "int64");
     test::expect_value_error(
         [&] {
@@ -149,8 +143,7 @@ TEST(MaskedOps, LogprobsFromLogits) {
 
 TEST(MaskedOps, EntropyNeedsAVocabularyDimension) {
     test::expect_value_error([] { entropy_from_logits(torch::zeros({}, torch::kFloat64)); }, "vocabulary");
-    test::expect_value_error([] { entropy_from_logits_chunked(torch::zeros({}, torch::kFloat64)); },
-                             "vocabulary");
+    test::expect_value_error([] { entropy_from_logits_chunked(torch::zeros({}, torch::kFloat64)); }, "vocabulary");
 }
 
 }  // namespace

@@ -83,8 +83,7 @@ TEST_F(MetricsFixture, NoCriticAndSeparateAttentionMask) {
     in.values = torch::Tensor();
     // Multi-turn: the attention mask counts token 3 of row 1 too (an observation token excluded
     // from response_mask), so lengths become {4, 3, 0}.
-    in.response_attention_mask =
-        torch::tensor({1, 1, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0}, torch::kInt64).reshape({3, 4});
+    in.response_attention_mask = torch::tensor({1, 1, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0}, torch::kInt64).reshape({3, 4});
     auto m = compute_data_metrics(in);
     EXPECT_FALSE(m.count("critic/values/mean"));
     EXPECT_FALSE(m.count("critic/vf_explained_var"));
@@ -98,9 +97,9 @@ TEST_F(MetricsFixture, AllAbortedGivesNanStatisticsAsVerl) {
     all_aborted.response_mask = torch::zeros({3, 4}, torch::kInt64);
     all_aborted.values = torch::zeros({3, 4}, torch::kFloat64);
     auto m = compute_data_metrics(all_aborted);
-    for (const char* k : {"critic/score/mean", "critic/score/max", "critic/rewards/min", "critic/advantages/mean",
-                          "critic/returns/max", "critic/values/mean", "critic/vf_explained_var",
-                          "response_length_non_aborted/mean"})
+    for (const char* k :
+         {"critic/score/mean", "critic/score/max", "critic/rewards/min", "critic/advantages/mean", "critic/returns/max",
+          "critic/values/mean", "critic/vf_explained_var", "response_length_non_aborted/mean"})
         EXPECT_TRUE(std::isnan(m.at(k))) << k;
     EXPECT_EQ(m.at("response/aborted_ratio"), 1.0);
     EXPECT_EQ(m.at("response_length/mean"), 0.0);

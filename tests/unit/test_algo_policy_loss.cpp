@@ -84,15 +84,14 @@ TEST_F(PolicyFixture, Gspo) {
     cfg.clip_ratio_low = 0.05;
     cfg.clip_ratio_high = 0.1;
     check(compute_policy_loss_gspo(inputs(), cfg), -0.219246462212328,
-          {-0.271726012380307, 0.0905753374601024, -0.144920539936164, 0, 0.184161619202377, 0,
-           0.128913133441664, 0},
+          {-0.271726012380307, 0.0905753374601024, -0.144920539936164, 0, 0.184161619202377, 0, 0.128913133441664, 0},
           {{"actor/pg_clipfrac", 2.0 / 7}, {"actor/ppo_kl", -1.8 / 7}, {"actor/pg_clipfrac_lower", 0.0}});
 }
 
 TEST_F(PolicyFixture, Sapo) {
     check(compute_policy_loss_sapo(inputs(), {}), -0.502296979587181,
-          {-0.327345249503459, 0.0752152219293919, -0.140077403094957, 0, 0.0550261248852522,
-           -0.0471927722248922, 0.0636360723580844, -0.165318073608048},
+          {-0.327345249503459, 0.0752152219293919, -0.140077403094957, 0, 0.0550261248852522, -0.0471927722248922,
+           0.0636360723580844, -0.165318073608048},
           {{"actor/pg_clipfrac", 0.0}, {"actor/ppo_kl", -1.8 / 7}, {"actor/pg_clipfrac_lower", 0.0}});
 }
 
@@ -104,8 +103,8 @@ TEST_F(PolicyFixture, Gpg) {
 
 TEST_F(PolicyFixture, Cispo) {
     check(compute_policy_loss_cispo(inputs(), {}), 0.996774846999096,
-          {-0.257142857142857, 0.0646312441454257, -0.12014526815726, 0, 0.171428571428571,
-           -0.0514285714285714, 0.08, -0.189457871670111},
+          {-0.257142857142857, 0.0646312441454257, -0.12014526815726, 0, 0.171428571428571, -0.0514285714285714, 0.08,
+           -0.189457871670111},
           {{"actor/pg_clipfrac", 4.0 / 7}, {"actor/ppo_kl", -1.8 / 7}, {"actor/pg_clipfrac_lower", 0.0}});
 }
 
@@ -137,11 +136,8 @@ TEST(ClipCov, RandomSubsetHasClipNumTokensAndFollowsTheGenerator) {
     torch::manual_seed(0);
     const int64_t b = 50, t = 200;  // 10000 tokens -> clip_num = int(2e-4·10000) = 2
     auto old_lp = -torch::rand({b, t}, torch::kFloat64) * 3;
-    PolicyLossInputs in{old_lp,
-                        old_lp.clone(),
-                        torch::randn({b, t}, torch::kFloat64),
-                        torch::ones({b, t}, torch::kInt64),
-                        {}};
+    PolicyLossInputs in{
+        old_lp, old_lp.clone(), torch::randn({b, t}, torch::kFloat64), torch::ones({b, t}, torch::kInt64), {}};
     PolicyLossConfig cfg;
     cfg.clip_cov_lb = -100.0;  // every token is a candidate
     cfg.clip_cov_ub = 100.0;
@@ -195,8 +191,8 @@ TEST_F(DppoFixture, BinaryKl) {
 TEST_F(PolicyFixture, KlCov) {
     // Top-1 covariance token (1,0) gets +0.1·|δ| (kl_cov_ratio 2e-4 of 7 tokens -> k = 1).
     check(compute_policy_loss_kl_cov(inputs(), {}), 0.129351816953046,
-          {-0.274969744480572, 0.0646312441454257, -0.12014526815726, 0, 0.640241295762581,
-           -0.0550296607151889, 0.0740818220681718, -0.189457871670111},
+          {-0.274969744480572, 0.0646312441454257, -0.12014526815726, 0, 0.640241295762581, -0.0550296607151889,
+           0.0740818220681718, -0.189457871670111},
           {{"actor/ppo_kl", 2.6 / 7}});
 }
 
@@ -210,10 +206,8 @@ TEST_F(PolicyFixture, GeoMeanWithIsWeights) {
     auto out = compute_policy_loss_geo_mean(inputs(true), {});
     EXPECT_NEAR(out.loss.item<double>(), -0.287779483793799, 1e-12);
     out.loss.backward();
-    expect_close(
-        logp.grad(),
-        {0, -0.105127109649867, -0.105127109649867, 0, 0.00690046128895075, 0, 0, 0.00690046128895075},
-        1e-12);
+    expect_close(logp.grad(),
+                 {0, -0.105127109649867, -0.105127109649867, 0, 0.00690046128895075, 0, 0, 0.00690046128895075}, 1e-12);
 }
 
 TEST_F(PolicyFixture, GeoMeanShardsUseGlobalRowCount) {
@@ -252,8 +246,7 @@ TEST_F(PolicyFixture, DispatchAndErrors) {
     auto in = inputs();
     EXPECT_EQ(compute_policy_loss("vanilla", in, {}).loss.item<double>(),
               compute_policy_loss_vanilla(in, {}).loss.item<double>());
-    test::expect_value_error([&] { compute_policy_loss("vanila", in, {}); },
-                             "unknown policy loss_mode 'vanila'");
+    test::expect_value_error([&] { compute_policy_loss("vanila", in, {}); }, "unknown policy loss_mode 'vanila'");
     test::expect_value_error([&] { compute_policy_loss("bypass_mode", in, {}); }, "not supported");
     PolicyLossConfig bad_c;
     bad_c.clip_ratio_c = 1.0;
@@ -263,8 +256,7 @@ TEST_F(PolicyFixture, DispatchAndErrors) {
     test::expect_value_error([&] { compute_policy_loss_vanilla(in, bad_eps); }, "clip ratios");
     auto bad_shape = in;
     bad_shape.advantages = adv.slice(1, 0, 3);
-    test::expect_value_error([&] { compute_policy_loss_vanilla(bad_shape, {}); },
-                             "'advantages' has shape [2,3]");
+    test::expect_value_error([&] { compute_policy_loss_vanilla(bad_shape, {}); }, "'advantages' has shape [2,3]");
     auto bad_w = in;
     bad_w.rollout_is_weights = torch::ones({2, 3}, torch::kFloat64);
     test::expect_value_error([&] { compute_policy_loss_gspo(bad_w, {}); }, "rollout_is_weights");

@@ -210,7 +210,8 @@ TEST(RolloutCorrection, RefusesBadInputs) {
     expect_value_error([&] { compute_rollout_correction(f.old, f.ro.slice(1, 0, 2), f.mask, none); }, "shape");
     expect_value_error([&] { compute_rollout_correction(f.old, f.ro, torch::zeros_like(f.mask), none); },
                        "no valid token");
-    auto empty = compute_rollout_correction(torch::zeros({0, 3}), torch::zeros({0, 3}), torch::zeros({0, 3}), is("token"));
+    auto empty =
+        compute_rollout_correction(torch::zeros({0, 3}), torch::zeros({0, 3}), torch::zeros({0, 3}), is("token"));
     EXPECT_TRUE(empty.metrics.empty());
 }
 

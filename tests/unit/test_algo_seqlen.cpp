@@ -161,11 +161,7 @@ TEST(MicroBatches, CountsGroupsAndErrors) {
         EXPECT_EQ(p[1], p[0] + 1);
     }
     opts.force_group_size = 1;
-    test::expect_value_error(
-        [&] {
-            rearrange_micro_batches({60, 101}, opts);
-        },
-        "smaller than a single sequence");
+    test::expect_value_error([&] { rearrange_micro_batches({60, 101}, opts); }, "smaller than a single sequence");
     opts.padded_width = 128;
     test::expect_value_error([&] { rearrange_micro_batches({60, 10}, opts); }, "padded width 128");
     opts.padded_width = 0;
@@ -208,8 +204,7 @@ TEST(BalanceBatch, KeepMinibatchStaysInsideEachMinibatch) {
     expect_cover(Partitions{order}, kSeq.size());
     // Rank r's chunk = its part of mini-batch 0 then of mini-batch 1 (4 samples each).
     for (int64_t r = 0; r < dp; ++r)
-        for (int64_t i = 0; i < 8; ++i)
-            EXPECT_EQ(order[r * 8 + i] / mb, i / 4) << "rank " << r << " pos " << i;
+        for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(order[r * 8 + i] / mb, i / 4) << "rank " << r << " pos " << i;
     test::expect_value_error([&] { balance_batch_order(kSeq, 3); }, "multiple of dp_size 3");
     test::expect_value_error([&] { balance_batch_order(kSeq, 2, 5); }, "mini-batch size 5");
 }

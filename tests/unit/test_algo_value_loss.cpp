@@ -14,8 +14,7 @@ TEST(ValueLoss, ClippedByHand) {
     // (v-R)² = [0.64, 0, 3.24, 0.49], (vclip-R)² = [0.64, 0.25, 2.25, 0.49]; token 3 masked.
     // max = [0.64, 0.25, 3.24]; loss = 0.5·4.13/3; clipfrac 1/3 (token 1); vpred_mean 0.4/3.
     auto vpreds = t2d({{0.2, 1.0, -0.8, 0.3}}).requires_grad_(true);
-    auto out =
-        compute_value_loss(vpreds, t2d({{1, 1, 1, 1}}), t2d({{0, 0, 0, 0}}), torch::tensor({{1, 1, 1, 0}}));
+    auto out = compute_value_loss(vpreds, t2d({{1, 1, 1, 1}}), t2d({{0, 0, 0, 0}}), torch::tensor({{1, 1, 1, 0}}));
     EXPECT_NEAR(out.loss.item<double>(), 0.5 * 4.13 / 3, 1e-12);
     EXPECT_NEAR(out.metrics.at("critic/vf_loss"), 0.5 * 4.13 / 3, 1e-12);
     EXPECT_NEAR(out.metrics.at("critic/vf_clipfrac"), 1.0 / 3, 1e-12);

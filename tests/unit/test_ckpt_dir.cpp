@@ -95,8 +95,8 @@ TEST_F(CkptDir, CompleteCheckpointRoundTrip) {
     EXPECT_FALSE(m.git_sha.empty());
     EXPECT_FALSE(m.rlpt_version.empty());
     EXPECT_NO_THROW(verify_checkpoint(latest->dir));
-    EXPECT_TRUE(torch::equal(H5Reader(latest->dir + "/actor_rank1.h5").read_tensor("actor/model/w"),
-                             torch::full({4}, 51.0)));
+    EXPECT_TRUE(
+        torch::equal(H5Reader(latest->dir + "/actor_rank1.h5").read_tensor("actor/model/w"), torch::full({4}, 51.0)));
     EXPECT_EQ(list_complete_steps(root_), (std::vector<int64_t>{5}));
 }
 
@@ -209,8 +209,8 @@ TEST_F(CkptDir, ManifestVersionAndMalformedManifests) {
 
 TEST_F(CkptDir, PruneKeepsTheNewestAndNeverTouchesIncompleteOnes) {
     for (int64_t s = 1; s <= 5; ++s) write_checkpoint(s, 1);
-    create_step_dir(root_, 0);   // an old leftover without COMPLETE
-    create_step_dir(root_, 6);   // someone is writing it right now
+    create_step_dir(root_, 0);  // an old leftover without COMPLETE
+    create_step_dir(root_, 6);  // someone is writing it right now
     fs::create_directories(root_ + "/notes");
     fs::create_directories(root_ + "/step_03");  // not canonical: not ours
     write_text(root_ + "/step_03/COMPLETE", "{}");

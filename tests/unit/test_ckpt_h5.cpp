@@ -59,8 +59,7 @@ void expect_error(F&& fn, std::initializer_list<std::string> fragments) {
         ADD_FAILURE() << "expected an exception mentioning " << *fragments.begin();
     } catch (const E& e) {
         for (const auto& f : fragments) {
-            EXPECT_NE(std::string(e.what()).find(f), std::string::npos)
-                << "'" << f << "' not in: " << e.what();
+            EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << "'" << f << "' not in: " << e.what();
         }
     }
 }
@@ -103,10 +102,10 @@ torch::Tensor sample(torch::ScalarType dtype, torch::IntArrayRef sizes) {
 TEST(CkptH5, RoundTripEveryDtypeAndShape) {
     TempDir dir;
     const std::string path = dir.file("rt.h5");
-    const std::vector<torch::ScalarType> dtypes = {
-        torch::kFloat, torch::kDouble, torch::kHalf,  torch::kBFloat16,     torch::kBool,
-        torch::kByte,  torch::kChar,   torch::kShort, torch::kInt,          torch::kLong,
-        torch::kComplexFloat, torch::kComplexDouble};
+    const std::vector<torch::ScalarType> dtypes = {torch::kFloat,    torch::kDouble,       torch::kHalf,
+                                                   torch::kBFloat16, torch::kBool,         torch::kByte,
+                                                   torch::kChar,     torch::kShort,        torch::kInt,
+                                                   torch::kLong,     torch::kComplexFloat, torch::kComplexDouble};
     const std::vector<std::vector<int64_t>> shapes = {{3, 5}, {}, {0, 4}, {7}, {2, 1, 3}};
     torch::manual_seed(1);
     std::map<std::string, torch::Tensor> written;
@@ -114,8 +113,8 @@ TEST(CkptH5, RoundTripEveryDtypeAndShape) {
         H5Writer w(path);
         for (auto dtype : dtypes) {
             for (size_t s = 0; s < shapes.size(); ++s) {
-                const std::string name = std::string("actor/optimizer/") + c10::toString(dtype) +
-                                         "/model.layers." + std::to_string(s) + ".weight";
+                const std::string name = std::string("actor/optimizer/") + c10::toString(dtype) + "/model.layers." +
+                                         std::to_string(s) + ".weight";
                 written[name] = sample(dtype, shapes[s]);
                 w.write_tensor(name, written[name]);
             }
@@ -272,7 +271,8 @@ TEST(CkptH5, WriterRejectsBadArguments) {
     expect_error<rlpt::ValueError>([&] { w.write_tensor("a/b", torch::ones({1})); }, {"'a/b' was already written"});
     expect_error<rlpt::ValueError>([&] { w.write_blob("a/b/c", "x"); }, {"'a/b' is a dataset"});
     expect_error<rlpt::ValueError>([&] { w.write_blob("a", "x"); }, {"'a' is already a group"});
-    for (const std::string& bad : std::vector<std::string>{"", "/a", "a/", "a//b", "a/./b", "../a", std::string("a\0b", 3)}) {
+    for (const std::string& bad :
+         std::vector<std::string>{"", "/a", "a/", "a//b", "a/./b", "../a", std::string("a\0b", 3)}) {
         EXPECT_THROW(w.write_tensor(bad, torch::ones({1})), rlpt::ValueError) << bad;
     }
     expect_error<rlpt::ValueError>([&] { w.write_tensor("u", torch::Tensor()); }, {"'u' is undefined"});

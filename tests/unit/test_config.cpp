@@ -9,8 +9,8 @@
 #include "rlpt/core/error.h"
 
 using rlpt::Config;
-using rlpt::ConfigError;
 using rlpt::config_from_yaml;
+using rlpt::ConfigError;
 
 namespace {
 // Expects a ConfigError whose text contains every fragment.
@@ -21,8 +21,7 @@ void expect_config_error(F&& f, std::initializer_list<const char*> fragments) {
         ADD_FAILURE() << "expected a ConfigError";
     } catch (const ConfigError& e) {
         for (const char* frag : fragments) {
-            EXPECT_NE(std::string(e.what()).find(frag), std::string::npos)
-                << "'" << frag << "' not in: " << e.what();
+            EXPECT_NE(std::string(e.what()).find(frag), std::string::npos) << "'" << frag << "' not in: " << e.what();
         }
     }
 }
@@ -54,8 +53,7 @@ TEST(Config, WrongTypesAreErrors) {
     expect_config_error([] { config_from_yaml("rollout:\n  n: two\n", "t.yaml"); },
                         {"t.yaml:2", "'rollout.n' must be an integer", "'two'"});
     expect_config_error([] { config_from_yaml("rollout:\n  n: 1.5\n", "t.yaml"); }, {"must be an integer"});
-    expect_config_error([] { config_from_yaml("trainer:\n  val_before_train: maybe\n", "t.yaml"); },
-                        {"true or false"});
+    expect_config_error([] { config_from_yaml("trainer:\n  val_before_train: maybe\n", "t.yaml"); }, {"true or false"});
     expect_config_error([] { config_from_yaml("actor: 3\n", "t.yaml"); }, {"'actor' must be a mapping"});
     expect_config_error([] { config_from_yaml("rollout:\n  stop_token_ids: 5\n", "t.yaml"); },
                         {"must be a list of integers"});
@@ -71,8 +69,7 @@ TEST(Config, RangeErrorsNameKeyAndOrigin) {
     // The KV budget must hold one sequence: 512 + 512 - 1 positions with the default lengths.
     expect_config_error([] { config_from_yaml("rollout:\n  max_num_batched_tokens: 1000\n", "r.yaml"); },
                         {"r.yaml:2", "rollout.max_num_batched_tokens", "1023", "got 1000"});
-    EXPECT_EQ(config_from_yaml("rollout:\n  max_num_batched_tokens: 1023\n", "r.yaml")
-                  .rollout.max_num_batched_tokens,
+    EXPECT_EQ(config_from_yaml("rollout:\n  max_num_batched_tokens: 1023\n", "r.yaml").rollout.max_num_batched_tokens,
               1023);
     EXPECT_FALSE(config_from_yaml("", "r.yaml").rollout.max_num_batched_tokens.has_value());
     expect_config_error([] { config_from_yaml("critic:\n  optim:\n    zero_stage: 4\n", "r.yaml"); },
@@ -83,24 +80,29 @@ TEST(Config, RangeErrorsNameKeyAndOrigin) {
                         {"actor.optim.fsdp_size", "must be -1 (all DP ranks), 0 (the DP ranks on a node)", "got -2"});
     expect_config_error([] { config_from_yaml("critic:\n  optim:\n    fsdp_size: 2\n", "r.yaml"); },
                         {"critic.optim.fsdp_size", "critic.optim.zero_stage is 0"});
-    EXPECT_EQ(config_from_yaml("actor:\n  optim:\n    zero_stage: 2\n    fsdp_size: 0\n", "r.yaml").actor.optim.fsdp_size, 0);
+    EXPECT_EQ(
+        config_from_yaml("actor:\n  optim:\n    zero_stage: 2\n    fsdp_size: 0\n", "r.yaml").actor.optim.fsdp_size, 0);
     expect_config_error([] { config_from_yaml("ref:\n  zero_stage: 2\n", "r.yaml"); },
-                        {"ref.zero_stage", "must be -1 (follow actor.optim.zero_stage), 0 (a full copy per rank) or 3"});
+                        {"ref.zero_stage",
+                         "must be -1 (follow actor.optim.zero_stage), 0 (a full copy per rank) or 3"});
     EXPECT_EQ(config_from_yaml("ref:\n  zero_stage: 3\n", "r.yaml").ref.zero_stage, 3);
-    expect_config_error(
-        [] { config_from_yaml("placement:\n  groups:\n    - roles: [actor, actor]\n", "r.yaml"); },
-        {"placement.groups.0.roles", "more than one group"});
+    expect_config_error([] { config_from_yaml("placement:\n  groups:\n    - roles: [actor, actor]\n", "r.yaml"); },
+                        {"placement.groups.0.roles", "more than one group"});
     expect_config_error(
         [] { config_from_yaml("placement:\n  groups:\n    - roles: [actor]\n      ranks: -2\n", "r.yaml"); },
         {"placement.groups.0.ranks"});
     // The agent demo's task: plain, exact answers (the calculator's), a share of tool demonstrations in [0, 1].
-    expect_config_error([] { config_from_yaml("data:\n  builtin:\n    task: arithmetic_tools\n    reversed_answer: true\n", "r.yaml"); },
-                        {"data.builtin.task", "arithmetic_tools answers in plain order"});
+    expect_config_error(
+        [] {
+            config_from_yaml("data:\n  builtin:\n    task: arithmetic_tools\n    reversed_answer: true\n", "r.yaml");
+        },
+        {"data.builtin.task", "arithmetic_tools answers in plain order"});
     expect_config_error([] { config_from_yaml("data:\n  builtin:\n    tool_demo_rate: 1.5\n", "r.yaml"); },
                         {"data.builtin.tool_demo_rate", "must be in [0, 1]"});
     expect_config_error([] { config_from_yaml("data:\n  builtin:\n    task: calendar\n", "r.yaml"); },
                         {"data.builtin.task", "arithmetic_tools"});
-    EXPECT_EQ(config_from_yaml("data:\n  builtin:\n    task: arithmetic_tools\n", "r.yaml").data.builtin.tool_demo_rate, 0.2);
+    EXPECT_EQ(config_from_yaml("data:\n  builtin:\n    task: arithmetic_tools\n", "r.yaml").data.builtin.tool_demo_rate,
+              0.2);
 }
 
 TEST(Config, KeysThatCannotWorkAreRefusedNotIgnored) {
@@ -113,17 +115,22 @@ TEST(Config, KeysThatCannotWorkAreRefusedNotIgnored) {
     expect_config_error([] { config_from_yaml("", "o", {"actor.shuffle=true"}); }, {"actor.shuffle", "not supported"});
     expect_config_error(
         [] {
-            config_from_yaml("", "o", {"algorithm.filter_groups.metric=seq_final_reward", "algorithm.use_kl_in_reward=true"});
+            config_from_yaml("", "o",
+                             {"algorithm.filter_groups.metric=seq_final_reward", "algorithm.use_kl_in_reward=true"});
         },
         {"algorithm.filter_groups.metric", "seq_final_reward"});
     expect_config_error([] { config_from_yaml("", "o", {"algorithm.adv_estimator=gdpo"}); },
                         {"algorithm.gdpo_reward_keys", "gdpo needs"});
     expect_config_error(
-        [] { config_from_yaml("", "o", {"algorithm.gdpo_reward_keys=[score, acc]", "algorithm.gdpo_reward_weights=[1]"}); },
+        [] {
+            config_from_yaml("", "o", {"algorithm.gdpo_reward_keys=[score, acc]", "algorithm.gdpo_reward_weights=[1]"});
+        },
         {"algorithm.gdpo_reward_weights", "one weight per"});
-    Config c = config_from_yaml("", "o", {"algorithm.gdpo_reward_keys=[score, acc]", "algorithm.gdpo_reward_weights=[1, 0.25]"});
+    Config c = config_from_yaml("", "o",
+                                {"algorithm.gdpo_reward_keys=[score, acc]", "algorithm.gdpo_reward_weights=[1, 0.25]"});
     EXPECT_EQ(c.algorithm.gdpo_reward_weights, (std::vector<double>{1.0, 0.25}));
-    EXPECT_EQ(config_from_yaml(rlpt::to_yaml(c), "dump").algorithm.gdpo_reward_weights, c.algorithm.gdpo_reward_weights);
+    EXPECT_EQ(config_from_yaml(rlpt::to_yaml(c), "dump").algorithm.gdpo_reward_weights,
+              c.algorithm.gdpo_reward_weights);
 }
 
 TEST(Config, RolloutProgramKeys) {
@@ -131,7 +138,8 @@ TEST(Config, RolloutProgramKeys) {
     const auto c = config_from_yaml(
         "rollout:\n  n: 2\n  generator: multi_stage\n  beam_search: {beam_width: 3, length_penalty: 0.5}\n"
         "  include_stop_str_in_output: true\n  stages:\n"
-        "    - {generator: sampler, max_tokens: 100, stop: [\"</think>\"], append: \"\\n<a>\", share_across_samples: true}\n"
+        "    - {generator: sampler, max_tokens: 100, stop: [\"</think>\"], append: \"\\n<a>\", share_across_samples: "
+        "true}\n"
         "    - {generator: beam_search, max_tokens: 8}\n",
         "p.yaml");
     ASSERT_EQ(c.rollout.stages.size(), 2u);
@@ -144,9 +152,13 @@ TEST(Config, RolloutProgramKeys) {
     EXPECT_EQ(config_from_yaml(to_yaml(c), "again").rollout.stages[0].append, "\n<a>") << "to_yaml round trip";
     EXPECT_EQ(config_from_yaml("", "o", {"rollout.stop=[\"###\", \"\\n\\n\"]"}).rollout.stop,
               (std::vector<std::string>{"###", "\n\n"}));
-    expect_config_error([] { config_from_yaml("", "o", {"rollout.stop=[\"\"]"}); }, {"rollout.stop", "entry 0 is empty"});
-    expect_config_error([] { config_from_yaml("", "o", {"rollout.generator=beam_search", "rollout.n=5"}); },
-                        {"rollout.n", "n must be <= beam_width"});
+    expect_config_error([] { config_from_yaml("", "o", {"rollout.stop=[\"\"]"}); },
+                        {"rollout.stop", "entry 0 is empty"});
+    expect_config_error(
+        [] {
+            config_from_yaml("", "o", {"rollout.generator=beam_search", "rollout.n=5"});
+        },
+        {"rollout.n", "n must be <= beam_width"});
     expect_config_error([] { config_from_yaml("", "o", {"rollout.beam_search.beam_width=0"}); },
                         {"rollout.beam_search.beam_width"});
     expect_config_error([] { config_from_yaml("", "o", {"rollout.beam_search.length_penalty=.nan"}); },
@@ -156,21 +168,31 @@ TEST(Config, RolloutProgramKeys) {
     expect_config_error([] { config_from_yaml("", "o", {"rollout.stages=[{max_tokens: 2}]"}); },
                         {"rollout.stages", "multi_stage"});
     expect_config_error(
-        [] { config_from_yaml("", "o", {"rollout.generator=multi_stage", "rollout.stages=[{generator: beam_search, stop: [x]}]"}); },
+        [] {
+            config_from_yaml("", "o",
+                             {"rollout.generator=multi_stage", "rollout.stages=[{generator: beam_search, stop: [x]}]"});
+        },
         {"rollout.stages[0].stop", "beam_search"});
     expect_config_error(
-        [] { config_from_yaml("", "o", {"rollout.generator=multi_stage", "rollout.stages=[{generator: greedy}]"}); },
+        [] {
+            config_from_yaml("", "o", {"rollout.generator=multi_stage", "rollout.stages=[{generator: greedy}]"});
+        },
         {"rollout.stages[0].generator"});
     expect_config_error(
-        [] { config_from_yaml("", "o", {"rollout.generator=multi_stage", "rollout.stages=[{max_tokens: 0}]"}); },
+        [] {
+            config_from_yaml("", "o", {"rollout.generator=multi_stage", "rollout.stages=[{max_tokens: 0}]"});
+        },
         {"rollout.stages[0].max_tokens"});
     expect_config_error(
-        [] { config_from_yaml("", "o", {"rollout.generator=multi_stage", "rollout.stages=[{max_tokens: 600}]"}); },
+        [] {
+            config_from_yaml("", "o", {"rollout.generator=multi_stage", "rollout.stages=[{max_tokens: 600}]"});
+        },
         {"rollout.stages", "over data.max_response_length=512"});
 }
 
 TEST(Config, YamlSyntaxErrorHasLine) {
-    expect_config_error([] { config_from_yaml("trainer:\n  mode: [rl\n", "s.yaml"); }, {"s.yaml:", "YAML syntax error"});
+    expect_config_error([] { config_from_yaml("trainer:\n  mode: [rl\n", "s.yaml"); },
+                        {"s.yaml:", "YAML syntax error"});
 }
 
 TEST(Config, CommandLineOverrides) {
@@ -221,8 +243,8 @@ TEST(Config, EveryShippedConfigParses) {
 
 TEST(Config, ScorerMapNamesAndSpecsRoundTrip) {
     Config c = config_from_yaml(
-        "reward:\n  scorers:\n    digitsum: number\n    my/text: {type: number, extraction: whole, score: 2}\n", "s.yaml",
-        {"reward.scorers.other=exact"});
+        "reward:\n  scorers:\n    digitsum: number\n    my/text: {type: number, extraction: whole, score: 2}\n",
+        "s.yaml", {"reward.scorers.other=exact"});
     ASSERT_EQ(c.reward.scorers.size(), 3u);
     EXPECT_EQ(c.reward.scorers.at("digitsum"), "number");
     EXPECT_EQ(c.reward.scorers.at("other"), "exact");

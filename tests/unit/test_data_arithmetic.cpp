@@ -41,8 +41,7 @@ int64_t evaluate(const std::string& prompt, std::vector<std::string>* operands) 
         }
     }
     int64_t total = terms[0];
-    for (std::size_t i = 0; i < add_ops.size(); ++i)
-        total += add_ops[i] == '+' ? terms[i + 1] : -terms[i + 1];
+    for (std::size_t i = 0; i < add_ops.size(); ++i) total += add_ops[i] == '+' ? terms[i + 1] : -terms[i + 1];
     return total;
 }
 
@@ -77,8 +76,7 @@ TEST(DataArithmetic, AnswerCodec) {
     EXPECT_EQ(arithmetic_decode_answer("0522", false), "522");
     EXPECT_EQ(arithmetic_decode_answer("-0", false), "0");
     EXPECT_EQ(arithmetic_decode_answer("000", true), "0");
-    EXPECT_EQ(arithmetic_decode_answer("123456789012345678901234567890", false),
-              "123456789012345678901234567890");
+    EXPECT_EQ(arithmetic_decode_answer("123456789012345678901234567890", false), "123456789012345678901234567890");
     for (const char* bad : {"", "-", "--1", "1-", "12a", " 12", "1.5", "+3", "1 2"}) {
         EXPECT_EQ(arithmetic_decode_answer(bad, false), std::nullopt) << bad;
         EXPECT_EQ(arithmetic_decode_answer(bad, true), std::nullopt) << bad;
@@ -207,8 +205,7 @@ TEST(DataArithmetic, SmallTaskSpaceIsAClearError) {
         make_arithmetic_task(o);
         FAIL() << "no throw";
     } catch (const rlpt::ConfigError& e) {
-        EXPECT_NE(e.message().find("could not draw 1000 distinct train problems"), std::string::npos)
-            << e.message();
+        EXPECT_NE(e.message().find("could not draw 1000 distinct train problems"), std::string::npos) << e.message();
         EXPECT_NE(e.message().find("about 100 distinct problems"), std::string::npos) << e.message();
     }
     o.num_train = 60;  // feasible

@@ -50,12 +50,11 @@ class DatasetTest : public ::testing::Test {
 
 TEST_F(DatasetTest, ReadsJsonLinesWithDefaults) {
     const std::string path =
-        write("d.jsonl",
-              "{\"prompt\": \"1+1=\", \"ground_truth\": \"2\", \"data_source\": \"a/b\"}\n"
-              "\n"
-              "   \r\n"
-              "{\"prompt\": \"caf\\u00e9\", \"ground_truth\": 7, \"data_source\": \"c/d\"}\r\n"
-              "{\"prompt\": \"x\", \"ground_truth\": 2.5, \"data_source\": \"c/d\"}");
+        write("d.jsonl", "{\"prompt\": \"1+1=\", \"ground_truth\": \"2\", \"data_source\": \"a/b\"}\n"
+                         "\n"
+                         "   \r\n"
+                         "{\"prompt\": \"caf\\u00e9\", \"ground_truth\": 7, \"data_source\": \"c/d\"}\r\n"
+                         "{\"prompt\": \"x\", \"ground_truth\": 2.5, \"data_source\": \"c/d\"}");
     std::vector<Example> ex = load_dataset(path, {});
     ASSERT_EQ(ex.size(), 3u);
     EXPECT_EQ(ex[0].prompt, "1+1=");
@@ -93,9 +92,8 @@ TEST_F(DatasetTest, KeysTemplateSuffixExtraAndDefaultDataSource) {
 }
 
 TEST_F(DatasetTest, Gsm8kPresetMatchesVerlPreprocessing) {
-    const std::string path =
-        write("g.jsonl", R"({"question": "How many?", "answer": "2 + 3 = <<2+3=5>>5\n#### 1,005"})"
-                         "\n");
+    const std::string path = write("g.jsonl", R"({"question": "How many?", "answer": "2 + 3 = <<2+3=5>>5\n#### 1,005"})"
+                                              "\n");
     std::vector<Example> ex = load_dataset(path, gsm8k_dataset_options());
     ASSERT_EQ(ex.size(), 1u);
     EXPECT_EQ(ex[0].prompt, "How many? Let's think step by step and output the final answer after \"####\".");
@@ -117,19 +115,17 @@ TEST(DataGsm8kAnswer, Extraction) {
 }
 
 TEST_F(DatasetTest, JsonArrayFilesAndJsonLinesInDotJson) {
-    const std::string arr = write("a.json",
-                                  "[\n"
-                                  "  {\"prompt\": \"p0\", \"ground_truth\": \"0\", \"data_source\": \"s\"},\n"
-                                  "  {\"prompt\": \"p1 [with, brackets] {and \\\"quotes\\\"}\",\n"
-                                  "   \"ground_truth\": \"1\", \"data_source\": \"s\"}\n"
-                                  "]\n");
+    const std::string arr = write("a.json", "[\n"
+                                            "  {\"prompt\": \"p0\", \"ground_truth\": \"0\", \"data_source\": \"s\"},\n"
+                                            "  {\"prompt\": \"p1 [with, brackets] {and \\\"quotes\\\"}\",\n"
+                                            "   \"ground_truth\": \"1\", \"data_source\": \"s\"}\n"
+                                            "]\n");
     std::vector<Example> ex = load_dataset(arr, {});
     ASSERT_EQ(ex.size(), 2u);
     EXPECT_EQ(ex[1].prompt, "p1 [with, brackets] {and \"quotes\"}");
     EXPECT_EQ(ex[1].index, 1);
 
-    const std::string lines =
-        write("l.json", "{\"prompt\": \"p\", \"ground_truth\": \"g\", \"data_source\": \"s\"}\n");
+    const std::string lines = write("l.json", "{\"prompt\": \"p\", \"ground_truth\": \"g\", \"data_source\": \"s\"}\n");
     EXPECT_EQ(load_dataset(lines, {}).size(), 1u);
 }
 
@@ -152,13 +148,11 @@ TEST_F(DatasetTest, ErrorsNameFileAndLine) {
     msg = load_error("prompttype.jsonl", R"({"prompt": 5, "ground_truth": "g", "data_source": "s"})");
     EXPECT_CONTAINS(msg, "prompttype.jsonl:1: key 'prompt': expected a string, got number 5");
 
-    msg = load_error("chat.jsonl",
-                     R"({"prompt": [{"role": "user"}], "ground_truth": "g", "data_source": "s"})");
+    msg = load_error("chat.jsonl", R"({"prompt": [{"role": "user"}], "ground_truth": "g", "data_source": "s"})");
     EXPECT_CONTAINS(msg, "chat.jsonl:1: key 'prompt': expected a string, got array");
 
     msg = load_error("answertype.jsonl", R"({"prompt": "p", "ground_truth": true, "data_source": "s"})");
-    EXPECT_CONTAINS(msg,
-                    "answertype.jsonl:1: key 'ground_truth': expected a string or a number, got boolean");
+    EXPECT_CONTAINS(msg, "answertype.jsonl:1: key 'ground_truth': expected a string or a number, got boolean");
 
     msg = load_error("nods.jsonl", R"({"prompt": "p", "ground_truth": "g"})");
     EXPECT_CONTAINS(msg, "nods.jsonl:1: missing key 'data_source' and no default data_source is configured");
@@ -172,12 +166,10 @@ TEST_F(DatasetTest, ErrorsNameFileAndLine) {
     DatasetOptions extra;
     extra.extra_keys = {"meta.id"};
     msg = load_error("extra.jsonl",
-                     good + "\n" + R"({"prompt": "p", "ground_truth": "g", "data_source": "s", "meta": 1})",
-                     extra);
+                     good + "\n" + R"({"prompt": "p", "ground_truth": "g", "data_source": "s", "meta": 1})", extra);
     EXPECT_CONTAINS(msg, "extra.jsonl:1: missing key 'meta.id'");
 
-    msg =
-        load_error("gsm.jsonl", R"({"question": "q", "answer": "the answer is 5"})", gsm8k_dataset_options());
+    msg = load_error("gsm.jsonl", R"({"question": "q", "answer": "the answer is 5"})", gsm8k_dataset_options());
     EXPECT_CONTAINS(msg, "gsm.jsonl:1: key 'answer': no '#### <number>' answer in \"the answer is 5\"");
 
     msg = load_error("gsmnum.jsonl", R"({"question": "q", "answer": 5})", gsm8k_dataset_options());

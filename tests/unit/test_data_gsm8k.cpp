@@ -17,9 +17,8 @@ namespace {
 // $RLPT_SHARED_DIR, else $RLPT_SOURCE_DIR/../shared, else <source>/../shared from __FILE__.
 fs::path gsm8k_dir() {
     if (const char* env = std::getenv("RLPT_SHARED_DIR")) return fs::path(env) / "data/gsm8k";
-    fs::path source = std::getenv("RLPT_SOURCE_DIR")
-                          ? fs::path(std::getenv("RLPT_SOURCE_DIR"))
-                          : fs::path(__FILE__).parent_path().parent_path().parent_path();
+    fs::path source = std::getenv("RLPT_SOURCE_DIR") ? fs::path(std::getenv("RLPT_SOURCE_DIR"))
+                                                     : fs::path(__FILE__).parent_path().parent_path().parent_path();
     return source / ".." / "shared/data/gsm8k";
 }
 
@@ -46,8 +45,8 @@ void check_split(const std::string& name, std::size_t expected_lines) {
         req.ground_truth = e.ground_truth;
         const reward::ScoreResult r = strict.score(req);
         perfect += r.score == 1.0 && r.acc == 1.0 && r.pred == e.ground_truth;
-        EXPECT_EQ(r.score, 1.0) << name << " line " << e.index + 1 << ": pred '" << r.pred << "' vs '"
-                                << e.ground_truth << "'";
+        EXPECT_EQ(r.score, 1.0) << name << " line " << e.index + 1 << ": pred '" << r.pred << "' vs '" << e.ground_truth
+                                << "'";
         const std::string wrong = e.ground_truth + "1";
         req.ground_truth = wrong;
         perturbed_zero += strict.score(req).score == 0.0;
@@ -59,10 +58,6 @@ void check_split(const std::string& name, std::size_t expected_lines) {
 
 }  // namespace
 
-TEST(DataGsm8kReal, TrainSplitLoadsAndScoresPerfectly) {
-    check_split("train.jsonl", 7473);
-}
+TEST(DataGsm8kReal, TrainSplitLoadsAndScoresPerfectly) { check_split("train.jsonl", 7473); }
 
-TEST(DataGsm8kReal, TestSplitLoadsAndScoresPerfectly) {
-    check_split("test.jsonl", 1319);
-}
+TEST(DataGsm8kReal, TestSplitLoadsAndScoresPerfectly) { check_split("test.jsonl", 1319); }

@@ -20,9 +20,7 @@ std::vector<Example> make(const std::vector<std::string>& prompts) {
 }
 
 // One "token" per character.
-int64_t chars(const std::string& s) {
-    return static_cast<int64_t>(s.size());
-}
+int64_t chars(const std::string& s) { return static_cast<int64_t>(s.size()); }
 
 }  // namespace
 
@@ -71,10 +69,9 @@ TEST(DataLengthFilter, Errors) {
         filter_by_prompt_length(make({"aaaa", "aaaaa"}), chars, 3);
         FAIL() << "no throw";
     } catch (const rlpt::ValueError& e) {
-        EXPECT_NE(
-            e.message().find("every prompt is longer than the limit: prompt length filter (max 3 tokens): "
-                             "kept 0 of 2"),
-            std::string::npos)
+        EXPECT_NE(e.message().find("every prompt is longer than the limit: prompt length filter (max 3 tokens): "
+                                   "kept 0 of 2"),
+                  std::string::npos)
             << e.message();
     }
 }

@@ -115,10 +115,10 @@ TEST(DataSampler, HalfSaveRestoreHalfEqualsStraightRun) {
         bool drop_last;
         int steps;
     };
-    for (const Case& c : {Case{10, 3, true, 12}, Case{10, 4, false, 12}, Case{8, 4, true, 8},
-                          Case{8, 4, true, 4}, Case{7, 7, true, 6}, Case{5, 2, false, 10}}) {
-        SCOPED_TRACE(::testing::Message() << "n=" << c.n << " batch=" << c.batch
-                                          << " drop_last=" << c.drop_last << " steps=" << c.steps);
+    for (const Case& c : {Case{10, 3, true, 12}, Case{10, 4, false, 12}, Case{8, 4, true, 8}, Case{8, 4, true, 4},
+                          Case{7, 7, true, 6}, Case{5, 2, false, 10}}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "n=" << c.n << " batch=" << c.batch << " drop_last=" << c.drop_last << " steps=" << c.steps);
         EpochSampler straight(c.n, 2024, true, c.drop_last);
         std::vector<std::vector<int64_t>> expected;
         for (int i = 0; i < c.steps; ++i) expected.push_back(straight.next_batch(c.batch));
@@ -147,8 +147,7 @@ TEST(DataSampler, RestoreValidatesTheState) {
         s.set_state(other_size);
         FAIL() << "no throw";
     } catch (const rlpt::ConfigError& e) {
-        EXPECT_NE(e.message().find("dataset of 11 prompts, this dataset has 10"), std::string::npos)
-            << e.message();
+        EXPECT_NE(e.message().find("dataset of 11 prompts, this dataset has 10"), std::string::npos) << e.message();
     }
     SamplerState other_seed = st;
     other_seed.seed = 4;
@@ -173,8 +172,7 @@ TEST(DataSampler, BadArguments) {
         s.next_batch(5);
         FAIL() << "no throw";
     } catch (const rlpt::ValueError& e) {
-        EXPECT_NE(e.message().find("batch size 5 exceeds the dataset size 4"), std::string::npos)
-            << e.message();
+        EXPECT_NE(e.message().find("batch size 5 exceeds the dataset size 4"), std::string::npos) << e.message();
     }
     EXPECT_THROW(s.batches_per_epoch(0), rlpt::ValueError);
     EXPECT_THROW(s.epoch_permutation(-1), rlpt::ValueError);

@@ -184,8 +184,7 @@ TEST(PolicyOps, BadShapesAreValueErrors) {
     auto lm = torch::zeros({2, 7}, torch::kInt64);
     lm[0][0] = 1;  // position 0 has no prefix
     EXPECT_THROW(sft_token_nll_sum(*m, s.input_ids, s.attention_mask, s.position_ids, lm), ValueError);
-    EXPECT_THROW(sft_token_nll_sum(*m, s.input_ids, s.attention_mask, s.position_ids, lm.narrow(1, 0, 6)),
-                 ValueError);
+    EXPECT_THROW(sft_token_nll_sum(*m, s.input_ids, s.attention_mask, s.position_ids, lm.narrow(1, 0, 6)), ValueError);
 }
 
 }  // namespace

@@ -77,8 +77,8 @@ TEST_P(EngineState, SaveLoadContinuesBitIdentically) {
     train(e2, *resumed, n / 2, n);
     EXPECT_TRUE(testing::bitwise_equal(*straight, *resumed));
     // The RNG continues where the saved one was.
-    EXPECT_TRUE(torch::equal(torch::randint(0, 1 << 30, {4}, e1.generator()),
-                             torch::randint(0, 1 << 30, {4}, e2.generator())));
+    EXPECT_TRUE(
+        torch::equal(torch::randint(0, 1 << 30, {4}, e1.generator()), torch::randint(0, 1 << 30, {4}, e2.generator())));
 }
 
 INSTANTIATE_TEST_SUITE_P(DtypesAndZero, EngineState,

@@ -4,7 +4,10 @@
 
 TEST(Error, CheckFormatsOnlyOnFailureAndCarriesLocation) {
     int calls = 0;
-    auto count = [&] { ++calls; return 1; };
+    auto count = [&] {
+        ++calls;
+        return 1;
+    };
     RLPT_CHECK(true, "never formatted {}", count());
     EXPECT_EQ(calls, 0);
     try {
@@ -31,6 +34,4 @@ TEST(Error, ContextKeepsKind) {
     FAIL() << "expected IoError";
 }
 
-TEST(Error, AssertIsInternalError) {
-    EXPECT_THROW(RLPT_ASSERT(false), rlpt::InternalError);
-}
+TEST(Error, AssertIsInternalError) { EXPECT_THROW(RLPT_ASSERT(false), rlpt::InternalError); }

@@ -50,7 +50,8 @@ void check_consistent(const BatchLayout& L) {
         }
         ASSERT_EQ(c.nbytes, numel * static_cast<int64_t>(c10::elementSize(c.dtype)));
     }
-    for (const auto& [name, v] : L.skeleton.string_fields()) ASSERT_EQ(static_cast<int64_t>(v.size()), L.skeleton.size());
+    for (const auto& [name, v] : L.skeleton.string_fields())
+        ASSERT_EQ(static_cast<int64_t>(v.size()), L.skeleton.size());
     for (const auto& [name, v] : L.skeleton.int_fields()) ASSERT_EQ(static_cast<int64_t>(v.size()), L.skeleton.size());
 }
 
@@ -102,12 +103,16 @@ TEST(MalformedBatchCodec, ForgedCountsAndValues) {
         {"negative rows", with_u64(s, 4, static_cast<uint64_t>(-5)), {"negative row count -5"}},
         {"rows mismatch", with_u64(s, 4, 4), {"column 'flags' has 3 rows, batch has 4"}},
         {"huge rows", with_u64(s, 4, 0x7fffffffffffffffull), {"malformed batch message"}},
-        {"huge column count", with_u64(s, 12, 0xffffffffffffffffull), {"column count 18446744073709551615 exceeds the message size"}},
+        {"huge column count",
+         with_u64(s, 12, 0xffffffffffffffffull),
+         {"column count 18446744073709551615 exceeds the message size"}},
         {"huge name length", with_u64(s, 20, 0x7fffffffffffffffull), {"truncated while reading column name"}},
         {"unknown dtype", bad_dtype, {"unknown dtype code 200"}},
         {"rank 0", with_u64(s, 20 + 8 + 5 + 1, 0), {"column 'flags' has rank 0"}},
         {"rank 17", with_u64(s, 20 + 8 + 5 + 1, 17), {"malformed batch message"}},
-        {"negative dim", with_u64(s, 20 + 8 + 5 + 1 + 8, static_cast<uint64_t>(-1)), {"column 'flags' has bad dimension -1"}},
+        {"negative dim",
+         with_u64(s, 20 + 8 + 5 + 1 + 8, static_cast<uint64_t>(-1)),
+         {"column 'flags' has bad dimension -1"}},
         {"empty", "", {"truncated while reading magic"}},
     };
     for (const auto& c : cases) {
@@ -120,14 +125,13 @@ TEST(MalformedBatchCodec, FuzzedMessagesOnlyGiveCommErrors) {
     std::string empty_layout;
     encode_layout(Batch(0), empty_layout);
     int decoded = 0;
-    auto counts = malformed::fuzz(
-        {s, empty_layout}, 5000, 2026, "",
-        [&](const std::string& b) {
-            BatchLayout L = decode_layout(b.data(), b.size());
-            check_consistent(L);
-            ++decoded;
-        },
-        {ErrorKind::kComm});
+    auto counts = malformed::fuzz({s, empty_layout}, 5000, 2026, "",
+                                  [&](const std::string& b) {
+                                      BatchLayout L = decode_layout(b.data(), b.size());
+                                      check_consistent(L);
+                                      ++decoded;
+                                  },
+                                  {ErrorKind::kComm});
     EXPECT_EQ(counts.bad, 0);
     EXPECT_GT(counts.rejected, 2000);
     EXPECT_GT(decoded, 20) << "flips in string bytes and values still decode";

@@ -47,39 +47,57 @@ TEST(MalformedConfig, SeedIsValid) { EXPECT_NO_THROW(config_from_yaml(kSeedYaml,
 TEST(MalformedConfig, NamedCases) {
     const std::vector<Case> cases = {
         {"unclosed flow list", "trainer: [1, 2\n", {"bad.yaml:", "YAML syntax error"}},
-        {"bad indentation", "trainer:\n  experiment_name: a\n    total_epochs: 2\n", {"bad.yaml:3", "YAML syntax error"}},
+        {"bad indentation",
+         "trainer:\n  experiment_name: a\n    total_epochs: 2\n",
+         {"bad.yaml:3", "YAML syntax error"}},
         {"tab indentation", "trainer:\n\texperiment_name: a\n", {"bad.yaml:", "YAML syntax error"}},
-        {"wrong type int", "data:\n  train_batch_size: lots\n",
+        {"wrong type int",
+         "data:\n  train_batch_size: lots\n",
          {"bad.yaml:2", "'data.train_batch_size' must be an integer, got 'lots'"}},
-        {"float for int", "data:\n  train_batch_size: 1.5\n", {"'data.train_batch_size' must be an integer, got '1.5'"}},
-        {"wrong type bool", "trainer:\n  val_before_train: maybe\n",
+        {"float for int",
+         "data:\n  train_batch_size: 1.5\n",
+         {"'data.train_batch_size' must be an integer, got '1.5'"}},
+        {"wrong type bool",
+         "trainer:\n  val_before_train: maybe\n",
          {"bad.yaml:2", "'trainer.val_before_train' must be true or false, got 'maybe'"}},
         {"list for number", "actor:\n  optim:\n    lr: [1, 2]\n", {"'actor.optim.lr' must be a number, got a list"}},
-        {"mapping for string", "trainer:\n  experiment_name: {a: 1}\n",
+        {"mapping for string",
+         "trainer:\n  experiment_name: {a: 1}\n",
          {"'trainer.experiment_name' must be a string, got a mapping"}},
         {"null for int", "data:\n  train_batch_size:\n", {"'data.train_batch_size' must be an integer, got null"}},
-        {"unknown key", "trainer:\n  bogus: 1\n", {"bad.yaml:2", "unknown key 'trainer.bogus'", "known keys in 'trainer'"}},
+        {"unknown key",
+         "trainer:\n  bogus: 1\n",
+         {"bad.yaml:2", "unknown key 'trainer.bogus'", "known keys in 'trainer'"}},
         {"unknown section", "trainr:\n  total_epochs: 1\n", {"bad.yaml:1", "unknown key 'trainr'"}},
         {"section is a scalar", "trainer: 5\n", {"'trainer' must be a mapping of keys, got '5'"}},
         {"top level is a list", "- a\n- b\n", {"'<top level>' must be a mapping of keys, got a list"}},
         {"top level is a scalar", "just text\n", {"'<top level>' must be a mapping of keys, got 'just text'"}},
-        {"huge integer", "data:\n  train_batch_size: 99999999999999999999999\n",
+        {"huge integer",
+         "data:\n  train_batch_size: 99999999999999999999999\n",
          {"bad.yaml:2", "'data.train_batch_size' must be an integer, got '99999999999999999999999'"}},
-        {"huge negative integer", "trainer:\n  total_training_steps: -99999999999999999999\n",
+        {"huge negative integer",
+         "trainer:\n  total_training_steps: -99999999999999999999\n",
          {"'trainer.total_training_steps' must be an integer or null"}},
         {"number overflow", "actor:\n  optim:\n    lr: 1e999\n", {"'actor.optim.lr' must be a number, got '1e999'"}},
         {"nan", "actor:\n  optim:\n    lr: .nan\n", {"bad.yaml:3", "'actor.optim.lr' must be a number, got '.nan'"}},
-        {"out of range value", "data:\n  train_batch_size: -4\n", {"bad.yaml:2", "data.train_batch_size", "must be > 0"}},
+        {"out of range value",
+         "data:\n  train_batch_size: -4\n",
+         {"bad.yaml:2", "data.train_batch_size", "must be > 0"}},
         {"non-scalar key", "? [a, b]\n: 1\n", {"bad.yaml:1", "key", "must be a plain name, got a list"}},
         {"non-scalar nested key", "trainer:\n  ? {x: 1}\n  : 2\n", {"bad.yaml:2", "trainer", "must be a plain name"}},
-        {"duplicate key", "trainer:\n  total_epochs: 1\n  total_epochs: 2\n",
+        {"duplicate key",
+         "trainer:\n  total_epochs: 1\n  total_epochs: 2\n",
          {"bad.yaml:3", "duplicate key 'trainer.total_epochs'", "first set at bad.yaml:2"}},
-        {"duplicate section", "data:\n  train_batch_size: 8\ndata:\n  train_batch_size: 4\n",
+        {"duplicate section",
+         "data:\n  train_batch_size: 8\ndata:\n  train_batch_size: 4\n",
          {"bad.yaml:3", "duplicate key 'data'"}},
-        {"list item not a mapping", "placement:\n  groups:\n    - actor\n",
+        {"list item not a mapping",
+         "placement:\n  groups:\n    - actor\n",
          {"'placement.groups.0' must be a mapping of keys, got 'actor'"}},
         {"list is a mapping", "placement:\n  groups: {a: 1}\n", {"'placement.groups' must be a list, got a mapping"}},
-        {"self-referencing alias", "data:\n  extra_keys: &a [*a]\n", {"'data.extra_keys[0]' must be a list of strings"}},
+        {"self-referencing alias",
+         "data:\n  extra_keys: &a [*a]\n",
+         {"'data.extra_keys[0]' must be a list of strings"}},
         {"unknown anchor", "data:\n  train_batch_size: *nothere\n", {"bad.yaml:2", "YAML syntax error"}},
         {"deep flow nesting", "trainer: " + std::string(100000, '['), {"bad.yaml:", "YAML syntax error"}},
         {"deep block nesting",
@@ -91,7 +109,8 @@ TEST(MalformedConfig, NamedCases) {
          {"bad.yaml:", "YAML syntax error"}},
         {"binary garbage", std::string("\x00\x01\xff\xfe\x7f{[\"\x80\x81", 11), {"bad.yaml"}},
         {"invalid utf-8 key", "tr\xff\xfeiner:\n  a: 1\n", {"bad.yaml:1", "unknown key"}},
-        {"NUL inside", std::string("trainer:\n  experiment_name: a\0b\n", 32),
+        {"NUL inside",
+         std::string("trainer:\n  experiment_name: a\0b\n", 32),
          {"bad.yaml:2:21: the file contains a NUL byte"}},
     };
     for (const auto& c : cases) {
@@ -121,14 +140,15 @@ TEST(MalformedConfig, BadOverrides) {
 }
 
 TEST(MalformedConfig, MissingFile) {
-    expect_error<ConfigError>([] { load_config("/no/such/dir/x.yaml"); }, {"/no/such/dir/x.yaml: cannot open config file"});
+    expect_error<ConfigError>([] { load_config("/no/such/dir/x.yaml"); },
+                              {"/no/such/dir/x.yaml: cannot open config file"});
 }
 
 TEST(MalformedConfig, FuzzedFilesOnlyGiveConfigErrors) {
     const std::vector<std::string> seeds = {kSeedYaml, to_yaml(Config{})};
-    auto counts = malformed::fuzz(
-        seeds, 3000, 20261122, " \n:-[]{},&*!|>'\"#?%@`0123456789.eE+abcdefghijklmnopqrstuvwxyz_",
-        [](const std::string& text) { config_from_yaml(text, "fuzz.yaml"); }, {ErrorKind::kConfig});
+    auto counts =
+        malformed::fuzz(seeds, 3000, 20261122, " \n:-[]{},&*!|>'\"#?%@`0123456789.eE+abcdefghijklmnopqrstuvwxyz_",
+                        [](const std::string& text) { config_from_yaml(text, "fuzz.yaml"); }, {ErrorKind::kConfig});
     EXPECT_EQ(counts.bad, 0);
     EXPECT_GT(counts.rejected, 300) << "the mutations should break most configs";
     EXPECT_GT(counts.accepted, 30) << "some mutations (in comments, values) should still parse";
@@ -138,9 +158,9 @@ TEST(MalformedConfig, FuzzedOverridesOnlyGiveConfigErrors) {
     const std::vector<std::string> seeds = {"trainer.total_epochs=3", "placement.groups.0.ranks=2",
                                             "placement.groups=[{roles: [actor, rollout], ranks: auto}]",
                                             "actor.optim.lr=1e-6", "data.extra_keys=[a, b]"};
-    auto counts = malformed::fuzz(
-        seeds, 3000, 7, ".=0123456789[]{},: -_abcdefghijklmnopqrstuvwxyz\"'&*!|",
-        [](const std::string& ov) { config_from_yaml(kSeedYaml, "seed.yaml", {ov}); }, {ErrorKind::kConfig});
+    auto counts = malformed::fuzz(seeds, 3000, 7, ".=0123456789[]{},: -_abcdefghijklmnopqrstuvwxyz\"'&*!|",
+                                  [](const std::string& ov) { config_from_yaml(kSeedYaml, "seed.yaml", {ov}); },
+                                  {ErrorKind::kConfig});
     EXPECT_EQ(counts.bad, 0);
     EXPECT_GT(counts.rejected, 300);
 }
@@ -173,7 +193,8 @@ TEST(MalformedDebugEnv, FaultSpecs) {
     for (const std::string spec : {"throw", "throw:2", "explode:2:ping", "throw:x:ping", "throw:2:ping:x",
                                    "throw:99999999999999999999:ping", "throw:2:ping:3:4"}) {
         expect_error<ConfigError>([&] { protocol::FaultPlan::parse(spec); },
-                                  {"RLPT_FAULT='" + spec + "'", "expected <throw|kill|hang|stop>:<world rank>:<method>[:<step>]"},
+                                  {"RLPT_FAULT='" + spec + "'",
+                                   "expected <throw|kill|hang|stop>:<world rank>:<method>[:<step>]"},
                                   spec);
     }
 }

@@ -54,20 +54,25 @@ TEST(MalformedDataset, NamedCases) {
         {"a bare string", "\"prompt\"\n", {"d.jsonl:1: expected a JSON object, got string"}},
         {"missing prompt", "{\"answer\": \"1\"}\n", {"d.jsonl:1: missing key 'prompt'"}},
         {"missing answer", "{\"prompt\": \"x\"}\n", {"d.jsonl:1: missing key 'answer'"}},
-        {"prompt not a string", "{\"prompt\": 5, \"answer\": \"1\"}\n",
+        {"prompt not a string",
+         "{\"prompt\": 5, \"answer\": \"1\"}\n",
          {"d.jsonl:1: key 'prompt': expected a string, got number 5"}},
-        {"answer is an object", "{\"prompt\": \"x\", \"answer\": {\"a\": 1}}\n",
+        {"answer is an object",
+         "{\"prompt\": \"x\", \"answer\": {\"a\": 1}}\n",
          {"d.jsonl:1: key 'answer': expected a string or a number, got object"}},
-        {"empty data_source", "{\"prompt\": \"x\", \"answer\": \"1\", \"data_source\": \"\"}\n",
+        {"empty data_source",
+         "{\"prompt\": \"x\", \"answer\": \"1\", \"data_source\": \"\"}\n",
          {"d.jsonl:1: key 'data_source': expected a non-empty string"}},
-        {"missing extra key", "{\"prompt\": \"x\", \"answer\": \"1\"}\n{\"prompt\": \"x\", \"answer\": \"1\", \"meta\": 3}\n",
+        {"missing extra key",
+         "{\"prompt\": \"x\", \"answer\": \"1\"}\n{\"prompt\": \"x\", \"answer\": \"1\", \"meta\": 3}\n",
          {"d.jsonl:1: missing key 'meta.id'"}},
         {"number overflow", "{\"prompt\": \"x\", \"answer\": 1e999}\n", {"d.jsonl:1: bad JSON", "number overflow"}},
         {"deep nesting", deep, {"d.jsonl:1: bad JSON: nested deeper than 200 levels"}},
         {"invalid utf-8", "{\"prompt\": \"\xff\xfe\", \"answer\": \"1\"}\n", {"d.jsonl:1: bad JSON", "UTF-8"}},
         {"NUL byte", std::string("{\"prompt\": \"a\0\", \"answer\": \"1\"}\n", 32), {"d.jsonl:1: bad JSON"}},
         {"trailing garbage", "{\"prompt\": \"x\", \"answer\": \"1\"} trailing\n", {"d.jsonl:1: bad JSON"}},
-        {"two records on a line", "{\"prompt\": \"x\", \"answer\": \"1\"}{\"prompt\": \"y\", \"answer\": \"2\"}\n",
+        {"two records on a line",
+         "{\"prompt\": \"x\", \"answer\": \"1\"}{\"prompt\": \"y\", \"answer\": \"2\"}\n",
          {"d.jsonl:1: bad JSON"}},
         {"only blank lines", "\n  \n\t\n", {"dataset file", "d.jsonl' holds no records"}},
         {"empty file", "", {"d.jsonl' holds no records"}},
@@ -82,7 +87,9 @@ TEST(MalformedDataset, NamedCases) {
     // JSON-array files name the file (and the element's line for record errors).
     const std::vector<Case> array_cases = {
         {"unclosed array", "[{\"prompt\": \"x\", \"answer\": \"1\"},\n", {"d.json: bad JSON"}},
-        {"element not an object", "[\n{\"prompt\": \"x\", \"answer\": \"1\"},\n 7\n]", {"d.json:3 (element 1): expected a JSON object"}},
+        {"element not an object",
+         "[\n{\"prompt\": \"x\", \"answer\": \"1\"},\n 7\n]",
+         {"d.json:3 (element 1): expected a JSON object"}},
         {"deep element", "[" + malformed::nested_json(5000) + "]", {"d.json: bad JSON: nested deeper than 200 levels"}},
         {"overflow", "[{\"prompt\": \"x\", \"answer\": -1e400}]", {"d.json: bad JSON", "number overflow"}},
     };
@@ -99,7 +106,8 @@ TEST(MalformedDataset, NamedCases) {
 // Nesting up to the limit is still data (kept in Example::extra).
 TEST(MalformedDataset, ModerateNestingIsAccepted) {
     TempDir dir("ds");
-    const std::string text = "{\"prompt\": \"x\", \"answer\": \"1\", \"meta\": {\"id\": " + malformed::nested_json(150) + "}}\n";
+    const std::string text =
+        "{\"prompt\": \"x\", \"answer\": \"1\", \"meta\": {\"id\": " + malformed::nested_json(150) + "}}\n";
     auto examples = load_dataset(dir.write("d.jsonl", text), options());
     ASSERT_EQ(examples.size(), 1u);
     EXPECT_EQ(examples[0].extra["meta.id"].dump().size(), 301u);
@@ -108,13 +116,12 @@ TEST(MalformedDataset, ModerateNestingIsAccepted) {
 TEST(MalformedDataset, FuzzedJsonLinesOnlyGiveIoErrors) {
     TempDir dir("ds");
     const std::string path = dir.file("f.jsonl");
-    auto counts = malformed::fuzz(
-        {kSeedJsonl}, 1000, 11, "{}[]\":,\\0123456789.eE-+ \ntruefalsn",
-        [&](const std::string& text) {
-            dir.write("f.jsonl", text);
-            load_dataset(path, options());
-        },
-        {ErrorKind::kIo});
+    auto counts = malformed::fuzz({kSeedJsonl}, 1000, 11, "{}[]\":,\\0123456789.eE-+ \ntruefalsn",
+                                  [&](const std::string& text) {
+                                      dir.write("f.jsonl", text);
+                                      load_dataset(path, options());
+                                  },
+                                  {ErrorKind::kIo});
     EXPECT_EQ(counts.bad, 0);
     EXPECT_GT(counts.rejected, 150);
     EXPECT_GT(counts.accepted, 10);
@@ -123,13 +130,12 @@ TEST(MalformedDataset, FuzzedJsonLinesOnlyGiveIoErrors) {
 TEST(MalformedDataset, FuzzedJsonArraysOnlyGiveIoErrors) {
     TempDir dir("ds");
     const std::string path = dir.file("f.json");
-    auto counts = malformed::fuzz(
-        {kSeedJsonArray}, 1000, 12, "{}[]\":,\\0123456789.eE-+ \n\rtruefalsn",
-        [&](const std::string& text) {
-            dir.write("f.json", text);
-            load_dataset(path, options());
-        },
-        {ErrorKind::kIo});
+    auto counts = malformed::fuzz({kSeedJsonArray}, 1000, 12, "{}[]\":,\\0123456789.eE-+ \n\rtruefalsn",
+                                  [&](const std::string& text) {
+                                      dir.write("f.json", text);
+                                      load_dataset(path, options());
+                                  },
+                                  {ErrorKind::kIo});
     EXPECT_EQ(counts.bad, 0);
     EXPECT_GT(counts.rejected, 150);
     EXPECT_GT(counts.accepted, 10);

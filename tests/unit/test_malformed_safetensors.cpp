@@ -91,41 +91,55 @@ TEST(MalformedSafetensors, NamedHeaderDefects) {
         {"header is an array", raw_file("[1, 2]", data8), {"header is not a JSON object"}},
         {"entry not an object", raw_file(R"({"w": 5})", data8), {"tensor 'w'", "must be an object with dtype, shape"}},
         {"missing shape", raw_file(R"({"w": {"dtype": "F32", "data_offsets": [0, 8]}})", data8), {"tensor 'w'"}},
-        {"dtype not a string", raw_file(R"({"w": {"dtype": 7, "shape": [2], "data_offsets": [0, 8]}})", data8),
+        {"dtype not a string",
+         raw_file(R"({"w": {"dtype": 7, "shape": [2], "data_offsets": [0, 8]}})", data8),
          {"tensor 'w'", "dtype is not a string"}},
-        {"unknown dtype", raw_file(R"({"w": {"dtype": "F8_E4M3", "shape": [8], "data_offsets": [0, 8]}})", data8),
+        {"unknown dtype",
+         raw_file(R"({"w": {"dtype": "F8_E4M3", "shape": [8], "data_offsets": [0, 8]}})", data8),
          {"tensor 'w'", "unsupported safetensors dtype 'F8_E4M3'"}},
-        {"negative dim", raw_file(R"({"w": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", data8),
+        {"negative dim",
+         raw_file(R"({"w": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", data8),
          {"a shape entry of tensor 'w' must be a non-negative integer, got -2"}},
-        {"float dim", raw_file(R"({"w": {"dtype": "F32", "shape": [2.5], "data_offsets": [0, 8]}})", data8),
+        {"float dim",
+         raw_file(R"({"w": {"dtype": "F32", "shape": [2.5], "data_offsets": [0, 8]}})", data8),
          {"must be a non-negative integer, got 2.5"}},
-        {"nested dim", raw_file(R"({"w": {"dtype": "F32", "shape": [[2]], "data_offsets": [0, 8]}})", data8),
+        {"nested dim",
+         raw_file(R"({"w": {"dtype": "F32", "shape": [[2]], "data_offsets": [0, 8]}})", data8),
          {"must be a non-negative integer, got [2]"}},
         {"shape overflow",
          raw_file(R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296, 4], "data_offsets": [0, 8]}})", data8),
          {"tensor 'w'", "needs more than 2^64"}},
-        {"offsets wrong size", raw_file(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", data8),
+        {"offsets wrong size",
+         raw_file(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", data8),
          {"tensor 'w'", "data_offsets span 8 bytes but shape [3] x F32 needs 12"}},
-        {"offsets reversed", raw_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})", data8),
+        {"offsets reversed",
+         raw_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})", data8),
          {"tensor 'w'", "data_offsets [8, 0] out of range"}},
-        {"offsets past the buffer", raw_file(R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", data8),
+        {"offsets past the buffer",
+         raw_file(R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", data8),
          {"tensor 'w'", "out of range (data buffer is 8 bytes)"}},
-        {"offsets not a pair", raw_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0]}})", data8),
+        {"offsets not a pair",
+         raw_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0]}})", data8),
          {"data_offsets must be [begin, end]"}},
-        {"offset overflow", raw_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 1e999]}})", data8),
+        {"offset overflow",
+         raw_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 1e999]}})", data8),
          {"header is not valid JSON", "number overflow"}},
         {"overlap",
          raw_file(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
                      "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
                   data8),
          {"tensors 'a' and 'b' overlap"}},
-        {"metadata not an object", raw_file(R"({"__metadata__": [1], )" + ok_entry + "}", data8),
+        {"metadata not an object",
+         raw_file(R"({"__metadata__": [1], )" + ok_entry + "}", data8),
          {"__metadata__ is not an object"}},
-        {"metadata value not a string", raw_file(R"({"__metadata__": {"k": 1}, )" + ok_entry + "}", data8),
+        {"metadata value not a string",
+         raw_file(R"({"__metadata__": {"k": 1}, )" + ok_entry + "}", data8),
          {"__metadata__ value for 'k' is not a string"}},
-        {"deep header", raw_file("{\"w\": " + malformed::nested_json(200000) + "}", data8),
+        {"deep header",
+         raw_file("{\"w\": " + malformed::nested_json(200000) + "}", data8),
          {"header is nested deeper than 16 levels"}},
-        {"invalid utf-8 name", raw_file("{\"\xff\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}}", data8),
+        {"invalid utf-8 name",
+         raw_file("{\"\xff\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}}", data8),
          {"header is not valid JSON"}},
     };
     TempDir dir("st");
@@ -141,13 +155,12 @@ TEST(MalformedSafetensors, FuzzedFilesOnlyGiveIoErrors) {
     TempDir dir("st");
     const std::string bytes = valid_file_bytes(dir);
     const std::string path = dir.file("fuzz.safetensors");
-    auto counts = malformed::fuzz(
-        {bytes}, 1000, 99, "{}[]\":,0123456789-.eFIUB",
-        [&](const std::string& b) {
-            dir.write("fuzz.safetensors", b);
-            open_and_read(path);
-        },
-        {ErrorKind::kIo});
+    auto counts = malformed::fuzz({bytes}, 1000, 99, "{}[]\":,0123456789-.eFIUB",
+                                  [&](const std::string& b) {
+                                      dir.write("fuzz.safetensors", b);
+                                      open_and_read(path);
+                                  },
+                                  {ErrorKind::kIo});
     EXPECT_EQ(counts.bad, 0);
     EXPECT_GT(counts.rejected, 150);
     EXPECT_GT(counts.accepted, 10) << "flips inside the data buffer leave a valid file";

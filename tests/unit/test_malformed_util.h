@@ -73,8 +73,13 @@ class Mutator {
                 break;
             default:  // overwrite 8 bytes with an extreme little-endian integer
                 if (n >= 8) {
-                    static const uint64_t kExtremes[] = {0, 1, 0x7fffffffffffffffull, 0x8000000000000000ull,
-                                                         0xffffffffffffffffull, 0xffffffffull, 1ull << 40};
+                    static const uint64_t kExtremes[] = {0,
+                                                         1,
+                                                         0x7fffffffffffffffull,
+                                                         0x8000000000000000ull,
+                                                         0xffffffffffffffffull,
+                                                         0xffffffffull,
+                                                         1ull << 40};
                     uint64_t v = kExtremes[below(sizeof(kExtremes) / sizeof(kExtremes[0]))];
                     std::memcpy(&s[below(n - 7)], &v, 8);
                 }

@@ -93,8 +93,12 @@ TEST(ModelConfig, ParsesLlama3ConfigWithHeadDimEosListAndRopeScaling) {
 }
 
 TEST(ModelConfig, DefaultsWhenOptionalKeysAreAbsent) {
-    json j = {{"architectures", {"LlamaForCausalLM"}}, {"vocab_size", 10}, {"hidden_size", 8},
-              {"intermediate_size", 16}, {"num_hidden_layers", 1}, {"num_attention_heads", 2}};
+    json j = {{"architectures", {"LlamaForCausalLM"}},
+              {"vocab_size", 10},
+              {"hidden_size", 8},
+              {"intermediate_size", 16},
+              {"num_hidden_layers", 1},
+              {"num_attention_heads", 2}};
     ModelArgs a = model_args_from_json(j.dump(), "x");
     EXPECT_EQ(a.num_key_value_heads, 2);
     EXPECT_EQ(a.head_dim, 4);
@@ -116,17 +120,21 @@ TEST(ModelConfig, UnsupportedAndMalformedConfigsNameTheProblem) {
         return j.dump();
     };
     const auto q = qwen_config();
-    expect_error<rlpt::ConfigError>([&] { model_args_from_json(with(q, "architectures", {"MistralForCausalLM"}), "m/config.json"); },
-                                    {"m/config.json", "architecture 'MistralForCausalLM' is not supported",
-                                     "Qwen2ForCausalLM"});
+    expect_error<rlpt::ConfigError>(
+        [&] { model_args_from_json(with(q, "architectures", {"MistralForCausalLM"}), "m/config.json"); },
+        {"m/config.json", "architecture 'MistralForCausalLM' is not supported", "Qwen2ForCausalLM"});
     expect_error<rlpt::ConfigError>([&] { model_args_from_json(without(q, "architectures"), "c"); }, {"architectures"});
     expect_error<rlpt::ConfigError>([&] { model_args_from_json(with(q, "hidden_act", "gelu"), "c"); },
                                     {"hidden_act 'gelu' is not supported"});
     expect_error<rlpt::ConfigError>(
-        [&] { model_args_from_json(with(q, "rope_scaling", {{"type", "linear"}, {"factor", 2.0}}), "c"); },
+        [&] {
+            model_args_from_json(with(q, "rope_scaling", {{"type", "linear"}, {"factor", 2.0}}), "c");
+        },
         {"rope_scaling type 'linear' is not supported"});
     expect_error<rlpt::ConfigError>(
-        [&] { model_args_from_json(with(q, "rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}), "c"); },
+        [&] {
+            model_args_from_json(with(q, "rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}), "c");
+        },
         {"'yarn' is not supported"});
     expect_error<rlpt::ConfigError>([&] { model_args_from_json(with(q, "use_sliding_window", true), "c"); },
                                     {"use_sliding_window"});

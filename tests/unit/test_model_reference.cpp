@@ -80,7 +80,8 @@ void check_causal_lm(const ModelArgs& args, uint64_t seed, const Batch& b) {
         for (auto& p : m->named_parameters()) {
             if (p.key().find("norm") != std::string::npos || p.key().find("bias") != std::string::npos)
                 p.value().uniform_(0.5, 1.5);
-            if (p.key().find("q_proj.weight") != std::string::npos || p.key().find("k_proj.weight") != std::string::npos)
+            if (p.key().find("q_proj.weight") != std::string::npos ||
+                p.key().find("k_proj.weight") != std::string::npos)
                 p.value().mul_(10.0);
         }
     }
@@ -103,7 +104,8 @@ class ReferenceForward : public ::testing::Test {
   protected:
     void SetUp() override {
         if (!python_torch_available())
-            GTEST_SKIP() << python() << " with torch+numpy is not available (RLPT_TORCH_PYTHON); "
+            GTEST_SKIP() << python()
+                         << " with torch+numpy is not available (RLPT_TORCH_PYTHON); "
                             "the independent reference forward cannot run";
     }
 };

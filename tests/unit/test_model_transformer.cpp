@@ -276,7 +276,11 @@ TEST(Transformer, ForwardValidatesInputs) {
     auto m = make_random_causal_lm(tiny_model_args(ModelFamily::kQwen2, 20), 1);
     auto ids = torch::ones({2, 3}, torch::kInt64), mask = torch::ones({2, 3}, torch::kInt64);
     auto pos = torch::arange(3, torch::kInt64).repeat({2, 1});
-    expect_error<rlpt::ValueError>([&] { m->forward_logits(ids, torch::ones({2, 4}), pos); }, {"attention_mask", "[2, 3]"});
+    expect_error<rlpt::ValueError>(
+        [&] {
+            m->forward_logits(ids, torch::ones({2, 4}), pos);
+        },
+        {"attention_mask", "[2, 3]"});
     expect_error<rlpt::ValueError>([&] { m->forward_logits(ids * 20, mask, pos); }, {"[0, 20)", "20"});
     expect_error<rlpt::ValueError>([&] { m->forward_logits(ids.to(torch::kInt32), mask, pos); }, {"int64"});
     expect_error<rlpt::ValueError>([&] { m->forward_logits(ids, mask, pos.narrow(1, 0, 2)); }, {"position_ids"});
@@ -308,8 +312,7 @@ TEST(Transformer, SaveLoadRoundTripIsBitIdentical) {
             }
             // Same file stores the dtype the model had: load it converted to the other dtype.
             auto other = load_pretrained(dir.str(), dtype == torch::kFloat32 ? torch::kBFloat16 : torch::kFloat32);
-            EXPECT_TRUE(torch::equal(other->named_parameters()["model.norm.weight"].to(dtype),
-                                     p["model.norm.weight"]));
+            EXPECT_TRUE(torch::equal(other->named_parameters()["model.norm.weight"].to(dtype), p["model.norm.weight"]));
         }
     }
 }
@@ -340,8 +343,8 @@ TEST(Transformer, LoadingErrorsNameTheTensor) {
                                  [](const auto& nt) { return nt.first == "model.layers.1.mlp.up_proj.weight"; }),
                   missing.end());
     rewrite(missing);
-    expect_error<rlpt::IoError>([&] { load_pretrained(dir.str()); },
-                                {"loading '" + dir.str() + "'", "missing 1 tensor", "'model.layers.1.mlp.up_proj.weight'"});
+    expect_error<rlpt::IoError>([&] { load_pretrained(dir.str()); }, {"loading '" + dir.str() + "'", "missing 1 tensor",
+                                                                      "'model.layers.1.mlp.up_proj.weight'"});
 
     auto misshaped = tensors;
     for (auto& nt : misshaped)

@@ -24,7 +24,8 @@ TEST(ValueModel, InitFromPolicyCopiesBackboneAndStartsHeadAsDocumented) {
     auto hidden = policy->forward_hidden(b.ids, b.mask, b.pos);
 
     for (bool from_disk : {false, true}) {
-        auto zero = from_disk ? value_model_from_policy_checkpoint(dir.str(), torch::kFloat32, torch::kCPU, ValueHeadInit::kZero)
+        auto zero = from_disk ? value_model_from_policy_checkpoint(dir.str(), torch::kFloat32, torch::kCPU,
+                                                                   ValueHeadInit::kZero)
                               : value_model_from_policy(*policy, torch::kFloat32, torch::kCPU, ValueHeadInit::kZero);
         EXPECT_EQ(zero->args().architecture(), "LlamaForTokenClassification");
         EXPECT_TRUE(torch::equal(zero->forward_hidden(b.ids, b.mask, b.pos), hidden));
@@ -35,9 +36,10 @@ TEST(ValueModel, InitFromPolicyCopiesBackboneAndStartsHeadAsDocumented) {
         // Backbone copied, not shared.
         EXPECT_NE(zero->backbone().embed_weight().data_ptr(), policy->backbone().embed_weight().data_ptr());
 
-        auto normal = from_disk ? value_model_from_policy_checkpoint(dir.str(), torch::kFloat32, torch::kCPU,
-                                                                     ValueHeadInit::kNormal, 3)
-                                : value_model_from_policy(*policy, torch::kFloat32, torch::kCPU, ValueHeadInit::kNormal, 3);
+        auto normal =
+            from_disk
+                ? value_model_from_policy_checkpoint(dir.str(), torch::kFloat32, torch::kCPU, ValueHeadInit::kNormal, 3)
+                : value_model_from_policy(*policy, torch::kFloat32, torch::kCPU, ValueHeadInit::kNormal, 3);
         // N(0, 0.02²) draws: the std of `hidden` of them within kStatSigmas standard errors.
         const auto head = normal->score_weight();
         EXPECT_NEAR(head.std().item<float>(), 0.02, rlpt::tol::std_tolerance(0.02, head.numel()));

@@ -14,23 +14,18 @@ using rlpt::comm::NcclIfnameAction;
 using rlpt::comm::SelfRoute;
 
 TEST(NcclEnv, UserSettingIsHonouredWhateverTheProbe) {
-    for (SelfRoute p : {SelfRoute::kNotProbed, SelfRoute::kRoutable, SelfRoute::kNotRoutable,
-                        SelfRoute::kUnresolved}) {
+    for (SelfRoute p : {SelfRoute::kNotProbed, SelfRoute::kRoutable, SelfRoute::kNotRoutable, SelfRoute::kUnresolved}) {
         for (int nodes : {1, 4}) {
-            EXPECT_EQ(decide_nccl_ifname(std::string("ib0"), p, nodes),
-                      NcclIfnameAction::kHonourUser);
+            EXPECT_EQ(decide_nccl_ifname(std::string("ib0"), p, nodes), NcclIfnameAction::kHonourUser);
         }
     }
 }
 
 TEST(NcclEnv, RoutableHostLeavesNcclAlone) {
-    EXPECT_EQ(decide_nccl_ifname(std::nullopt, SelfRoute::kRoutable, 1),
-              NcclIfnameAction::kLeaveDefault);
-    EXPECT_EQ(decide_nccl_ifname(std::nullopt, SelfRoute::kRoutable, 8),
-              NcclIfnameAction::kLeaveDefault);
+    EXPECT_EQ(decide_nccl_ifname(std::nullopt, SelfRoute::kRoutable, 1), NcclIfnameAction::kLeaveDefault);
+    EXPECT_EQ(decide_nccl_ifname(std::nullopt, SelfRoute::kRoutable, 8), NcclIfnameAction::kLeaveDefault);
     // An empty value counts as unset.
-    EXPECT_EQ(decide_nccl_ifname(std::string(), SelfRoute::kRoutable, 2),
-              NcclIfnameAction::kLeaveDefault);
+    EXPECT_EQ(decide_nccl_ifname(std::string(), SelfRoute::kRoutable, 2), NcclIfnameAction::kLeaveDefault);
 }
 
 TEST(NcclEnv, UnroutableSingleNodePinsLoopbackMultiNodeNever) {

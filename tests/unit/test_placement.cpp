@@ -55,8 +55,8 @@ TEST(Placement, ControllerHostsRoles) {
 
 TEST(Placement, UnevenFixedAndAutoGroups) {
     // 7 ranks: controller + actor/rollout/ref on 4 + critic on 2.
-    Placement p = compute_placement(
-        groups({{{"actor", "rollout", "reference"}, "auto", 1}, {{"critic"}, "2", 1}}), 7, one_node(7), {"critic"});
+    Placement p = compute_placement(groups({{{"actor", "rollout", "reference"}, "auto", 1}, {{"critic"}, "2", 1}}), 7,
+                                    one_node(7), {"critic"});
     EXPECT_EQ(p.at("actor").world_ranks, R({1, 2, 3, 4}));
     EXPECT_EQ(p.at("critic").world_ranks, R({5, 6}));
     // Two auto groups share 5 ranks: 3 + 2.
@@ -76,15 +76,27 @@ TEST(Placement, ModelParallelBlocksAndOutputSources) {
 
 TEST(Placement, ImpossibleLayoutsAreRefused) {
     expect_error([] { compute_placement(PlacementConfig{}, 1, one_node(1), {}); }, "leave no rank for the roles");
-    expect_error([] { compute_placement(groups({{{"actor"}, "3", 1}}), 3, one_node(3), {}); },
-                 "ask for 3 ranks but only 2 are available");
+    expect_error(
+        [] {
+            compute_placement(groups({{{"actor"}, "3", 1}}), 3, one_node(3), {});
+        },
+        "ask for 3 ranks but only 2 are available");
     expect_error([] { compute_placement(groups({{{"actor"}, "1", 1}}), 4, one_node(4), {}); }, "2 ranks would be idle");
-    expect_error([] { compute_placement(groups({{{"actor"}, "3", 2}}), 4, one_node(4), {}); },
-                 "not a multiple of its model_parallel_size 2");
-    expect_error([] { compute_placement(groups({{{"actor"}, "auto", 1}}), 4, one_node(4), {"critic"}, "gae"); },
-                 "role 'critic' is needed (gae)");
-    expect_error([] { compute_placement(groups({{{"actor"}, "auto", 1}, {{"critic"}, "auto", 1}}), 2, one_node(2), {}); },
-                 "no ranks left");
+    expect_error(
+        [] {
+            compute_placement(groups({{{"actor"}, "3", 2}}), 4, one_node(4), {});
+        },
+        "not a multiple of its model_parallel_size 2");
+    expect_error(
+        [] {
+            compute_placement(groups({{{"actor"}, "auto", 1}}), 4, one_node(4), {"critic"}, "gae");
+        },
+        "role 'critic' is needed (gae)");
+    expect_error(
+        [] {
+            compute_placement(groups({{{"actor"}, "auto", 1}, {{"critic"}, "auto", 1}}), 2, one_node(2), {});
+        },
+        "no ranks left");
     // 3 ranks available, mp 2: one would be idle.
     expect_error([] { compute_placement(groups({{{"actor"}, "auto", 2}}), 4, one_node(4), {}); }, "would be idle");
 }
@@ -103,15 +115,22 @@ TEST(Placement, ModelParallelNeverSpansNodes) {
         }
     }
     // mp=3 blocks on nodes with 2 and 3 free ranks: only one block fits.
-    expect_error([] { compute_placement(groups({{{"actor"}, "6", 3}}), 7, R({0, 0, 0, 1, 1, 1, 1}), {}); },
-                 "free ranks per node are node 0: 2, node 1: 1");
-    expect_error([] { compute_placement(groups({{{"actor"}, "3", 3}, {{"critic"}, "auto", 1}}), 6, R({0, 0, 0, 1, 1, 2}), {}); },
-                 "inside one node");
+    expect_error(
+        [] {
+            compute_placement(groups({{{"actor"}, "6", 3}}), 7, R({0, 0, 0, 1, 1, 1, 1}), {});
+        },
+        "free ranks per node are node 0: 2, node 1: 1");
+    expect_error(
+        [] {
+            compute_placement(groups({{{"actor"}, "3", 3}, {{"critic"}, "auto", 1}}), 6, R({0, 0, 0, 1, 1, 2}), {});
+        },
+        "inside one node");
 }
 
 TEST(Placement, MultiNodeLayouts2x8And4x8) {
     // 2 nodes x 8 ranks, controller hosts roles, actor mp=4: 4 blocks, 2 per node.
-    Placement p = compute_placement(groups({{{"actor", "rollout", "reference"}, "auto", 4}}, true), 16, nodes_of(2, 8), {});
+    Placement p =
+        compute_placement(groups({{{"actor", "rollout", "reference"}, "auto", 4}}, true), 16, nodes_of(2, 8), {});
     const auto& a = p.at("actor");
     EXPECT_EQ(a.dp_size(), 4);
     EXPECT_EQ(a.output_sources(), R({0, 4, 8, 12}));
@@ -119,7 +138,8 @@ TEST(Placement, MultiNodeLayouts2x8And4x8) {
     EXPECT_EQ(p.local_rank(9), 1);
     // 4 x 8, rank 0 only controls: node 0 has 7 free ranks, so an mp=8 group fits only on
     // nodes 1..3 and the 7 leftover ranks go to the critic.
-    Placement q = compute_placement(groups({{{"actor", "rollout"}, "24", 8}, {{"critic"}, "auto", 1}}), 32, nodes_of(4, 8), {});
+    Placement q =
+        compute_placement(groups({{{"actor", "rollout"}, "24", 8}, {{"critic"}, "auto", 1}}), 32, nodes_of(4, 8), {});
     EXPECT_EQ(q.at("actor").output_sources(), R({8, 16, 24}));
     EXPECT_EQ(q.at("critic").world_ranks, R({1, 2, 3, 4, 5, 6, 7}));
     // Uneven allocation: nodes with 5, 3 and 8 ranks; mp=4 blocks need 4 on one node.
@@ -136,11 +156,12 @@ TEST(Placement, MultiNodeLayouts2x8And4x8) {
 TEST(Placement, ZeroShardGroups) {
     using rlpt::comm::zero_shard_group_size;
     // 8 ranks, the controller hosts roles, two nodes of 4: the actor has 8 DP ranks (tp 1) or 4 (tp 2).
-    Placement p = compute_placement(groups({{{"actor", "rollout", "reference"}, "auto", 1}}, true), 8, nodes_of(2, 4), {});
+    Placement p =
+        compute_placement(groups({{{"actor", "rollout", "reference"}, "auto", 1}}, true), 8, nodes_of(2, 4), {});
     EXPECT_EQ(zero_shard_group_size(p, "actor", -1, "k"), 0);
     EXPECT_EQ(zero_shard_group_size(p, "actor", 2, "k"), 2);
-    EXPECT_EQ(zero_shard_group_size(p, "actor", 8, "k"), 0);  // one group of all: plain ZeRO
-    EXPECT_EQ(zero_shard_group_size(p, "actor", 0, "k"), 4);  // per node
+    EXPECT_EQ(zero_shard_group_size(p, "actor", 8, "k"), 0);   // one group of all: plain ZeRO
+    EXPECT_EQ(zero_shard_group_size(p, "actor", 0, "k"), 4);   // per node
     EXPECT_EQ(zero_shard_group_size(p, "critic", 3, "k"), 0);  // not placed: nothing to check
     expect_error([&] { zero_shard_group_size(p, "actor", 3, "actor.optim.fsdp_size"); },
                  "actor.optim.fsdp_size: 3 does not divide the 8 DP ranks of the actor");
@@ -200,12 +221,14 @@ TEST(Placement, WeightSyncGroupsPerLayout) {
     EXPECT_TRUE(weight_reshard_ranks(colocated).empty());
     EXPECT_TRUE(rlpt::comm::weight_exchange_ranks(colocated).empty());
     // Equal tp on other ranks: one broadcast group per mp rank, no reshard.
-    Placement equal = compute_placement(groups({{{"actor"}, "2", 2}, {{"rollout"}, "4", 2}}), 7, one_node(7), {"actor"});
+    Placement equal =
+        compute_placement(groups({{{"actor"}, "2", 2}, {{"rollout"}, "4", 2}}), 7, one_node(7), {"actor"});
     EXPECT_EQ(weight_sync_ranks(equal, 0), R({1, 3, 5}));
     EXPECT_EQ(weight_sync_ranks(equal, 1), R({2, 4, 6}));
     EXPECT_TRUE(weight_reshard_ranks(equal).empty());
     // Actor tp 2 x dp 2, rollout tp 1 x dp 2: the actor's first block sends, every rollout rank receives.
-    Placement reshard = compute_placement(groups({{{"actor"}, "4", 2}, {{"rollout"}, "2", 1}}), 7, one_node(7), {"actor"});
+    Placement reshard =
+        compute_placement(groups({{{"actor"}, "4", 2}, {{"rollout"}, "2", 1}}), 7, one_node(7), {"actor"});
     EXPECT_EQ(weight_reshard_ranks(reshard), R({1, 2, 5, 6}));
     // Actor tp 1, rollout one tp 4 block (placed first, on ranks 1-4): the sender still comes first.
     Placement wide = compute_placement(groups({{{"actor"}, "1", 1}, {{"rollout"}, "4", 4}}), 6, one_node(6), {"actor"});
@@ -235,7 +258,10 @@ TEST(Placement, ColocatedRolloutTensorParallelSize) {
                  "rollout.tensor_model_parallel_size: 2 does not divide the 3 ranks");
     expect_error([&] { compute_placement(colocated, 4, nodes_of(2, 2), {}, {}, 4); }, "would span nodes");
     // A rollout on ranks of its own takes its group's size.
-    expect_error([] { compute_placement(groups({{{"actor"}, "1", 1}, {{"rollout"}, "2", 1}}, true), 3, one_node(3), {}, {}, 2); },
-                 "rollout.tensor_model_parallel_size: 2 differs from the model_parallel_size 1 of the rollout's own "
-                 "group placement.groups.1");
+    expect_error(
+        [] {
+            compute_placement(groups({{{"actor"}, "1", 1}, {{"rollout"}, "2", 1}}, true), 3, one_node(3), {}, {}, 2);
+        },
+        "rollout.tensor_model_parallel_size: 2 differs from the model_parallel_size 1 of the rollout's own "
+        "group placement.groups.1");
 }

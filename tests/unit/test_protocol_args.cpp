@@ -84,8 +84,7 @@ TEST(ProtocolArgs, TableRowsDeclareTheirArguments) {
               names(args_schema<roles::GenerateArgs>()));
     EXPECT_EQ(declared("actor", static_cast<uint16_t>(roles::ActorMethod::kUpdate)),
               names(args_schema<roles::ActorUpdateArgs>()));
-    EXPECT_EQ(declared("actor", static_cast<uint16_t>(roles::ActorMethod::kSave)),
-              (std::vector<std::string>{"dir"}));
+    EXPECT_EQ(declared("actor", static_cast<uint16_t>(roles::ActorMethod::kSave)), (std::vector<std::string>{"dir"}));
 }
 
 }  // namespace

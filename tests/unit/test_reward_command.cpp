@@ -78,7 +78,8 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     EXPECT_FALSE(r[0].acc.has_value());
     // The same process serves the next batch: a large one (replies interleave with requests).
     std::vector<std::pair<std::string, std::string>> many;
-    for (int i = 0; i < 3000; ++i) many.push_back({std::string(100, 'x') + std::to_string(i % 7), std::string(100, 'x') + "3"});
+    for (int i = 0; i < 3000; ++i)
+        many.push_back({std::string(100, 'x') + std::to_string(i % 7), std::string(100, 'x') + "3"});
     r = s.score_many(requests(many, as_dict));
     ASSERT_EQ(r.size(), many.size());
     for (size_t i = 0; i < many.size(); ++i) {
@@ -92,7 +93,9 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 TEST(CommandScorer, FailuresAreClearErrors) {
     if (!fs::exists(kPython)) GTEST_SKIP() << "no " << kPython;
     const nlohmann::json extra = nlohmann::json::object();
-    const std::string raises = write_file("raises.py", "def compute_score(ds, s, gt, extra_info=None):\n    raise KeyError('no such thing')\n");
+    const std::string raises =
+        write_file("raises.py",
+                   "def compute_score(ds, s, gt, extra_info=None):\n    raise KeyError('no such thing')\n");
     EXPECT_NE(error_of(CommandScorer(server(raises), 30), requests({{"1", "1"}}, extra))
                   .find("the reward function failed: KeyError: 'no such thing'"),
               std::string::npos);
@@ -121,9 +124,7 @@ TEST(CommandScorer, FailuresAreClearErrors) {
 TEST(CommandScorer, FromARegistrySpecBatchesPerScorer) {
     // A shell "server" that answers 1 for every request line.
     nlohmann::json config;
-    config["scorers"]["a"] = {{"type", "command"},
-                              {"command", "while read l; do echo 1; done"},
-                              {"timeout_s", 10}};
+    config["scorers"]["a"] = {{"type", "command"}, {"command", "while read l; do echo 1; done"}, {"timeout_s", 10}};
     config["scorers"]["b"] = {{"type", "exact"}};
     auto reg = rlpt::reward::make_scorer_registry(config, "reward");
     auto r = rlpt::reward::score_batch(reg, {"a", "b", "a", "b"}, {"x", "y", "z", "w"}, {"0", "y", "0", "q"});

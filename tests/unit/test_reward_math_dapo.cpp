@@ -15,9 +15,9 @@ TEST(RewardMathDapo, NormalizeFinalAnswer) {
     EXPECT_EQ(math_dapo_normalize(" 42 "), "42");
     // after the last '=', spaces dropped, "dollars" removed, digit commas dropped
     EXPECT_EQ(math_dapo_normalize("x = 1,000 dollars"), "1000");
-    EXPECT_EQ(math_dapo_normalize("1,2"), "12");           // a number once the commas go (verl's quirk)
-    EXPECT_EQ(math_dapo_normalize("(1,2)"), "(1,2)");      // not a number: commas stay
-    EXPECT_EQ(math_dapo_normalize("$5$."), "5");           // $...$ kept, then '$' dropped
+    EXPECT_EQ(math_dapo_normalize("1,2"), "12");       // a number once the commas go (verl's quirk)
+    EXPECT_EQ(math_dapo_normalize("(1,2)"), "(1,2)");  // not a number: commas stay
+    EXPECT_EQ(math_dapo_normalize("$5$."), "5");       // $...$ kept, then '$' dropped
     EXPECT_EQ(math_dapo_normalize("\\text{(B)}"), "(B)");
     EXPECT_EQ(math_dapo_normalize("\\boxed{\\frac{3}{4}}"), "\\frac{3}{4}");  // greedy to the last '}'
     EXPECT_EQ(math_dapo_normalize("\\frac12"), "\\frac{1}{2}");
@@ -35,7 +35,7 @@ TEST(RewardMathDapo, MinervaAnswerLine) {
     EXPECT_EQ(r.acc, 1.0);
     EXPECT_EQ(r.pred, "42");
     EXPECT_EQ(math_dapo_compute_score("answer : \\frac12", "\\frac{1}{2}").score, 1.0);  // case-insensitive
-    EXPECT_EQ(math_dapo_compute_score("Answer: 1\nANSWER: 2", "2").score, 1.0);        // the last line counts
+    EXPECT_EQ(math_dapo_compute_score("Answer: 1\nANSWER: 2", "2").score, 1.0);          // the last line counts
     auto wrong = math_dapo_compute_score("Answer: 41", "42");
     EXPECT_EQ(wrong.score, -1.0);
     EXPECT_EQ(wrong.acc, 0.0);

@@ -89,8 +89,7 @@ TEST(RewardRegistry, SetValidates) {
 }
 
 TEST(RewardRegistry, MakeScorerFromSpecs) {
-    auto g = make_scorer(json{{"type", "gsm8k"}, {"method", "flexible"}, {"format_score", 0.1}, {"score", 2}},
-                         "s");
+    auto g = make_scorer(json{{"type", "gsm8k"}, {"method", "flexible"}, {"format_score", 0.1}, {"score", 2}}, "s");
     EXPECT_EQ(g->name(), "gsm8k(flexible)");
     EXPECT_EQ(g->score(request("", "so 17", "17")).score, 2.0);
     EXPECT_EQ(g->score(request("", "so 16", "17")).score, 0.1);
@@ -101,8 +100,7 @@ TEST(RewardRegistry, MakeScorerFromSpecs) {
     auto n = make_scorer(json{{"type", "number"}, {"extraction", "whole"}, {"format_score", 0.5}}, "s");
     EXPECT_EQ(n->score(request("", "4", "5")).score, 0.5);
 
-    auto f = make_scorer(
-        json{{"type", "format"}, {"pattern", "^#"}, {"match", "search"}, {"mismatch_score", -1}}, "s");
+    auto f = make_scorer(json{{"type", "format"}, {"pattern", "^#"}, {"match", "search"}, {"mismatch_score", -1}}, "s");
     EXPECT_EQ(f->score(request("", "no", "")).score, -1.0);
 
     auto sum = make_scorer(json::parse(R"({"type": "sum", "parts": [
@@ -121,20 +119,15 @@ TEST(RewardRegistry, BadSpecsNameTheKeyPath) {
     expect_config_error(json::object(), "reward.scorers.my/ds: missing required key 'type'");
     expect_config_error(json{{"type", 3}}, "reward.scorers.my/ds.type: expected a string");
     expect_config_error(json{{"type", "magic"}}, "unknown scorer type 'magic'");
-    expect_config_error(json{{"type", "math"}, {"colour", "red"}},
-                        "reward.scorers.my/ds: unknown key 'colour'");
-    expect_config_error(json{{"type", "gsm8k"}, {"score", "high"}},
-                        "reward.scorers.my/ds.score: expected a number");
+    expect_config_error(json{{"type", "math"}, {"colour", "red"}}, "reward.scorers.my/ds: unknown key 'colour'");
+    expect_config_error(json{{"type", "gsm8k"}, {"score", "high"}}, "reward.scorers.my/ds.score: expected a number");
     expect_config_error(json{{"type", "gsm8k"}, {"method", "lenient"}},
                         "reward.scorers.my/ds.method: unknown gsm8k method");
     expect_config_error(json{{"type", "number"}, {"extraction", "x"}}, "reward.scorers.my/ds.extraction");
-    expect_config_error(json{{"type", "arithmetic"}, {"answer_format", "x"}},
-                        "reward.scorers.my/ds.answer_format");
+    expect_config_error(json{{"type", "arithmetic"}, {"answer_format", "x"}}, "reward.scorers.my/ds.answer_format");
     expect_config_error(json{{"type", "format"}}, "missing required key 'pattern'");
-    expect_config_error(json{{"type", "format"}, {"pattern", "("}},
-                        "reward.scorers.my/ds: format scorer: invalid");
-    expect_config_error(json{{"type", "format"}, {"pattern", "x"}, {"match", "all"}},
-                        "reward.scorers.my/ds.match");
+    expect_config_error(json{{"type", "format"}, {"pattern", "("}}, "reward.scorers.my/ds: format scorer: invalid");
+    expect_config_error(json{{"type", "format"}, {"pattern", "x"}, {"match", "all"}}, "reward.scorers.my/ds.match");
     expect_config_error(json{{"type", "user"}}, "missing required key 'path'");
     expect_config_error(json{{"type", "sum"}}, "missing required key 'parts'");
     expect_config_error(json{{"type", "sum"}, {"parts", json::array()}},
@@ -172,9 +165,7 @@ TEST(RewardRegistry, RegistryFromConfig) {
     for (const char* ds : {"openai/gsm8k", "lighteval/MATH", "math_dapo"})
         EXPECT_NE(std::find(builtin.begin(), builtin.end(), ds), builtin.end()) << ds;
 
-    std::string msg = message_of<rlpt::ConfigError>([] {
-        make_scorer_registry(json{{"scorer", 1}}, "reward");
-    });
+    std::string msg = message_of<rlpt::ConfigError>([] { make_scorer_registry(json{{"scorer", 1}}, "reward"); });
     EXPECT_NE(msg.find("reward: unknown key 'scorer'"), std::string::npos) << msg;
     msg = message_of<rlpt::ConfigError>([] { make_scorer_registry(json{{"scorers", 1}}, "reward"); });
     EXPECT_NE(msg.find("reward.scorers: expected a map"), std::string::npos) << msg;
@@ -191,8 +182,7 @@ TEST(RewardRegistry, ScoreBatchInOrder) {
     std::vector<std::string> ds = {"openai/gsm8k", "lighteval/MATH", "rlpt/arithmetic", "rlpt/arithmetic"};
     std::vector<std::string> sol = {"#### 72", "\\boxed{3}", "225", "225"};
     std::vector<std::string> gt = {"72", "4", "522", "522"};
-    std::vector<json> extra = {json::object(), json::object(), json{{"answer_format", "reversed"}},
-                               json::object()};
+    std::vector<json> extra = {json::object(), json::object(), json{{"answer_format", "reversed"}}, json::object()};
     std::vector<ScoreResult> r = score_batch(reg, ds, sol, gt, &extra);
     ASSERT_EQ(r.size(), 4u);
     EXPECT_EQ(r[0].score, 1.0);
@@ -214,8 +204,7 @@ TEST(RewardRegistry, ScoreBatchErrorsNameSampleAndDataSource) {
     std::vector<std::string> sol = {"#### 1", "1"};
     std::vector<std::string> gt = {"1", "1"};
     std::string msg = message_of<rlpt::ConfigError>([&] { score_batch(reg, ds, sol, gt); });
-    EXPECT_NE(msg.find("scoring sample 1 (data_source 'unknown/x'): no reward scorer"), std::string::npos)
-        << msg;
+    EXPECT_NE(msg.find("scoring sample 1 (data_source 'unknown/x'): no reward scorer"), std::string::npos) << msg;
 
     ds = {"bad/source"};
     sol = {"1"};

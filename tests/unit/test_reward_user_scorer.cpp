@@ -23,15 +23,12 @@ fs::path source_dir() {
     return fs::path(__FILE__).parent_path().parent_path().parent_path();
 }
 
-bool have_c_compiler() {
-    return std::system("command -v cc > /dev/null 2>&1") == 0;
-}
+bool have_c_compiler() { return std::system("command -v cc > /dev/null 2>&1") == 0; }
 
 class UserScorerTest : public ::testing::Test {
   protected:
     void SetUp() override {
-        if (!have_c_compiler())
-            GTEST_SKIP() << "no C compiler 'cc' on PATH: cannot build user scorer libraries";
+        if (!have_c_compiler()) GTEST_SKIP() << "no C compiler 'cc' on PATH: cannot build user scorer libraries";
         char tmpl[] = "/tmp/rlpt_user_scorer_XXXXXX";
         ASSERT_NE(mkdtemp(tmpl), nullptr);
         dir_ = tmpl;
@@ -44,8 +41,7 @@ class UserScorerTest : public ::testing::Test {
     std::string build(const fs::path& source, const std::string& name) {
         const fs::path out = dir_ / (name + ".so");
         const std::string cmd = "cc -shared -fPIC -I '" + (source_dir() / "include").string() + "' '" +
-                                source.string() + "' -o '" + out.string() + "' 2>'" +
-                                (dir_ / "cc.log").string() + "'";
+                                source.string() + "' -o '" + out.string() + "' 2>'" + (dir_ / "cc.log").string() + "'";
         if (std::system(cmd.c_str()) != 0) {
             std::ifstream log(dir_ / "cc.log");
             std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
@@ -123,8 +119,7 @@ TEST_F(UserScorerTest, ThroughRegistryAndBatch) {
         score_batch(reg, ds, sol, gt);
         FAIL() << "no throw";
     } catch (const rlpt::ValueError& e) {
-        EXPECT_NE(e.message().find("scoring sample 2 (data_source 'my/dataset'): user scorer"),
-                  std::string::npos)
+        EXPECT_NE(e.message().find("scoring sample 2 (data_source 'my/dataset'): user scorer"), std::string::npos)
             << e.message();
     }
 }
@@ -172,9 +167,9 @@ TEST_F(UserScorerTest, MissingFileAndNonLibrary) {
 }
 
 TEST_F(UserScorerTest, MissingSymbols) {
-    const std::string no_score = build_inline(
-        "RLPT_SCORER_EXPORT int rlpt_scorer_abi_version(void) { return RLPT_SCORER_ABI_VERSION; }\n",
-        "no_score");
+    const std::string no_score =
+        build_inline("RLPT_SCORER_EXPORT int rlpt_scorer_abi_version(void) { return RLPT_SCORER_ABI_VERSION; }\n",
+                     "no_score");
     try {
         UserScorer::load(no_score);
         FAIL() << "no throw";
@@ -189,8 +184,7 @@ TEST_F(UserScorerTest, MissingSymbols) {
         UserScorer::load(no_version);
         FAIL() << "no throw";
     } catch (const rlpt::ConfigError& e) {
-        EXPECT_NE(e.message().find("does not export 'rlpt_scorer_abi_version'"), std::string::npos)
-            << e.message();
+        EXPECT_NE(e.message().find("does not export 'rlpt_scorer_abi_version'"), std::string::npos) << e.message();
     }
 }
 
@@ -204,8 +198,7 @@ RLPT_SCORER_EXPORT int rlpt_score_v1(const rlpt_score_input* in, rlpt_score_outp
         UserScorer::load(path);
         FAIL() << "no throw";
     } catch (const rlpt::ConfigError& e) {
-        EXPECT_NE(e.message().find("built for scorer ABI version 99, this rlpt supports version 1"),
-                  std::string::npos)
+        EXPECT_NE(e.message().find("built for scorer ABI version 99, this rlpt supports version 1"), std::string::npos)
             << e.message();
     }
 }

@@ -48,7 +48,8 @@ class Oracle {
     }
     double log_prob(const Seq& seq) {
         double s = 0;
-        for (size_t i = 0; i < seq.size(); ++i) s += next(Seq(seq.begin(), seq.begin() + static_cast<int64_t>(i)))[static_cast<size_t>(seq[i])];
+        for (size_t i = 0; i < seq.size(); ++i)
+            s += next(Seq(seq.begin(), seq.begin() + static_cast<int64_t>(i)))[static_cast<size_t>(seq[i])];
         return s;
     }
 
@@ -90,7 +91,8 @@ std::vector<Hyp> reference(Oracle& o, int64_t width, int64_t max_new, const std:
     }
     done.insert(done.end(), live.begin(), live.end());
     auto score = [&](const Hyp& h) {
-        return h.cum / std::pow(std::max<double>(1.0, static_cast<double>(h.tokens.size()) - (h.eos ? 1 : 0)), length_penalty);
+        return h.cum /
+               std::pow(std::max<double>(1.0, static_cast<double>(h.tokens.size()) - (h.eos ? 1 : 0)), length_penalty);
     };
     std::stable_sort(done.begin(), done.end(), [&](const Hyp& x, const Hyp& y) { return score(x) > score(y); });
     if (static_cast<int64_t>(done.size()) > width) done.resize(static_cast<size_t>(width));
@@ -103,7 +105,9 @@ Seq response(const GenerationOutput& o, int64_t i) {
     return {r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + len};
 }
 
-double cumulative(const GenerationOutput& o, int64_t i) { return o.rollout_log_probs[i].to(torch::kFloat64).sum().item<double>(); }
+double cumulative(const GenerationOutput& o, int64_t i) {
+    return o.rollout_log_probs[i].to(torch::kFloat64).sum().item<double>();
+}
 
 TEST(BeamSearch, ExhaustiveSearchIsTheTopOfEverySequence) {
     // V = 5, L = 2, W = 5 >= V^(L-1), no EOS, length_penalty 0: every one of the 25 sequences is
@@ -170,7 +174,7 @@ TEST(BeamSearch, MatchesTheReferenceOnExactLogProbs) {
                             const int64_t last = h.tokens.back();
                             EXPECT_EQ(reason, last == p.eos_id ? FinishReason::kEos
                                               : std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), last) !=
-                                                        p.stop_token_ids.end()
+                                                      p.stop_token_ids.end()
                                                   ? FinishReason::kStop
                                                   : FinishReason::kLength)
                                 << where;

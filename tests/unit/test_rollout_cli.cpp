@@ -59,8 +59,8 @@ TEST(RolloutCli, JsonOutputMatchesTheLibrary) {
     TempDir dir("gen_cli");
     auto m = save_tiny(dir.str(), true);
     tokenizer::CharTokenizer tok(kCharset);
-    auto r = run_cli({"--model", dir.str(), "--prompt", "12+7=", "--temperature", "0.9", "--top-p", "0.95",
-                      "--top-k", "8", "--max-new-tokens", "6", "--n", "3", "--seed", "4", "--output", "json"});
+    auto r = run_cli({"--model", dir.str(), "--prompt", "12+7=", "--temperature", "0.9", "--top-p", "0.95", "--top-k",
+                      "8", "--max-new-tokens", "6", "--n", "3", "--seed", "4", "--output", "json"});
     ASSERT_EQ(r.code, 0) << r.err;
     const auto j = nlohmann::json::parse(r.out);
     const auto prompt = tok.encode("12+7=");
@@ -87,8 +87,8 @@ TEST(RolloutCli, JsonOutputMatchesTheLibrary) {
         ASSERT_EQ(s["log_probs"].size(), ids.size());
         for (int64_t t = 0; t < len; ++t) {
             EXPECT_EQ(ids[static_cast<size_t>(t)], ref.responses[i][t].item<int64_t>());
-            EXPECT_NEAR(s["log_probs"][static_cast<size_t>(t)].get<double>(), ref.rollout_log_probs[i][t].item<double>(),
-                        1e-6);
+            EXPECT_NEAR(s["log_probs"][static_cast<size_t>(t)].get<double>(),
+                        ref.rollout_log_probs[i][t].item<double>(), 1e-6);
         }
         EXPECT_EQ(s["text"], tok.decode(ids));
         EXPECT_EQ(s["finish_reason"], finish_reason_name(ref.finish_reasons[static_cast<size_t>(i)]));
@@ -100,8 +100,8 @@ TEST(RolloutCli, JsonOutputMatchesTheLibrary) {
 TEST(RolloutCli, PromptIdsWithoutTokenizerFiles) {
     TempDir dir("gen_cli_ids");
     auto m = save_tiny(dir.str(), false);
-    auto r = run_cli({"--model", dir.str(), "--prompt-ids", "4, 5,6", "--greedy", "--max-new-tokens", "5",
-                      "--output", "json", "--dtype", "bfloat16"});
+    auto r = run_cli({"--model", dir.str(), "--prompt-ids", "4, 5,6", "--greedy", "--max-new-tokens", "5", "--output",
+                      "json", "--dtype", "bfloat16"});
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_NE(r.err.find("no text output"), std::string::npos) << r.err;
     const auto j = nlohmann::json::parse(r.out);
@@ -119,15 +119,14 @@ TEST(RolloutCli, PromptIdsWithoutTokenizerFiles) {
     p.max_new_tokens = 5;
     auto ref = generate(*bf, {{4, 5, 6}}, {0}, p);
     auto expected = ref.responses[0].contiguous();
-    EXPECT_EQ(ids_of(s["token_ids"]), std::vector<int64_t>(expected.data_ptr<int64_t>(), expected.data_ptr<int64_t>() + 5));
+    EXPECT_EQ(ids_of(s["token_ids"]),
+              std::vector<int64_t>(expected.data_ptr<int64_t>(), expected.data_ptr<int64_t>() + 5));
 }
 
 TEST(RolloutCli, TextOutputAndStopTokensFromGenerationConfig) {
     TempDir dir("gen_cli_text");
     save_tiny(dir.str(), true);
-    {
-        std::ofstream(dir.file("generation_config.json")) << R"({"eos_token_id": [7, 8]})";
-    }
+    { std::ofstream(dir.file("generation_config.json")) << R"({"eos_token_id": [7, 8]})"; }
     auto r = run_cli({"--model", dir.str(), "--prompt", "3+4=", "--greedy", "--max-new-tokens", "4"});
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_NE(r.out.find("prompt: 4 tokens"), std::string::npos) << r.out;
@@ -135,7 +134,8 @@ TEST(RolloutCli, TextOutputAndStopTokensFromGenerationConfig) {
     EXPECT_NE(r.out.find("--- sample 0 (finish: "), std::string::npos);
     EXPECT_NE(r.out.find("log-probs: ["), std::string::npos);
     // eos = 7 (first of generation_config), stops 8 and the tokenizer's <eos> (2).
-    auto j = nlohmann::json::parse(run_cli({"--model", dir.str(), "--prompt", "3+4=", "--greedy", "--output", "json"}).out);
+    auto j =
+        nlohmann::json::parse(run_cli({"--model", dir.str(), "--prompt", "3+4=", "--greedy", "--output", "json"}).out);
     EXPECT_EQ(j["sampling"]["eos_id"], 7);
     EXPECT_EQ(ids_of(j["sampling"]["stop_token_ids"]), (std::vector<int64_t>{8, 2}));
     j = nlohmann::json::parse(
@@ -198,8 +198,8 @@ TEST(RolloutCli, UsageErrorsExitWithTwo) {
 TEST(RolloutCli, StopStringsCutTheTextNotTheTokens) {
     TempDir dir("gen_cli_stop");
     save_tiny(dir.str(), true);
-    const std::vector<std::string> base{"--model", dir.str(), "--prompt", "12+7=", "--greedy", "--ignore-eos",
-                                        "--max-new-tokens", "6", "--output", "json"};
+    const std::vector<std::string> base{"--model",      dir.str(),          "--prompt", "12+7=",    "--greedy",
+                                        "--ignore-eos", "--max-new-tokens", "6",        "--output", "json"};
     auto free = run_cli(base);
     ASSERT_EQ(free.code, 0) << free.err;
     const auto f = nlohmann::json::parse(free.out)["samples"][0];
@@ -217,7 +217,8 @@ TEST(RolloutCli, StopStringsCutTheTextNotTheTokens) {
         const auto s = j["samples"][0];
         EXPECT_EQ(s["finish_reason"], "stop");
         EXPECT_EQ(s["text"], text.substr(0, include ? at + 1 : at));
-        EXPECT_EQ(ids_of(s["token_ids"]), std::vector<int64_t>(f["token_ids"].begin(), f["token_ids"].begin() + static_cast<int64_t>(at) + 1));
+        EXPECT_EQ(ids_of(s["token_ids"]),
+                  std::vector<int64_t>(f["token_ids"].begin(), f["token_ids"].begin() + static_cast<int64_t>(at) + 1));
         EXPECT_EQ(j["sampling"]["stop"], nlohmann::json::array({stop}));
     }
 }
@@ -240,8 +241,8 @@ TEST(RolloutCli, BeamSearchShowsEveryBeam) {
     const auto ref = beam_search(*m, {prompt, prompt, prompt}, p, BeamSearchParams{3, 0.5}, {0, 1, 2});
     for (int64_t k = 0; k < 3; ++k) {
         const auto& b = j["samples"][static_cast<size_t>(k)];
-        EXPECT_EQ(ids_of(b["token_ids"]), std::vector<int64_t>(ref.responses[k].data_ptr<int64_t>(),
-                                                                ref.responses[k].data_ptr<int64_t>() + 4));
+        EXPECT_EQ(ids_of(b["token_ids"]),
+                  std::vector<int64_t>(ref.responses[k].data_ptr<int64_t>(), ref.responses[k].data_ptr<int64_t>() + 4));
         double sum = 0;
         for (double l : b["log_probs"]) sum += l;
         EXPECT_NEAR(b["cumulative_log_prob"].get<double>(), sum, 1e-9);
@@ -259,13 +260,13 @@ TEST(RolloutCli, StopAndBeamUsageErrors) {
     TempDir bare("gen_cli_stop_bare");
     save_tiny(bare.str(), false);
     const std::string m = dir.str();
-    for (const auto& args : std::vector<std::vector<std::string>>{
-             {"--model", m, "--prompt", "1", "--stop", ""},
-             {"--model", m, "--prompt", "1", "--beam-width", "0"},
-             {"--model", m, "--prompt", "1", "--beam-width", "2", "--n", "2"},
-             {"--model", m, "--prompt", "1", "--beam-width", "2", "--stop", "1"},
-             {"--model", m, "--prompt", "1", "--length-penalty", "2"},
-             {"--model", bare.str(), "--prompt-ids", "3,4", "--stop", "1"}}) {
+    for (const auto& args :
+         std::vector<std::vector<std::string>>{{"--model", m, "--prompt", "1", "--stop", ""},
+                                               {"--model", m, "--prompt", "1", "--beam-width", "0"},
+                                               {"--model", m, "--prompt", "1", "--beam-width", "2", "--n", "2"},
+                                               {"--model", m, "--prompt", "1", "--beam-width", "2", "--stop", "1"},
+                                               {"--model", m, "--prompt", "1", "--length-penalty", "2"},
+                                               {"--model", bare.str(), "--prompt-ids", "3,4", "--stop", "1"}}) {
         auto r = run_cli(args);
         EXPECT_EQ(r.code, 2) << fmt::format("{}", fmt::join(args, " ")) << "\n" << r.err;
         EXPECT_NE(r.err.find("rlpt generate: "), std::string::npos) << r.err;

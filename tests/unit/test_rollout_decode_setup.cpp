@@ -70,7 +70,8 @@ TEST(RolloutDtype, ConfigKey) {
 TEST(DecodeThreads, UsableCoresFollowsTheAffinityMask) {
     cpu_set_t saved;
     ASSERT_EQ(sched_getaffinity(0, sizeof saved, &saved), 0);
-    EXPECT_EQ(rlpt::usable_cores(), std::min<int>(CPU_COUNT(&saved), static_cast<int>(std::thread::hardware_concurrency())));
+    EXPECT_EQ(rlpt::usable_cores(),
+              std::min<int>(CPU_COUNT(&saved), static_cast<int>(std::thread::hardware_concurrency())));
     int first = 0;
     while (!CPU_ISSET(first, &saved)) ++first;
     int last = first;

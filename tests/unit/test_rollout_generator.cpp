@@ -31,8 +31,8 @@ std::shared_ptr<model::CausalLM> tiny_model(model::ModelFamily family = model::M
 }
 
 Prompts some_prompts() {
-    return {{3, 4, 5}, {6, 7, 8, 9, 10, 11, 12}, {13}, {14, 15, 3, 4, 5}, {16, 17}, {18, 19, 20, 21, 22, 23},
-            {5, 5, 5, 5}, {7, 3}};
+    return {{3, 4, 5}, {6, 7, 8, 9, 10, 11, 12}, {13},         {14, 15, 3, 4, 5},
+            {16, 17},  {18, 19, 20, 21, 22, 23}, {5, 5, 5, 5}, {7, 3}};
 }
 
 std::vector<uint64_t> seeds_for(size_t n, int64_t step = 0, uint64_t run = 99) {
@@ -172,8 +172,8 @@ TEST(RolloutGenerator, OutputLayout) {
     // Row 1: prompt "6" at position 0, its response from position 1 on.
     EXPECT_EQ(out.position_ids[1][2].item<int64_t>(), 0);
     EXPECT_EQ(out.position_ids[1][3].item<int64_t>(), 1);
-    for (const auto& t : {out.prompts, out.responses, out.input_ids, out.attention_mask, out.position_ids,
-                          out.response_mask})
+    for (const auto& t :
+         {out.prompts, out.responses, out.input_ids, out.attention_mask, out.position_ids, out.response_mask})
         EXPECT_EQ(t.scalar_type(), torch::kInt64);
 }
 
@@ -191,8 +191,8 @@ TEST(RolloutGenerator, LeftPaddingDoesNotChangeResults) {
     for (const auto& p : {greedy(10), sampled(10)}) {
         auto alone = generate(*m, {prompt}, {5}, p);
         // The same prompt (same seed) next to longer prompts: 5 and 8 columns of left padding.
-        auto batched = generate(*m, {{3, 4, 5, 6, 7, 8, 9}, prompt, {10, 11, 12, 13, 14, 15, 16, 17, 18, 19}},
-                                {1, 5, 2}, p, 8);
+        auto batched =
+            generate(*m, {{3, 4, 5, 6, 7, 8, 9}, prompt, {10, 11, 12, 13, 14, 15, 16, 17, 18, 19}}, {1, 5, 2}, p, 8);
         EXPECT_EQ(response_of(alone, 0), response_of(batched, 1));
         const auto len = static_cast<int64_t>(response_of(alone, 0).size());
         EXPECT_TRUE(torch::allclose(alone.rollout_log_probs[0].narrow(0, 0, len),
@@ -316,7 +316,8 @@ std::shared_ptr<model::CausalLM> fixed_distribution_model(const std::vector<floa
         const std::string& name = p.key();
         if (name.find("norm") != std::string::npos) p.value().fill_(1.0);
         else if (name == "model.embed_tokens.weight") p.value().fill_(1.0);
-        else if (name == "lm_head.weight") p.value().copy_(torch::tensor(logits).unsqueeze(1).expand({-1, a.hidden_size}) / a.hidden_size);
+        else if (name == "lm_head.weight")
+            p.value().copy_(torch::tensor(logits).unsqueeze(1).expand({-1, a.hidden_size}) / a.hidden_size);
         else p.value().zero_();
     }
     return m;
@@ -383,9 +384,8 @@ TEST(RolloutGenerator, EmptyCallAndSingleToken) {
 
 TEST(RolloutGenerator, Errors) {
     auto m = tiny_model();
-    auto call = [&](const Prompts& prompts, const std::vector<uint64_t>& seeds, const SamplingParams& p, int64_t mbs = 4) {
-        return [&, prompts, seeds, p, mbs] { generate(*m, prompts, seeds, p, mbs); };
-    };
+    auto call = [&](const Prompts& prompts, const std::vector<uint64_t>& seeds, const SamplingParams& p,
+                    int64_t mbs = 4) { return [&, prompts, seeds, p, mbs] { generate(*m, prompts, seeds, p, mbs); }; };
     expect_error<ValueError>(call({{3}, {}}, {1, 2}, greedy()), {"prompt 1 is empty"});
     expect_error<ValueError>(call({{3, kVocab}}, {1}, greedy()), {"prompt 0 token 1", "24", "[0, 24)"});
     expect_error<ValueError>(call({{3, -1}}, {1}, greedy()), {"prompt 0 token 1", "-1"});
@@ -398,7 +398,12 @@ TEST(RolloutGenerator, Errors) {
     };
     bad([](SamplingParams& p) { p.temperature = 0; }, {"temperature", "> 0"});
     bad([](SamplingParams& p) { p.temperature = std::nan(""); }, {"temperature"});
-    bad([](SamplingParams& p) { p.greedy = true; p.temperature = -1; }, {"temperature", ">= 0 with greedy"});
+    bad(
+        [](SamplingParams& p) {
+            p.greedy = true;
+            p.temperature = -1;
+        },
+        {"temperature", ">= 0 with greedy"});
     bad([](SamplingParams& p) { p.top_p = 0; }, {"top_p", "(0, 1]"});
     bad([](SamplingParams& p) { p.top_p = 1.5; }, {"top_p", "1.5"});
     bad([](SamplingParams& p) { p.top_k = -2; }, {"top_k", "-2"});
@@ -508,16 +513,15 @@ TEST(RolloutGenerator, ContinuousBatchingMatchesStaticAtAnyMaxNumSeqs) {
         SCOPED_TRACE(p.greedy ? "greedy" : "sampled");
         auto ref = generate(*m, prompts, seeds, p, limits(256, false, false));
         auto lens = ref.response_mask.sum(1);
-        ASSERT_LT(lens.min().item<int64_t>(), lens.max().item<int64_t>())
-            << "rows should finish at different steps";
+        ASSERT_LT(lens.min().item<int64_t>(), lens.max().item<int64_t>()) << "rows should finish at different steps";
         for (int64_t slots : {1, 2, 3, 5, 8, 64}) {
             SCOPED_TRACE(testing::Message() << "max_num_seqs " << slots);
             expect_same_generation(ref, generate(*m, prompts, seeds, p, limits(slots, true, true)));
             expect_same_generation(ref, generate(*m, prompts, seeds, p, limits(slots, false, false)));
         }
         // And the tokens are those of the full forward (the cache holds what it should).
-        EXPECT_TRUE(torch::allclose(ref.rollout_log_probs,
-                                    full_forward_log_probs(*m, ref, p.greedy ? 1.0 : 0.9), 0, 2e-5));
+        EXPECT_TRUE(
+            torch::allclose(ref.rollout_log_probs, full_forward_log_probs(*m, ref, p.greedy ? 1.0 : 0.9), 0, 2e-5));
     }
 }
 
@@ -562,10 +566,8 @@ TEST(RolloutGenerator, TokenBudgetBoundsTheSlots) {
     expect_error<ValueError>([&] { generate(*m, prompts, seeds, p, small); },
                              {"rollout.max_num_batched_tokens = 15", "longest prompt (7 tokens)", "16"});
     small.max_num_batched_tokens = 0;
-    expect_error<ValueError>([&] { generate(*m, prompts, seeds, p, small); },
-                             {"rollout.max_num_batched_tokens", "0"});
-    expect_error<ValueError>([&] { generate(*m, prompts, seeds, p, BatchLimits(0)); },
-                             {"rollout.max_num_seqs", "0"});
+    expect_error<ValueError>([&] { generate(*m, prompts, seeds, p, small); }, {"rollout.max_num_batched_tokens", "0"});
+    expect_error<ValueError>([&] { generate(*m, prompts, seeds, p, BatchLimits(0)); }, {"rollout.max_num_seqs", "0"});
 }
 
 // KVCache extend (the agent loop's prefix reuse): tokens appended after what slots already hold
@@ -576,14 +578,16 @@ TEST(RolloutGenerator, SlotExtendMatchesTheFullForward) {
     for (auto family : {model::ModelFamily::kQwen2, model::ModelFamily::kLlama}) {
         auto m = tiny_model(family);
         torch::NoGradGuard ng;
-        const std::vector<std::vector<int64_t>> seqs{{3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, {15, 16, 17, 18, 19, 20, 21}};
+        const std::vector<std::vector<int64_t>> seqs{{3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14},
+                                                     {15, 16, 17, 18, 19, 20, 21}};
         auto full = [&](const std::vector<int64_t>& q) {
             const auto n = static_cast<int64_t>(q.size());
             return m->forward_logits(torch::tensor(q).view({1, n}), torch::ones({1, n}, torch::kInt64),
                                      torch::arange(n).view({1, n}))[0];
         };
         auto cache = m->make_cache(3, 16);
-        auto step = [&](const std::vector<int64_t>& slots, const std::vector<std::vector<int64_t>>& chunks, bool extend) {
+        auto step = [&](const std::vector<int64_t>& slots, const std::vector<std::vector<int64_t>>& chunks,
+                        bool extend) {
             int64_t T = 0;
             std::vector<int64_t> lens;
             for (const auto& c : chunks) {
@@ -591,7 +595,8 @@ TEST(RolloutGenerator, SlotExtendMatchesTheFullForward) {
                 lens.push_back(static_cast<int64_t>(c.size()));
             }
             const auto b = static_cast<int64_t>(slots.size());
-            auto ids = torch::zeros({b, T}, torch::kInt64), mask = torch::zeros({b, T}, torch::kInt64), pos = torch::zeros({b, T}, torch::kInt64);
+            auto ids = torch::zeros({b, T}, torch::kInt64), mask = torch::zeros({b, T}, torch::kInt64),
+                 pos = torch::zeros({b, T}, torch::kInt64);
             for (int64_t i = 0; i < b; ++i) {
                 const int64_t start = cache.slot_length(slots[static_cast<size_t>(i)]);
                 for (int64_t t = 0; t < T; ++t) {

@@ -16,7 +16,8 @@ TEST(RolloutGenerators, DefaultIsTheSampler) {
     const auto& g = rollout::find_generator(c.rollout.generator);
     EXPECT_STREQ(g.name, "sampler");
     EXPECT_EQ(g.fn, &rollout::sample_responses);
-    for (const char* name : {"beam_search", "multi_stage", "tool_agent"}) EXPECT_STREQ(rollout::find_generator(name).name, name);
+    for (const char* name : {"beam_search", "multi_stage", "tool_agent"})
+        EXPECT_STREQ(rollout::find_generator(name).name, name);
 }
 
 TEST(RolloutGenerators, UnknownNameListsTheValidOnes) {

@@ -175,9 +175,9 @@ TEST(RolloutSampler, RadixSelectAgreesWithASortedReference) {
         double t, top_p;
         int64_t top_k;
     };
-    for (const Case& c : {Case{1.0, 0.9, -1}, Case{0.7, 0.5, -1}, Case{1.0, 1.0, 40}, Case{1.3, 0.95, 500},
-                          Case{1.0, 0.999, -1}, Case{0.5, 0.3, 2999}, Case{1.0, 1e-3, -1},
-                          Case{1.0, 1.0, -1}, Case{0.6, 1.0, -1}}) {
+    for (const Case& c :
+         {Case{1.0, 0.9, -1}, Case{0.7, 0.5, -1}, Case{1.0, 1.0, 40}, Case{1.3, 0.95, 500}, Case{1.0, 0.999, -1},
+          Case{0.5, 0.3, 2999}, Case{1.0, 1e-3, -1}, Case{1.0, 1.0, -1}, Case{0.6, 1.0, -1}}) {
         SCOPED_TRACE(::testing::Message() << "T " << c.t << " top_p " << c.top_p << " top_k " << c.top_k);
         auto s = z.div(c.t);
         auto p = (s - torch::logsumexp(s, 1, true)).exp().contiguous();
@@ -245,7 +245,11 @@ TEST(RolloutSampler, Errors) {
     expect_error<ValueError>([&] { choose_tokens(row({ninf, ninf}), sampling(), {0.1}); }, {"non-finite"});
     expect_error<ValueError>([&] { choose_tokens(torch::zeros({3}), sampling(), {0.1}); }, {"[b, V]"});
     expect_error<ValueError>([&] { choose_tokens(torch::zeros({2, 0}), sampling(), {0.1, 0.2}); }, {"V >= 1"});
-    expect_error<ValueError>([&] { choose_tokens(torch::zeros({2, 3}), sampling(), {0.1}); }, {"1 uniforms for 2 rows"});
+    expect_error<ValueError>(
+        [&] {
+            choose_tokens(torch::zeros({2, 3}), sampling(), {0.1});
+        },
+        {"1 uniforms for 2 rows"});
 }
 
 }  // namespace

@@ -20,8 +20,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // A raw file: 8-byte length, header text as given (no padding), then `data`.
-void write_raw(const std::string& path, const std::string& header, const std::string& data,
-               int64_t claimed_len = -1) {
+void write_raw(const std::string& path, const std::string& header, const std::string& data, int64_t claimed_len = -1) {
     std::ofstream out(path, std::ios::binary);
     uint64_t n = claimed_len >= 0 ? static_cast<uint64_t>(claimed_len) : header.size();
     out.write(reinterpret_cast<const char*>(&n), 8);
@@ -122,7 +121,7 @@ struct BrokenCase {
     const char* label;
     std::string header;
     std::string data;
-    int64_t claimed_len;  // -1: the header's real length
+    int64_t claimed_len;              // -1: the header's real length
     std::vector<std::string> expect;  // substrings of the message
 };
 
@@ -133,25 +132,52 @@ TEST(Safetensors, BrokenFilesAreIoErrorsNamingFileAndTensor) {
         {"bad_json", "{\"a\": ", "", -1, {"not valid JSON"}},
         {"not_object", "[1, 2]", "", -1, {"not a JSON object"}},
         {"header_past_end", "{}", "", 1000, {"header length 1000", "past the end"}},
-        {"unknown_dtype", R"({"w":{"dtype":"U16","shape":[1],"data_offsets":[0,2]}})", "xx", -1,
+        {"unknown_dtype",
+         R"({"w":{"dtype":"U16","shape":[1],"data_offsets":[0,2]}})",
+         "xx",
+         -1,
          {"tensor 'w'", "unsupported safetensors dtype 'U16'"}},
         {"fp8_dtype", R"({"w":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]}})", "x", -1, {"'F8_E4M3'"}},
-        {"offsets_past_buffer", R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", "1234", -1,
+        {"offsets_past_buffer",
+         R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+         "1234",
+         -1,
          {"tensor 'w'", "out of range", "4 bytes"}},
-        {"size_mismatch", R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", eight, -1,
+        {"size_mismatch",
+         R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",
+         eight,
+         -1,
          {"tensor 'w'", "span 8 bytes", "needs 12"}},
-        {"reversed_offsets", R"({"w":{"dtype":"U8","shape":[0],"data_offsets":[5,1]}})", eight, -1,
+        {"reversed_offsets",
+         R"({"w":{"dtype":"U8","shape":[0],"data_offsets":[5,1]}})",
+         eight,
+         -1,
          {"tensor 'w'", "out of range"}},
-        {"overlap", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                    R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-         eight, -1, {"'a' and 'b' overlap"}},
-        {"missing_fields", R"({"w":{"dtype":"F32","shape":[1]}})", "1234", -1,
+        {"overlap",
+         R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+         R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+         eight,
+         -1,
+         {"'a' and 'b' overlap"}},
+        {"missing_fields",
+         R"({"w":{"dtype":"F32","shape":[1]}})",
+         "1234",
+         -1,
          {"tensor 'w'", "dtype, shape and data_offsets"}},
-        {"negative_dim", R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", "1234", -1,
+        {"negative_dim",
+         R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})",
+         "1234",
+         -1,
          {"shape entry of tensor 'w'", "non-negative"}},
-        {"bad_offsets", R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", "1234", -1,
+        {"bad_offsets",
+         R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0]}})",
+         "1234",
+         -1,
          {"tensor 'w'", "[begin, end]"}},
-        {"huge_shape", R"({"w":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", eight, -1,
+        {"huge_shape",
+         R"({"w":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8]}})",
+         eight,
+         -1,
          {"tensor 'w'", "more than 2^64"}},
         {"metadata_not_string", R"({"__metadata__":{"format":1}})", "", -1, {"__metadata__ value for 'format'"}},
     };
@@ -181,12 +207,19 @@ TEST(Safetensors, WriterRejectsBadInput) {
     TempDir dir("st");
     const auto path = dir.file("w.safetensors");
     expect_error<rlpt::ValueError>(
-        [&] { rlpt::model::save_safetensors(path, {{"a", torch::ones({1})}, {"a", torch::ones({2})}}); },
+        [&] {
+            rlpt::model::save_safetensors(path, {{"a", torch::ones({1})}, {"a", torch::ones({2})}});
+        },
         {"duplicate tensor name 'a'"});
-    expect_error<rlpt::ValueError>([&] { rlpt::model::save_safetensors(path, {{"__metadata__", torch::ones({1})}}); },
-                                   {"'__metadata__'"});
     expect_error<rlpt::ValueError>(
-        [&] { rlpt::model::save_safetensors(path, {{"c", torch::ones({1}, torch::kComplexFloat)}}); },
+        [&] {
+            rlpt::model::save_safetensors(path, {{"__metadata__", torch::ones({1})}});
+        },
+        {"'__metadata__'"});
+    expect_error<rlpt::ValueError>(
+        [&] {
+            rlpt::model::save_safetensors(path, {{"c", torch::ones({1}, torch::kComplexFloat)}});
+        },
         {"cannot be stored"});
     EXPECT_FALSE(fs::exists(path));
     for (const auto& e : fs::directory_iterator(dir.str())) ADD_FAILURE() << "left behind: " << e.path();
@@ -220,7 +253,8 @@ TEST(Safetensors, ShardedSaveLoadsBackAndResaveRemovesStaleShards) {
     EXPECT_NE(ck.file_of("layer.0.w"), ck.file_of("layer.4.w"));
 
     // A tensor bigger than the limit gets its own shard.
-    files = rlpt::model::save_safetensors_sharded(dir.str(), {{"big", torch::zeros({100})}, {"s", torch::ones({1})}}, 100);
+    files =
+        rlpt::model::save_safetensors_sharded(dir.str(), {{"big", torch::zeros({100})}, {"s", torch::ones({1})}}, 100);
     EXPECT_EQ(files, (std::vector<std::string>{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
                                                "model.safetensors.index.json"}));
     EXPECT_FALSE(fs::exists(dir.file("model-00003-of-00003.safetensors")));

@@ -34,7 +34,7 @@ TEST(SharedArena, RegistryKnowsLiveArenasOnly) {
     EXPECT_EQ(arena_of(p - 1, 1).id, 0u);
     auto b = SharedArena::create(4096, "test-arena-2");
     ASSERT_NE(b, nullptr);
-    EXPECT_NE(arena_of(b->data(), 1).id, r.id);  // every arena its own id
+    EXPECT_NE(arena_of(b->data(), 1).id, r.id);                                 // every arena its own id
     for (size_t i = 0; i < a->size(); ++i) ASSERT_EQ(p[i], 0) << "byte " << i;  // zero-filled
     a.reset();
     EXPECT_EQ(arena_of(p + 100, 200).id, 0u);  // freed: gone from the registry

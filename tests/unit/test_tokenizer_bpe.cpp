@@ -58,8 +58,8 @@ json byte_level_json(const Strings& extra = {}, const Strings& merges = {}) {
             {"pre_tokenizer", byte_level},
             {"post_processor", nullptr},
             {"decoder", byte_level},
-            {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"vocab", vocab},
-                       {"merges", merges}}}};
+            {"model",
+             {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"vocab", vocab}, {"merges", merges}}}};
 }
 
 // Characters as the alphabet (no ByteLevel), Fuse decoder.
@@ -103,8 +103,8 @@ class TempDir {
   public:
     TempDir() {
         static int counter = 0;
-        path_ = fs::temp_directory_path() /
-                ("rlpt_tok_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+        path_ =
+            fs::temp_directory_path() / ("rlpt_tok_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
         fs::create_directories(path_);
     }
     ~TempDir() { fs::remove_all(path_); }
@@ -115,10 +115,10 @@ class TempDir {
     fs::path path_;
 };
 
-#define EXPECT_ERROR_HAS(expr, needle)                                                      \
-    do {                                                                                    \
-        const std::string msg_ = (expr);                                                    \
-        EXPECT_NE(msg_.find(needle), std::string::npos) << "message: '" << msg_ << "'";     \
+#define EXPECT_ERROR_HAS(expr, needle)                                                  \
+    do {                                                                                \
+        const std::string msg_ = (expr);                                                \
+        EXPECT_NE(msg_.find(needle), std::string::npos) << "message: '" << msg_ << "'"; \
     } while (0)
 
 }  // namespace
@@ -170,8 +170,9 @@ TEST(BpeTokenizer, CacheGivesSameResultsAndIsThreadSafe) {
     for (int t = 0; t < 4; ++t) {
         threads.emplace_back([&, t] {
             bool all = true;
-            for (int i = 0; i < 500; ++i) all = all && tok->encode("hello hell he" + std::to_string(i % 7)) ==
-                                                          tok->encode("hello hell he" + std::to_string(i % 7));
+            for (int i = 0; i < 500; ++i)
+                all = all && tok->encode("hello hell he" + std::to_string(i % 7)) ==
+                                 tok->encode("hello hell he" + std::to_string(i % 7));
             ok[t] = all;
         });
     }
@@ -186,7 +187,8 @@ TEST(BpeTokenizer, LongInputsDoNotExhaustTheRegexStack) {
         {"type", "Sequence"},
         {"pretokenizers",
          {{{"type", "Split"},
-           {"pattern", {{"Regex", R"([^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}}},
+           {"pattern",
+            {{"Regex", R"([^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}}},
            {"behavior", "Isolated"}},
           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
     for (const json& config : {byte_level_json(), j}) {
@@ -204,8 +206,7 @@ TEST(BpeTokenizer, LongInputsDoNotExhaustTheRegexStack) {
 
 TEST(BpeTokenizer, Gpt2PatternFromByteLevelUseRegex) {
     auto tok = load(byte_level_json());
-    EXPECT_EQ(tok->pre_tokenize("Hello world  foo's 123"),
-              (Strings{"Hello", " world", " ", " foo", "'s", " 123"}));
+    EXPECT_EQ(tok->pre_tokenize("Hello world  foo's 123"), (Strings{"Hello", " world", " ", " foo", "'s", " 123"}));
     EXPECT_EQ(tok->pre_tokenize("a\n\n b  "), (Strings{"a", "\n\n", " b", "  "}));
 }
 
@@ -248,7 +249,9 @@ TEST(BpeTokenizer, SplitBehaviorsAndInvert) {
     // HF's documented example: "the-final--countdown" split on "-".
     auto pieces = [](const std::string& behavior, bool invert) {
         json j = char_level_json({"t", "h", "e", "-", "f", "i", "n", "a", "l", "c", "o", "u", "d", "w"});
-        j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", behavior},
+        j["pre_tokenizer"] = {{"type", "Split"},
+                              {"pattern", {{"String", "-"}}},
+                              {"behavior", behavior},
                               {"invert", invert}};
         return load(j)->pre_tokenize("the-final--countdown");
     };
@@ -331,8 +334,8 @@ TEST(BpeTokenizer, NormalizedAddedTokenMatchesAfterNfc) {
 
 TEST(BpeTokenizer, DecodeInvalidUtf8BecomesReplacementCharacter) {
     auto tok = load(byte_level_json());
-    EXPECT_EQ(tok->decode(Ids{'a', 0xE2, 0x82}), "a\xEF\xBF\xBD");           // truncated 3-byte sequence
-    EXPECT_EQ(tok->decode(Ids{0xE2, 0x82, 0xAC}), "\xE2\x82\xAC");           // complete: €
+    EXPECT_EQ(tok->decode(Ids{'a', 0xE2, 0x82}), "a\xEF\xBF\xBD");  // truncated 3-byte sequence
+    EXPECT_EQ(tok->decode(Ids{0xE2, 0x82, 0xAC}), "\xE2\x82\xAC");  // complete: €
     EXPECT_EQ(tok->decode(Ids{0xFF, 'x', 0xC0, 0x80}), "\xEF\xBF\xBDx\xEF\xBF\xBD\xEF\xBF\xBD");
     EXPECT_EQ(tok->decode(Ids{}), "");
 }
@@ -384,7 +387,8 @@ TEST(BpeTokenizer, SpecialIdsFromConfigFiles) {
     EXPECT_EQ(tok->pad_id(), -1);
 
     // tokenizer_config.json wins per field; null means none; missing keys fall back to config.json.
-    dir.write("tokenizer_config.json", R"({"eos_token": {"content": "<pad>"}, "pad_token": "</s>", "bos_token": null})");
+    dir.write("tokenizer_config.json",
+              R"({"eos_token": {"content": "<pad>"}, "pad_token": "</s>", "bos_token": null})");
     tok = BpeTokenizer::from_dir(dir.str());
     EXPECT_EQ(tok->bos_id(), -1);
     EXPECT_EQ(tok->eos_id(), 302);

@@ -18,8 +18,8 @@
 #include "rlpt/tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
-using rlpt::tokenizer::ChatFamily;
 using rlpt::tokenizer::CharTokenizer;
+using rlpt::tokenizer::ChatFamily;
 using Ids = std::vector<int64_t>;
 
 namespace {
@@ -165,30 +165,28 @@ TEST(CharTokenizer, LoadRejectsOtherFiles) {
 
 TEST(ChatTemplate, Qwen2AddsDefaultSystemPrompt) {
     const std::string s = rlpt::tokenizer::apply_chat_template(ChatFamily::kQwen2, {{"user", "What is 2+3?"}}, true);
-    EXPECT_EQ(s,
-              "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
-              "<|im_start|>user\nWhat is 2+3?<|im_end|>\n"
-              "<|im_start|>assistant\n");
+    EXPECT_EQ(s, "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+                 "<|im_start|>user\nWhat is 2+3?<|im_end|>\n"
+                 "<|im_start|>assistant\n");
 }
 
 TEST(ChatTemplate, Qwen2KeepsGivenSystemAndTurns) {
     const std::string s = rlpt::tokenizer::apply_chat_template(
         ChatFamily::kQwen2, {{"system", "Be terse."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", " 2+2 "}},
         false);
-    EXPECT_EQ(s,
-              "<|im_start|>system\nBe terse.<|im_end|>\n"
-              "<|im_start|>user\nHi<|im_end|>\n"
-              "<|im_start|>assistant\nHello.<|im_end|>\n"
-              "<|im_start|>user\n 2+2 <|im_end|>\n");
+    EXPECT_EQ(s, "<|im_start|>system\nBe terse.<|im_end|>\n"
+                 "<|im_start|>user\nHi<|im_end|>\n"
+                 "<|im_start|>assistant\nHello.<|im_end|>\n"
+                 "<|im_start|>user\n 2+2 <|im_end|>\n");
 }
 
 TEST(ChatTemplate, Llama3TrimsContent) {
-    const std::string s = rlpt::tokenizer::apply_chat_template(
-        ChatFamily::kLlama3, {{"system", "Be terse."}, {"user", "\n  What is 2+3? \t\n"}}, true);
-    EXPECT_EQ(s,
-              "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe terse.<|eot_id|>"
-              "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+3?<|eot_id|>"
-              "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    const std::string s =
+        rlpt::tokenizer::apply_chat_template(ChatFamily::kLlama3,
+                                             {{"system", "Be terse."}, {"user", "\n  What is 2+3? \t\n"}}, true);
+    EXPECT_EQ(s, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe terse.<|eot_id|>"
+                 "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+3?<|eot_id|>"
+                 "<|start_header_id|>assistant<|end_header_id|>\n\n");
     // U+3000 (ideographic space) and U+00A0 are whitespace to Python's str.strip too.
     const std::string no_prompt =
         rlpt::tokenizer::apply_chat_template(ChatFamily::kLlama3, {{"user", "\xE3\x80\x80x\xC2\xA0"}}, false);

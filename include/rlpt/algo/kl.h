@@ -32,8 +32,7 @@ KlType parse_kl_type(const std::string& name);
 // Per-token KL estimate. log_prob, ref_log_prob: same shape, floating. Differentiable w.r.t.
 // log_prob (and ref_log_prob).
 torch::Tensor kl_penalty(const torch::Tensor& log_prob, const torch::Tensor& ref_log_prob, KlType type);
-torch::Tensor kl_penalty(const torch::Tensor& log_prob, const torch::Tensor& ref_log_prob,
-                         const std::string& type);
+torch::Tensor kl_penalty(const torch::Tensor& log_prob, const torch::Tensor& ref_log_prob, const std::string& type);
 
 // Coefficient β of the in-reward penalty (algorithm.kl_ctrl). Plain value type: copy it into a
 // checkpoint with value()/set_value().
@@ -46,8 +45,7 @@ class KlController {
     // Throws ValueError unless horizon > 0 and target_kl > 0.
     static KlController adaptive(double init_kl_coef, double target_kl, double horizon);
     // type "fixed" or "adaptive" (ValueError otherwise).
-    static KlController from_config(const std::string& type, double kl_coef, double target_kl,
-                                    double horizon);
+    static KlController from_config(const std::string& type, double kl_coef, double target_kl, double horizon);
 
     Kind kind() const { return kind_; }
     double value() const { return value_; }

@@ -42,8 +42,8 @@ Partitions get_seqlen_balanced_partitions(const std::vector<int64_t>& values, in
 
 // Samples sharing a uid stay together: groups (by label, first-appearance order) are balanced on
 // their summed workloads with KK equal_size into k parts (needs #groups % k == 0). Indices sorted.
-Partitions get_group_balanced_partitions(const std::vector<int64_t>& seqlens,
-                                         const std::vector<int64_t>& uids, int64_t k);
+Partitions get_group_balanced_partitions(const std::vector<int64_t>& seqlens, const std::vector<int64_t>& uids,
+                                         int64_t k);
 
 struct MicroBatchOptions {
     int64_t max_token_len = 0;           // token budget per micro-batch (> 0)

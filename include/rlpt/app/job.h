@@ -12,11 +12,11 @@ namespace rlpt::app {
 
 // Exit codes (documented in the README).
 constexpr int kExitOk = 0;
-constexpr int kExitError = 1;          // an error during the run
-constexpr int kExitConfig = 2;         // bad config / command line / layout
-constexpr int kExitWorkerError = 3;    // a worker reported an error
-constexpr int kExitTimeout = 4;        // a rank stopped answering (watchdog)
-constexpr int kExitPreempted = 75;     // stopped by SIGTERM/SIGUSR1 after writing a checkpoint (EX_TEMPFAIL)
+constexpr int kExitError = 1;        // an error during the run
+constexpr int kExitConfig = 2;       // bad config / command line / layout
+constexpr int kExitWorkerError = 3;  // a worker reported an error
+constexpr int kExitTimeout = 4;      // a rank stopped answering (watchdog)
+constexpr int kExitPreempted = 75;   // stopped by SIGTERM/SIGUSR1 after writing a checkpoint (EX_TEMPFAIL)
 
 struct JobOptions {
     std::string config_path;

@@ -100,8 +100,7 @@ class Batch {
 
     // ---- operations ----
     // Only the named columns / fields (meta and metrics kept). Missing names: ValueError.
-    Batch select(const std::vector<std::string>& columns,
-                 const std::vector<std::string>& fields = {}) const;
+    Batch select(const std::vector<std::string>& columns, const std::vector<std::string>& fields = {}) const;
     // Rows [begin, end) as views.
     Batch slice(int64_t begin, int64_t end) const;
     // Rows by int64 indices (any order, repeats allowed) or by a bool mask of length size();

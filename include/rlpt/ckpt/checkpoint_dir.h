@@ -78,8 +78,7 @@ std::string create_step_dir(const std::string& root, int64_t step);
 // verify_crc, the recorded CRC, which reads every byte), that names are unique and relative, and
 // that manifest.step matches the directory name; then writes COMPLETE atomically. IoError names
 // the first file that does not match.
-void write_complete_marker(const std::string& step_dir, const Manifest& manifest,
-                           bool verify_crc = false);
+void write_complete_marker(const std::string& step_dir, const Manifest& manifest, bool verify_crc = false);
 
 bool is_complete(const std::string& step_dir);
 

@@ -51,13 +51,12 @@ std::string mpi_error_string(int code);
 
 }  // namespace rlpt::comm
 
-#define RLPT_MPI_CHECK(call)                                                                \
-    do {                                                                                    \
-        int rlpt_mpi_rc_ = (call);                                                          \
-        if (rlpt_mpi_rc_ != MPI_SUCCESS) {                                                  \
-            throw ::rlpt::CommError(::rlpt::comm::mpi_error_string(rlpt_mpi_rc_), __FILE__, \
-                                    __LINE__, #call);                                       \
-        }                                                                                   \
+#define RLPT_MPI_CHECK(call)                                                                                  \
+    do {                                                                                                      \
+        int rlpt_mpi_rc_ = (call);                                                                            \
+        if (rlpt_mpi_rc_ != MPI_SUCCESS) {                                                                    \
+            throw ::rlpt::CommError(::rlpt::comm::mpi_error_string(rlpt_mpi_rc_), __FILE__, __LINE__, #call); \
+        }                                                                                                     \
     } while (0)
 
 namespace rlpt::comm {
@@ -114,8 +113,7 @@ void poll_until(Ready&& ready, const Deadline& deadline, const std::string& what
 void wait_all(std::vector<MPI_Request>& reqs, const Deadline& deadline, const std::string& what);
 void wait_one(MPI_Request& req, const Deadline& deadline, const std::string& what);
 // Returns the index of one completed request (MPI_Testany with back-off); -1 when all null.
-int wait_any(std::vector<MPI_Request>& reqs, MPI_Status* status, const Deadline& deadline,
-             const std::string& what);
+int wait_any(std::vector<MPI_Request>& reqs, MPI_Status* status, const Deadline& deadline, const std::string& what);
 
 // ---- runtime ----------------------------------------------------------------------------
 
@@ -153,8 +151,8 @@ bool on_mpi_thread();
 class Communicator {
   public:
     Communicator() = default;
-    static Communicator world();                // MPI_COMM_WORLD, not owned
-    static Communicator adopt(MPI_Comm comm);   // takes ownership (MPI_COMM_NULL allowed)
+    static Communicator world();               // MPI_COMM_WORLD, not owned
+    static Communicator adopt(MPI_Comm comm);  // takes ownership (MPI_COMM_NULL allowed)
     ~Communicator();
     Communicator(Communicator&& o) noexcept;
     Communicator& operator=(Communicator&& o) noexcept;
@@ -181,11 +179,9 @@ class Communicator {
     void bcast(void* data, int64_t bytes, int root, const Deadline& d = Deadline::never()) const;
     void bcast_string(std::string& s, int root, const Deadline& d = Deadline::never()) const;
     // Gathers one fixed-size item per rank to every rank.
-    void allgather(const void* send, void* recv, int64_t bytes_each,
-                   const Deadline& d = Deadline::never()) const;
+    void allgather(const void* send, void* recv, int64_t bytes_each, const Deadline& d = Deadline::never()) const;
     std::vector<int64_t> allgather_i64(int64_t v, const Deadline& d = Deadline::never()) const;
-    std::vector<std::string> allgather_strings(const std::string& s,
-                                               const Deadline& d = Deadline::never()) const;
+    std::vector<std::string> allgather_strings(const std::string& s, const Deadline& d = Deadline::never()) const;
     // In-place all-reduce of `count` elements of `type` with `op`.
     void allreduce(void* data, int64_t count, MPI_Datatype type, MPI_Op op,
                    const Deadline& d = Deadline::never()) const;
@@ -208,10 +204,8 @@ constexpr int64_t kMaxMessageBytes = int64_t(1) << 30;
 
 // Non-blocking send/recv of an arbitrarily large byte range, split into kMaxMessageBytes
 // pieces with the same tag (MPI keeps their order). Appends the requests to `reqs`.
-void isend_bytes(const void* data, int64_t bytes, int dest, int tag, MPI_Comm comm,
-                 std::vector<MPI_Request>& reqs);
-void irecv_bytes(void* data, int64_t bytes, int src, int tag, MPI_Comm comm,
-                 std::vector<MPI_Request>& reqs);
+void isend_bytes(const void* data, int64_t bytes, int dest, int tag, MPI_Comm comm, std::vector<MPI_Request>& reqs);
+void irecv_bytes(void* data, int64_t bytes, int src, int tag, MPI_Comm comm, std::vector<MPI_Request>& reqs);
 
 }  // namespace rlpt::comm
 

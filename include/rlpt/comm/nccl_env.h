@@ -41,25 +41,23 @@ struct SelfRouteProbe {
 // non-blocking connect bounded by `timeout_ms`. kRoutable or kNotRoutable (an address that
 // is not assigned to this host fails at bind, immediately); kUnresolved for a string that
 // is not an address literal. Never blocks longer than ~timeout_ms.
-SelfRouteProbe probe_address_routes_to_self(const std::string& numeric_address,
-                                            int timeout_ms = 300);
+SelfRouteProbe probe_address_routes_to_self(const std::string& numeric_address, int timeout_ms = 300);
 
 // gethostname -> getaddrinfo (IPv4 and IPv6, stream sockets) -> every distinct address
 // through probe_address_routes_to_self. kRoutable only if all of them are.
 SelfRouteProbe probe_hostname_routes_to_self(int timeout_ms = 300);
 
 enum class NcclIfnameAction {
-    kHonourUser,      // NCCL_SOCKET_IFNAME is set: leave it
-    kLeaveDefault,    // host address routes back: let NCCL choose
-    kPinLoopback,     // single node, not routable: set NCCL_SOCKET_IFNAME=lo
-    kWarnMultiNode,   // multi-node, not routable: tell the user, change nothing
+    kHonourUser,     // NCCL_SOCKET_IFNAME is set: leave it
+    kLeaveDefault,   // host address routes back: let NCCL choose
+    kPinLoopback,    // single node, not routable: set NCCL_SOCKET_IFNAME=lo
+    kWarnMultiNode,  // multi-node, not routable: tell the user, change nothing
 };
 const char* nccl_ifname_action_name(NcclIfnameAction a);
 
 // Pure decision. `env_value`: NCCL_SOCKET_IFNAME as found (nullopt when unset; an empty
 // string counts as unset). `n_nodes` >= 1 (ValueError otherwise).
-NcclIfnameAction decide_nccl_ifname(const std::optional<std::string>& env_value,
-                                     SelfRoute probe, int n_nodes);
+NcclIfnameAction decide_nccl_ifname(const std::optional<std::string>& env_value, SelfRoute probe, int n_nodes);
 
 // Reads NCCL_SOCKET_IFNAME, probes only when it is unset, decides, applies (setenv) and logs
 // one line. Local to this process (not collective): count nodes beforehand, e.g. with

@@ -27,8 +27,8 @@ const std::vector<std::string>& all_role_names();
 
 struct RoleLayout {
     std::string role;
-    int group = -1;               // index into placement.groups
-    std::vector<int> world_ranks; // role rank i -> world rank, ascending
+    int group = -1;                // index into placement.groups
+    std::vector<int> world_ranks;  // role rank i -> world rank, ascending
     int mp_size = 1;
 
     int size() const { return static_cast<int>(world_ranks.size()); }

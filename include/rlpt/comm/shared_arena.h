@@ -50,7 +50,7 @@ struct ArenaRef {
     uint64_t id = 0;  // 0: not in an arena
     uint64_t inode = 0;
     int64_t fd = -1;
-    uint64_t base = 0;   // its address in this process
+    uint64_t base = 0;  // its address in this process
     uint64_t bytes = 0;
 };
 

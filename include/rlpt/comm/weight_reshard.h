@@ -120,24 +120,24 @@ struct ReshardPlan {
 
 struct WeightReshardStats {
     uint64_t version = 0;
-    int64_t n_pieces = 0;       // pieces this rank sent or received
-    int64_t n_messages = 0;     // messages this rank sent or received
-    int64_t n_direct_messages = 0;  // of which went straight from / into tensor memory on this end
+    int64_t n_pieces = 0;                // pieces this rank sent or received
+    int64_t n_messages = 0;              // messages this rank sent or received
+    int64_t n_direct_messages = 0;       // of which went straight from / into tensor memory on this end
     int64_t n_single_copy_messages = 0;  // of which one end copied from / into the other's memory
     // Of those, the ones this rank copied itself through its mapping of the peer's shared weight
     // arena (memcpy; rlpt/comm/shared_arena.h), and their bytes; the rest went by CMA.
     int64_t n_mapped_messages = 0, mapped_bytes = 0;
-    int64_t packed_bytes = 0;       // bytes this rank staged before sending (strided source)
-    int64_t unpacked_bytes = 0;     // bytes this rank copied out of its staging (strided destination)
+    int64_t packed_bytes = 0;    // bytes this rank staged before sending (strided source)
+    int64_t unpacked_bytes = 0;  // bytes this rank copied out of its staging (strided destination)
     // Where sync() spent its time on this rank (the rest: bookkeeping): agreeing on the plan and
     // computing the messages (agree_seconds: the agreement alone, a part of plan_seconds);
     // packing; unpacking; waiting for messages to complete.
     double plan_seconds = 0.0, agree_seconds = 0.0, pack_seconds = 0.0, unpack_seconds = 0.0, wait_seconds = 0.0;
     bool reused_transfers = false;  // the message list of the previous sync was used again (step 2)
-    int64_t bytes_sent = 0;     // payload bytes out of this rank
-    int64_t bytes_received = 0; // payload bytes into this rank
-    int64_t plan_bytes = 0;     // payload bytes of the whole plan (every rank)
-    double seconds = 0.0;       // wall time of sync() on this rank
+    int64_t bytes_sent = 0;         // payload bytes out of this rank
+    int64_t bytes_received = 0;     // payload bytes into this rank
+    int64_t plan_bytes = 0;         // payload bytes of the whole plan (every rank)
+    double seconds = 0.0;           // wall time of sync() on this rank
 };
 
 class WeightReshard {
@@ -152,8 +152,8 @@ class WeightReshard {
     // NoGradGuard, so leaf parameters are fine) and `version` is set on success. Throws
     // CommError on disagreement (every rank, nothing moved), TimeoutError past the deadline,
     // CommError on transport errors.
-    void sync(const ReshardPlan& plan, const std::vector<std::string>& names,
-              std::vector<torch::Tensor>& tensors, uint64_t& version);
+    void sync(const ReshardPlan& plan, const std::vector<std::string>& names, std::vector<torch::Tensor>& tensors,
+              uint64_t& version);
 
     // "mpi", "nccl", or "auto" before the first sync of an "auto" object.
     virtual std::string backend_name() const = 0;
@@ -163,8 +163,7 @@ class WeightReshard {
   protected:
     explicit WeightReshard(WeightSyncOptions options);
     virtual void do_sync(const ReshardPlan& plan, const std::vector<std::string>& names,
-                         std::vector<torch::Tensor>& tensors, uint64_t& version,
-                         WeightReshardStats& stats) = 0;
+                         std::vector<torch::Tensor>& tensors, uint64_t& version, WeightReshardStats& stats) = 0;
 
   private:
     WeightSyncOptions options_;
@@ -207,17 +206,17 @@ struct RegionTransfer {
 };
 
 struct RegionExchangeStats {
-    int64_t n_messages = 0;          // transfers this rank sent or received (local copies excluded)
-    int64_t n_inplace_messages = 0;  // of which went straight from / into the tensors on this end
+    int64_t n_messages = 0;              // transfers this rank sent or received (local copies excluded)
+    int64_t n_inplace_messages = 0;      // of which went straight from / into the tensors on this end
     int64_t n_single_copy_messages = 0;  // of which one end copied from / into the other's memory (both in place)
     // Of those, the ones this rank copied itself through its mapping of the peer's shared weight
     // arena (memcpy; rlpt/comm/shared_arena.h), and their bytes; the rest went by CMA.
     int64_t n_mapped_messages = 0, mapped_bytes = 0;
     int64_t n_rounds = 0;
     int64_t bytes_sent = 0, bytes_received = 0, bytes_local = 0;
-    std::vector<int64_t> sent_to, received_from;  // per communicator rank
+    std::vector<int64_t> sent_to, received_from;   // per communicator rank
     int64_t packed_bytes = 0, unpacked_bytes = 0;  // bytes this rank staged (strided ends)
-    int64_t staging_bytes = 0;  // the size of this rank's staging buffer (freed after the call)
+    int64_t staging_bytes = 0;                     // the size of this rank's staging buffer (freed after the call)
     double pack_seconds = 0.0, unpack_seconds = 0.0, local_seconds = 0.0, wait_seconds = 0.0, seconds = 0.0;
 };
 

@@ -106,8 +106,7 @@ class WeightSync {
     void sync(std::vector<torch::Tensor>& tensors, uint64_t& version);
     // Same, with parameter names folded into the layout hash (and named in mismatch errors).
     // `names.size()` must equal `tensors.size()`; either all ranks pass names or none does.
-    void sync(const std::vector<std::string>& names, std::vector<torch::Tensor>& tensors,
-              uint64_t& version);
+    void sync(const std::vector<std::string>& names, std::vector<torch::Tensor>& tensors, uint64_t& version);
 
     // "mpi" or "nccl" (an "auto" sync reports the backend it resolved to, or "auto" before
     // its first sync).
@@ -118,8 +117,7 @@ class WeightSync {
   protected:
     explicit WeightSync(WeightSyncOptions options);
     // Runs one sync (header, agreement, payload); implemented per backend.
-    virtual void do_sync(const std::vector<std::string>* names,
-                         std::vector<torch::Tensor>& tensors, uint64_t& version,
+    virtual void do_sync(const std::vector<std::string>* names, std::vector<torch::Tensor>& tensors, uint64_t& version,
                          WeightSyncStats& stats) = 0;
 
   private:
@@ -149,8 +147,7 @@ std::unique_ptr<WeightSync> make_weight_sync(const std::string& backend, const C
 // Throws ConfigError (naming `what`, e.g. "weight_sync") when `backend` cannot be used: not one
 // of auto, mpi, nccl; "nccl" in a build without NCCL (`nccl_built` false); "nccl" while device
 // collectives are MPI (the two settings conflict: ranks that share a GPU cannot use NCCL). Pure.
-void check_weight_backend(const std::string& backend, bool nccl_built, DeviceCollectives collectives,
-                          const char* what);
+void check_weight_backend(const std::string& backend, bool nccl_built, DeviceCollectives collectives, const char* what);
 // For a backend that passed check_weight_backend: whether NCCL moves the weights. "nccl": yes;
 // "mpi": no; "auto": when NCCL is built, device collectives are NCCL and `all_cuda` (every rank's
 // tensors are all on CUDA; the callers agree on it collectively). Pure.

@@ -8,13 +8,12 @@
 
 #include "rlpt/core/error.h"
 
-#define RLPT_CUDA_CHECK(call)                                                                  \
-    do {                                                                                       \
-        const cudaError_t rlpt_cuda_err_ = (call);                                             \
-        if (rlpt_cuda_err_ != cudaSuccess) {                                                   \
-            throw ::rlpt::CudaError(::fmt::format("CUDA error {}: {}",                        \
-                                                  cudaGetErrorName(rlpt_cuda_err_),            \
-                                                  cudaGetErrorString(rlpt_cuda_err_)),         \
-                                    __FILE__, __LINE__, #call);                                \
-        }                                                                                      \
+#define RLPT_CUDA_CHECK(call)                                                                            \
+    do {                                                                                                 \
+        const cudaError_t rlpt_cuda_err_ = (call);                                                       \
+        if (rlpt_cuda_err_ != cudaSuccess) {                                                             \
+            throw ::rlpt::CudaError(::fmt::format("CUDA error {}: {}", cudaGetErrorName(rlpt_cuda_err_), \
+                                                  cudaGetErrorString(rlpt_cuda_err_)),                   \
+                                    __FILE__, __LINE__, #call);                                          \
+        }                                                                                                \
     } while (0)

@@ -15,9 +15,9 @@
 namespace rlpt {
 
 struct DebugEnv {
-    std::string log_level;          // empty: not set
-    std::string simulate_nodes;     // empty: not set
-    std::string fault;              // empty: not set
+    std::string log_level;       // empty: not set
+    std::string simulate_nodes;  // empty: not set
+    std::string fault;           // empty: not set
 };
 
 // Reads the variables (cheap; call once in main and pass the result down).

@@ -20,8 +20,7 @@ const char* error_kind_name(ErrorKind kind);
 
 class Error : public std::runtime_error {
   public:
-    Error(ErrorKind kind, std::string message, const char* file = nullptr, int line = 0,
-          std::string call = {});
+    Error(ErrorKind kind, std::string message, const char* file = nullptr, int line = 0, std::string call = {});
 
     ErrorKind kind() const { return kind_; }
     const std::string& message() const { return message_; }
@@ -73,8 +72,8 @@ struct TimeoutError : Error {
 // Identity stamped on errors and log lines. Set once in main() after MPI is up
 // (and again once roles are known); read-only afterwards.
 struct ProcessIdentity {
-    int world_rank = -1;   // -1: before MPI / single process tools
-    std::string roles;     // "controller", "actor,rollout", ...
+    int world_rank = -1;  // -1: before MPI / single process tools
+    std::string roles;    // "controller", "actor,rollout", ...
 };
 void set_process_identity(ProcessIdentity id);
 const ProcessIdentity& process_identity();
@@ -100,11 +99,11 @@ int errno_in_text(const std::string& text);
 // The message is only formatted on failure.
 #define RLPT_THROW(Kind, ...) throw ::rlpt::Kind(::fmt::format(__VA_ARGS__), __FILE__, __LINE__)
 
-#define RLPT_CHECK_KIND(Kind, cond, ...)      \
-    do {                                      \
-        if (!(cond)) {                        \
-            RLPT_THROW(Kind, __VA_ARGS__);    \
-        }                                     \
+#define RLPT_CHECK_KIND(Kind, cond, ...)   \
+    do {                                   \
+        if (!(cond)) {                     \
+            RLPT_THROW(Kind, __VA_ARGS__); \
+        }                                  \
     } while (0)
 
 #define RLPT_CHECK(cond, ...) RLPT_CHECK_KIND(ValueError, cond, __VA_ARGS__)

@@ -32,11 +32,15 @@ inline int64_t validation_stream(int64_t step) { return kValidationStreamBase + 
 // The first sample index of generation round `round` (0-based) of training step `step`, whose
 // rounds have `rows` samples each.
 inline int64_t training_sample_index(int64_t step, int64_t round, int64_t rows) {
-    RLPT_CHECK(round < kMaxGenRoundsPerStep, "step {}: more than {} generation rounds in one step (the random streams "
-               "of the next step would repeat)", step + 1, kMaxGenRoundsPerStep);
+    RLPT_CHECK(round < kMaxGenRoundsPerStep,
+               "step {}: more than {} generation rounds in one step (the random streams "
+               "of the next step would repeat)",
+               step + 1, kMaxGenRoundsPerStep);
     const int64_t first = (step * kMaxGenRoundsPerStep + round) * rows;
-    RLPT_CHECK(first + rows <= kBaselineIndexBase, "step {}: training sample indices reach 2^41 (the ReMax baseline "
-               "streams); too many steps x samples per step", step + 1);
+    RLPT_CHECK(first + rows <= kBaselineIndexBase,
+               "step {}: training sample indices reach 2^41 (the ReMax baseline "
+               "streams); too many steps x samples per step",
+               step + 1);
     return first;
 }
 

@@ -96,8 +96,8 @@ inline constexpr std::string_view kArithmeticToolsDataSource = "rlpt/arithmetic_
 // calculator call is kToolCallWords[0] EXPRESSION kToolCallWords[1], a result kToolCallWords[2]
 // TEXT kToolCallWords[3] (chat template none).
 inline const std::vector<std::string> kToolCallWords = {
-    "<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"", "\"}}</tool_call>",
-    "<tool_response>", "</tool_response>"};
+    "<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"", "\"}}</tool_call>", "<tool_response>",
+    "</tool_response>"};
 // ConfigError when tool_demo_rate is outside [0, 1] or the options ask for reversed answers or
 // flawed demonstrations.
 ArithmeticTask make_arithmetic_tools_task(const ArithmeticOptions& options, double tool_demo_rate);

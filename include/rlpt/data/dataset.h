@@ -48,8 +48,8 @@ struct DatasetOptions {
     std::string prompt_key = "prompt";
     std::string answer_key = "ground_truth";
     AnswerNeed answer = AnswerNeed::kRequired;
-    std::string response_key;       // "" -> not read
-    bool require_response = false;  // a record without response_key is an error
+    std::string response_key;                     // "" -> not read
+    bool require_response = false;                // a record without response_key is an error
     std::string data_source_key = "data_source";  // "" -> always default_data_source
     std::string default_data_source;              // "" -> every record must carry data_source_key
     std::vector<std::string> extra_keys;          // copied into Example::extra under the same key
@@ -82,7 +82,7 @@ std::optional<std::string> gsm8k_extract_answer(std::string_view solution);
 std::vector<Example> load_dataset(const std::string& path, const DatasetOptions& options);
 
 // Converts one parsed record. `where` prefixes error messages ("train.jsonl:12").
-Example example_from_json(const nlohmann::json& record, const DatasetOptions& options,
-                          const std::string& where, int64_t index);
+Example example_from_json(const nlohmann::json& record, const DatasetOptions& options, const std::string& where,
+                          int64_t index);
 
 }  // namespace rlpt::data

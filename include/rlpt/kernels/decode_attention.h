@@ -41,7 +41,6 @@ bool decode_attention_slots_applies(const torch::Tensor& q, const torch::Tensor&
 torch::Tensor decode_attention_slots(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                      const torch::Tensor& slots, const torch::Tensor& lengths, double scale);
 torch::Tensor decode_attention_slots_reference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                               const torch::Tensor& slots, const torch::Tensor& lengths,
-                                               double scale);
+                                               const torch::Tensor& slots, const torch::Tensor& lengths, double scale);
 
 }  // namespace rlpt::kernels

@@ -123,8 +123,8 @@ class KVCache {
     int64_t batch_;
     int64_t max_length_;
     int64_t length_ = 0;
-    std::vector<int64_t> slot_len_;               // per row, slot use only
-    bool slotted_ = false;                        // bind_slots was called: no shared-length use
+    std::vector<int64_t> slot_len_;                // per row, slot use only
+    bool slotted_ = false;                         // bind_slots was called: no shared-length use
     torch::Tensor bound_, bound_len_, bound_dev_;  // the bound slots (undefined: none)
     torch::Tensor bound_len_dev_, bound_pos_dev_;  // decode binding: lengths and write positions on the device
     torch::Tensor ext_prefix_, ext_new_;           // extend binding (undefined: none)

@@ -53,12 +53,12 @@ struct ModelArgs {
     double rms_norm_eps = 1e-6;
     RopeScaling rope_scaling;
     bool tie_word_embeddings = false;
-    bool qkv_bias = false;     // q/k/v_proj.bias: always for Qwen2, `attention_bias` for Llama
-    bool o_proj_bias = false;  // o_proj.bias: `attention_bias` for Llama, never for Qwen2
-    bool mlp_bias = false;     // gate/up/down_proj.bias: `mlp_bias` (Llama)
-    int64_t bos_token_id = -1;  // -1: absent
-    int64_t pad_token_id = -1;  // -1: absent
-    std::vector<int64_t> eos_token_ids;  // config "eos_token_id", an int or a list
+    bool qkv_bias = false;                // q/k/v_proj.bias: always for Qwen2, `attention_bias` for Llama
+    bool o_proj_bias = false;             // o_proj.bias: `attention_bias` for Llama, never for Qwen2
+    bool mlp_bias = false;                // gate/up/down_proj.bias: `mlp_bias` (Llama)
+    int64_t bos_token_id = -1;            // -1: absent
+    int64_t pad_token_id = -1;            // -1: absent
+    std::vector<int64_t> eos_token_ids;   // config "eos_token_id", an int or a list
     std::string torch_dtype = "float32";  // "float32", "bfloat16", "float16"
     double initializer_range = 0.02;
 
@@ -82,13 +82,13 @@ struct ModelArgs {
 struct TpLayout {
     int64_t tp = 1, rank = 0;
     int64_t head_dim = 0, num_kv_heads = 0;  // of the full model
-    int64_t heads = 0, head_first = 0;        // query heads of this rank: [head_first, +heads)
-    int64_t kv_heads = 0, kv_first = 0;       // KV heads held: [kv_first, +kv_heads)
-    bool kv_replicated = false;               // tp > num_key_value_heads: tp / nkv ranks share a head
-    int64_t inter = 0, inter_first = 0;       // intermediate columns [inter_first, +inter)
+    int64_t heads = 0, head_first = 0;       // query heads of this rank: [head_first, +heads)
+    int64_t kv_heads = 0, kv_first = 0;      // KV heads held: [kv_first, +kv_heads)
+    bool kv_replicated = false;              // tp > num_key_value_heads: tp / nkv ranks share a head
+    int64_t inter = 0, inter_first = 0;      // intermediate columns [inter_first, +inter)
     // The vocabulary is padded to a multiple of tp (Megatron pads too); padded rows are zero in
     // the embedding and the LM head, and their logits are -inf (see transformer.h).
-    int64_t vocab_size = 0;                   // the real vocabulary (args.vocab_size)
+    int64_t vocab_size = 0;                                // the real vocabulary (args.vocab_size)
     int64_t vocab_padded = 0, vocab = 0, vocab_first = 0;  // this rank's rows [vocab_first, +vocab)
     // Real (not padding) rows of this rank's vocabulary slice.
     int64_t vocab_real() const;

@@ -123,8 +123,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 // save with the same base name (old shards, an old single file or index) so loaders can't pick
 // them up. Returns the file names written (shards, then the index if any).
 std::vector<std::string> save_safetensors_sharded(const std::string& dir, const NamedTensors& tensors,
-                                                  uint64_t max_shard_bytes,
-                                                  const std::string& base = "model",
+                                                  uint64_t max_shard_bytes, const std::string& base = "model",
                                                   const TensorFetch& fetch = nullptr);
 
 // Writes `text` to `path` atomically (temp file + rename). IoError on failure.

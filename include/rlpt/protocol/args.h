@@ -55,7 +55,8 @@ class ArgDecoder {
         auto it = b_.meta().find(name);
         if (it == b_.meta().end()) {
             throw ValueError(fmt::format("{}: the call has no argument '{}' (a caller must set every field of "
-                                         "the method's argument struct)", where_, name));
+                                         "the method's argument struct)",
+                                         where_, name));
         }
         const MetaValue& m = it->second;
         bool ok = false;

@@ -67,7 +67,7 @@ struct FaultPlan {
     std::string kind;  // empty: none
     int world_rank = -1;
     std::string method;
-    int64_t step = -1;  // -1: any step
+    int64_t step = -1;                                // -1: any step
     static FaultPlan parse(const std::string& spec);  // ConfigError on malformed specs
     bool active() const { return !kind.empty(); }
 };
@@ -182,7 +182,6 @@ class Controller : public comm::WaitObserver {
     // The watchdog (see the top of this file): every wait of rank 0 lands here.
     void on_wait(const std::string& what, double waited_s) override;
 
-
   private:
     template <typename M>
     int role_index() const {
@@ -222,8 +221,8 @@ class Controller : public comm::WaitObserver {
     std::map<int, Seen> seen_;
     comm::WaitObserver* previous_observer_ = nullptr;
     bool shut_down_ = false;
-    bool stop_noticed_ = false;  // a SIGTERM/SIGUSR1 during a wait has been logged
-    int remote_stop_signal_ = 0; // first stop signal a worker reported, and its rank
+    bool stop_noticed_ = false;   // a SIGTERM/SIGUSR1 during a wait has been logged
+    int remote_stop_signal_ = 0;  // first stop signal a worker reported, and its rank
     int remote_stop_rank_ = -1;
 };
 

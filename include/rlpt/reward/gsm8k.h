@@ -22,19 +22,16 @@ Gsm8kMethod parse_gsm8k_method(const std::string& s);
 
 inline constexpr std::size_t kGsm8kClipChars = 300;
 
-std::optional<std::string> gsm8k_extract_solution(std::string_view solution,
-                                                  Gsm8kMethod method = Gsm8kMethod::kStrict);
+std::optional<std::string> gsm8k_extract_solution(std::string_view solution, Gsm8kMethod method = Gsm8kMethod::kStrict);
 
 double gsm8k_compute_score(std::string_view solution, std::string_view ground_truth,
-                           Gsm8kMethod method = Gsm8kMethod::kStrict, double format_score = 0.0,
-                           double score = 1.0);
+                           Gsm8kMethod method = Gsm8kMethod::kStrict, double format_score = 0.0, double score = 1.0);
 
 // Scorer wrapper: score as gsm8k_compute_score; acc = 1 when the extracted answer equals
 // the ground truth; pred = the extracted answer ("" when none).
 class Gsm8kScorer final : public Scorer {
   public:
-    explicit Gsm8kScorer(Gsm8kMethod method = Gsm8kMethod::kStrict, double format_score = 0.0,
-                         double score = 1.0);
+    explicit Gsm8kScorer(Gsm8kMethod method = Gsm8kMethod::kStrict, double format_score = 0.0, double score = 1.0);
     std::string name() const override;
     ScoreResult score(const ScoreRequest& request) const override;
 

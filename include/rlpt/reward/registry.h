@@ -89,8 +89,7 @@ std::vector<ScoreResult> score_batch(const ScorerRegistry& registry, std::vector
 
 // Same, from parallel columns (e.g. a batch's non-tensor fields). `extra_infos` may be
 // nullptr (no extra info) or hold one JSON per sample. Throws ValueError when sizes differ.
-std::vector<ScoreResult> score_batch(const ScorerRegistry& registry,
-                                     const std::vector<std::string>& data_sources,
+std::vector<ScoreResult> score_batch(const ScorerRegistry& registry, const std::vector<std::string>& data_sources,
                                      const std::vector<std::string>& solutions,
                                      const std::vector<std::string>& ground_truths,
                                      const std::vector<nlohmann::json>* extra_infos = nullptr);

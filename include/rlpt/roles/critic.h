@@ -8,15 +8,15 @@
 namespace rlpt::roles {
 
 enum class CriticMethod : uint16_t {
-    kPing = 0,        // one_to_all / all
-    kInit,            // one_to_all / none. protocol::InitArgs (total_steps: training steps). From
-                      //   critic.model_path, else the policy's weights + a zero value head
-    kComputeValues,   // dp_split / concat: input_ids, attention_mask, position_ids, responses
-                      //   -> values [B, R] fp32
-    kUpdate,          // dp_split unpadded / concat (metrics): + values, returns, response_mask;
-                      //   CriticUpdateArgs
-    kSave,            // one_to_all / all: protocol::DirArgs -> file info per rank
-    kLoad,            // one_to_all / none: protocol::DirArgs
+    kPing = 0,       // one_to_all / all
+    kInit,           // one_to_all / none. protocol::InitArgs (total_steps: training steps). From
+                     //   critic.model_path, else the policy's weights + a zero value head
+    kComputeValues,  // dp_split / concat: input_ids, attention_mask, position_ids, responses
+                     //   -> values [B, R] fp32
+    kUpdate,         // dp_split unpadded / concat (metrics): + values, returns, response_mask;
+                     //   CriticUpdateArgs
+    kSave,           // one_to_all / all: protocol::DirArgs -> file info per rank
+    kLoad,           // one_to_all / none: protocol::DirArgs
     kCount
 };
 

@@ -8,10 +8,10 @@
 namespace rlpt::roles {
 
 enum class ReferenceMethod : uint16_t {
-    kPing = 0,          // one_to_all / all
-    kInit,              // one_to_all / none. protocol::InitArgs
-    kComputeLogProb,    // dp_split / concat: input_ids, attention_mask, position_ids, responses;
-                        //   ReferenceLogProbArgs -> ref_log_prob [B, R] fp32
+    kPing = 0,        // one_to_all / all
+    kInit,            // one_to_all / none. protocol::InitArgs
+    kComputeLogProb,  // dp_split / concat: input_ids, attention_mask, position_ids, responses;
+                      //   ReferenceLogProbArgs -> ref_log_prob [B, R] fp32
     kCount
 };
 

@@ -33,15 +33,15 @@
 namespace rlpt::rollout {
 
 struct SamplingParams {
-    double temperature = 1.0;  // > 0 unless greedy
-    double top_p = 1.0;        // (0, 1]
-    int64_t top_k = -1;        // -1: off (0 is accepted as off too, as in Hugging Face); k >= V is off
-    bool greedy = false;       // argmax (temperature ignored for the choice; log-probs use temperature,
-                               // or T = 1 when temperature is 0)
+    double temperature = 1.0;     // > 0 unless greedy
+    double top_p = 1.0;           // (0, 1]
+    int64_t top_k = -1;           // -1: off (0 is accepted as off too, as in Hugging Face); k >= V is off
+    bool greedy = false;          // argmax (temperature ignored for the choice; log-probs use temperature,
+                                  // or T = 1 when temperature is 0)
     int64_t max_new_tokens = 16;  // >= 1
-    int64_t eos_id = -1;       // -1: none
+    int64_t eos_id = -1;          // -1: none
     std::vector<int64_t> stop_token_ids;
-    int64_t pad_id = 0;        // fills prompts on the left and responses on the right; in [0, V)
+    int64_t pad_id = 0;  // fills prompts on the left and responses on the right; in [0, V)
     // Text level (rollout/stop_strings.h). With token_texts set, every response's text is
     // collected (GenerationOutput::texts) and a response that completes one of `stop` finishes
     // (kStop; the token is kept). `stop` needs token_texts. Not owned: must outlive the call.

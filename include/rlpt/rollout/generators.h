@@ -29,8 +29,8 @@
 namespace rlpt::rollout {
 
 struct GeneratorArgs {
-    BeamSearchParams beam_search;      // rollout.beam_search (beam_search, and multi_stage's beam stages)
-    std::vector<StageSpec> stages;     // rollout.stages (multi_stage); append_ids from the controller
+    BeamSearchParams beam_search;   // rollout.beam_search (beam_search, and multi_stage's beam stages)
+    std::vector<StageSpec> stages;  // rollout.stages (multi_stage); append_ids from the controller
     // Per call, one entry per prompt (or empty): the row's index among its prompt's samples
     // (sample_index mod n: which beam it gets) and the seed of the prompt's first sample.
     std::vector<int64_t> sample_rank;
@@ -48,7 +48,7 @@ struct GeneratorContext {
     // example's fields as the controller's Batch carries them.
     std::vector<int64_t> sample_index;
     std::vector<std::string> data_source, ground_truth, extra;  // extra: JSON text
-    std::shared_ptr<void> state;  // the generator's own
+    std::shared_ptr<void> state;                                // the generator's own
     // Out, per prompt: numbers the generator reports (the rollout returns each as a float64
     // column of its output; the agent's num_turns, tool_call_counts, ... ). Cleared per call.
     std::map<std::string, std::vector<double>> sample_values;

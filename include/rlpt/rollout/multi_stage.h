@@ -40,10 +40,10 @@ struct StageSpec {
 };
 
 struct MultiStageArgs {
-    std::vector<StageSpec> stages;        // >= 1
-    BeamSearchParams beam_search;         // of the beam_search stages
-    std::vector<int64_t> sample_rank;     // [B] each row's index among its prompt's samples, or empty (0)
-    std::vector<uint64_t> group_seeds;    // [B] the seed of each row's first sample, or empty (= seeds)
+    std::vector<StageSpec> stages;      // >= 1
+    BeamSearchParams beam_search;       // of the beam_search stages
+    std::vector<int64_t> sample_rank;   // [B] each row's index among its prompt's samples, or empty (0)
+    std::vector<uint64_t> group_seeds;  // [B] the seed of each row's first sample, or empty (= seeds)
 };
 
 // ValueError naming the stage for: no stages, an unknown generator, max_tokens < 1, stop

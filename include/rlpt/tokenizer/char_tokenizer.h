@@ -53,9 +53,7 @@ class CharTokenizer final : public Tokenizer {
     using Tokenizer::decode;
     std::string decode(const int64_t* ids, size_t n, bool skip_special_tokens = false) const override;
     std::string token_bytes(int64_t id) const override;
-    int64_t vocab_size() const override {
-        return kFirstCharId + static_cast<int64_t>(chars_.size() + words_.size());
-    }
+    int64_t vocab_size() const override { return kFirstCharId + static_cast<int64_t>(chars_.size() + words_.size()); }
     SpecialTokenIds special_ids() const override { return {kBosId, kEosId, kPadId}; }
     std::string id_to_token(int64_t id) const override;
     int64_t token_to_id(std::string_view token) const override;
