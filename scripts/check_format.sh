@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
 # check_format.sh [--fix] [--all] [--since REF] [FILE...]: the C++/CUDA sources against .clang-format.
-#   no FILE           every tracked (and untracked, not ignored) *.h *.hpp *.cpp *.cc *.cu *.cuh *.c,
-#                     except those listed in .clang-format-pending (sources written before the style
-#                     was adopted and not reformatted yet; delete a line when its file is formatted)
-#   --all             every source, the pending ones included
+#   no FILE           every tracked (and untracked, not ignored) *.h *.hpp *.cpp *.cc *.cu *.cuh *.c
+#   --all             the same (kept for scripts that pass it)
 #   FILE...           those files (other extensions are skipped)
 #   --since REF       the sources changed since the commit REF (git diff REF, plus untracked ones)
 #   --fix             rewrite the files in place instead of checking them
@@ -13,13 +11,13 @@
 # (tests/CMakeLists.txt): new files and every file already formatted must stay so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-fix=0 all=0 since="" files=()
+fix=0 since="" files=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --fix) fix=1; shift;;
-    --all) all=1; shift;;
+    --all) shift;;
     --since) since="${2:?--since needs a commit}"; shift 2;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0;;
     *) files+=("$1"); shift;;
   esac
 done
@@ -34,9 +32,6 @@ if [ -n "$since" ]; then
                          git ls-files --others --exclude-standard -- "${patterns[@]}"; } | sort -u)
 elif [ ${#files[@]} -eq 0 ]; then
   mapfile -t files < <(git ls-files --cached --others --exclude-standard -- "${patterns[@]}" | sort -u)
-  if [ "$all" -eq 0 ] && [ -f .clang-format-pending ]; then
-    mapfile -t files < <(printf '%s\n' "${files[@]}" | grep -vxF -f <(grep -v '^#' .clang-format-pending) || true)
-  fi
 else
   kept=()
   for f in "${files[@]}"; do
