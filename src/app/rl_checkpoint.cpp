@@ -23,7 +23,7 @@ std::string hash_hex(uint64_t h) { return fmt::format("{:016x}", h); }
 }  // namespace
 
 void RlTrainer::save_checkpoint() {
-    if (async()) settle_prefetch();  // the next step's batch is part of the state
+    if (rollout_.async()) rollout_.settle_prefetch();  // the next step's batch is part of the state
     const auto save_roles = [&](const std::string& dir) {
         const Batch m = protocol::with_args(Batch(0), protocol::DirArgs{dir});
         std::vector<Batch> rows;
@@ -38,13 +38,13 @@ void RlTrainer::save_checkpoint() {
         [&](ckpt::H5Writer& w) {
             w.set_int_attr("controller/state_version", kControllerStateVersion);
             w.set_int_attr("controller/step", step_);
-            write_sampler_state(w, sampler_->state());
-            w.set_double_attr("controller/kl_coef", kl_ctrl_.value());
-            if (async()) save_prefetch(w);
+            write_sampler_state(w, sampler_.state());
+            w.set_double_attr("controller/kl_coef", rewards_.kl_coef());
+            if (rollout_.async()) rollout_.save(w);
         },
         "checkpoint");
     // A resumed run starts from the checkpointed weights on the rollout: so does this one.
-    if (async()) sync_to_latest();
+    if (rollout_.async()) rollout_.sync_to_latest();
 }
 
 bool RlTrainer::try_resume() {
@@ -71,18 +71,16 @@ bool RlTrainer::try_resume() {
                     "{}: controller state version {} is not {}", info->dir, r.int_attr("controller/state_version"),
                     kControllerStateVersion);
     const data::SamplerState st = read_sampler_state(r);
-    sampler_->set_state(st);
+    sampler_.set_state(st);
     step_ = r.int_attr("controller/step");
-    actor_updates_ = std::max<int64_t>(0, step_ - c_.trainer.critic_warmup);
-    load_prefetch(r);
-    kl_ctrl_.set_value(r.double_attr("controller/kl_coef"));
+    rollout_.load(r, std::max<int64_t>(0, step_ - c_.trainer.critic_warmup));
+    rewards_.set_kl_coef(r.double_attr("controller/kl_coef"));
     const Batch m = protocol::with_args(Batch(0), protocol::DirArgs{info->dir});
     for (const auto& role : plan_.checkpointed_roles) {
         auto call = ctl_.submit_raw(ctl_.role_index(role), method_id(role, "load"), &m, nullptr);
         ctl_.wait(call);
     }
-    sync_weights();
-    rollout_policy_ = actor_updates_;
+    rollout_.sync_weights();
     RLPT_LOG_INFO("resumed from {} (step {}, epoch {}, {} of {} prompts of that epoch used)", info->dir, step_,
                   st.epoch, st.position, st.dataset_size);
     return true;
