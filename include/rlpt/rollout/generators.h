@@ -61,8 +61,9 @@ GenerationOutput sample_responses(model::CausalLM& model, const std::vector<std:
                                   const std::vector<uint64_t>& seeds, const SamplingParams& params,
                                   int64_t max_num_seqs, GeneratorContext& context);
 
-// The engine limits a generator passes to rollout::generate: max_num_seqs, and the KV token
-// budget rollout.max_num_batched_tokens from context.config (none without a config).
+// The engine limits a generator passes on (rollout::generate, agent::tool_agent_generate, ...):
+// max_num_seqs, and the KV token budget rollout.max_num_batched_tokens from context.config (none
+// without a config).
 BatchLimits batch_limits(int64_t max_num_seqs, const GeneratorContext& context);
 
 }  // namespace rlpt::rollout
