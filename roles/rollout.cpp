@@ -8,7 +8,7 @@
 #include "rlpt/comm/shared_tensor.h"
 #include "rlpt/core/log.h"
 #include "rlpt/kernels/cpu_features.h"
-#include "rlpt/rollout/generators.h"
+#include "rlpt/roles/generator_table.h"
 #include "rlpt/rollout/stop_strings.h"
 #include "rlpt/tokenizer/tokenizer.h"
 #include "rlpt/tokenizer/char_tokenizer.h"
@@ -22,12 +22,12 @@ using protocol::WorkerContext;
 
 class RolloutWorker : public RoleWorker {
   public:
-    std::shared_ptr<detail::SharedPolicy> policy;        // the actor's (colocated) or our own copy
-    const rollout::GeneratorEntry* generator = nullptr;  // rollout.generator
-    rollout::GeneratorArgs generator_args;               // rollout.beam_search, rollout.stages (appends encoded)
-    rollout::TokenTexts token_texts;                     // from kInit: what stop strings are matched on
-    std::unique_ptr<tokenizer::Tokenizer> tok;           // for generators that read and write text (tool_agent)
-    rollout::GeneratorContext gen;                       // the generator's context (its state lives here)
+    std::shared_ptr<detail::SharedPolicy> policy;  // the actor's (colocated) or our own copy
+    const GeneratorEntry* generator = nullptr;     // rollout.generator
+    rollout::GeneratorArgs generator_args;         // rollout.beam_search, rollout.stages (appends encoded)
+    rollout::TokenTexts token_texts;               // from kInit: what stop strings are matched on
+    std::unique_ptr<tokenizer::Tokenizer> tok;     // for generators that read and write text (tool_agent)
+    rollout::GeneratorContext gen;                 // the generator's context (its state lives here)
     bool own_copy = false;
     detail::PolicySync sync;
     // rollout.dtype other than the policy's: the copy generation runs with, and the weights it
@@ -120,14 +120,14 @@ RolloutWorker& ready(RoleWorker& w) {
 
 Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     auto& r = static_cast<RolloutWorker&>(w);
-    r.generator = &rollout::find_generator(ctx.config->rollout.generator);
+    r.generator = &find_generator(ctx.config->rollout.generator);
     if (ctx.config->rollout.dtype == "bfloat16" && ctx.comms->role_rank == 0 && !kernels::cpu_has_avx512_bf16() &&
         protocol::handler_device().is_cpu())
         RLPT_LOG_WARN("rollout.dtype=bfloat16: this CPU lacks AVX512_BF16, so bfloat16 weights only halve the "
                       "bytes of few-row decode steps (widened in registers); prefill and large batches run "
                       "slower than float32 here");
     r.token_texts = in.strings("token_text");
-    r.generator_args = rollout::generator_args(ctx.config->rollout);
+    r.generator_args = generator_args(ctx.config->rollout);
     const auto appends = protocol::decode_args<RolloutInitArgs>(in, "rollout.init");
     auto& stages = r.generator_args.stages;
     RLPT_CHECK_KIND(InternalError, appends.append_lengths.size() == stages.size(),

@@ -1,17 +1,16 @@
 #include "rlpt/agent/tool_agent.h"
 
 #include <algorithm>
-#include <cmath>
+#include <iterator>
 #include <map>
-#include <optional>
 
+#include "rlpt/agent/builtin_tools.h"
 #include "rlpt/agent/environment.h"
-#include "rlpt/agent/line_process.h"
 #include "rlpt/agent/tool_call.h"
 #include "rlpt/core/error.h"
 #include "rlpt/core/log.h"
+#include "rlpt/rollout/engine.h"
 #include "rlpt/rollout/response_rows.h"
-#include "rlpt/rollout/sampler.h"
 
 namespace rlpt::agent {
 namespace {
@@ -40,85 +39,6 @@ AgentState& agent_state(rollout::GeneratorContext& ctx) {
         ctx.state = st;
     }
     return *std::static_pointer_cast<AgentState>(ctx.state);
-}
-
-// Recursive descent over + - * / ( ) and decimal numbers.
-class Calculator {
-  public:
-    explicit Calculator(const std::string& s) : s_(s) {}
-    double run() {
-        const double v = expr();
-        skip();
-        if (i_ != s_.size()) fail("unexpected '" + s_.substr(i_, 1) + "'");
-        return v;
-    }
-
-  private:
-    [[noreturn]] void fail(const std::string& why) { throw ValueError(why); }
-    void skip() {
-        while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
-    }
-    bool eat(char c) {
-        skip();
-        if (i_ < s_.size() && s_[i_] == c) {
-            ++i_;
-            return true;
-        }
-        return false;
-    }
-    double expr() {
-        double v = term();
-        for (;;) {
-            if (eat('+')) v += term();
-            else if (eat('-')) v -= term();
-            else return v;
-        }
-    }
-    double term() {
-        double v = factor();
-        for (;;) {
-            if (eat('*')) {
-                v *= factor();
-            } else if (eat('/')) {
-                const double d = factor();
-                if (d == 0) fail("division by zero");
-                v /= d;
-            } else {
-                return v;
-            }
-        }
-    }
-    double factor() {
-        if (++depth_ > 64) fail("expression nested too deeply");
-        double v;
-        if (eat('-')) v = -factor();
-        else if (eat('+')) v = factor();
-        else if (eat('(')) {
-            v = expr();
-            if (!eat(')')) fail("missing ')'");
-        } else {
-            skip();
-            const size_t start = i_;
-            while (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.')) ++i_;
-            if (start == i_) fail(i_ < s_.size() ? "unexpected '" + s_.substr(i_, 1) + "'" : "unexpected end");
-            try {
-                v = std::stod(s_.substr(start, i_ - start));
-            } catch (const std::exception&) {
-                fail("bad number '" + s_.substr(start, i_ - start) + "'");
-            }
-        }
-        --depth_;
-        return v;
-    }
-    const std::string& s_;
-    size_t i_ = 0;
-    int depth_ = 0;
-};
-
-std::string format_number(double v) {
-    if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15)
-        return fmt::format("{}", static_cast<int64_t>(v));
-    return fmt::format("{}", v);
 }
 
 // Encodes text a tool or environment produced: special tokens are not matched, and characters the
@@ -236,11 +156,11 @@ nlohmann::json sample_fields(const rollout::GeneratorContext& ctx, size_t i) {
     return j;
 }
 
-// The conversations of one call, whatever schedules their turns (the turn-by-turn loop or the
-// continuous engine): what happens when a turn ends (tool calls dispatched, environment stepped)
-// and when the results are back (the observation appended). Tools run asynchronously: MCP calls
-// and environment steps are submitted and collected by polling; built-in tools complete inline.
-class Conversations {
+// The conversations of one call (tool_agent.h): what happens when a turn ends (tool calls
+// dispatched, environment stepped) and when the results are back (the observation appended).
+// Tools run asynchronously: MCP calls and environment steps are submitted and collected by
+// polling; built-in tools complete inline.
+class Conversations final : public ConversationSource {
   public:
     Conversations(const std::vector<std::vector<int64_t>>& prompts, const std::vector<uint64_t>& seeds,
                   const rollout::SamplingParams& params, rollout::GeneratorContext& ctx)
@@ -269,34 +189,41 @@ class Conversations {
         }
     }
 
-    size_t size() const { return s_.size(); }
-    const Sample& operator[](size_t i) const { return s_[i]; }
-    // The sequence a sample's next turn starts from: prompt ++ response so far.
-    std::vector<int64_t> sequence(size_t i) const {
-        std::vector<int64_t> ids = prompts_[i];
-        ids.insert(ids.end(), s_[i].resp.begin(), s_[i].resp.end());
-        return ids;
+    // Samples whose environment failed at reset are finished before their first turn.
+    std::vector<rollout::QueuedSequence> sequences() override {
+        std::vector<rollout::QueuedSequence> queue;
+        for (size_t i = 0; i < s_.size(); ++i)
+            if (!s_[i].done) queue.push_back(rollout::QueuedSequence{i, sequence(i)});
+        return queue;
     }
-    // The seed of a sample's next turn: turn 0 its own, turn t sample_seed(seed, t, 0).
-    uint64_t turn_seed(size_t i) const {
-        const int64_t t = s_[i].assistant_turns;
-        return t == 0 ? seeds_[i] : rollout::sample_seed(seeds_[i], t, 0);
-    }
-    // Tokens the sample's next turn may add (the response budget left).
-    size_t room(size_t i) const { return R_ - s_[i].resp.size(); }
 
-    // A turn of sample i produced n tokens (ids, log-probs) and ended for `finish`. Appends them
-    // (cut at the budget) and either ends the sample (false) or dispatches its tool calls or
+    rollout::SequenceBounds bounds() const override {
+        int64_t longest = 0;
+        for (const auto& p : prompts_) longest = std::max<int64_t>(longest, std::ssize(p));
+        return rollout::SequenceBounds{longest, params_.max_new_tokens};
+    }
+
+    // Turn 0 of a sample uses its seed, turn t sample_seed(seed, t, 0); a turn may add what is
+    // left of the response budget.
+    rollout::TurnSpec start_turn(size_t i) override {
+        const int64_t t = s_[i].assistant_turns;
+        return rollout::TurnSpec{t == 0 ? seeds_[i] : rollout::sample_seed(seeds_[i], t, 0),
+                                 static_cast<int64_t>(R_ - s_[i].resp.size())};
+    }
+
+    // Appends the turn's tokens and either ends the sample (false) or dispatches its tool calls or
     // environment step (true: the sample waits for collect()).
-    bool end_turn(size_t i, const int64_t* ids, const float* lps, size_t n, FinishReason finish) {
+    bool end_turn(size_t i, const rollout::Turn& turn) override {
         Sample& x = s_[i];
-        const size_t cut = std::min(n, R_ - x.resp.size());
-        std::vector<int64_t> new_ids(ids, ids + cut);
+        RLPT_CHECK_KIND(InternalError, x.resp.size() + turn.tokens.size() <= R_,
+                        "tool_agent: a turn of {} tokens after {} of a {}-token budget", turn.tokens.size(),
+                        x.resp.size(), R_);
+        const std::vector<int64_t> new_ids(turn.tokens.begin(), turn.tokens.end());
         x.resp.insert(x.resp.end(), new_ids.begin(), new_ids.end());
-        x.mask.insert(x.mask.end(), cut, 1);
-        x.log_probs.insert(x.log_probs.end(), lps, lps + cut);
+        x.mask.insert(x.mask.end(), new_ids.size(), 1);
+        x.log_probs.insert(x.log_probs.end(), turn.log_probs.begin(), turn.log_probs.end());
         x.assistant_turns += 1;
-        x.finish = cut < n ? FinishReason::kLength : finish;
+        x.finish = turn.finish;
         const std::string text = tok_.decode(new_ids, /*skip_special_tokens=*/false);
         x.turn_closed =
             family_ == ChatFamily::kQwen2 && text.size() >= 10 && text.compare(text.size() - 10, 10, "<|im_end|>") == 0;
@@ -308,7 +235,6 @@ class Conversations {
         if (st_.env) {
             x.env_step = true;
             x.outstanding = 1;
-            ++waiting_;
             env_of_[st_.env->submit_step(episodes_[i], tok_.decode(new_ids, /*skip_special_tokens=*/true))] = i;
             return true;
         }
@@ -324,15 +250,9 @@ class Conversations {
         return true;
     }
 
-    bool waiting() const { return waiting_ > 0; }
-
-    // Samples whose tools or environment answered, each with its observation appended (returned
-    // in `observation`) or ended (done). Waits up to timeout_s for the first when none has.
-    struct Back {
-        size_t sample;
-        std::vector<int64_t> observation;
-    };
-    std::vector<Back> collect(double timeout_s) {
+    // Samples whose tools or environment answered, each with its observation appended (the
+    // continuation's tokens) or ended. Waits up to timeout_s for the first when none has.
+    std::vector<rollout::Continuation> collect(double timeout_s) override {
         const double wait = ready_.empty() ? timeout_s : 0.0;
         if (st_.env && st_.env->in_flight() > 0) {
             for (auto& [ticket, r] : st_.env->poll(wait)) {
@@ -353,16 +273,16 @@ class Conversations {
                 record(i, k, r);
             }
         }
-        std::vector<Back> back;
+        std::vector<rollout::Continuation> back;
         for (size_t i : ready_) {
-            --waiting_;
-            back.push_back(Back{i, finish_observation(i)});
+            auto observation = finish_observation(i);
+            back.push_back(rollout::Continuation{i, s_[i].done, std::move(observation)});
         }
         ready_.clear();
         return back;
     }
 
-    rollout::GenerationOutput finish() {
+    rollout::GenerationOutput finish() override {
         if (st_.env) st_.env->close(episodes_);
         auto& v = ctx_.sample_values;
         v.clear();
@@ -388,6 +308,13 @@ class Conversations {
     }
 
   private:
+    // What a sample's next turn starts from: prompt ++ response so far.
+    std::vector<int64_t> sequence(size_t i) const {
+        std::vector<int64_t> ids = prompts_[i];
+        ids.insert(ids.end(), s_[i].resp.begin(), s_[i].resp.end());
+        return ids;
+    }
+
     // Appends observation ids (mask 0); false when they do not fit (the sample then ends).
     bool observe(Sample& x, const std::vector<int64_t>& ids) {
         if (x.resp.size() + ids.size() >= R_) {
@@ -421,12 +348,12 @@ class Conversations {
 
     // Built-in tools and bad calls complete here; MCP calls are submitted.
     void dispatch(size_t i, size_t k, const ParsedToolCall& call) {
-        if (k == 0) ++waiting_;
         const std::string& name = call.name;
+        const bool builtin = std::find(st_.builtin.begin(), st_.builtin.end(), name) != st_.builtin.end();
         if (!call.error.empty()) {
             record(i, k, ToolResult{call.error, true, "malformed", 0.0});
-        } else if (std::find(st_.builtin.begin(), st_.builtin.end(), name) != st_.builtin.end()) {
-            record(i, k, run_calculator(call.arguments));
+        } else if (const BuiltinTool* b = builtin ? find_builtin_tool(name) : nullptr) {
+            record(i, k, b->run(call.arguments));
         } else if (const McpTool* t = st_.mcp ? st_.mcp->find_tool(name) : nullptr) {
             if (auto why = check_arguments(t->input_schema, call.arguments); !why.empty())
                 record(i, k,
@@ -481,37 +408,15 @@ class Conversations {
     std::map<int64_t, std::pair<size_t, size_t>> mcp_of_;  // MCP ticket -> (sample, call)
     std::map<int64_t, size_t> env_of_;                     // environment ticket -> sample
     std::vector<size_t> ready_;                            // samples whose results are all back
-    int64_t waiting_ = 0;                                  // samples with tools or a step out
 };
 
 }  // namespace
 
-nlohmann::json calculator_schema() {
-    return nlohmann::json::parse(
-        R"J({"type":"object","properties":{"expression":{"type":"string","description":"arithmetic with + - * / and parentheses, e.g. 12*(3+4)"}},"required":["expression"]})J");
-}
-
-ToolResult run_calculator(const nlohmann::json& arguments) {
-    const double t0 = monotonic_s();
-    ToolResult r;
-    if (auto why = check_arguments(calculator_schema(), arguments); !why.empty()) {
-        r = ToolResult{"Invalid arguments for 'calculator': " + why, true, "arguments", 0.0};
-    } else {
-        try {
-            r.text = format_number(Calculator(arguments["expression"].get<std::string>()).run());
-        } catch (const ValueError& e) {
-            r = ToolResult{"Error executing tool 'calculator': " + e.message(), true, "tool", 0.0};
-        }
-    }
-    r.latency_s = monotonic_s() - t0;
-    return r;
-}
-
 std::vector<nlohmann::json> list_tool_schemas(const MultiTurnConfig& c) {
     std::vector<nlohmann::json> tools;
     for (const auto& b : c.builtin_tools)
-        if (b == "calculator")
-            tools.push_back(function_tool("calculator", "Evaluates an arithmetic expression", calculator_schema()));
+        if (const BuiltinTool* t = find_builtin_tool(b))
+            tools.push_back(function_tool(t->name, t->description, t->schema()));
     if (c.mcp_servers.empty()) return tools;
     McpClient mcp(c.mcp_servers, c.tool_timeout_s, c.server_start_timeout_s);
     mcp.start();
@@ -519,345 +424,26 @@ std::vector<nlohmann::json> list_tool_schemas(const MultiTurnConfig& c) {
     return tools;
 }
 
-namespace {
-
-// Per-token stop lookup of the continuous engine: 0 = go on, 1 = eos, 2 = stop id (generator.h's
-// rules: EOS wins over a stop id, then stop strings, then the turn's length).
-std::optional<FinishReason> turn_finish(const std::vector<uint8_t>& table, rollout::StopStringMatcher& text,
-                                        int64_t tok, size_t n, size_t max_tokens) {
-    const bool stop_string = text.active() && text.push(tok);
-    const uint8_t k = table[static_cast<size_t>(tok)];
-    if (k != 0) return k == 1 ? FinishReason::kEos : FinishReason::kStop;
-    if (stop_string) return FinishReason::kStop;
-    if (n == max_tokens) return FinishReason::kLength;
-    return std::nullopt;
-}
-
-// The continuous agent engine (tool_agent.h "Scheduling"): KV slots as in rollout::generate, a
-// sample keeping its slot from admission to its end; a sample waiting for tools is parked (KV
-// kept) while the others decode; its observation is prefilled after what the slot holds.
-class AgentEngine {
-  public:
-    AgentEngine(model::CausalLM& model, Conversations& conv, const rollout::SamplingParams& params,
-                const rollout::BatchLimits& limits)
-        : model_(model), conv_(conv), params_(params), lockstep_(model.tp() != nullptr) {
-        const int64_t V = model.args().vocab_size;
-        table_.assign(static_cast<size_t>(V), 0);
-        for (int64_t id : params.stop_token_ids) table_[static_cast<size_t>(id)] = 2;
-        if (params.eos_id >= 0) table_[static_cast<size_t>(params.eos_id)] = 1;
-        // Queue: the caller's order; samples whose first turn starts from the same tokens (a
-        // GRPO group) share one prefill.
-        std::map<std::vector<int64_t>, int64_t> first;
-        int64_t longest = 0;
-        for (size_t i = 0; i < conv.size(); ++i) {
-            const auto prompt_len = static_cast<int64_t>(conv.sequence(i).size() - conv[i].resp.size());
-            longest = std::max(longest, prompt_len);
-            if (conv[i].done) continue;  // its environment failed at reset
-            auto seq = conv.sequence(i);
-            group_.push_back(first.emplace(seq, static_cast<int64_t>(first.size())).first->second);
-            queue_.push_back(i);
-        }
-        group_hidden_.resize(first.size());
-        // A slot holds a whole conversation: prompt + response budget - 1 (the last token is
-        // never fed).
-        const int64_t per_seq = longest + params.max_new_tokens - 1;
-        int64_t slots =
-            std::min<int64_t>(limits.max_num_seqs, std::max<int64_t>(1, static_cast<int64_t>(queue_.size())));
-        if (limits.max_num_batched_tokens) {
-            RLPT_CHECK(
-                *limits.max_num_batched_tokens >= per_seq,
-                "rollout.max_num_batched_tokens = {} cannot hold one conversation: the longest prompt ({} tokens) "
-                "+ the response budget ({}) - 1 = {} KV positions",
-                *limits.max_num_batched_tokens, longest, params.max_new_tokens, per_seq);
-            slots = std::min(slots, *limits.max_num_batched_tokens / per_seq);
-        }
-        slot_.assign(static_cast<size_t>(slots), Slot{});
-        for (int64_t s = slots - 1; s >= 0; --s) free_.push_back(s);
-        if (!queue_.empty()) cache_.emplace(model.make_cache(slots, per_seq));
-    }
-
-    void run() {
-        std::vector<double> uniforms;
-        std::vector<int64_t> next, tokens, positions;
-        while (true) {
-            admit();
-            // Observations that arrived: prefilled into their slots. Blocks only when nothing
-            // else can run (lockstep: tensor-parallel ranks wait for every result, see tool_agent.h).
-            if (conv_.waiting()) {
-                const bool idle = active_.empty() && (free_.empty() || next_ >= queue_.size());
-                if (lockstep_) {
-                    while (conv_.waiting()) resume(conv_.collect(3600.0));
-                } else {
-                    resume(conv_.collect(idle ? 3600.0 : 0.0));
-                }
-            }
-            if (active_.empty()) {
-                if (next_ >= queue_.size() && !conv_.waiting()) break;
-                continue;
-            }
-            auto logits = model_.gathered_logits(hidden_);
-            if (!params_.greedy) {
-                uniforms.resize(active_.size());
-                for (size_t k = 0; k < active_.size(); ++k) {
-                    const Slot& sl = slot_[static_cast<size_t>(active_[k])];
-                    uniforms[k] = rollout::uniform_draw(sl.seed, static_cast<int64_t>(sl.tokens.size()));
-                }
-            }
-            const auto chosen = rollout::choose_tokens(logits, params_, uniforms);
-            next.clear();
-            tokens.clear();
-            positions.clear();
-            for (size_t k = 0; k < active_.size(); ++k) {
-                const int64_t slot = active_[k];
-                Slot& sl = slot_[static_cast<size_t>(slot)];
-                sl.tokens.push_back(chosen.tokens[k]);
-                sl.log_probs.push_back(chosen.log_probs[k]);
-                if (auto done = turn_finish(table_, sl.text, chosen.tokens[k], sl.tokens.size(), sl.max_tokens)) {
-                    const bool waits =
-                        conv_.end_turn(sl.sample, sl.tokens.data(), sl.log_probs.data(), sl.tokens.size(), *done);
-                    if (waits) sl.pending = chosen.tokens[k];  // parked: the slot keeps its KV
-                    else free_slot(slot);
-                } else {
-                    next.push_back(slot);
-                    tokens.push_back(chosen.tokens[k]);
-                    positions.push_back(cache_->slot_length(slot));
-                }
-            }
-            active_.swap(next);
-            if (active_.empty()) {
-                hidden_ = torch::Tensor();
-                continue;
-            }
-            const auto device = model_.device();
-            const auto n = static_cast<int64_t>(active_.size());
-            cache_->bind_slots(active_);
-            hidden_ = model_
-                          .forward_hidden(torch::tensor(tokens, torch::kInt64).view({n, 1}).to(device), torch::Tensor(),
-                                          torch::tensor(positions, torch::kInt64).view({n, 1}).to(device), &*cache_)
-                          .select(1, 0);
-        }
-    }
-
-  private:
-    struct Slot {
-        size_t sample = 0;
-        bool used = false;
-        int64_t group = -1;           // its first turn's group (the slot starts with its tokens)
-        uint64_t seed = 0;            // this turn's stream
-        size_t max_tokens = 0;        // this turn's budget
-        std::vector<int64_t> tokens;  // this turn's tokens
-        std::vector<float> log_probs;
-        rollout::StopStringMatcher text;
-        int64_t pending = -1;  // parked: the turn's last token, not yet fed
-    };
-
-    void start_turn(Slot& sl) {
-        sl.seed = conv_.turn_seed(sl.sample);
-        sl.max_tokens = conv_.room(sl.sample);
-        sl.tokens.clear();
-        sl.log_probs.clear();
-        sl.pending = -1;
-        sl.text = params_.token_texts ? rollout::StopStringMatcher(&params_.stop, params_.token_texts,
-                                                                   params_.include_stop_str_in_output)
-                                      : rollout::StopStringMatcher();
-    }
-
-    void free_slot(int64_t slot) {
-        cache_->set_slot_length(slot, 0);
-        slot_[static_cast<size_t>(slot)] = Slot{};
-        free_.push_back(slot);
-    }
-
-    void add_active(const std::vector<int64_t>& slots, const torch::Tensor& h) {
-        if (slots.empty()) return;
-        hidden_ = hidden_.defined() ? torch::cat({hidden_, h}, 0) : h;
-        active_.insert(active_.end(), slots.begin(), slots.end());
-    }
-
-    // Fills free slots with waiting samples: first turns whose tokens a live slot of the same
-    // group holds copy them, the others are prefilled together (right-padded).
-    void admit() {
-        std::vector<int64_t> fresh, copied;
-        while (!free_.empty() && next_ < queue_.size()) {
-            const int64_t slot = free_.back();
-            free_.pop_back();
-            Slot& sl = slot_[static_cast<size_t>(slot)];
-            sl.sample = queue_[next_];
-            sl.group = group_[next_++];
-            sl.used = true;
-            start_turn(sl);
-            bool shared = false;
-            for (const auto& o : slot_) shared = shared || (&o != &sl && o.used && o.group == sl.group);
-            (shared ? copied : fresh).push_back(slot);
-        }
-        if (!fresh.empty()) {
-            std::vector<std::vector<int64_t>> seqs;
-            for (int64_t s : fresh) seqs.push_back(conv_.sequence(slot_[static_cast<size_t>(s)].sample));
-            auto h = prefill(fresh, seqs);
-            for (size_t k = 0; k < fresh.size(); ++k)
-                group_hidden_[static_cast<size_t>(slot_[static_cast<size_t>(fresh[k])].group)] =
-                    h.narrow(0, static_cast<int64_t>(k), 1);
-            add_active(fresh, h);
-        }
-        std::vector<torch::Tensor> hs;
-        for (int64_t slot : copied) {
-            const Slot& sl = slot_[static_cast<size_t>(slot)];
-            const auto len = static_cast<int64_t>(conv_.sequence(sl.sample).size());
-            int64_t src = -1;
-            for (size_t o = 0; o < slot_.size() && src < 0; ++o)
-                if (static_cast<int64_t>(o) != slot && slot_[o].used && slot_[o].group == sl.group &&
-                    cache_->slot_length(static_cast<int64_t>(o)) >= len)
-                    src = static_cast<int64_t>(o);
-            RLPT_CHECK_KIND(InternalError, src >= 0, "tool_agent: no slot holds the first turn of slot {}", slot);
-            cache_->copy_slot(slot, src, len);
-            hs.push_back(group_hidden_[static_cast<size_t>(sl.group)]);
-        }
-        if (!copied.empty()) add_active(copied, torch::cat(hs, 0));
-    }
-
-    // Feeds seqs[b] after what slot slots[b] holds (one forward, right-padded): a first turn's
-    // prompt into an empty slot, or a parked turn's last token and its observation. Returns the
-    // hidden state after each sequence's last token [b, H].
-    torch::Tensor prefill(const std::vector<int64_t>& slots, const std::vector<std::vector<int64_t>>& seqs) {
-        const auto b = static_cast<int64_t>(slots.size());
-        int64_t T = 0;
-        bool empty_slots = true;
-        std::vector<int64_t> lens;
-        for (size_t k = 0; k < slots.size(); ++k) {
-            T = std::max<int64_t>(T, static_cast<int64_t>(seqs[k].size()));
-            lens.push_back(static_cast<int64_t>(seqs[k].size()));
-            empty_slots = empty_slots && cache_->slot_length(slots[k]) == 0;
-        }
-        auto ids = torch::full({b, T}, params_.pad_id, torch::kInt64);
-        auto mask = torch::zeros({b, T}, torch::kInt64);
-        auto pos = torch::zeros({b, T}, torch::kInt64);
-        for (int64_t k = 0; k < b; ++k) {
-            const auto& sq = seqs[static_cast<size_t>(k)];
-            const int64_t start = cache_->slot_length(slots[static_cast<size_t>(k)]);
-            std::copy(sq.begin(), sq.end(), ids.data_ptr<int64_t>() + k * T);
-            std::fill(mask.data_ptr<int64_t>() + k * T, mask.data_ptr<int64_t>() + k * T + lens[static_cast<size_t>(k)],
-                      1);
-            auto* p = pos.data_ptr<int64_t>() + k * T;
-            for (int64_t t = 0; t < T; ++t) p[t] = start + t;
-        }
-        const auto device = model_.device();
-        // Empty slots: the engine's plain prefill (the sampler's numerics); else an extend.
-        if (empty_slots) cache_->bind_slots(slots);
-        else cache_->bind_slots(slots, lens);
-        auto h = model_.forward_hidden(ids.to(device), mask.to(device), pos.to(device), &*cache_);
-        auto last = torch::tensor(lens, torch::kInt64).to(device) - 1;
-        h = h.index({torch::arange(b, torch::TensorOptions().dtype(torch::kInt64).device(device)), last});
-        if (empty_slots)
-            for (int64_t k = 0; k < b; ++k)
-                cache_->set_slot_length(slots[static_cast<size_t>(k)], lens[static_cast<size_t>(k)]);
-        return h;
-    }
-
-    // Samples whose results came back: ended ones free their slot, the others get their
-    // observation prefilled after the parked turn and decode their next turn.
-    void resume(const std::vector<Conversations::Back>& back) {
-        std::vector<int64_t> slots;
-        std::vector<std::vector<int64_t>> seqs;
-        for (const auto& r : back) {
-            int64_t slot = -1;
-            for (size_t o = 0; o < slot_.size() && slot < 0; ++o)
-                if (slot_[o].used && slot_[o].sample == r.sample && slot_[o].pending >= 0)
-                    slot = static_cast<int64_t>(o);
-            RLPT_CHECK_KIND(InternalError, slot >= 0, "tool_agent: sample {} came back without a parked slot",
-                            r.sample);
-            Slot& sl = slot_[static_cast<size_t>(slot)];
-            if (conv_[r.sample].done) {
-                free_slot(slot);
-                continue;
-            }
-            std::vector<int64_t> chunk{sl.pending};
-            chunk.insert(chunk.end(), r.observation.begin(), r.observation.end());
-            start_turn(sl);
-            slots.push_back(slot);
-            seqs.push_back(std::move(chunk));
-        }
-        if (!slots.empty()) add_active(slots, prefill(slots, seqs));
-    }
-
-    model::CausalLM& model_;
-    Conversations& conv_;
-    const rollout::SamplingParams& params_;
-    const bool lockstep_;
-    std::vector<uint8_t> table_;
-    std::vector<size_t> queue_;                // samples in admission order
-    std::vector<int64_t> group_;               // per queue entry: its first turn's group
-    size_t next_ = 0;                          // queue_[0, next_) admitted
-    std::vector<torch::Tensor> group_hidden_;  // per group: hidden state after its first sequence
-    std::optional<model::KVCache> cache_;
-    std::vector<Slot> slot_;
-    std::vector<int64_t> free_, active_;
-    torch::Tensor hidden_;  // [active_.size(), H]
-};
-
-void check_call(const std::vector<std::vector<int64_t>>& prompts, const std::vector<uint64_t>& seeds,
-                const rollout::SamplingParams& params, const rollout::GeneratorContext& ctx, int64_t vocab) {
+std::unique_ptr<ConversationSource> open_conversations(const std::vector<std::vector<int64_t>>& prompts,
+                                                       const std::vector<uint64_t>& seeds,
+                                                       const rollout::SamplingParams& params,
+                                                       rollout::GeneratorContext& ctx) {
     RLPT_CHECK_KIND(InternalError, ctx.config != nullptr && ctx.tokenizer != nullptr,
                     "tool_agent: the generator context has no config or tokenizer");
-    rollout::validate_sampling_params(params, vocab);
     RLPT_CHECK(seeds.size() == prompts.size(), "tool_agent: {} seeds for {} prompts", seeds.size(), prompts.size());
+    return std::make_unique<Conversations>(prompts, seeds, params, ctx);
 }
-
-}  // namespace
 
 rollout::GenerationOutput tool_agent_generate(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                               const std::vector<uint64_t>& seeds, const rollout::SamplingParams& params,
-                                              int64_t max_num_seqs, rollout::GeneratorContext& ctx) {
-    return continuous_agent_loop(model, prompts, seeds, params, rollout::batch_limits(max_num_seqs, ctx), ctx);
-}
-
-rollout::GenerationOutput continuous_agent_loop(model::CausalLM& model,
-                                                const std::vector<std::vector<int64_t>>& prompts,
-                                                const std::vector<uint64_t>& seeds,
-                                                const rollout::SamplingParams& params,
-                                                const rollout::BatchLimits& limits, rollout::GeneratorContext& ctx) {
-    check_call(prompts, seeds, params, ctx, model.args().vocab_size);
+                                              const rollout::BatchLimits& limits, rollout::GeneratorContext& ctx) {
+    rollout::validate_sampling_params(params, model.args().vocab_size);
     rollout::validate_batch_limits(limits);
     rollout::check_prompts(prompts, model.args().vocab_size);
     torch::NoGradGuard no_grad;
-    Conversations conv(prompts, seeds, params, ctx);
-    AgentEngine(model, conv, params, limits).run();
-    return conv.finish();
-}
-
-rollout::GenerationOutput run_agent_loop(const TurnGenerator& generate_turn,
-                                         const std::vector<std::vector<int64_t>>& prompts,
-                                         const std::vector<uint64_t>& seeds, const rollout::SamplingParams& params,
-                                         rollout::GeneratorContext& ctx) {
-    check_call(prompts, seeds, params, ctx, -1);
-    Conversations conv(prompts, seeds, params, ctx);
-    for (;;) {
-        std::vector<size_t> active;
-        std::vector<std::vector<int64_t>> turn_prompts;
-        std::vector<uint64_t> turn_seeds;
-        size_t room = 0;
-        for (size_t i = 0; i < conv.size(); ++i) {
-            if (conv[i].done) continue;
-            active.push_back(i);
-            turn_prompts.push_back(conv.sequence(i));
-            turn_seeds.push_back(conv.turn_seed(i));
-            room = std::max(room, conv.room(i));
-        }
-        if (active.empty()) break;
-        rollout::SamplingParams p = params;
-        p.max_new_tokens = static_cast<int64_t>(room);
-        auto g = generate_turn(turn_prompts, turn_seeds, p);
-        auto gr = g.responses.contiguous();
-        auto gm = g.response_mask.contiguous();
-        auto gl = g.rollout_log_probs.contiguous();
-        for (size_t j = 0; j < active.size(); ++j) {
-            const auto jj = static_cast<int64_t>(j);
-            const auto n = static_cast<size_t>(gm[jj].sum().item<int64_t>());
-            conv.end_turn(active[j], gr[jj].data_ptr<int64_t>(), gl[jj].data_ptr<float>(), n, g.finish_reasons[j]);
-        }
-        // The turn's tools and environment steps all run before the next turn (a barrier).
-        while (conv.waiting()) conv.collect(3600.0);
-    }
-    return conv.finish();
+    auto conversations = open_conversations(prompts, seeds, params, ctx);
+    rollout::run_engine(model, *conversations, params, limits);
+    return conversations->finish();
 }
 
 }  // namespace rlpt::agent

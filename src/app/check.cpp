@@ -19,7 +19,7 @@
 #include "rlpt/comm/placement.h"
 #include "rlpt/core/error.h"
 #include "rlpt/model/model_config.h"
-#include "rlpt/rollout/generators.h"
+#include "rlpt/roles/generator_table.h"
 #include "task_data.h"
 
 namespace rlpt::app {
@@ -160,7 +160,7 @@ void require_one_of(std::vector<std::string>& out, const Config& c, const std::s
 
 std::vector<std::string> generator_names() {
     std::vector<std::string> names;
-    for (const auto& g : rollout::generator_table()) names.emplace_back(g.name);
+    for (const auto& g : roles::generator_table()) names.emplace_back(g.name);
     return names;
 }
 

@@ -7,12 +7,12 @@
 
 #include "blas_select.h"
 #include "check.h"
+#include "generate_cli.h"
 #include "init_model.h"
 #include "rlpt/app/job.h"
 #include "rlpt/build_config.h"
 #include "rlpt/config/reference.h"
 #include "rlpt/core/error.h"
-#include "rlpt/rollout/generate_cli.h"
 
 namespace rlpt::app {
 namespace {
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
                     blas_description().c_str());
         return kExitOk;
     }
-    if (!std::strcmp(argv[1], "generate")) return rollout::generate_command(argc - 1, argv + 1);
+    if (!std::strcmp(argv[1], "generate")) return generate_command(argc - 1, argv + 1);
     if (!std::strcmp(argv[1], "check")) return check_command(argc - 1, argv + 1);
     if (!std::strcmp(argv[1], "init-model")) return init_model_command(argc - 1, argv + 1);
     if (!std::strncmp(argv[1], "--help-config", 13)) {

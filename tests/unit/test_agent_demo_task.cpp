@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "rlpt/agent/builtin_tools.h"
 #include "rlpt/agent/tool_agent.h"
 #include "rlpt/agent/tool_call.h"
 #include "rlpt/core/error.h"

@@ -1,7 +1,11 @@
 // The agent loop (agent/tool_agent.h) with scripted model turns: tool calls and their masked
 // observations, bad calls as error observations, the token budget, MCP tools (server-everything),
 // environments (scripts/examples/retry_env.py, one that exits); and the masking contract: tokens
-// with response_mask 0 change no loss, gradient, entropy or KL.
+// with response_mask 0 change no loss, gradient, entropy or KL. Scripts drive the conversations
+// (agent::ConversationSource) at the source level, through the turn-by-turn schedule
+// (unit/turn_by_turn.h); a model whose next token is a function of the last one scripts them on
+// the rollout engine itself; random-weight models compare the engine with the turn-by-turn
+// schedule.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -11,6 +15,7 @@
 
 #include "unit/agent_macro_tokenizer.h"
 #include "unit/agent_test_util.h"
+#include "unit/turn_by_turn.h"
 #include "rlpt/agent/line_process.h"
 #include "rlpt/agent/tool_agent.h"
 #include "rlpt/algo/agg_loss.h"
@@ -69,9 +74,27 @@ struct Script {
     }
 };
 
+// The conversations of one call with the script's turns (source level, turn by turn).
+GenerationOutput run_scripted(Script& script, const std::vector<std::vector<int64_t>>& prompts,
+                              const std::vector<uint64_t>& seeds, const rollout::SamplingParams& params,
+                              rollout::GeneratorContext& ctx) {
+    auto conversations = open_conversations(prompts, seeds, params, ctx);
+    rollout::testing::run_turn_by_turn(*conversations, std::ref(script), params);
+    return conversations->finish();
+}
+
 std::vector<int64_t> row(const torch::Tensor& t, int64_t i) {
     auto r = t[i].contiguous();
     return {r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + r.numel()};
+}
+
+// Row i's response tokens with response_mask == mask_value (padding left out), as text.
+std::string masked_text(const tokenizer::Tokenizer& tok, const GenerationOutput& g, int64_t i, int64_t mask_value) {
+    std::vector<int64_t> ids;
+    auto r = row(g.responses, i), m = row(g.response_mask, i);
+    for (size_t k = 0; k < r.size(); ++k)
+        if (m[k] == mask_value && (mask_value == 1 || r[k] != 0)) ids.push_back(r[k]);
+    return tok.decode(ids, false);
 }
 
 struct Fixture {
@@ -90,11 +113,7 @@ struct Fixture {
         return p;
     }
     std::string response_text(const GenerationOutput& g, int64_t i, int64_t mask_value) {
-        std::vector<int64_t> ids;
-        auto r = row(g.responses, i), m = row(g.response_mask, i);
-        for (size_t k = 0; k < r.size(); ++k)
-            if (m[k] == mask_value && (mask_value == 1 || r[k] != 0)) ids.push_back(r[k]);
-        return tok.decode(ids, false);
+        return masked_text(tok, g, i, mask_value);
     }
 };
 
@@ -110,7 +129,7 @@ TEST(AgentLoop, ToolCallsObservationsAndErrorsWithScriptedTurns) {
                   "z<eos>"};
     s.turns[7] = {"42<eos>"};
     std::vector<std::vector<int64_t>> prompts{{3, 10}, {4, 10}, {5, 10}, {6, 10}, {7, 10}};
-    auto g = run_agent_loop(std::ref(s), prompts, {1, 2, 3, 4, 5}, f.params(200), f.ctx);
+    auto g = run_scripted(s, prompts, {1, 2, 3, 4, 5}, f.params(200), f.ctx);
     ASSERT_EQ(g.responses.size(0), 5);
     // The model's own tokens (mask 1) are its two turns; the observation (mask 0) sits between them.
     EXPECT_EQ(f.response_text(g, 0, 1), call + "84<eos>");
@@ -155,7 +174,7 @@ TEST(AgentLoop, BudgetAndTurnLimits) {
     const auto n_call = static_cast<int64_t>(f.tok.encode(call, true).size());
     {  // The observation would reach the budget: not appended, the response ends on model tokens.
         Script s{f.tok, {{3, {call, "2<eos>"}}}, {}, {}};
-        auto g = run_agent_loop(std::ref(s), {{3}}, {1}, f.params(n_call + 5), f.ctx);
+        auto g = run_scripted(s, {{3}}, {1}, f.params(n_call + 5), f.ctx);
         EXPECT_EQ(g.responses.size(1), n_call);
         EXPECT_EQ(g.response_mask.sum().item<int64_t>(), n_call);
         EXPECT_EQ(g.finish_reasons[0], FinishReason::kLength);
@@ -163,16 +182,114 @@ TEST(AgentLoop, BudgetAndTurnLimits) {
     {  // max_assistant_turns = 1: the call is not run.
         f.config.rollout.multi_turn.max_assistant_turns = 1;
         Script s{f.tok, {{3, {call, "2<eos>"}}}, {}, {}};
-        auto g = run_agent_loop(std::ref(s), {{3}}, {1}, f.params(500), f.ctx);
+        auto g = run_scripted(s, {{3}}, {1}, f.params(500), f.ctx);
         EXPECT_EQ(g.responses.size(1), n_call);
         EXPECT_EQ(f.ctx.sample_values.at("tool_call_counts")[0], 0.0);
         f.config.rollout.multi_turn.max_assistant_turns = 0;
     }
     {  // A model turn cut by the budget ends the sample with kLength.
         Script s{f.tok, {{3, {call, "2<eos>"}}}, {}, {}};
-        auto g = run_agent_loop(std::ref(s), {{3}}, {1}, f.params(10), f.ctx);
+        auto g = run_scripted(s, {{3}}, {1}, f.params(10), f.ctx);
         EXPECT_EQ(g.responses.size(1), 10);
         EXPECT_EQ(g.finish_reasons[0], FinishReason::kLength);
+    }
+}
+
+// ---- scripted turns on the rollout engine ----
+// A model whose next token is a function of the last one: one-hot embeddings, attention and MLP
+// outputs zeroed (the residual stream is the token's embedding), the LM head a transition table
+// (next[from] = to, logit margin ~200). Every token a turn is sampled after must be in `next`.
+std::shared_ptr<model::CausalLM> bigram_model(int64_t vocab, const std::map<int64_t, int64_t>& next) {
+    auto a = model::tiny_model_args(model::ModelFamily::kLlama, vocab);
+    a.hidden_size = (vocab + 31) / 32 * 32;
+    a.head_dim = a.hidden_size / a.num_attention_heads;
+    a.num_hidden_layers = 1;
+    a.validate();
+    auto m = model::make_random_causal_lm(a, 1, torch::kFloat32);
+    torch::NoGradGuard no_grad;
+    for (auto& item : m->named_parameters()) {
+        const std::string& name = item.key();
+        torch::Tensor& p = item.value();
+        if (name.find("embed_tokens") != std::string::npos) {
+            p.zero_();
+            for (int64_t v = 0; v < vocab; ++v) p[v][v] = 1.0;
+        } else if (name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos) {
+            p.zero_();
+        } else if (name.find("norm") != std::string::npos) {
+            p.fill_(1.0);
+        } else if (name.find("lm_head") != std::string::npos) {
+            p.zero_();
+            for (const auto& [from, to] : next) p[to][from] = 20.0;
+        }
+    }
+    return m;
+}
+
+// The scripted turns of ToolCallsObservationsAndErrorsWithScriptedTurns, said by a real model on
+// the one engine: each prompt's last character picks a whole tool call (a macro token) or "42",
+// EOS ends it; after an observation (its last character '>') the model says "k". Any slot count,
+// greedy or sampled, gives the same conversations; the budget cuts as in BudgetAndTurnLimits.
+TEST(AgentLoop, ScriptedTurnsOnTheEngine) {
+    const std::vector<std::string> calls{
+        "<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"12*(3+4)\"}}</tool_call>",
+        "<tool_call>{oops</tool_call>", "<tool_call>{\"name\": \"add\", \"arguments\": {}}</tool_call>",
+        "<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": 5}}</tool_call>"};
+    testing::MacroTokenizer tok(kCharset, calls);
+    const int64_t eos = tokenizer::CharTokenizer::kEosId;
+    auto id = [&](char c) { return tok.encode(std::string(1, c), false).at(0); };
+    std::map<int64_t, int64_t> next{
+        {id('e'), id('4')}, {id('4'), id('2')}, {id('2'), eos}, {id('>'), id('k')}, {id('k'), eos}};
+    for (int64_t k = 0; k < 4; ++k) {
+        next[id(static_cast<char>('a' + k))] = tok.first_macro_id() + k;
+        next[tok.first_macro_id() + k] = eos;
+    }
+    const auto model = bigram_model(tok.vocab_size(), next);
+    Config config;
+    config.rollout.multi_turn.builtin_tools = {"calculator"};
+    rollout::GeneratorContext ctx;
+    ctx.config = &config;
+    ctx.tokenizer = &tok;
+    std::vector<std::vector<int64_t>> prompts;
+    for (const char* p : {"qa", "qb", "qc", "qd", "qe"}) prompts.push_back(tok.encode(p, false));
+    const std::vector<uint64_t> seeds{1, 2, 3, 4, 5};
+    rollout::SamplingParams params;
+    params.max_new_tokens = 200;
+    params.eos_id = eos;
+    for (const bool greedy : {true, false}) {
+        for (const int64_t slots : {1, 2, 5}) {
+            SCOPED_TRACE(::testing::Message() << "greedy " << greedy << ", max_num_seqs " << slots);
+            params.greedy = greedy;
+            const auto g = tool_agent_generate(*model, prompts, seeds, params, rollout::BatchLimits(slots), ctx);
+            EXPECT_EQ(masked_text(tok, g, 0, 1), calls[0] + "<eos>k<eos>");
+            EXPECT_EQ(masked_text(tok, g, 0, 0), "<tool_response>84</tool_response>");
+            EXPECT_NE(masked_text(tok, g, 1, 0).find("not a JSON object"), std::string::npos);
+            EXPECT_NE(masked_text(tok, g, 2, 0).find("Unknown function 'add'. Available tools: [calculator]"),
+                      std::string::npos);
+            EXPECT_NE(
+                masked_text(tok, g, 3, 0)
+                    .find("Invalid arguments for 'calculator': argument 'expression': expected string, got integer"),
+                std::string::npos)
+                << masked_text(tok, g, 3, 0);
+            EXPECT_EQ(masked_text(tok, g, 4, 1), "42<eos>");
+            EXPECT_EQ(masked_text(tok, g, 4, 0), "");
+            EXPECT_TRUE(torch::all(g.rollout_log_probs.masked_select(g.response_mask == 0) == 0).item<bool>());
+            const auto& v = ctx.sample_values;
+            EXPECT_EQ(v.at("num_turns"), (std::vector<double>{4, 4, 4, 4, 2}));
+            EXPECT_EQ(v.at("tool_call_counts"), (std::vector<double>{1, 1, 1, 1, 0}));
+            EXPECT_EQ(v.at("tool_errors"), (std::vector<double>{0, 1, 1, 1, 0}));
+            EXPECT_EQ(v.at("model_tokens"), (std::vector<double>{4, 4, 4, 4, 3}));
+            for (auto r : g.finish_reasons) EXPECT_EQ(r, FinishReason::kEos);
+        }
+    }
+    // The budget: an observation that would reach it is not appended; a turn it cuts ends in kLength.
+    params.greedy = true;
+    for (const int64_t R : {int64_t{7}, int64_t{1}}) {
+        params.max_new_tokens = R;
+        const auto g = tool_agent_generate(*model, {prompts[0]}, {1}, params, rollout::BatchLimits(4), ctx);
+        EXPECT_EQ(g.responses.size(1), std::min<int64_t>(R, 2));
+        EXPECT_EQ(g.response_mask.sum().item<int64_t>(), std::min<int64_t>(R, 2));
+        EXPECT_EQ(g.finish_reasons[0], FinishReason::kLength);
+        EXPECT_EQ(ctx.sample_values.at("tool_call_counts")[0], R == 7 ? 1.0 : 0.0);  // a cut turn runs no call
     }
 }
 
@@ -193,7 +310,7 @@ TEST(AgentLoop, McpToolsOfDifferentSamplesRunTogether) {
             "<eos>"};
     s.turns[7] = {"<tool_call>{\"name\": \"get-sum\", \"arguments\": {\"a\": \"x\", \"b\": 2}}</tool_call><eos>",
                   "<eos>"};
-    auto g = run_agent_loop(std::ref(s), {{3}, {4}, {5}, {6}, {7}}, {1, 2, 3, 4, 5}, f.params(400), f.ctx);
+    auto g = run_scripted(s, {{3}, {4}, {5}, {6}, {7}}, {1, 2, 3, 4, 5}, f.params(400), f.ctx);
     for (int64_t k = 0; k < 4; ++k) {
         // The char vocabulary has no 'T' or 'h': those characters are dropped from the observation.
         EXPECT_NE(f.response_text(g, k, 0).find(fmt::format("sum of {} and 2 is {}.", k, k + 2)), std::string::npos)
@@ -213,7 +330,7 @@ TEST(AgentLoop, EnvironmentRewardsAndAnEnvironmentThatExits) {
     f.ctx.ground_truth = {"7", "7", "7"};
     f.ctx.sample_index = {10, 11, 12};
     Script s{f.tok, {{3, {"5<eos>", "7<eos>"}}, {4, {"7<eos>"}}, {5, {"1<eos>", "2<eos>"}}}, {}, {}};
-    auto g = run_agent_loop(std::ref(s), {{3}, {4}, {5}}, {1, 2, 3}, f.params(100), f.ctx);
+    auto g = run_scripted(s, {{3}, {4}, {5}}, {1, 2, 3}, f.params(100), f.ctx);
     EXPECT_EQ(f.ctx.sample_values.at("env_reward"), (std::vector<double>{0.5, 1.0, 0.0}));
     EXPECT_EQ(f.response_text(g, 0, 0), "wrong, try again");
     EXPECT_EQ(f.ctx.sample_values.at("num_turns"), (std::vector<double>{4, 2, 4}));
@@ -223,7 +340,7 @@ TEST(AgentLoop, EnvironmentRewardsAndAnEnvironmentThatExits) {
     bad.config.rollout.multi_turn.env_command = "exit 3";
     bad.ctx.sample_index = {17};
     Script s2{bad.tok, {{3, {"5<eos>"}}}, {}, {}};
-    auto g2 = run_agent_loop(std::ref(s2), {{3}}, {1}, bad.params(100), bad.ctx);
+    auto g2 = run_scripted(s2, {{3}}, {1}, bad.params(100), bad.ctx);
     EXPECT_EQ(bad.ctx.sample_values.at("env_errors")[0], 1.0);
     EXPECT_EQ(g2.responses.size(1), 0);  // reset failed: the sample ends before its first turn
 }
@@ -319,19 +436,22 @@ struct RealModel {
         p.stop_token_ids = tok.macro_ids();
         return p;
     }
-    // The turn-by-turn loop with the engine as its turn generator (rlpt's loop before #13).
+    // The turn-by-turn schedule with rollout::generate as its turn generator (rlpt's loop before #13).
     GenerationOutput turn_by_turn(const std::vector<std::vector<int64_t>>& prompts, const std::vector<uint64_t>& seeds,
                                   const rollout::SamplingParams& p) {
-        return run_agent_loop(
+        auto conversations = open_conversations(prompts, seeds, p, ctx);
+        rollout::testing::run_turn_by_turn(
+            *conversations,
             [&](const std::vector<std::vector<int64_t>>& pr, const std::vector<uint64_t>& sd,
                 const rollout::SamplingParams& sp) {
                 return rollout::generate(*model, pr, sd, sp, rollout::BatchLimits(64));
             },
-            prompts, seeds, p, ctx);
+            p);
+        return conversations->finish();
     }
     GenerationOutput continuous(const std::vector<std::vector<int64_t>>& prompts, const std::vector<uint64_t>& seeds,
                                 const rollout::SamplingParams& p, int64_t max_num_seqs) {
-        return tool_agent_generate(*model, prompts, seeds, p, max_num_seqs, ctx);
+        return tool_agent_generate(*model, prompts, seeds, p, rollout::batch_limits(max_num_seqs, ctx), ctx);
     }
 };
 
@@ -399,10 +519,10 @@ TEST(AgentLoop, ContinuousMatchesTurnByTurnAtAnyMaxNumSeqs) {
     const auto gref = m.turn_by_turn(prompts, seeds, gp);
     rollout::BatchLimits l(8);
     l.max_num_batched_tokens = 2 * (18 + 160 - 1) + 5;  // the longest prompt has 18 tokens
-    expect_same_trajectories(gref, continuous_agent_loop(*m.model, prompts, seeds, gp, l, m.ctx));
+    expect_same_trajectories(gref, tool_agent_generate(*m.model, prompts, seeds, gp, l, m.ctx));
     l.max_num_batched_tokens = 100;
     try {
-        continuous_agent_loop(*m.model, prompts, seeds, gp, l, m.ctx);
+        tool_agent_generate(*m.model, prompts, seeds, gp, l, m.ctx);
         ADD_FAILURE() << "no error";
     } catch (const ValueError& e) {
         EXPECT_NE(std::string(e.what()).find("rollout.max_num_batched_tokens = 100"), std::string::npos) << e.what();

@@ -1,4 +1,4 @@
-// `rlpt generate` (rollout/generate_cli.h): JSON and text output against the library, the
+// `rlpt generate` (src/app/generate_cli.h): JSON and text output against the library, the
 // --prompt-ids path without tokenizer files, and every usage error.
 #include <gtest/gtest.h>
 #include <fmt/ranges.h>
@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "generate_cli.h"
 #include "rlpt/model/transformer.h"
 #include "rlpt/rollout/beam_search.h"
-#include "rlpt/rollout/generate_cli.h"
 #include "rlpt/rollout/generator.h"
 #include "rlpt/rollout/sampler.h"
 #include "rlpt/tokenizer/char_tokenizer.h"
@@ -35,7 +35,7 @@ Run run_cli(std::vector<std::string> args) {
     argv.push_back(nullptr);
     ::testing::internal::CaptureStdout();
     ::testing::internal::CaptureStderr();
-    const int code = generate_command(static_cast<int>(args.size()), argv.data());
+    const int code = app::generate_command(static_cast<int>(args.size()), argv.data());
     std::fflush(stdout);
     std::fflush(stderr);
     Run r{code, ::testing::internal::GetCapturedStdout(), ::testing::internal::GetCapturedStderr()};

@@ -1,5 +1,6 @@
-// Rollout engine (rollout/generator.h): KV-cache decode against the full forward, layout,
-// stopping, reproducibility across batchings, and sampled frequencies on a hand-built model.
+// Sampling on the rollout engine (rollout/generator.h, engine.h): KV-cache decode against the
+// full forward, layout, stopping, reproducibility across batchings, and sampled frequencies on a
+// hand-built model.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

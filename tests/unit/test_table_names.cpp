@@ -13,7 +13,7 @@
 #include "rlpt/app/registry.h"
 #include "rlpt/config/config.h"
 #include "rlpt/reward/registry.h"
-#include "rlpt/rollout/generators.h"
+#include "rlpt/roles/generator_table.h"
 
 namespace rlpt::app {
 namespace {
@@ -37,7 +37,7 @@ TEST(TableNames, EveryEntryOfEveryTableIsAccepted) {
         e.actor.policy_loss.loss_mode = name;
         EXPECT_TRUE(table_name_problems(e).empty()) << joined(table_name_problems(e));
     }
-    for (const auto& g : rollout::generator_table()) {
+    for (const auto& g : roles::generator_table()) {
         Config e = c;
         e.rollout.generator = g.name;
         EXPECT_TRUE(table_name_problems(e).empty()) << joined(table_name_problems(e));

@@ -20,31 +20,25 @@
 //               out of every loss, entropy and KL. An observation that would reach R is not
 //               appended and the sample ends, so a response always ends on model tokens. Then back
 //               to GENERATING (max_user_turns caps these observation turns).
-// Scheduling (tool_agent_generate = continuous_agent_loop): continuous batching over KV slots as
-// in rollout::generate (generator.h): rollout.max_num_seqs slots of (longest prompt + R - 1)
+// Scheduling: the conversations are a sequence source (rollout/sequence_source.h) of the one
+// rollout engine (rollout/engine.h): rollout.max_num_seqs KV slots of (longest prompt + R - 1)
 // positions, bounded by rollout.max_num_batched_tokens. A sample holds one slot from its first
-// turn to its end. When its turn ends with tool calls the slot is parked (its KV kept) and the
-// other slots keep decoding; tool calls of different samples are in flight together. When the
-// results are back, only the new tokens (the turn's last token, never fed yet, and the
-// observation, which ends with the next assistant header) are prefilled after what the slot
-// holds (KVCache extend), and the sample decodes its next turn: the conversation is never
-// prefilled again (prefix reuse across turns). A finished sample frees its slot for the next
-// waiting sample. Samples whose first turn starts from identical tokens (the n samples of a
-// prompt) share one prefill (copied into their slots). The engine waits for tool results only when
-// no slot can decode. Tensor-parallel rollout (model.tp()): every rank of the block must make the
-// same batching decisions, so the engine waits for all results out before each decode step
-// (lockstep; results are the same, tool waits overlap less).
-// run_agent_loop is the turn-by-turn schedule (rlpt's loop before continuous batching): one
-// generation call per turn over the samples still active, then a barrier on every tool result; it
-// remains for scripted tests (TurnGenerator) and as the baseline of scripts/bench_agent.sh.
+// turn to its end. When its turn ends with tool calls (or an environment step) the slot is parked
+// (its KV kept) and the other slots keep decoding; tool calls of different samples are in flight
+// together. When the results are back, only the new tokens (the turn's last token and the
+// observation, which ends with the next assistant header) are prefilled after what the slot holds,
+// and the sample decodes its next turn: the conversation is never prefilled again. Samples whose
+// first turn starts from identical tokens (the n samples of a prompt) share one prefill. The
+// engine waits for tool results only when no slot can decode; a tensor-parallel rollout waits for
+// every result before each decode step (lockstep, engine.h).
 //
 // Randomness: turn 0 of a sample uses its seed (a sample without tool calls is token-identical to
 // the sampler's); turn t uses sample_seed(seed, t, 0), its token c draw c of that stream: results
-// depend neither on batch composition nor on the schedule. Both schedules give the same tokens;
-// log-probs agree to rounding, not bit for bit: the turn-by-turn loop recomputes the conversation's
-// K/V in one prefill per turn, the continuous one keeps the K/V each token got in its decode step
-// (a different summation order), so a draw that falls within ~1e-6 of a token boundary could
-// differ (tests/unit/test_agent_loop.cpp compares both, and slot counts, on a tiny model).
+// depend neither on batch composition nor on the schedule. A schedule that prefills the whole
+// conversation each turn (tests/unit/turn_by_turn.h, the baseline of scripts/bench_agent.sh) gives
+// the same tokens; log-probs agree to rounding, not bit for bit (the engine keeps the K/V each
+// token got in its decode step, a different summation order), so a draw that falls within ~1e-6
+// of a token boundary could differ.
 //
 // Per-sample outputs (GeneratorContext::sample_values): num_turns (verl: assistant + user turns + 1),
 // tool_call_counts, tool_errors, tool_latency_s (sum over the sample's calls), tool_latency_max_s,
@@ -54,7 +48,7 @@
 // State (GeneratorContext::state, for the worker's life): the MCP servers (started on the first
 // call, stopped with the worker) and the environment pool. Tool I/O runs on the calling thread
 // (non-blocking pipes polled between decode steps): no threads and no MPI.
-#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -63,6 +57,7 @@
 #include "rlpt/agent/tool_call.h"
 #include "rlpt/config/config.h"
 #include "rlpt/rollout/generators.h"
+#include "rlpt/rollout/sequence_source.h"
 
 namespace rlpt::agent {
 
@@ -72,23 +67,31 @@ namespace rlpt::agent {
 // fails to start.
 std::vector<nlohmann::json> list_tool_schemas(const MultiTurnConfig& c);
 
-// The built-in calculator: arguments {"expression": "12*(3+4)"} with + - * / and parentheses over
-// decimal numbers. Its schema, and its result (integers printed without a fraction; errors, e.g.
-// division by zero, as an error result).
-nlohmann::json calculator_schema();
-ToolResult run_calculator(const nlohmann::json& arguments);
-
+// The tool agent on the rollout engine: open_conversations, rollout::run_engine, finish().
+// ValueError as rollout::generate for bad prompts, params or limits.
 rollout::GenerationOutput tool_agent_generate(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                               const std::vector<uint64_t>& seeds, const rollout::SamplingParams& params,
-                                              int64_t max_num_seqs, rollout::GeneratorContext& context);
+                                              const rollout::BatchLimits& limits, rollout::GeneratorContext& context);
 
-// The continuous schedule with explicit engine limits (limits.continuous and share_prefixes are
-// not read). ValueError as rollout::generate for bad prompts, params or limits.
-rollout::GenerationOutput continuous_agent_loop(model::CausalLM& model,
-                                                const std::vector<std::vector<int64_t>>& prompts,
-                                                const std::vector<uint64_t>& seeds,
-                                                const rollout::SamplingParams& params,
-                                                const rollout::BatchLimits& limits, rollout::GeneratorContext& context);
+// The conversations of one call as a sequence source: sequence i is sample i (prompt i, seed i);
+// samples whose environment failed at reset are not queued. Turns end as the engine decides
+// (EOS, stop ids and strings, the budget left); end_turn parks a sample whose turn holds tool
+// calls (or steps its environment), collect() returns it with the rendered observation or ended.
+class ConversationSource : public rollout::SequenceSource {
+  public:
+    // After the run: closes the environment episodes, fills context.sample_values and returns the
+    // conversations in rollout::generate's shapes (observation tokens: response_mask 0, log-prob 0).
+    virtual rollout::GenerationOutput finish() = 0;
+};
+
+// Opens the conversations of one call: starts the tool servers and the environment pool on first
+// use (kept in context.state), then resets every sample's environment episode. prompts, seeds,
+// params (params.max_new_tokens = R) and context must outlive the source. InternalError without
+// context.config or context.tokenizer; ValueError when seeds and prompts differ in number.
+std::unique_ptr<ConversationSource> open_conversations(const std::vector<std::vector<int64_t>>& prompts,
+                                                       const std::vector<uint64_t>& seeds,
+                                                       const rollout::SamplingParams& params,
+                                                       rollout::GeneratorContext& context);
 
 // Observation ids: o.pieces encoded with special-token text, o.texts without (a tool cannot inject
 // control tokens; characters the tokenizer lacks are dropped).
@@ -107,16 +110,5 @@ struct EncodedConversation {
 };
 EncodedConversation encode_conversation(const tokenizer::Tokenizer& tok, tokenizer::ChatFamily family,
                                         const nlohmann::json& turns, int64_t eos_id);
-
-// The turn-by-turn loop with its generation step as a parameter (tests script the model's turns;
-// scripts/bench_agent.sh passes rollout::generate). The loop reads responses, response_mask,
-// rollout_log_probs and finish_reasons of each turn's output.
-using TurnGenerator =
-    std::function<rollout::GenerationOutput(const std::vector<std::vector<int64_t>>& prompts,
-                                            const std::vector<uint64_t>& seeds, const rollout::SamplingParams& params)>;
-rollout::GenerationOutput run_agent_loop(const TurnGenerator& generate_turn,
-                                         const std::vector<std::vector<int64_t>>& prompts,
-                                         const std::vector<uint64_t>& seeds, const rollout::SamplingParams& params,
-                                         rollout::GeneratorContext& context);
 
 }  // namespace rlpt::agent

@@ -230,7 +230,7 @@ struct RolloutConfig {
     // Weights generation runs with (verl/vLLM's rollout.dtype): auto = model.dtype (the policy's
     // own tensors); float32 | bfloat16 = a copy in that dtype, refreshed when the weights change.
     std::string dtype = "auto";
-    std::string generator = "sampler";       // a row of the generator table (rlpt/rollout/generators.h)
+    std::string generator = "sampler";       // a row of the generator table (rlpt/roles/generator_table.h)
     BeamSearchConfig beam_search;            // generator beam_search, and beam_search stages
     std::vector<RolloutStageConfig> stages;  // generator multi_stage: at least one stage
     MultiTurnConfig multi_turn;              // generator tool_agent

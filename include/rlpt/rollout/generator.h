@@ -1,25 +1,9 @@
 #pragma once
-// Rollout engine (DESIGN §4): autoregressive generation with continuous batching over a KV
-// cache of sequence slots, prompts shared by their samples.
-//
-//   Slots: the KV cache (model::KVCache, slot use) holds S sequences, each in its own region of
-//   (longest prompt + max_new_tokens - 1) positions, S = min(max_num_seqs, number of prompts,
-//   max_num_batched_tokens / that region), allocated once per call. Prompts wait in a queue
-//   (longest first, identical prompts together); whenever slots are free, the next prompts are
-//   prefilled straight into them (one right-padded forward) and join the decode batch, so it
-//   stays full until the queue is empty. A finished sequence just frees its slot: no cache
-//   compaction, no reallocation. Each decode step attends every row to its own slot's length
-//   (kernels::decode_attention_slots on the CPU).
-//   Shared prompts: prompts of a call that are token-for-token identical (the n samples of a
-//   GRPO/RLOO group arrive as repeated prompts) are prefilled once; the other samples copy the
-//   prompt's K/V from a live slot holding it (KVCache::copy_slot) and start from the same
-//   last hidden state. Detection is by content within the call (no group ids needed); a
-//   prompt whose every live copy has finished before another sample of it is admitted is
-//   prefilled again.
-//   Stopping: on EOS, on any stop token id, on a stop string (stop_strings.h), or at
-//   max_new_tokens, decided for every row by one
-//   function (generator.cpp finish_reason).
-//   Sampling: temperature / top-k / top-p or greedy (sampler.h).
+// Sampling (DESIGN §4): rollout::generate, the sampler, runs its prompts on the rollout engine
+// (rollout/engine.h: KV slots, continuous batching, shared prefixes) as the trivial sequence
+// source: one turn per prompt, never parked. Prompts wait longest first (prefills pad little),
+// identical prompts together (the n samples of a GRPO/RLOO group share one prefill). Also the
+// sampling parameters, batch limits and output layout every generator shares.
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -75,13 +59,13 @@ struct GenerationOutput {
 };
 
 // How the engine batches: config keys rollout.max_num_seqs and rollout.max_num_batched_tokens
-// (vLLM's names; here the token budget bounds the KV cache, see the header comment).
+// (vLLM's names; here the token budget bounds the KV cache, see rollout/engine.h).
 struct BatchLimits {
     int64_t max_num_seqs = 256;  // sequences decoded together (slots), >= 1
-    // KV positions over all slots, >= 1; must hold one sequence (longest prompt +
-    // max_new_tokens - 1). Unset: max_num_seqs slots.
+    // KV positions over all slots, >= 1; must hold one sequence (longest prompt + response
+    // budget - 1). Unset: max_num_seqs slots.
     std::optional<int64_t> max_num_batched_tokens;
-    // Engine switches for tests and scripts/bench_rollout.sh (defaults: the engine above).
+    // Engine switches for tests and scripts/bench_rollout.sh (defaults: engine.h).
     // continuous = false: static batches ("waves"): the next prompts are admitted only when
     // every slot is free, i.e. micro-batches of max_num_seqs prompts decoded until their last
     // row finishes (rlpt's generation before continuous batching). share_prefixes = false:

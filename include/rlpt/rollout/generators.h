@@ -1,20 +1,18 @@
 #pragma once
-// The rollout generators: how the rollout role turns prompts into responses, by name
-// (config key rollout.generator). Rows of src/rollout/generators.cpp:
-//   sampler      rollout::generate (generator.h): temperature / top-k / top-p or greedy sampling
-//   beam_search  rollout::beam_search (beam_search.h): rollout.beam_search.{beam_width,
-//                length_penalty}; a prompt's n samples are its n best beams
-//   multi_stage  rollout::run_stages (multi_stage.h): rollout.stages
-//   tool_agent   agent::tool_agent_generate (rlpt/agent/tool_agent.h): rollout.multi_turn
+// What a rollout generator is: how the rollout role turns prompts into responses, chosen by name
+// (config key rollout.generator) from the table in the rollout role
+// (rlpt/roles/generator_table.h: sampler, beam_search, multi_stage, tool_agent).
 //
 // A generator takes the prompts, one seed per prompt, the sampling parameters, the number of
-// sequences decoded together (rollout.max_num_seqs) and its GeneratorContext (its typed arguments, GeneratorArgs, resolved from the config by
-// the rollout role at init plus per-row fields of the call; the run's config and tokenizer; the
-// sample fields; state it keeps across calls), and returns a GenerationOutput with
-// rollout::generate's shapes and finish reasons; the rollout role pads it to the call's widths.
-// Adding one (an agent loop, ...) is one file pair with the function and one row in
-// src/rollout/generators.cpp (and its section of typed arguments here when it has one).
-// KVCache::fork_rows / repeat_rows let it share a prefill between rows (beam forks, n samples).
+// sequences decoded together (rollout.max_num_seqs) and its GeneratorContext (its typed
+// arguments, GeneratorArgs, resolved from the config by the rollout role at init plus per-row
+// fields of the call; the run's config and tokenizer; the sample fields; state it keeps across
+// calls), and returns a GenerationOutput with rollout::generate's shapes and finish reasons; the
+// rollout role pads it to the call's widths. Adding one is one file pair with the function and
+// one row in roles/generator_table.cpp (and its section of typed arguments here when it has
+// one). A generator that runs turns on the KV-slot engine is a sequence source
+// (rollout/sequence_source.h, as agent/tool_agent.h); KVCache::fork_rows / repeat_rows let one
+// share a prefill between rows (beam forks, n samples).
 #include <map>
 #include <memory>
 #include <string>
@@ -63,23 +61,9 @@ GenerationOutput sample_responses(model::CausalLM& model, const std::vector<std:
                                   const std::vector<uint64_t>& seeds, const SamplingParams& params,
                                   int64_t max_num_seqs, GeneratorContext& context);
 
-// The engine limits a generator passes to rollout::generate: max_num_seqs, and the KV token
-// budget rollout.max_num_batched_tokens from context.config (none without a config).
+// The engine limits a generator passes on (rollout::generate, agent::tool_agent_generate, ...):
+// max_num_seqs, and the KV token budget rollout.max_num_batched_tokens from context.config (none
+// without a config).
 BatchLimits batch_limits(int64_t max_num_seqs, const GeneratorContext& context);
-
-struct GeneratorEntry {
-    const char* name;
-    GeneratorFn fn;
-    const char* what;  // one line for error messages and docs
-};
-
-// Every generator, in a fixed order.
-const std::vector<GeneratorEntry>& generator_table();
-// The entry named `name`; ConfigError "rollout.generator: unknown generator ... (valid: ...)".
-const GeneratorEntry& find_generator(const std::string& name);
-
-// The typed arguments of rollout.beam_search and rollout.stages (stage texts are not encoded
-// here: the role fills append_ids with the ids the controller sent).
-GeneratorArgs generator_args(const RolloutConfig& c);
 
 }  // namespace rlpt::rollout

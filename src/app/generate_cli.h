@@ -42,9 +42,9 @@
 // Exit codes: 0 done (also --help), 2 bad flags, a missing model folder or config.json, no
 // tokenizer for --prompt, prompt ids outside the vocabulary; 1 any other failure (e.g. a
 // corrupt checkpoint). Messages go to stderr, prefixed "rlpt generate: ".
-namespace rlpt::rollout {
+namespace rlpt::app {
 
 // argv[0] is "generate" (the subcommand name), flags follow.
 int generate_command(int argc, char** argv);
 
-}  // namespace rlpt::rollout
+}  // namespace rlpt::app

@@ -1,4 +1,4 @@
-#include "rlpt/rollout/generate_cli.h"
+#include "generate_cli.h"
 
 #include <CLI/CLI.hpp>
 #include <fmt/ranges.h>
@@ -24,8 +24,15 @@
 #include "rlpt/tokenizer/chat_template.h"
 #include "rlpt/tokenizer/tokenizer.h"
 
-namespace rlpt::rollout {
+namespace rlpt::app {
 namespace {
+
+using rollout::BeamSearchParams;
+using rollout::FinishReason;
+using rollout::GenerationOutput;
+using rollout::GeneratorContext;
+using rollout::SamplingParams;
+using rollout::TokenTexts;
 
 constexpr int kExitOk = 0;
 constexpr int kExitError = 1;
@@ -225,7 +232,7 @@ int run(const Options& opt) {
     TokenTexts texts;
     if (!opt.stop.empty()) {
         if (!tok) throw UsageError("--stop needs the folder's tokenizer (stop strings are matched on the text)");
-        texts = token_texts(*tok);
+        texts = rollout::token_texts(*tok);
         params.token_texts = &texts;
     }
 
@@ -237,7 +244,7 @@ int run(const Options& opt) {
     std::vector<uint64_t> seeds;
     std::vector<int64_t> ranks;
     for (int64_t i = 0; i < rows; ++i) {
-        seeds.push_back(sample_seed(opt.seed, 0, i));
+        seeds.push_back(rollout::sample_seed(opt.seed, 0, i));
         ranks.push_back(i);
     }
     // --tool: the agent loop of rollout.generator tool_agent (agent/tool_agent.h) with the built-in tools.
@@ -250,9 +257,11 @@ int run(const Options& opt) {
     agent_ctx.tokenizer = tok.get();
     const bool agent = !opt.tools.empty();
     if (agent && !tok) throw UsageError("--tool needs the folder's tokenizer (tool calls are parsed from the text)");
-    const GenerationOutput out = beams   ? beam_search(*model, prompts, params, beam, ranks, rows)
-                                 : agent ? agent::tool_agent_generate(*model, prompts, seeds, params, rows, agent_ctx)
-                                         : generate(*model, prompts, seeds, params, std::max<int64_t>(rows, 1));
+    const GenerationOutput out = beams ? rollout::beam_search(*model, prompts, params, beam, ranks, rows)
+                                 : agent
+                                     ? agent::tool_agent_generate(*model, prompts, seeds, params,
+                                                                  rollout::batch_limits(rows, agent_ctx), agent_ctx)
+                                     : rollout::generate(*model, prompts, seeds, params, std::max<int64_t>(rows, 1));
     // A beam's cumulative log-prob (the sum of its tokens' log-probs) and its ranking score.
     auto cumulative = [](const std::vector<float>& lps) {
         double sum = 0;
@@ -260,8 +269,9 @@ int run(const Options& opt) {
         return sum;
     };
     auto score_of = [&](int64_t i, const std::vector<float>& lps) {
-        return beam_score(cumulative(lps), static_cast<int64_t>(lps.size()),
-                          out.finish_reasons[static_cast<size_t>(i)] == FinishReason::kEos, opt.length_penalty);
+        return rollout::beam_score(cumulative(lps), static_cast<int64_t>(lps.size()),
+                                   out.finish_reasons[static_cast<size_t>(i)] == FinishReason::kEos,
+                                   opt.length_penalty);
     };
 
     // The text shown: cut at the stop string when --stop is given (out.texts), else decoded.
@@ -301,7 +311,7 @@ int run(const Options& opt) {
                 s["response_mask"] = std::vector<int64_t>(m.data_ptr<int64_t>(), m.data_ptr<int64_t>() + m.numel());
                 for (const auto& [name, v] : agent_ctx.sample_values) s[name] = v[static_cast<size_t>(i)];
             }
-            s["finish_reason"] = finish_reason_name(out.finish_reasons[static_cast<size_t>(i)]);
+            s["finish_reason"] = rollout::finish_reason_name(out.finish_reasons[static_cast<size_t>(i)]);
             j["samples"].push_back(std::move(s));
         }
         std::fputs((j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n").c_str(), stdout);
@@ -312,7 +322,7 @@ int run(const Options& opt) {
         if (tok) text += fmt::format("{}\n", tok->decode(prompt_ids));
         for (int64_t i = 0; i < rows; ++i) {
             auto [ids, lps] = response(i);
-            const char* reason = finish_reason_name(out.finish_reasons[static_cast<size_t>(i)]);
+            const char* reason = rollout::finish_reason_name(out.finish_reasons[static_cast<size_t>(i)]);
             if (beams) {
                 text += fmt::format("--- beam {} (finish: {}, {} tokens, cumulative log-prob {:.4f}, score {:.4f})\n",
                                     i, reason, ids.size(), cumulative(lps), score_of(i, lps));
@@ -407,8 +417,8 @@ int generate_command(int argc, char** argv) {
         SamplingParams check = sampling_params(opt);
         check.stop.clear();  // the token texts come with the tokenizer, in run()
         try {
-            validate_sampling_params(check, /*vocab_size=*/0);
-            validate_stop_strings(opt.stop, "--stop");
+            rollout::validate_sampling_params(check, /*vocab_size=*/0);
+            rollout::validate_stop_strings(opt.stop, "--stop");
         } catch (const ValueError& e) {
             throw UsageError(e.message());
         }
@@ -425,4 +435,4 @@ int generate_command(int argc, char** argv) {
     }
 }
 
-}  // namespace rlpt::rollout
+}  // namespace rlpt::app
