@@ -364,18 +364,4 @@ int zero_shard_group_size(const Placement& p, const std::string& role, int64_t f
     return runs.front() == dp ? 0 : runs.front();
 }
 
-int64_t reference_zero_stage(const Config& c) {
-    if (c.ref.zero_stage >= 0) return c.ref.zero_stage;
-    return c.actor.optim.zero_stage == 3 ? 3 : 0;
-}
-
-void check_zero_shard_groups(const Config& c, const Placement& p) {
-    const bool sft = c.trainer.mode == "sft";
-    const OptimConfig& actor = sft ? c.sft.optim : c.actor.optim;
-    zero_shard_group_size(p, "actor", actor.fsdp_size, sft ? "sft.optim.fsdp_size" : "actor.optim.fsdp_size");
-    zero_shard_group_size(p, "critic", c.critic.optim.fsdp_size, "critic.optim.fsdp_size");
-    if (reference_zero_stage(c) == 3)
-        zero_shard_group_size(p, "reference", c.actor.optim.fsdp_size, "actor.optim.fsdp_size (for the reference)");
-}
-
 }  // namespace rlpt::comm

@@ -18,6 +18,7 @@ using protocol::WorkerContext;
 
 class ActorWorker : public RoleWorker {
   public:
+    ActorSettings settings;                        // from kInit
     std::shared_ptr<detail::SharedPolicy> policy;  // also published to colocated roles
     std::unique_ptr<engine::TrainEngine> engine;
     detail::PolicySync sync;
@@ -31,22 +32,20 @@ ActorWorker& ready(RoleWorker& w) {
     return a;
 }
 
-Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+Batch init(RoleWorker& w, WorkerContext& ctx, const Batch&, const protocol::InitWith<ActorSettings>& args) {
     ActorWorker& a = self_of(w);
-    const Config& c = *ctx.config;
-    const auto args = protocol::decode_args<protocol::InitArgs>(in, "actor.init");
+    a.settings = args.settings;
+    const ActorSettings& s = a.settings;
     auto device = protocol::handler_device();
     a.policy = std::make_shared<detail::SharedPolicy>();
-    a.policy->model = detail::build_policy(c, device, args.vocab_size, detail::tensor_parallel(ctx, device));
-    const bool sft = c.trainer.mode == "sft";
-    const OptimConfig& optim = sft ? c.sft.optim : c.actor.optim;
-    auto opts = detail::optim_options(optim, args.total_steps);
-    opts.shard_group_size = comm::zero_shard_group_size(ctx.topology->placement(), "actor", optim.fsdp_size,
-                                                        sft ? "sft.optim.fsdp_size" : "actor.optim.fsdp_size");
-    a.engine = std::make_unique<engine::TrainEngine>(a.policy->model, ctx.comms->dp, opts,
-                                                     streams::actor_engine_seed(c.trainer.seed),
-                                                     detail::engine_tp_info(ctx, *a.policy->model,
-                                                                            a.policy->model->tp_layout()));
+    a.policy->model = detail::build_policy(s.model, device, args.run.vocab_size, detail::tensor_parallel(ctx, device));
+    auto opts = detail::optim_options(s.optim, args.run.total_steps);
+    opts.shard_group_size =
+        comm::zero_shard_group_size(ctx.topology->placement(), "actor", s.optim.fsdp_size, s.optim_key + ".fsdp_size");
+    a.engine =
+        std::make_unique<engine::TrainEngine>(a.policy->model, ctx.comms->dp, opts, streams::actor_engine_seed(s.seed),
+                                              detail::engine_tp_info(ctx, *a.policy->model,
+                                                                     a.policy->model->tp_layout()));
     a.policy->held = [engine = a.engine.get()] { return engine->held_parameters(); };
     a.policy->lend_scratch = [engine = a.engine.get()] { return engine->lend_gradient_memory(); };
     a.policy->comm = &ctx.comms->role;
@@ -55,7 +54,7 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     for (const auto& p : a.policy->model->parameters()) params += p.numel();
     if (ctx.comms->role_rank == 0) {
         RLPT_LOG_INFO("actor: {} parameters on this rank ({}), {} on {}, dp={} tp={}{}", params,
-                      c.model.path.empty() ? "built-in" : c.model.path, c.model.dtype, device.str(), ctx.dp_size(),
+                      s.model.path.empty() ? "built-in" : s.model.path, s.model.dtype, device.str(), ctx.dp_size(),
                       a.policy->model->tp_layout().tp,
                       a.engine->shard_group_size() < ctx.dp_size()
                           ? fmt::format(", ZeRO-{} hybrid shard: shard group {} of {} DP ranks", opts.zero_stage,
@@ -65,15 +64,14 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     return Batch(0);
 }
 
-Batch compute_log_prob(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+Batch compute_log_prob(RoleWorker& w, WorkerContext&, const Batch& in, const ActorLogProbArgs& args) {
     ActorWorker& a = ready(w);
     torch::NoGradGuard no_grad;
-    const auto args = protocol::decode_args<ActorLogProbArgs>(in, "actor.compute_log_prob");
-    const bool entropy = ctx.config->actor.calculate_entropy || ctx.config->actor.entropy_coeff != 0;
+    const bool entropy = a.settings.log_prob_entropy;
     std::vector<detail::ForwardColumn> columns{{"old_log_probs"}};
     if (entropy) columns.push_back({"entropy"});
     if (args.sum_pi_squared) columns.push_back({"sum_pi_squared"});
-    Batch out = detail::forward_micro_batches(in, ctx.config->actor.log_prob_micro_batch_size_per_rank, columns,
+    Batch out = detail::forward_micro_batches(in, a.settings.log_prob_micro_batch_size_per_rank, columns,
                                               [&](const engine::SequenceBatch& seq) {
                                                   auto lp =
                                                       engine::compute_log_probs(*a.policy->model, seq, args.temperature,
@@ -87,35 +85,14 @@ Batch compute_log_prob(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     return out;
 }
 
-Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in, const ActorUpdateArgs& args) {
     ActorWorker& a = ready(w);
-    const Config& c = *ctx.config;
-    const ActorConfig& ac = c.actor;
-    const auto args = protocol::decode_args<ActorUpdateArgs>(in, "actor.update");
+    const ActorSettings& s = a.settings;
     const comm::Communicator& dp = ctx.comms->dp;
+    algo::ActorLossConfig lc = s.loss;  // its global_batch_info is set per mini-batch
+    const bool with_entropy = lc.entropy_coeff != 0;
 
-    algo::ActorLossConfig lc;
-    lc.loss_mode = ac.policy_loss.loss_mode;
-    lc.policy.clip_ratio = ac.clip_ratio;
-    lc.policy.clip_ratio_low = ac.clip_ratio_low;
-    lc.policy.clip_ratio_high = ac.clip_ratio_high;
-    lc.policy.clip_ratio_c = ac.clip_ratio_c;
-    lc.policy.tau_pos = ac.tau_pos;
-    lc.policy.tau_neg = ac.tau_neg;
-    lc.policy.clip_cov_ratio = ac.policy_loss.clip_cov_ratio;
-    lc.policy.clip_cov_lb = ac.policy_loss.clip_cov_lb;
-    lc.policy.clip_cov_ub = ac.policy_loss.clip_cov_ub;
-    lc.policy.kl_cov_ratio = ac.policy_loss.kl_cov_ratio;
-    lc.policy.ppo_kl_coef = ac.policy_loss.ppo_kl_coef;
-    lc.policy.dro_beta = ac.policy_loss.dro_beta;
-    lc.policy.loss_agg_mode = algo::parse_agg_mode(ac.loss_agg_mode);
-    lc.entropy_coeff = ac.entropy_coeff;
-    lc.use_kl_loss = ac.use_kl_loss;
-    lc.kl_loss_coef = ac.kl_loss_coef;
-    lc.kl_loss_type = ac.kl_loss_type;
-    const bool with_entropy = ac.entropy_coeff != 0;
-
-    detail::PpoLoop loop = detail::make_ppo_loop("actor", args, ac, "actor/loss");
+    detail::PpoLoop loop = detail::make_ppo_loop("actor", args, s.ppo, "actor/loss");
     loop.skipped_steps_metric = true;
     Batch metrics(0);
     detail::ppo_update_loop(
@@ -133,11 +110,11 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
             li.policy.response_mask = detail::first_columns(mb.at("response_mask"), r).to(dev);
             // Losses that draw (clip_cov) get a generator keyed by run seed, optimizer step (restored
             // on resume), DP rank and micro-batch: the same draws after a resume, none from the global RNG.
-            li.policy.generator = at::detail::createCPUGenerator(detail::stream_seed(
-                {static_cast<uint64_t>(c.trainer.seed), static_cast<uint64_t>(a.engine->global_step()),
-                 static_cast<uint64_t>(dp.rank()), static_cast<uint64_t>(micro)}));
+            li.policy.generator = at::detail::createCPUGenerator(
+                detail::stream_seed({static_cast<uint64_t>(s.seed), static_cast<uint64_t>(a.engine->global_step()),
+                                     static_cast<uint64_t>(dp.rank()), static_cast<uint64_t>(micro)}));
             if (with_entropy) li.entropy = lp.entropy;
-            if (ac.use_kl_loss) li.ref_log_prob = detail::first_columns(mb.at("ref_log_prob"), r).to(dev);
+            if (lc.use_kl_loss) li.ref_log_prob = detail::first_columns(mb.at("ref_log_prob"), r).to(dev);
             if (mb.has("rollout_is_weights"))  // algorithm.rollout_correction.rollout_is
                 li.policy.rollout_is_weights = detail::first_columns(mb.at("rollout_is_weights"), r).to(dev);
             auto out = algo::compute_actor_loss(li, lc);
@@ -153,7 +130,7 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
             return out.loss.item<double>();
         });
     // Turn the per-micro-batch sums into one value per rank and mini-batch (then mean).
-    const double n_steps = static_cast<double>(args.num_mini_batches * ac.ppo_epochs);
+    const double n_steps = static_cast<double>(args.num_mini_batches * s.ppo.epochs);
     for (const char* k : {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss"}) {
         auto it = metrics.metrics().find(std::string(k) + "#mb");
         if (it == metrics.metrics().end()) continue;
@@ -165,11 +142,11 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     return metrics;
 }
 
-Batch sft_step(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+Batch sft_step(RoleWorker& w, WorkerContext& ctx, const Batch& in, const SftStepArgs& args) {
     ActorWorker& a = ready(w);
-    const double global_tokens = protocol::decode_args<SftStepArgs>(in, "actor.sft_step").global_tokens;
+    const double global_tokens = args.global_tokens;
     RLPT_CHECK(global_tokens > 0, "sft step: the global batch has no loss tokens");
-    const int64_t micro = ctx.config->sft.micro_batch_size_per_rank;
+    const int64_t micro = a.settings.sft_micro_batch_size_per_rank;
     a.engine->zero_grad();
     double loss = 0;
     for (const Batch& mb : in.split(std::max<int64_t>(1, micro))) {
@@ -194,22 +171,22 @@ Batch send_weights(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     uint64_t version = static_cast<uint64_t>(in.meta_int("version", static_cast<int64_t>(a.policy->version)));
     // ZeRO-3: every actor rank sends from its shards (nothing gathered). Other stages: the first
     // block sends its whole slices.
-    detail::sync_policy_weights(a.sync, ctx, *a.policy->model, version, a.policy->held);
+    detail::sync_policy_weights(a.sync, a.settings.weight_sync, ctx, *a.policy->model, version, a.policy->held);
     return Batch(0);
 }
 
-Batch save(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+Batch save(RoleWorker& w, WorkerContext& ctx, const Batch&, const protocol::DirArgs& args) {
     ActorWorker& a = ready(w);
     const auto version = static_cast<int64_t>(a.policy->version);
-    return detail::save_engine_checkpoint(*a.engine, protocol::decode_args<protocol::DirArgs>(in, "actor.save").dir,
-                                          "actor", ctx.comms->role_rank, [&](ckpt::H5Writer& writer) {
+    return detail::save_engine_checkpoint(*a.engine, args.dir, "actor", ctx.comms->role_rank,
+                                          [&](ckpt::H5Writer& writer) {
                                               writer.set_int_attr("actor/weight_version", version);
                                           });
 }
 
-Batch load(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+Batch load(RoleWorker& w, WorkerContext& ctx, const Batch&, const protocol::DirArgs& args) {
     ActorWorker& a = ready(w);
-    const std::string dir = protocol::decode_args<protocol::DirArgs>(in, "actor.load").dir;
+    const std::string& dir = args.dir;
     const detail::ResliceTarget reslice = detail::reslice_target(*a.policy->model);
     detail::load_engine_checkpoint(
         *a.engine, dir, "actor", ctx.comms->role_rank, ctx.comms->role,
@@ -220,12 +197,12 @@ Batch load(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     return Batch(0);
 }
 
-Batch export_hf(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+Batch export_hf(RoleWorker& w, WorkerContext& ctx, const Batch&, const protocol::DirArgs& args) {
     ActorWorker& a = ready(w);
     // Streamed: one full tensor at a time. Under ZeRO-3 each tensor's slices go to DP rank 0
     // only (TrainEngine::gather_parameter); with tp > 1 the first DP block then gathers it over
     // the block and its rank 0 writes it. No rank holds more than one full tensor beyond its shards.
-    const std::string dir = protocol::decode_args<protocol::DirArgs>(in, "actor.export").dir;
+    const std::string& dir = args.dir;
     engine::TrainEngine& eng = *a.engine;
     std::exception_ptr err;
     if (ctx.comms->dp_rank == 0) {
@@ -251,7 +228,6 @@ std::unique_ptr<RoleWorker> make_actor(WorkerContext&) { return std::make_unique
 
 const protocol::RoleSpec& actor_spec() {
     static const protocol::RoleSpec spec = [] {
-        using protocol::args_schema;
         using protocol::method;
         using protocol::tensors;
         const auto sequences = tensors("input_ids", "attention_mask", "position_ids", "responses");
@@ -261,31 +237,26 @@ const protocol::RoleSpec& actor_spec() {
         s.factory = make_actor;
         s.methods = {
             detail::ping_spec(),
-            method(ActorMethod::kInit, "init", init).takes(args_schema<protocol::InitArgs>()),
-            method(ActorMethod::kComputeLogProb, "compute_log_prob", compute_log_prob)
+            method<ActorMethod::kInit, init>("init").receives_settings(),
+            method<ActorMethod::kComputeLogProb, compute_log_prob>("compute_log_prob")
                 .split_over_dp()
                 .takes(sequences)
-                .takes(args_schema<ActorLogProbArgs>())
                 .concat_outputs(tensors("old_log_probs")),
-            method(ActorMethod::kUpdate, "update", update)
+            method<ActorMethod::kUpdate, update>("update")
                 .split_over_dp()
                 .unpadded()
                 .takes(sequences)
                 .takes(tensors("response_mask", "old_log_probs", "advantages"))
-                .takes(args_schema<ActorUpdateArgs>())
                 .concat_outputs({}),
-            method(ActorMethod::kSftStep, "sft_step", sft_step)
+            method<ActorMethod::kSftStep, sft_step>("sft_step")
                 .split_over_dp()
                 .unpadded()
                 .takes(tensors("input_ids", "attention_mask", "position_ids", "loss_mask"))
-                .takes(args_schema<SftStepArgs>())
                 .concat_outputs({}),
             method(ActorMethod::kSendWeights, "send_weights", send_weights),
-            method(ActorMethod::kSave, "save", save)
-                .takes(args_schema<protocol::DirArgs>())
-                .every_output({protocol::string_field("file")}),
-            method(ActorMethod::kLoad, "load", load).takes(args_schema<protocol::DirArgs>()),
-            method(ActorMethod::kExport, "export", export_hf).takes(args_schema<protocol::DirArgs>()),
+            method<ActorMethod::kSave, save>("save").every_output({protocol::string_field("file")}),
+            method<ActorMethod::kLoad, load>("load"),
+            method<ActorMethod::kExport, export_hf>("export"),
         };
         return s;
     }();

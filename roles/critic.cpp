@@ -1,8 +1,6 @@
 // The critic: value predictions and their clipped-loss update.
 #include "rlpt/roles/critic.h"
 
-#include <optional>
-
 #include "model_setup.h"
 #include "rlpt/algo/agg_loss.h"
 #include "rlpt/algo/value_loss.h"
@@ -16,38 +14,11 @@ namespace {
 using protocol::RoleWorker;
 using protocol::WorkerContext;
 
-// The critic's settings, resolved once at kInit. The keys it shares with the actor come from
-// actor.* (as verl's critic inherits them): the loss aggregation and its scale, the dynamic
-// micro-batching, and ppo_epochs unless critic.ppo_epochs is set.
-struct CriticSettings {
-    int64_t ppo_epochs = 1;
-    algo::AggMode loss_agg_mode{};
-    std::optional<double> loss_scale_factor;  // unset: the response length R
-    int64_t ppo_micro_batch_size_per_rank = 1;
-    int64_t forward_micro_batch_size_per_rank = 1;
-    bool use_dynamic_bsz = false;
-    int64_t ppo_max_token_len_per_rank = 0;
-    double cliprange_value = 0;
-};
-
-CriticSettings resolve_settings(const Config& c) {
-    CriticSettings s;
-    s.ppo_epochs = c.critic.ppo_epochs.value_or(c.actor.ppo_epochs);
-    s.loss_agg_mode = algo::parse_agg_mode(c.actor.loss_agg_mode);
-    s.loss_scale_factor = c.actor.loss_scale_factor;
-    s.ppo_micro_batch_size_per_rank = c.critic.ppo_micro_batch_size_per_rank;
-    s.forward_micro_batch_size_per_rank = c.critic.forward_micro_batch_size_per_rank;
-    s.use_dynamic_bsz = c.actor.use_dynamic_bsz;
-    s.ppo_max_token_len_per_rank = c.actor.ppo_max_token_len_per_rank;
-    s.cliprange_value = c.critic.cliprange_value;
-    return s;
-}
-
 class CriticWorker : public RoleWorker {
   public:
     std::shared_ptr<model::ValueModel> model;
     std::unique_ptr<engine::TrainEngine> engine;
-    CriticSettings settings;
+    CriticSettings settings;  // from kInit
 };
 
 CriticWorker& ready(RoleWorker& w) {
@@ -56,29 +27,27 @@ CriticWorker& ready(RoleWorker& w) {
     return c;
 }
 
-Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+Batch init(RoleWorker& w, WorkerContext& ctx, const Batch&, const protocol::InitWith<CriticSettings>& args) {
     auto& cw = static_cast<CriticWorker&>(w);
-    const Config& c = *ctx.config;
-    cw.settings = resolve_settings(c);
-    const auto args = protocol::decode_args<protocol::InitArgs>(in, "critic.init");
+    cw.settings = args.settings;
+    const CriticSettings& s = cw.settings;
     auto device = protocol::handler_device();
-    auto dtype = detail::dtype_for(c);
+    auto dtype = detail::dtype_for(s.policy.dtype);
     auto tp = detail::tensor_parallel(ctx, device);
-    if (!c.critic.model_path.empty()) {
-        cw.model = model::load_value_model(c.critic.model_path, dtype, device, tp);
-    } else if (!c.model.path.empty()) {
+    if (!s.model_path.empty()) {
+        cw.model = model::load_value_model(s.model_path, dtype, device, tp);
+    } else if (!s.policy.path.empty()) {
         cw.model =
-            model::value_model_from_policy_checkpoint(c.model.path, dtype, device, model::ValueHeadInit::kZero, 0, tp);
+            model::value_model_from_policy_checkpoint(s.policy.path, dtype, device, model::ValueHeadInit::kZero, 0, tp);
     } else {
-        auto policy = detail::build_policy(c, device, args.vocab_size, tp);
+        auto policy = detail::build_policy(s.policy, device, args.run.vocab_size, tp);
         cw.model = model::value_model_from_policy(*policy, dtype, device, model::ValueHeadInit::kZero);
     }
-    auto opts = detail::optim_options(c.critic.optim, args.total_steps);
-    opts.shard_group_size = comm::zero_shard_group_size(ctx.topology->placement(), "critic", c.critic.optim.fsdp_size,
-                                                        "critic.optim.fsdp_size");
+    auto opts = detail::optim_options(s.optim, args.run.total_steps);
+    opts.shard_group_size =
+        comm::zero_shard_group_size(ctx.topology->placement(), "critic", s.optim.fsdp_size, "critic.optim.fsdp_size");
     cw.engine =
-        std::make_unique<engine::TrainEngine>(cw.model, ctx.comms->dp, opts,
-                                              streams::critic_engine_seed(c.trainer.seed),
+        std::make_unique<engine::TrainEngine>(cw.model, ctx.comms->dp, opts, streams::critic_engine_seed(s.seed),
                                               detail::engine_tp_info(ctx, *cw.model, cw.model->backbone().tp_layout()));
     return Batch(0);
 }
@@ -95,11 +64,10 @@ Batch compute_values(RoleWorker& w, WorkerContext&, const Batch& in) {
     return out;
 }
 
-Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in, const CriticUpdateArgs& args) {
     CriticWorker& cw = ready(w);
     const CriticSettings& c = cw.settings;
-    const auto args = protocol::decode_args<CriticUpdateArgs>(in, "critic.update");
-    const detail::PpoLoop loop = detail::make_ppo_loop("critic", args, c, "critic/vf_loss");
+    const detail::PpoLoop loop = detail::make_ppo_loop("critic", args, c.ppo, "critic/vf_loss");
     Batch metrics(0);
     detail::ppo_update_loop(*cw.engine, ctx.comms->dp, ctx.dp_size(), in, loop, metrics,
                             [&](const Batch& mb, const algo::GlobalBatchInfo& info, int64_t) {
@@ -120,17 +88,14 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     return metrics;
 }
 
-Batch save(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
-    return detail::save_engine_checkpoint(*ready(w).engine,
-                                          protocol::decode_args<protocol::DirArgs>(in, "critic.save").dir, "critic",
-                                          ctx.comms->role_rank);
+Batch save(RoleWorker& w, WorkerContext& ctx, const Batch&, const protocol::DirArgs& args) {
+    return detail::save_engine_checkpoint(*ready(w).engine, args.dir, "critic", ctx.comms->role_rank);
 }
 
-Batch load(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+Batch load(RoleWorker& w, WorkerContext& ctx, const Batch&, const protocol::DirArgs& args) {
     CriticWorker& cw = ready(w);
     const detail::ResliceTarget reslice = detail::reslice_target(*cw.model);
-    detail::load_engine_checkpoint(*cw.engine, protocol::decode_args<protocol::DirArgs>(in, "critic.load").dir,
-                                   "critic", ctx.comms->role_rank, ctx.comms->role, {}, &reslice);
+    detail::load_engine_checkpoint(*cw.engine, args.dir, "critic", ctx.comms->role_rank, ctx.comms->role, {}, &reslice);
     return Batch(0);
 }
 
@@ -140,7 +105,6 @@ std::unique_ptr<RoleWorker> make_critic(WorkerContext&) { return std::make_uniqu
 
 const protocol::RoleSpec& critic_spec() {
     static const protocol::RoleSpec spec = [] {
-        using protocol::args_schema;
         using protocol::method;
         using protocol::tensors;
         const auto sequences = tensors("input_ids", "attention_mask", "position_ids", "responses");
@@ -150,22 +114,19 @@ const protocol::RoleSpec& critic_spec() {
         s.factory = make_critic;
         s.methods = {
             detail::ping_spec(),
-            method(CriticMethod::kInit, "init", init).takes(args_schema<protocol::InitArgs>()),
+            method<CriticMethod::kInit, init>("init").receives_settings(),
             method(CriticMethod::kComputeValues, "compute_values", compute_values)
                 .split_over_dp()
                 .takes(sequences)
                 .concat_outputs(tensors("values")),
-            method(CriticMethod::kUpdate, "update", update)
+            method<CriticMethod::kUpdate, update>("update")
                 .split_over_dp()
                 .unpadded()
                 .takes(sequences)
                 .takes(tensors("response_mask", "values", "returns"))
-                .takes(args_schema<CriticUpdateArgs>())
                 .concat_outputs({}),
-            method(CriticMethod::kSave, "save", save)
-                .takes(args_schema<protocol::DirArgs>())
-                .every_output({protocol::string_field("file")}),
-            method(CriticMethod::kLoad, "load", load).takes(args_schema<protocol::DirArgs>()),
+            method<CriticMethod::kSave, save>("save").every_output({protocol::string_field("file")}),
+            method<CriticMethod::kLoad, load>("load"),
         };
         return s;
     }();

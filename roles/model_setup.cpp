@@ -12,7 +12,7 @@
 
 namespace rlpt::roles::detail {
 
-torch::Dtype dtype_for(const Config& c) { return c.model.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32; }
+torch::Dtype dtype_for(const std::string& dtype) { return dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32; }
 
 std::shared_ptr<const model::TensorParallel> tensor_parallel(const protocol::WorkerContext& ctx, torch::Device device) {
     if (!ctx.comms->mp.valid() || ctx.comms->mp.size() <= 1) return nullptr;
@@ -30,24 +30,25 @@ engine::TensorParallelInfo engine_tp_info(const protocol::WorkerContext& ctx, co
 
 namespace {
 
-std::shared_ptr<model::CausalLM> build_policy_model(const Config& c, torch::Device device, int64_t vocab_size,
+std::shared_ptr<model::CausalLM> build_policy_model(const ModelSettings& m, torch::Device device, int64_t vocab_size,
                                                     std::shared_ptr<const model::TensorParallel> tp) {
-    if (!c.model.path.empty()) {
-        return model::load_pretrained(c.model.path, dtype_for(c), device, std::move(tp));
+    if (!m.path.empty()) {
+        return model::load_pretrained(m.path, dtype_for(m.dtype), device, std::move(tp));
     }
     RLPT_CHECK_KIND(ConfigError, vocab_size > 0, "a built-in model needs the tokenizer's vocabulary size");
-    const auto& b = c.model.builtin;
+    const auto& b = m.builtin;
     model::ModelArgs a = model::builtin_model_args(b, vocab_size);
-    a.torch_dtype = c.model.dtype;
-    return model::make_random_causal_lm(a, static_cast<uint64_t>(b.init_seed), dtype_for(c), device, std::move(tp));
+    a.torch_dtype = m.dtype;
+    return model::make_random_causal_lm(a, static_cast<uint64_t>(b.init_seed), dtype_for(m.dtype), device,
+                                        std::move(tp));
 }
 
 }  // namespace
 
-std::shared_ptr<model::CausalLM> build_policy(const Config& c, torch::Device device, int64_t vocab_size,
+std::shared_ptr<model::CausalLM> build_policy(const ModelSettings& s, torch::Device device, int64_t vocab_size,
                                               std::shared_ptr<const model::TensorParallel> tp) {
-    auto m = build_policy_model(c, device, vocab_size, std::move(tp));
-    const auto precision = model::head_precision_from_name(c.model.head_precision);
+    auto m = build_policy_model(s, device, vocab_size, std::move(tp));
+    const auto precision = model::head_precision_from_name(s.head_precision);
     m->set_head_precision(precision);
     if (precision == model::HeadPrecision::kTf32 && !device.is_cuda())
         RLPT_LOG_INFO("model.head_precision: tf32 changes nothing on {} (no TF32 there): the head runs in fp32",
@@ -61,17 +62,15 @@ std::vector<torch::Tensor> parameter_list(torch::nn::Module& m) {
     return out;
 }
 
-comm::WeightSyncOptions weight_sync_options(const Config& config) {
+comm::WeightSyncOptions weight_sync_options(const WeightSyncSettings& s) {
     comm::WeightSyncOptions opts;
-    opts.bucket_bytes = static_cast<int64_t>(config.rollout.weight_sync.bucket_mb * 1024 * 1024);
-    opts.timeout_s = config.trainer.call_timeout_s;
+    opts.bucket_bytes = static_cast<int64_t>(s.bucket_mb * 1024 * 1024);
+    opts.timeout_s = s.timeout_s;
     return opts;
 }
 
-bool weight_sync_from_shards(const protocol::WorkerContext& ctx) {
-    const Config& c = *ctx.config;
-    const OptimConfig& optim = c.trainer.mode == "sft" ? c.sft.optim : c.actor.optim;
-    return optim.zero_stage == 3 && !comm::weight_exchange_ranks(ctx.topology->placement()).empty();
+bool weight_sync_from_shards(const WeightSyncSettings& s, const protocol::WorkerContext& ctx) {
+    return s.actor_zero_stage == 3 && !comm::weight_exchange_ranks(ctx.topology->placement()).empty();
 }
 
 namespace {
@@ -79,14 +78,14 @@ namespace {
 // The ZeRO-3 actor's sync: every actor rank sends what it holds of its shards, every separate
 // rollout rank receives its slices (model::HeldReshard), then the version from the group's rank
 // 0 (the actor's first rank) by one broadcast with the deadline.
-void sync_from_shards(PolicySync& sync, const protocol::WorkerContext& ctx, model::CausalLM& m, uint64_t& version,
+void sync_from_shards(PolicySync& sync, const WeightSyncSettings& s, const protocol::WorkerContext& ctx,
+                      model::CausalLM& m, uint64_t& version,
                       const std::function<std::vector<model::HeldSlice>()>& held) {
     const auto ranks = comm::weight_exchange_ranks(ctx.topology->placement());
     if (std::find(ranks.begin(), ranks.end(), ctx.world_rank) == ranks.end()) return;
     if (!sync.comm.valid()) {
         sync.comm = ctx.topology->control().create_group(ranks, kWeightExchangeGroupTag);
-        sync.exchange = comm::make_region_exchange(ctx.config->rollout.weight_sync.backend, sync.comm,
-                                                   weight_sync_options(*ctx.config));
+        sync.exchange = comm::make_region_exchange(s.backend, sync.comm, weight_sync_options(s));
         sync.from_shards = std::make_unique<model::HeldReshard>(m.args(), *sync.exchange);
     }
     model::HeldReshardStats st;
@@ -110,10 +109,11 @@ void sync_from_shards(PolicySync& sync, const protocol::WorkerContext& ctx, mode
 
 }  // namespace
 
-void sync_policy_weights(PolicySync& sync, const protocol::WorkerContext& ctx, model::CausalLM& m, uint64_t& version,
+void sync_policy_weights(PolicySync& sync, const WeightSyncSettings& s, const protocol::WorkerContext& ctx,
+                         model::CausalLM& m, uint64_t& version,
                          const std::function<std::vector<model::HeldSlice>()>& held) {
-    if (weight_sync_from_shards(ctx)) {
-        sync_from_shards(sync, ctx, m, version, held);
+    if (weight_sync_from_shards(s, ctx)) {
+        sync_from_shards(sync, s, ctx, m, version, held);
         return;
     }
     const comm::Placement& placement = ctx.topology->placement();
@@ -121,14 +121,13 @@ void sync_policy_weights(PolicySync& sync, const protocol::WorkerContext& ctx, m
     const auto ranks = reshard_ranks.empty() ? weight_sync_ranks(placement, ctx.comms->mp_rank) : reshard_ranks;
     if (std::find(ranks.begin(), ranks.end(), ctx.world_rank) == ranks.end()) return;
     if (!sync.comm.valid()) {
-        const auto& c = ctx.config->rollout.weight_sync;
-        const comm::WeightSyncOptions opts = weight_sync_options(*ctx.config);
+        const comm::WeightSyncOptions opts = weight_sync_options(s);
         if (reshard_ranks.empty()) {
             sync.comm = ctx.topology->control().create_group(ranks, kWeightSyncGroupTag + ctx.comms->mp_rank);
-            sync.broadcast = comm::make_weight_sync(c.backend, sync.comm, opts);
+            sync.broadcast = comm::make_weight_sync(s.backend, sync.comm, opts);
         } else {
             sync.comm = ctx.topology->control().create_group(ranks, kWeightReshardGroupTag);
-            sync.reshard = comm::make_weight_reshard(c.backend, sync.comm, opts);
+            sync.reshard = comm::make_weight_reshard(s.backend, sync.comm, opts);
             const int tp_from = placement.at("actor").mp_size, tp_to = placement.at("rollout").mp_size;
             const int64_t n_blocks = (static_cast<int64_t>(ranks.size()) - tp_from) / tp_to;
             sync.plan = model::reshard_plan(m, m.tp_layout(), m.args(), tp_from, tp_to, n_blocks, &sync.names);

@@ -1,9 +1,8 @@
 #pragma once
-// Building models on a worker from the config (private to roles/).
+// Building models on a worker from its settings (private to roles/).
 #include <memory>
 #include <string>
 
-#include "rlpt/config/config.h"
 #include "rlpt/engine/train_engine.h"
 #include "rlpt/comm/placement.h"
 #include "rlpt/comm/weight_reshard.h"
@@ -12,19 +11,21 @@
 #include "rlpt/model/transformer.h"
 #include "rlpt/model/value_model.h"
 #include "rlpt/protocol/role_spec.h"
+#include "rlpt/roles/settings.h"
 
 namespace rlpt::roles::detail {
 
-torch::Dtype dtype_for(const Config& c);
+// A model.dtype name's dtype: bfloat16, else float32.
+torch::Dtype dtype_for(const std::string& dtype);
 
 // The role's tensor-parallel block (its mp communicator) when model_parallel_size > 1, else
 // null. Collective on the role's mp communicator.
 std::shared_ptr<const model::TensorParallel> tensor_parallel(const protocol::WorkerContext& ctx, torch::Device device);
 
-// The policy named by model.path, or a built-in random model (model.builtin sizes,
-// init_seed) whose vocabulary size comes from the controller's tokenizer (`vocab_size`).
-// Every call with the same config gives identical weights; with `tp` this rank's slices of them.
-std::shared_ptr<model::CausalLM> build_policy(const Config& c, torch::Device device, int64_t vocab_size,
+// The policy named by `m.path`, or a built-in random model (m.builtin sizes, init_seed) whose
+// vocabulary size comes from the controller's tokenizer (`vocab_size`). Every call with the same
+// settings gives identical weights; with `tp` this rank's slices of them.
+std::shared_ptr<model::CausalLM> build_policy(const ModelSettings& m, torch::Device device, int64_t vocab_size,
                                               std::shared_ptr<const model::TensorParallel> tp = nullptr);
 
 // The engine's view of a tensor-parallel model (empty for tp = 1).
@@ -56,15 +57,14 @@ struct PolicySync {
     std::unique_ptr<comm::RegionExchange> exchange;
     std::unique_ptr<model::HeldReshard> from_shards;
 };
-// The actor -> rollout weight transfer options from the config: rollout.weight_sync's bucket
-// (MiB -> bytes) and trainer.call_timeout_s (the broadcast, the reshard and the hybrid engine's
-// region exchange all take these).
-comm::WeightSyncOptions weight_sync_options(const Config& config);
+// The actor -> rollout weight transfer options: the bucket (MiB -> bytes) and the deadline (the
+// broadcast, the reshard and the hybrid engine's region exchange all take these).
+comm::WeightSyncOptions weight_sync_options(const WeightSyncSettings& s);
 
-// Whether the actor -> separate rollout sync goes from the actor's shards (its
-// actor.optim.zero_stage is 3, sft.optim's in SFT mode, and some rollout rank does not host the
-// actor): then no actor rank holds the full model for it.
-bool weight_sync_from_shards(const protocol::WorkerContext& ctx);
+// Whether the actor -> separate rollout sync goes from the actor's shards (the actor trains at
+// ZeRO-3 and some rollout rank does not host the actor): then no actor rank holds the full model
+// for it.
+bool weight_sync_from_shards(const WeightSyncSettings& s, const protocol::WorkerContext& ctx);
 
 // One sync of `m`'s parameters: the actor's ranks send (`version` is published), the separate
 // rollout ranks receive (`version` is set after their last byte landed). Ranks that take no part
@@ -74,7 +74,9 @@ bool weight_sync_from_shards(const protocol::WorkerContext& ctx);
 // read; the version then reaches the rollout by one broadcast from the actor's first rank,
 // after the data). Collective over the sync group, on its first call also over the group's
 // creation (MPI_Comm_create_group on the control communicator).
-void sync_policy_weights(PolicySync& sync, const protocol::WorkerContext& ctx, model::CausalLM& m, uint64_t& version,
+// `s`: the same settings on both sides (the actor's, and the rollout's from the same config).
+void sync_policy_weights(PolicySync& sync, const WeightSyncSettings& s, const protocol::WorkerContext& ctx,
+                         model::CausalLM& m, uint64_t& version,
                          const std::function<std::vector<model::HeldSlice>()>& held = {});
 
 // What resuming a model at another tensor-parallel size needs of it: its parameters (Hugging

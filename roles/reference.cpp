@@ -17,23 +17,24 @@ using protocol::WorkerContext;
 
 class ReferenceWorker : public RoleWorker {
   public:
+    ReferenceSettings settings;  // from kInit
     std::shared_ptr<model::CausalLM> model;
     std::unique_ptr<engine::TrainEngine> shards;  // ref.zero_stage 3: owns the parameter slices
 };
 
-Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+Batch init(RoleWorker& w, WorkerContext& ctx, const Batch&, const protocol::InitWith<ReferenceSettings>& args) {
     auto& r = static_cast<ReferenceWorker&>(w);
-    const Config& c = *ctx.config;
+    r.settings = args.settings;
+    const ReferenceSettings& s = r.settings;
     const auto device = protocol::handler_device();
-    const auto args = protocol::decode_args<protocol::InitArgs>(in, "reference.init");
-    r.model = detail::build_policy(c, device, args.vocab_size, detail::tensor_parallel(ctx, device));
+    r.model = detail::build_policy(s.model, device, args.run.vocab_size, detail::tensor_parallel(ctx, device));
     for (auto& p : r.model->parameters()) p.set_requires_grad(false);
-    if (comm::reference_zero_stage(c) == 3) {
+    if (s.zero_stage == 3) {
         engine::OptimOptions o;
         o.zero_stage = 3;
         o.frozen = true;
-        o.shard_group_size = comm::zero_shard_group_size(ctx.topology->placement(), "reference",
-                                                         c.actor.optim.fsdp_size, "actor.optim.fsdp_size");
+        o.shard_group_size =
+            comm::zero_shard_group_size(ctx.topology->placement(), "reference", s.fsdp_size, "actor.optim.fsdp_size");
         r.shards = std::make_unique<engine::TrainEngine>(r.model, ctx.comms->dp, o, 0);
         if (ctx.comms->role_rank == 0)
             RLPT_LOG_INFO("reference: parameters sharded over {} rank(s) (ZeRO-3, frozen): {} bytes on this rank",
@@ -42,18 +43,15 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     return Batch(0);
 }
 
-Batch compute_log_prob(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+Batch compute_log_prob(RoleWorker& w, WorkerContext&, const Batch& in, const ReferenceLogProbArgs& args) {
     auto& r = static_cast<ReferenceWorker&>(w);
     RLPT_CHECK_KIND(InternalError, r.model != nullptr, "reference used before kInit");
     torch::NoGradGuard no_grad;
-    const double temperature =
-        protocol::decode_args<ReferenceLogProbArgs>(in, "reference.compute_log_prob").temperature;
-    Batch out =
-        detail::forward_micro_batches(in, ctx.config->ref.log_prob_micro_batch_size_per_rank, {{"ref_log_prob"}},
-                                      [&](const engine::SequenceBatch& seq) {
-                                          return std::vector<torch::Tensor>{
-                                              engine::compute_log_probs(*r.model, seq, temperature, false).log_probs};
-                                      });
+    const double temperature = args.temperature;
+    Batch out = detail::forward_micro_batches(
+        in, r.settings.log_prob_micro_batch_size_per_rank, {{"ref_log_prob"}}, [&](const engine::SequenceBatch& seq) {
+            return std::vector<torch::Tensor>{engine::compute_log_probs(*r.model, seq, temperature, false).log_probs};
+        });
     if (r.shards) r.shards->release_parameters();  // the root unit gathered by the forwards
     return out;
 }
@@ -72,11 +70,10 @@ const protocol::RoleSpec& reference_spec() {
         s.factory = make_reference;
         s.methods = {
             detail::ping_spec(),
-            method(ReferenceMethod::kInit, "init", init).takes(protocol::args_schema<protocol::InitArgs>()),
-            method(ReferenceMethod::kComputeLogProb, "compute_log_prob", compute_log_prob)
+            method<ReferenceMethod::kInit, init>("init").receives_settings(),
+            method<ReferenceMethod::kComputeLogProb, compute_log_prob>("compute_log_prob")
                 .split_over_dp()
                 .takes(tensors("input_ids", "attention_mask", "position_ids", "responses"))
-                .takes(protocol::args_schema<ReferenceLogProbArgs>())
                 .concat_outputs(tensors("ref_log_prob")),
         };
         return s;

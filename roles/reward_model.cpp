@@ -13,27 +13,26 @@ using protocol::WorkerContext;
 
 class RewardModelWorker : public RoleWorker {
   public:
+    RewardModelSettings settings;  // from kInit
     std::shared_ptr<model::ValueModel> model;
 };
 
-Batch init(RoleWorker& w, WorkerContext& ctx, const Batch&) {
+Batch init(RoleWorker& w, WorkerContext& ctx, const Batch&, const protocol::InitWith<RewardModelSettings>& args) {
     auto& r = static_cast<RewardModelWorker&>(w);
-    const Config& c = *ctx.config;
-    RLPT_CHECK_KIND(ConfigError, !c.reward_model.model_path.empty(),
-                    "reward_model.enable=true needs reward_model.model_path (a value-head Hugging Face model)");
+    r.settings = args.settings;
     const auto device = protocol::handler_device();
-    r.model = model::load_value_model(c.reward_model.model_path, detail::dtype_for(c), device,
+    r.model = model::load_value_model(r.settings.model_path, detail::dtype_for(r.settings.dtype), device,
                                       detail::tensor_parallel(ctx, device));
     for (auto& p : r.model->parameters()) p.set_requires_grad(false);
     return Batch(0);
 }
 
-Batch compute_score(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+Batch compute_score(RoleWorker& w, WorkerContext&, const Batch& in) {
     auto& r = static_cast<RewardModelWorker&>(w);
     RLPT_CHECK_KIND(InternalError, r.model != nullptr, "reward model used before kInit");
     torch::NoGradGuard no_grad;
-    return detail::forward_micro_batches(in, ctx.config->reward_model.micro_batch_size_per_rank,
-                                         {{"rm_scores", /*per_token=*/false}}, [&](const engine::SequenceBatch& seq) {
+    return detail::forward_micro_batches(in, r.settings.micro_batch_size_per_rank, {{"rm_scores", /*per_token=*/false}},
+                                         [&](const engine::SequenceBatch& seq) {
                                              return std::vector<torch::Tensor>{
                                                  engine::compute_sequence_scores(*r.model, seq)};
                                          });
@@ -53,7 +52,7 @@ const protocol::RoleSpec& reward_model_spec() {
         s.factory = make_reward_model;
         s.methods = {
             detail::ping_spec(),
-            method(RewardModelMethod::kInit, "init", init),
+            method<RewardModelMethod::kInit, init>("init").receives_settings(),
             method(RewardModelMethod::kComputeScore, "compute_score", compute_score)
                 .split_over_dp()
                 .takes(tensors("input_ids", "attention_mask", "position_ids", "responses"))

@@ -6,6 +6,7 @@
 
 #include "model_setup.h"
 #include "rlpt/comm/shared_tensor.h"
+#include "rlpt/config/config.h"
 #include "rlpt/core/log.h"
 #include "rlpt/kernels/cpu_features.h"
 #include "rlpt/roles/generator_table.h"
@@ -19,6 +20,17 @@ namespace {
 
 using protocol::RoleWorker;
 using protocol::WorkerContext;
+
+// The shared helpers' settings, from the run's config (WorkerContext::config), as the run plan
+// resolves the actor's (app/role_settings.cpp), until the rollout's come with its kInit (issue 33,
+// part B).
+ModelSettings model_settings(const Config& c) {
+    return {c.model.path, c.model.dtype, c.model.head_precision, c.model.builtin};
+}
+WeightSyncSettings weight_sync_settings(const Config& c) {
+    const OptimConfig& actor = c.trainer.mode == "sft" ? c.sft.optim : c.actor.optim;
+    return {c.rollout.weight_sync.backend, c.rollout.weight_sync.bucket_mb, c.trainer.call_timeout_s, actor.zero_stage};
+}
 
 class RolloutWorker : public RoleWorker {
   public:
@@ -52,8 +64,8 @@ class ReshardedWindow {
         if (!r.actor) return;
         model::CausalLM& m = *r.policy->model;
         if (!r.exchange) {
-            r.exchange = comm::make_region_exchange(ctx.config->rollout.weight_sync.backend, *r.actor->comm,
-                                                    detail::weight_sync_options(*ctx.config));
+            const WeightSyncSettings sync = weight_sync_settings(*ctx.config);
+            r.exchange = comm::make_region_exchange(sync.backend, *r.actor->comm, detail::weight_sync_options(sync));
             r.resharder = std::make_unique<model::HeldReshard>(m.args(), *r.exchange);
         }
         const auto& src_layout = r.actor->model->tp_layout();
@@ -163,7 +175,8 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     }
     r.policy = std::make_shared<detail::SharedPolicy>();
     const auto device = protocol::handler_device();
-    r.policy->model = detail::build_policy(c, device, args.vocab_size, detail::tensor_parallel(ctx, device));
+    r.policy->model =
+        detail::build_policy(model_settings(c), device, args.vocab_size, detail::tensor_parallel(ctx, device));
     r.own_copy = true;
     // Our own copy, filled by the weight sync: in a shared arena, so a same-host actor rank writes
     // it with memcpy through a mapping (rlpt/comm/shared_arena.h). Before anything caches addresses.
@@ -267,7 +280,7 @@ Batch receive_weights(RoleWorker& w, WorkerContext& ctx, const Batch&) {
     RolloutWorker& r = ready(w);
     if (!r.own_copy) return Batch(0);  // colocated: the actor's tensors are ours
     uint64_t version = r.policy->version;
-    detail::sync_policy_weights(r.sync, ctx, *r.policy->model, version);
+    detail::sync_policy_weights(r.sync, weight_sync_settings(*ctx.config), ctx, *r.policy->model, version);
     r.policy->version = version;
     ++r.syncs;
     return Batch(0);

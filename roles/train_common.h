@@ -11,9 +11,10 @@
 
 #include "rlpt/algo/agg_loss.h"
 #include "rlpt/batch/batch.h"
-#include "rlpt/config/config.h"
+#include "rlpt/engine/optim_config.h"
 #include "rlpt/engine/policy_ops.h"
 #include "rlpt/engine/train_engine.h"
+#include "rlpt/roles/settings.h"
 
 namespace rlpt::roles::detail {
 
@@ -63,20 +64,19 @@ struct PpoLoop {
     std::string loss_metric;            // per optimizer step: the sum of the micro-steps' losses
     bool skipped_steps_metric = false;  // <role>/skipped_steps (non-finite gradients)
 };
-// A role's PpoLoop from its update args (num_mini_batches, global_mini_batch_rows) and its
-// settings (ppo_epochs, loss_scale_factor, ppo_micro_batch_size_per_rank, use_dynamic_bsz,
-// ppo_max_token_len_per_rank: the actor's config or the critic's resolved settings).
-template <typename Args, typename Settings>
-PpoLoop make_ppo_loop(std::string role, const Args& args, const Settings& s, std::string loss_metric) {
+// A role's PpoLoop from its update args (num_mini_batches, global_mini_batch_rows: ActorUpdateArgs,
+// CriticUpdateArgs) and its settings.
+template <typename Args>
+PpoLoop make_ppo_loop(std::string role, const Args& args, const PpoSettings& s, std::string loss_metric) {
     PpoLoop loop;
     loop.role = std::move(role);
     loop.num_mini_batches = args.num_mini_batches;
-    loop.epochs = s.ppo_epochs;
+    loop.epochs = s.epochs;
     loop.global_mini_batch_rows = args.global_mini_batch_rows;
     loop.loss_scale_factor = s.loss_scale_factor;
-    loop.micro_batch_size = s.ppo_micro_batch_size_per_rank;
+    loop.micro_batch_size = s.micro_batch_size_per_rank;
     loop.use_dynamic_bsz = s.use_dynamic_bsz;
-    loop.max_token_len = s.ppo_max_token_len_per_rank;
+    loop.max_token_len = s.max_token_len_per_rank;
     loop.loss_metric = std::move(loss_metric);
     return loop;
 }

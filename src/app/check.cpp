@@ -15,6 +15,7 @@
 #include "rlpt/algo/policy_loss.h"
 #include "rlpt/app/job.h"
 #include "rlpt/app/registry.h"
+#include "rlpt/app/role_settings.h"
 #include "rlpt/app/run_plan.h"
 #include "rlpt/comm/placement.h"
 #include "rlpt/core/error.h"
@@ -175,7 +176,7 @@ std::vector<std::string> table_name_problems(const Config& c) {
             require_one_of(out, c, fmt::format("placement.groups.{}.roles", g), r, roles);
     }
     require_one_of(out, c, "algorithm.adv_estimator", c.algorithm.adv_estimator, algo::advantage_estimator_names());
-    require_one_of(out, c, "actor.policy_loss.loss_mode", c.actor.policy_loss.loss_mode, algo::policy_loss_names());
+    require_one_of(out, c, "actor.policy_loss.loss_mode", c.actor.loss_mode, algo::policy_loss_names());
     require_one_of(out, c, "rollout.generator", c.rollout.generator, generator_names());
     // reward.scorer / reward.scorers: a name is a spec type (a JSON spec is read by make_scorer,
     // which names its unknown type itself); auto and custom are reward.scorer's own words.
@@ -285,7 +286,7 @@ CheckReport check_config(const Config& c, int world_size) {
             auto p =
                 comm::compute_placement(c.placement, world_size, std::vector<int>(static_cast<size_t>(world_size), 0),
                                         plan.roles, plan.why, static_cast<int>(c.rollout.tensor_model_parallel_size));
-            comm::check_zero_shard_groups(c, p);
+            check_zero_shard_groups(c, p);
             actor_dp = p.at("actor").dp_size();
             if (p.find("critic")) critic_dp = p.at("critic").dp_size();
             r.notes.push_back(p.describe());

@@ -1,5 +1,6 @@
 #include "rlpt/app/job.h"
 
+#include "rlpt/app/role_settings.h"
 #include "rlpt/app/run_plan.h"
 
 #include <torch/torch.h>
@@ -134,7 +135,7 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
         auto labels = comm::detect_node_labels(world, env.simulate_nodes);
         placement = comm::compute_placement(config.placement, world.size(), labels, plan.roles, plan.why,
                                             static_cast<int>(config.rollout.tensor_model_parallel_size));
-        comm::check_zero_shard_groups(config, placement);
+        check_zero_shard_groups(config, placement);
         fault = protocol::FaultPlan::parse(env.fault);
         protocol::validate_registry(role_registry());
         if (world.rank() == 0) {
@@ -191,7 +192,8 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
     torch::set_num_threads(threads);
 
     try {
-        protocol::WorkerHost host(role_registry(), config, topo, fault);
+        const protocol::ProtocolSettings protocol = protocol_settings(config);
+        protocol::WorkerHost host(role_registry(), protocol, topo, fault, &config);
         if (!topo.is_controller()) {
             return host.serve();  // the controller's code: 0, or 75 after a stop signal
         }
@@ -207,7 +209,7 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
         RLPT_LOG_INFO("{}", topo.placement().describe());
         RLPT_LOG_INFO("run directory {} (effective config in config.yaml); {} torch thread(s) per rank", run.run_dir,
                       threads);
-        protocol::Controller controller(role_registry(), config, topo, topo.hosted_roles().empty() ? nullptr : &host);
+        protocol::Controller controller(role_registry(), protocol, topo, topo.hosted_roles().empty() ? nullptr : &host);
         int code = run_mode(controller, run);
         controller.shutdown(code);
         return code;

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "rl_trainer.h"
+#include "rlpt/app/role_settings.h"
 #include "rlpt/core/log.h"
 #include "sft_trainer.h"
 
@@ -29,6 +30,7 @@ void check_ranks(protocol::Controller& ctl, const RunContext& run) {
 
 int run_mode(protocol::Controller& ctl, const RunContext& run) {
     check_ranks(ctl, run);
+    give_role_settings(ctl, *run.config);  // resolved once, before any role's kInit
     if (run.config->trainer.mode == "sft") return run_sft(ctl, run);
     RlTrainer trainer(ctl, run);
     return trainer.run();

@@ -14,7 +14,8 @@ struct RunContext {
     std::string run_dir;
 };
 
-// Runs the configured mode on the controller; returns the process exit code.
+// Runs the configured mode on the controller, after giving the roles' settings to `ctl`
+// (app/role_settings.h); returns the process exit code.
 int run_mode(protocol::Controller& ctl, const RunContext& run);
 
 // Pings every placed role and logs one line per rank (host, node, threads, roles).

@@ -21,7 +21,7 @@ std::string config_hash_hex(const Config& c) { return fmt::format("{:016x}", con
 void save_sft_checkpoint(protocol::Controller& ctl, const RunContext& run, int64_t step,
                          const data::EpochSampler& sampler) {
     const auto save_roles = [&](const std::string& dir) {
-        return ctl.call_all(roles::ActorMethod::kSave, protocol::with_args(Batch(0), protocol::DirArgs{dir}));
+        return ctl.call_all<roles::ActorMethod::kSave>(Batch(0), {dir});
     };
     write_run_checkpoint(
         run, step, save_roles,
@@ -61,7 +61,7 @@ int64_t resume_sft(protocol::Controller& ctl, const RunContext& run, data::Epoch
     }
     const data::SamplerState st = read_sampler_state(r);
     sampler.set_state(st);
-    ctl.call(roles::ActorMethod::kLoad, protocol::with_args(Batch(0), protocol::DirArgs{dir}));
+    ctl.call<roles::ActorMethod::kLoad>(Batch(0), {dir});
     const int64_t step = r.int_attr("controller/step");
     RLPT_LOG_INFO("sft: resumed from {} (step {}, epoch {})", dir, step, st.epoch);
     return step;

@@ -149,7 +149,7 @@ int run_sft(protocol::Controller& ctl, const RunContext& run) {
                     "sft.batch_size={} is larger than the training set ({} examples)", bs, examples.size());
 
     const protocol::InitArgs init_args = role_init_args(t, steps);
-    ctl.call(roles::ActorMethod::kInit, protocol::with_args(Batch(0), init_args));
+    ctl.call(roles::ActorMethod::kInit, protocol::with_args(Batch(0), init_args));  // + the actor's settings
     if (ctl.has_role("rollout")) ctl.call(roles::RolloutMethod::kInit, roles::rollout_init_batch(init_args, c, *t.tok));
 
     data::EpochSampler sampler(static_cast<int64_t>(examples.size()), static_cast<uint64_t>(c.data.seed), true, true);
@@ -169,7 +169,7 @@ int run_sft(protocol::Controller& ctl, const RunContext& run) {
         const double ts = now_s();
         Batch b = make_sft_batch(examples, sampler.next_batch(bs), t.pad_id, dp);
         roles::SftStepArgs args{b.at("loss_mask").sum().item<double>()};
-        Batch m = ctl.call(roles::ActorMethod::kSftStep, protocol::with_args(std::move(b), args));
+        Batch m = ctl.call<roles::ActorMethod::kSftStep>(std::move(b), args);
         auto red = reduce_metrics(m.metrics());
         red["timing_s/step"] = now_s() - ts;
         red["training/epoch"] = static_cast<double>(sampler.epoch());
@@ -197,7 +197,7 @@ int run_sft(protocol::Controller& ctl, const RunContext& run) {
     }
     std::string out_dir = c.sft.output_model_dir.empty() ? (std::filesystem::path(run.run_dir) / "model").string()
                                                          : c.sft.output_model_dir;
-    ctl.call(roles::ActorMethod::kExport, protocol::with_args(Batch(0), protocol::DirArgs{out_dir}));
+    ctl.call<roles::ActorMethod::kExport>(Batch(0), {out_dir});
     t.tok->save(out_dir);
     RLPT_LOG_INFO("sft done in {:.1f} s: model + tokenizer written to {} (Hugging Face format); metrics in {}",
                   now_s() - t0, out_dir, log.path());

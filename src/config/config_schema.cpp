@@ -174,13 +174,13 @@ void visit_actor(Visitor& v, ActorConfig& c) {
             "token budget of one micro-batch with use_dynamic_bsz");
     v.value("ppo_epochs", c.ppo_epochs, "passes over each batch per training step");
     v.value("shuffle", c.shuffle, "must stay false: mini-batches are taken in order");
-    v.value("clip_ratio", c.clip_ratio, "PPO clip range epsilon (both sides unless clip_ratio_low/high are set)");
-    v.value("clip_ratio_low", c.clip_ratio_low, "lower clip range; null: clip_ratio");
-    v.value("clip_ratio_high", c.clip_ratio_high, "upper clip range (DAPO's clip-higher); null: clip_ratio");
-    v.value("clip_ratio_c", c.clip_ratio_c, "dual-clip constant for negative advantages, > 1");
+    auto& l = c.policy_loss;
+    v.value("clip_ratio", l.clip_ratio, "PPO clip range epsilon (both sides unless clip_ratio_low/high are set)");
+    v.value("clip_ratio_low", l.clip_ratio_low, "lower clip range; null: clip_ratio");
+    v.value("clip_ratio_high", l.clip_ratio_high, "upper clip range (DAPO's clip-higher); null: clip_ratio");
+    v.value("clip_ratio_c", l.clip_ratio_c, "dual-clip constant for negative advantages, > 1");
     v.section("policy_loss", "the policy loss and its parameters (verl's actor.policy_loss)", [&](Visitor& p) {
-        auto& l = c.policy_loss;
-        p.value("loss_mode", l.loss_mode,
+        p.value("loss_mode", c.loss_mode,
                 "vanilla (PPO clip + dual-clip) | gspo | gpg | cispo | sapo | clip_cov | kl_cov | geo_mean | dro | "
                 "dppo_tv | dppo_kl");
         p.value("clip_cov_ratio", l.clip_cov_ratio, "clip_cov: share of tokens whose gradient is cut");
@@ -200,8 +200,8 @@ void visit_actor(Visitor& v, ActorConfig& c) {
     v.value("kl_loss_coef", c.kl_loss_coef, "coefficient of the KL loss");
     v.value("kl_loss_type", c.kl_loss_type,
             "KL estimator of the loss: kl (k1) | abs | mse (k2) | low_var_kl (k3), '+' for the k2 gradient");
-    v.value("tau_pos", c.tau_pos, "sapo: gate temperature for positive advantages");
-    v.value("tau_neg", c.tau_neg, "sapo: gate temperature for negative advantages");
+    v.value("tau_pos", l.tau_pos, "sapo: gate temperature for positive advantages");
+    v.value("tau_neg", l.tau_neg, "sapo: gate temperature for negative advantages");
     v.value("log_prob_micro_batch_size_per_rank", c.log_prob_micro_batch_size_per_rank,
             "samples per forward when computing old log-probs");
 }

@@ -248,16 +248,17 @@ void validate(const Config& c) {
     k.positive(a.ppo_micro_batch_size_per_rank, "actor.ppo_micro_batch_size_per_rank");
     k.positive(a.ppo_max_token_len_per_rank, "actor.ppo_max_token_len_per_rank");
     k.positive(a.ppo_epochs, "actor.ppo_epochs");
-    k.require(a.clip_ratio > 0, "actor.clip_ratio", "must be > 0 (got {})", a.clip_ratio);
-    if (a.clip_ratio_low)
-        k.require(*a.clip_ratio_low >= 0, "actor.clip_ratio_low", "must be >= 0 (got {})", *a.clip_ratio_low);
-    if (a.clip_ratio_high)
-        k.require(*a.clip_ratio_high >= 0, "actor.clip_ratio_high", "must be >= 0 (got {})", *a.clip_ratio_high);
-    k.require(a.clip_ratio_c > 1, "actor.clip_ratio_c", "dual-clip constant must be > 1 (got {})", a.clip_ratio_c);
-    if (a.policy_loss.loss_mode == "dro") {
-        k.require(a.policy_loss.dro_beta.has_value() && *a.policy_loss.dro_beta > 0, "actor.policy_loss.dro_beta",
+    const auto& l = a.policy_loss;
+    k.require(l.clip_ratio > 0, "actor.clip_ratio", "must be > 0 (got {})", l.clip_ratio);
+    if (l.clip_ratio_low)
+        k.require(*l.clip_ratio_low >= 0, "actor.clip_ratio_low", "must be >= 0 (got {})", *l.clip_ratio_low);
+    if (l.clip_ratio_high)
+        k.require(*l.clip_ratio_high >= 0, "actor.clip_ratio_high", "must be >= 0 (got {})", *l.clip_ratio_high);
+    k.require(l.clip_ratio_c > 1, "actor.clip_ratio_c", "dual-clip constant must be > 1 (got {})", l.clip_ratio_c);
+    if (a.loss_mode == "dro") {
+        k.require(l.dro_beta.has_value() && *l.dro_beta > 0, "actor.policy_loss.dro_beta",
                   "loss_mode dro needs dro_beta > 0 (the weight of its quadratic penalty; verl has no default){}",
-                  a.policy_loss.dro_beta ? fmt::format(", got {}", *a.policy_loss.dro_beta) : std::string());
+                  l.dro_beta ? fmt::format(", got {}", *l.dro_beta) : std::string());
     }
     k.require(!a.shuffle, "actor.shuffle",
               "true is not supported: the actor takes its mini-batches in batch order (the data loader already "

@@ -7,7 +7,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "rlpt/config/config.h"
 #include "rlpt/core/error.h"
 #include "rlpt/model/safetensors.h"
 

@@ -50,10 +50,10 @@ std::vector<int> worker_ranks(const comm::Topology& topo) {
 }
 }  // namespace
 
-Controller::Controller(const std::vector<RoleSpec>& registry, const Config& config, const comm::Topology& topo,
-                       WorkerHost* local)
+Controller::Controller(const std::vector<RoleSpec>& registry, const ProtocolSettings& settings,
+                       const comm::Topology& topo, WorkerHost* local)
     : registry_(registry),
-      config_(config),
+      settings_(settings),
       topo_(topo),
       local_(local),
       replies_(std::make_unique<Mailbox>(topo.control().get(), wire::kTagReply, worker_ranks(topo))),
@@ -84,6 +84,12 @@ bool Controller::has_role(const std::string& role) const {
 
 const comm::RoleLayout& Controller::layout(const std::string& role) const { return topo_.placement().at(role); }
 
+void Controller::set_role_settings(const std::string& role, Batch settings) {
+    const int idx = find_role(registry_, role);
+    RLPT_CHECK_KIND(InternalError, idx >= 0, "settings for '{}', which has no dispatch table", role);
+    role_settings_[idx] = std::move(settings);
+}
+
 Controller::Pending Controller::submit_raw(int role_index, uint16_t method, const Batch* in,
                                            const std::vector<Batch>* per_rank) {
     RLPT_CHECK_KIND(InternalError, !shut_down_, "call after shutdown");
@@ -94,6 +100,17 @@ Controller::Pending Controller::submit_raw(int role_index, uint16_t method, cons
     const MethodSpec& m = spec.methods[method];
     const comm::RoleLayout& L = topo_.placement().at(spec.name);
     const std::string what = spec.name + "." + m.name;
+    Batch with_settings;
+    if (m.takes_settings) {
+        auto it = role_settings_.find(role_index);
+        RLPT_CHECK_KIND(InternalError, it != role_settings_.end() && in != nullptr,
+                        "{}: no settings were given for the {} (the run plan resolves them before any kInit: "
+                        "app::give_role_settings)",
+                        what, spec.name);
+        with_settings = *in;
+        for (const auto& [key, value] : it->second.meta()) with_settings.set_meta(key, value);
+        in = &with_settings;
+    }
 
     auto call = std::make_unique<Call>();
     call->seq = next_seq_++;
@@ -215,14 +232,14 @@ double Controller::timeout_of(const Call& call) const {
     // trainer.call_timeout_s caps every call; a method's own timeout_s can only tighten it
     // (ping: 120 s), so a user who lowers the cap gets the watchdog they asked for.
     const MethodSpec& m = registry_[static_cast<size_t>(call.role)].methods[call.method];
-    return m.timeout_s > 0 ? std::min(m.timeout_s, config_.trainer.call_timeout_s) : config_.trainer.call_timeout_s;
+    return m.timeout_s > 0 ? std::min(m.timeout_s, settings_.call_timeout_s) : settings_.call_timeout_s;
 }
 
 void Controller::receive_replies_until_done(Call& call) {
     comm::detail::Backoff backoff;
     // The watchdog every 50 ms, the first time after 50 ms: replies keep their µs latency.
     double next_watch = detail::wall_seconds() + 0.05;
-    const comm::Deadline long_message = comm::Deadline::after_seconds(config_.trainer.call_timeout_s);
+    const comm::Deadline long_message = comm::Deadline::after_seconds(settings_.call_timeout_s);
     std::string msg;
     int source = -1;
     for (;;) {
@@ -257,7 +274,7 @@ bool Controller::take_replies() {
     std::string msg;
     int source = -1;
     bool any = false;
-    while (replies_->try_take(msg, source, comm::Deadline::after_seconds(config_.trainer.call_timeout_s))) {
+    while (replies_->try_take(msg, source, comm::Deadline::after_seconds(settings_.call_timeout_s))) {
         handle_reply(msg, source);
         any = true;
     }
@@ -295,7 +312,7 @@ void Controller::watch(const std::string* local_wait) {
     const double now = detail::wall_seconds();
     std::string msg;
     int source = -1;
-    while (heartbeats_->try_take(msg, source, comm::Deadline::after_seconds(config_.trainer.call_timeout_s))) {
+    while (heartbeats_->try_take(msg, source, comm::Deadline::after_seconds(settings_.call_timeout_s))) {
         auto h = detail::parse_header<wire::HeartbeatHeader>(msg, "heartbeat from a worker");
         Seen& seen = seen_[source];
         seen.at = now;
@@ -317,7 +334,7 @@ void Controller::watch(const std::string* local_wait) {
                           stop_signal_name(), what, call.step, rank_list(call.waiting));
         }
         if (now - call.started >= timeout_of(call)) throw TimeoutError(describe(call, now, local_wait, true));
-        if (now - call.last_warn >= config_.trainer.stall_warn_s) {
+        if (now - call.last_warn >= settings_.stall_warn_s) {
             call.last_warn = now;
             RLPT_LOG_WARN("{}", describe(call, now, local_wait, false));
         }
@@ -375,7 +392,7 @@ std::vector<Batch> Controller::collect(Call& call) {
     const MethodSpec& m = spec.methods[call.method];
     const comm::RoleLayout& L = topo_.placement().at(spec.name);
     const std::string what = spec.name + "." + m.name;
-    comm::Deadline deadline = comm::Deadline::after_seconds(config_.trainer.call_timeout_s);
+    comm::Deadline deadline = comm::Deadline::after_seconds(settings_.call_timeout_s);
     MPI_Comm control = topo_.control().get();
     const int me = topo_.world_rank();
 

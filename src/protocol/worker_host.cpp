@@ -34,14 +34,14 @@ FaultPlan FaultPlan::parse(const std::string& spec) {
     return p;
 }
 
-WorkerHost::WorkerHost(const std::vector<RoleSpec>& registry, const Config& config, const comm::Topology& topo,
-                       FaultPlan fault)
-    : registry_(registry), config_(config), topo_(topo), fault_(std::move(fault)) {
+WorkerHost::WorkerHost(const std::vector<RoleSpec>& registry, const ProtocolSettings& settings,
+                       const comm::Topology& topo, FaultPlan fault, const Config* rollout_config)
+    : registry_(registry), settings_(settings), topo_(topo), fault_(std::move(fault)) {
     for (const auto& role : topo_.hosted_roles()) {
         int idx = find_role(registry_, role);
         if (idx < 0) throw InternalError(fmt::format("no dispatch table is registered for role '{}'", role));
         WorkerContext ctx;
-        ctx.config = &config_;
+        if (role == "rollout") ctx.config = rollout_config;  // its settings still come from it (part B)
         ctx.topology = &topo_;
         ctx.comms = &topo_.role(role);
         ctx.layout = topo_.placement().find(role);
@@ -84,6 +84,7 @@ Batch WorkerHost::run(int role_index, uint16_t method, const Batch& in, int64_t 
     maybe_inject_fault(m, step);
     WorkerContext& ctx = contexts_.at(role_index);
     ctx.step = step;
+    ctx.method = m.name;
     // The one place batches cross between host and device (role_spec.h, "Devices").
     const Batch out = m.handler(*it->second, ctx, in.to(handler_device()));
     return out.to(torch::kCPU);
@@ -176,7 +177,7 @@ int WorkerHost::serve() {
         const MethodSpec& m = spec.methods[h.method];
         const WorkerContext& ctx = contexts_.at(h.role);
         const double timeout =
-            m.timeout_s > 0 ? std::min(m.timeout_s, config_.trainer.call_timeout_s) : config_.trainer.call_timeout_s;
+            m.timeout_s > 0 ? std::min(m.timeout_s, settings_.call_timeout_s) : settings_.call_timeout_s;
         in_call_ = InCall{
             true, h.seq, h.step, spec.name + "." + m.name, detail::wall_seconds(), timeout + worker_grace_s(timeout)};
 
@@ -193,7 +194,7 @@ int WorkerHost::serve() {
         try {
             BatchLayout layout = decode_layout(msg.data() + sizeof(h), msg.size() - sizeof(h));
             Batch in = recv_columns(std::move(layout), controller, wire::kTagCommandData, control, pool_,
-                                    comm::Deadline::after_seconds(config_.trainer.call_timeout_s),
+                                    comm::Deadline::after_seconds(settings_.call_timeout_s),
                                     fmt::format("{}.{} input", spec.name, m.name));
             out = run(h.role, h.method, in, h.step);
         } catch (const std::exception& e) {
@@ -210,7 +211,7 @@ int WorkerHost::serve() {
         } else {
             send.post_header_only(detail::header_bytes(reply), controller, wire::kTagReply, control);
         }
-        send.complete(comm::Deadline::after_seconds(config_.trainer.call_timeout_s),
+        send.complete(comm::Deadline::after_seconds(settings_.call_timeout_s),
                       fmt::format("the controller to take the reply of {}.{}", spec.name, m.name));
     }
 }

@@ -15,6 +15,7 @@
 
 #include "rlpt/build_config.h"
 #include "rlpt/comm/topology.h"
+#include "rlpt/config/config.h"
 #include "rlpt/protocol/runtime.h"
 
 using namespace rlpt;
@@ -145,12 +146,13 @@ int main(int argc, char** argv) {
     auto placement = comm::compute_placement(config.placement, world.size(), comm::detect_node_labels(world, ""), {});
     comm::Topology topo = comm::Topology::build(world, std::move(placement));
     auto reg = registry();
-    WorkerHost host(reg, config, topo);
+    const ProtocolSettings settings{config.trainer.call_timeout_s, config.trainer.stall_warn_s};
+    WorkerHost host(reg, settings, topo);
     if (!topo.is_controller()) {
         host.serve();
         return 0;
     }
-    Controller ctl(reg, config, topo, nullptr);
+    Controller ctl(reg, settings, topo, nullptr);
     Batch none(0);
     // Dispatch round trip.
     const int iters = std::getenv("BENCH_DISPATCH_ITERS") ? std::atoi(std::getenv("BENCH_DISPATCH_ITERS")) : 2000;

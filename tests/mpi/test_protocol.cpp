@@ -9,6 +9,7 @@
 
 #include "mpi_thread_probe.h"
 #include "rlpt/comm/topology.h"
+#include "rlpt/config/config.h"
 #include "rlpt/core/log.h"
 #include "rlpt/protocol/runtime.h"
 
@@ -182,9 +183,10 @@ void run(const std::vector<std::string>& overrides, Drive&& drive) {
     auto registry = test_registry();
     validate_registry(registry);
     Env env = make_env(overrides);
-    WorkerHost host(registry, env.config, env.topo);
+    const ProtocolSettings settings{env.config.trainer.call_timeout_s, env.config.trainer.stall_warn_s};
+    WorkerHost host(registry, settings, env.topo);
     if (env.topo.is_controller()) {
-        Controller ctl(registry, env.config, env.topo, &host);
+        Controller ctl(registry, settings, env.topo, &host);
         try {
             drive(ctl, env);
         } catch (const std::exception& e) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "rlpt/app/registry.h"
+#include "rlpt/app/role_settings.h"
 #include "rlpt/comm/device.h"
 #include "rlpt/comm/placement.h"
 #include "rlpt/comm/topology.h"
@@ -103,13 +104,15 @@ TEST(RoleHandlers, EveryMethodOfEveryRoleRunsOnASmallBatch) {
     // The start-up device step of app/job.cpp: handlers get their batches on this rank's device.
     comm::setup_rank_devices(world, placement, c.model.device, c.trainer.device_collectives);
     comm::Topology topo = comm::Topology::build(world, std::move(placement));
-    protocol::WorkerHost host(app::role_registry(), c, topo);
+    protocol::WorkerHost host(app::role_registry(), app::protocol_settings(c), topo, {}, &c);
     if (!topo.is_controller()) {
         host.serve();
         return;
     }
-    protocol::Controller ctl(app::role_registry(), c, topo, topo.hosted_roles().empty() ? nullptr : &host);
+    protocol::Controller ctl(app::role_registry(), app::protocol_settings(c), topo,
+                             topo.hosted_roles().empty() ? nullptr : &host);
     ctl.set_step(1);
+    app::give_role_settings(ctl, c);  // each role's kInit carries them
 
     // Calls one method by name; checks the outputs against its table row.
     std::set<std::string> called;
@@ -149,9 +152,7 @@ TEST(RoleHandlers, EveryMethodOfEveryRoleRunsOnASmallBatch) {
 
     for (const auto& role : all_roles) call(role, "ping", Batch(0));
     for (const auto& role : all_roles) {
-        if (role == "reward_model") {
-            call(role, "init", Batch(0));
-        } else if (role == "rollout") {  // roles::rollout_init_batch's layout: a text per token id, no stages
+        if (role == "rollout") {  // roles::rollout_init_batch's layout: a text per token id, no stages
             Batch b(kVocab);
             std::vector<std::string> texts;
             for (int64_t t = 0; t < kVocab; ++t) texts.push_back("t" + std::to_string(t));

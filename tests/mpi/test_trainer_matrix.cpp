@@ -23,6 +23,7 @@
 #include "modes.h"
 #include "rlpt/algo/advantage.h"
 #include "rlpt/app/registry.h"
+#include "rlpt/app/role_settings.h"
 #include "rlpt/app/run_plan.h"
 #include "rlpt/comm/placement.h"
 #include "rlpt/comm/topology.h"
@@ -74,7 +75,7 @@ std::map<int64_t, Metrics> run_trainer(const std::string& name, std::vector<std:
     auto placement =
         comm::compute_placement(c.placement, world.size(), comm::detect_node_labels(world, ""), plan.roles, plan.why);
     comm::Topology topo = comm::Topology::build(world, std::move(placement));
-    protocol::WorkerHost host(app::role_registry(), c, topo);
+    protocol::WorkerHost host(app::role_registry(), app::protocol_settings(c), topo, {}, &c);
     std::map<int64_t, Metrics> by_step;
     if (!topo.is_controller()) {
         host.serve();
@@ -85,7 +86,8 @@ std::map<int64_t, Metrics> run_trainer(const std::string& name, std::vector<std:
     run.topology = &topo;
     run.run_dir = (fs::path(scratch()) / name).string();
     fs::create_directories(run.run_dir);
-    protocol::Controller ctl(app::role_registry(), c, topo, topo.hosted_roles().empty() ? nullptr : &host);
+    protocol::Controller ctl(app::role_registry(), app::protocol_settings(c), topo,
+                             topo.hosted_roles().empty() ? nullptr : &host);
     int code = 1;
     try {
         code = app::run_mode(ctl, run);

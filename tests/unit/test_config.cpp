@@ -30,7 +30,7 @@ void expect_config_error(F&& f, std::initializer_list<const char*> fragments) {
 TEST(Config, DefaultsAreValid) {
     Config c = rlpt::load_config("");
     EXPECT_EQ(c.algorithm.adv_estimator, "grpo");
-    EXPECT_DOUBLE_EQ(c.actor.clip_ratio, 0.2);
+    EXPECT_DOUBLE_EQ(c.actor.policy_loss.clip_ratio, 0.2);
     EXPECT_DOUBLE_EQ(c.critic.optim.lr, 1e-5);
     EXPECT_EQ(c.placement.groups.size(), 1u);
 }
@@ -221,8 +221,8 @@ TEST(Config, DumpRoundTripsExactly) {
     EXPECT_EQ(rlpt::to_yaml(back), y);
     EXPECT_EQ(rlpt::config_hash(back), rlpt::config_hash(c));
     EXPECT_DOUBLE_EQ(back.actor.optim.lr, 3.0e-7);
-    EXPECT_DOUBLE_EQ(*back.actor.clip_ratio_high, 0.28);
-    EXPECT_FALSE(back.actor.clip_ratio_low.has_value());
+    EXPECT_DOUBLE_EQ(*back.actor.policy_loss.clip_ratio_high, 0.28);
+    EXPECT_FALSE(back.actor.policy_loss.clip_ratio_low.has_value());
     EXPECT_EQ(back.model.path, "a: b");
     Config other = config_from_yaml("rollout:\n  n: 9\n", "x");
     EXPECT_NE(rlpt::config_hash(other), rlpt::config_hash(c));

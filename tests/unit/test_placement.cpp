@@ -174,16 +174,7 @@ TEST(Placement, ZeroShardGroups) {
     Placement u = compute_placement(groups({{{"actor"}, "auto", 1}}, true), 8, R({0, 0, 0, 1, 1, 1, 1, 1}), {});
     expect_error([&] { zero_shard_group_size(u, "actor", 0, "actor.optim.fsdp_size"); },
                  "as many DP ranks of the actor on every node, got [3, 5]");
-    // The config-level check names the key.
-    rlpt::Config c;
-    c.actor.optim.zero_stage = 3;
-    c.actor.optim.fsdp_size = 3;
-    expect_error([&] { rlpt::comm::check_zero_shard_groups(c, p); }, "actor.optim.fsdp_size: 3 does not divide");
-    c.actor.optim.fsdp_size = 4;
-    EXPECT_NO_THROW(rlpt::comm::check_zero_shard_groups(c, p));
-    EXPECT_EQ(rlpt::comm::reference_zero_stage(c), 3);
-    c.ref.zero_stage = 0;
-    EXPECT_EQ(rlpt::comm::reference_zero_stage(c), 0);
+    // The config-level check (app::check_zero_shard_groups): tests/unit/test_role_settings.cpp.
 }
 
 TEST(Placement, SimulatedNodesSpec) {

@@ -2,12 +2,14 @@
 // schema a table row declares; a missing or mistyped field names the method and the field.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "rlpt/app/registry.h"
 #include "rlpt/protocol/args.h"
 #include "rlpt/roles/actor.h"
+#include "rlpt/roles/critic.h"
 #include "rlpt/roles/rollout.h"
 
 namespace rlpt {
@@ -65,6 +67,57 @@ TEST(ProtocolArgs, MissingFieldIsAnErrorNamingMethodAndField) {
     EXPECT_THROW(decode_args<roles::ActorUpdateArgs>(wrong, "actor.update"), ValueError);
 }
 
+// Settings structs nest, and carry optional numbers and enums: every field round-trips, an unset
+// optional stays unset, and the schema names the nested fields by their path.
+TEST(ProtocolArgs, NestedStructsOptionalsAndEnumsRoundTrip) {
+    roles::CriticSettings s;
+    s.policy.path = "/models/p";
+    s.policy.builtin.num_layers = 5;
+    s.optim.lr = 0.25;
+    s.optim.scheduler = "cosine";
+    s.ppo.loss_scale_factor = 7.5;
+    s.loss_agg_mode = algo::AggMode::kSeqMeanTokenSumNorm;
+    s.cliprange_value = 0.3;
+    Batch b = protocol::settings_batch(s);
+    EXPECT_EQ(b.meta_string("settings.policy.path"), "/models/p");
+    EXPECT_EQ(b.meta_int("settings.policy.builtin.num_layers"), 5);
+    auto d = decode_args<protocol::InitWith<roles::CriticSettings>>(protocol::with_args(b, protocol::InitArgs{}),
+                                                                    "critic.init")
+                 .settings;
+    EXPECT_EQ(d.policy.path, "/models/p");
+    EXPECT_EQ(d.policy.builtin.num_layers, 5);
+    EXPECT_EQ(d.optim.lr, 0.25);
+    EXPECT_EQ(d.optim.scheduler, "cosine");
+    EXPECT_EQ(d.ppo.loss_scale_factor, 7.5);
+    EXPECT_EQ(d.loss_agg_mode, algo::AggMode::kSeqMeanTokenSumNorm);
+    EXPECT_EQ(d.cliprange_value, 0.3);
+    s.ppo.loss_scale_factor.reset();
+    d.ppo.loss_scale_factor = 1.0;
+    d = decode_args<protocol::InitWith<roles::CriticSettings>>(protocol::with_args(protocol::settings_batch(s),
+                                                                                   protocol::InitArgs{}),
+                                                               "critic.init")
+            .settings;
+    EXPECT_FALSE(d.ppo.loss_scale_factor.has_value());
+
+    std::vector<std::string> names;
+    for (const auto& f : args_schema<protocol::InitWith<roles::CriticSettings>>()) names.push_back(f.name);
+    for (const char* want : {"vocab_size", "settings.policy.builtin.init_seed", "settings.optim.grad_bucket_mb",
+                             "settings.ppo.loss_scale_factor", "settings.loss_agg_mode"})
+        EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+
+    Batch wrong = protocol::with_args(protocol::settings_batch(s), protocol::InitArgs{});
+    wrong.set_meta("settings.ppo.loss_scale_factor", std::string("none"));
+    try {
+        decode_args<protocol::InitWith<roles::CriticSettings>>(wrong, "critic.init");
+        FAIL() << "decoded a string as an optional number";
+    } catch (const ValueError& e) {
+        EXPECT_NE(std::string(e.what()).find(
+                      "critic.init: argument 'settings.ppo.loss_scale_factor' has the wrong type"),
+                  std::string::npos)
+            << e.what();
+    }
+}
+
 // The table rows declare exactly the fields their argument structs list.
 TEST(ProtocolArgs, TableRowsDeclareTheirArguments) {
     const auto& reg = app::role_registry();
@@ -85,6 +138,9 @@ TEST(ProtocolArgs, TableRowsDeclareTheirArguments) {
     EXPECT_EQ(declared("actor", static_cast<uint16_t>(roles::ActorMethod::kUpdate)),
               names(args_schema<roles::ActorUpdateArgs>()));
     EXPECT_EQ(declared("actor", static_cast<uint16_t>(roles::ActorMethod::kSave)), (std::vector<std::string>{"dir"}));
+    // A typed row (protocol::method<M, handler>) declares ArgsOf<M>'s fields: kInit its settings too.
+    EXPECT_EQ(declared("critic", static_cast<uint16_t>(roles::CriticMethod::kInit)),
+              names(args_schema<protocol::InitWith<roles::CriticSettings>>()));
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ TEST(TableNames, EveryEntryOfEveryTableIsAccepted) {
     }
     for (const auto& name : algo::policy_loss_names()) {
         Config e = c;
-        e.actor.policy_loss.loss_mode = name;
+        e.actor.loss_mode = name;
         EXPECT_TRUE(table_name_problems(e).empty()) << joined(table_name_problems(e));
     }
     for (const auto& g : roles::generator_table()) {

@@ -14,39 +14,9 @@
 
 #include <torch/torch.h>
 
-#include <optional>
-#include <string>
-#include <vector>
+#include "rlpt/algo/loss_config.h"  // AggMode, GlobalBatchInfo
 
 namespace rlpt::algo {
-
-enum class AggMode {
-    kTokenMean,           // "token-mean" (default)
-    kTokenSum,            // "token-sum"
-    kSeqMeanTokenSum,     // "seq-mean-token-sum"
-    kSeqMeanTokenMean,    // "seq-mean-token-mean"
-    kSeqMeanTokenSumNorm  // "seq-mean-token-sum-norm" (Dr.GRPO)
-};
-
-// Parses verl's mode names; throws ValueError naming the valid ones.
-AggMode parse_agg_mode(const std::string& name);
-const char* agg_mode_name(AggMode mode);
-std::vector<std::string> agg_mode_names();
-
-// verl's config.global_batch_info. Defaults describe a single, unsplit batch.
-struct GlobalBatchInfo {
-    int64_t dp_size = 1;
-    // Σ loss_mask over the whole mini-batch on all DP ranks (token-mean). Unset: the local Σ mask;
-    // required (ValueError) when dp_size > 1.
-    std::optional<double> batch_num_tokens;
-    // Number of sequences of the whole mini-batch (seq-mean-* modes; verl: ppo_mini_batch_size ·
-    // rollout.n). Unset: the local number of rows that have at least one valid token; required
-    // (ValueError) when dp_size > 1, because a local count cannot be shard-invariant.
-    std::optional<double> global_batch_size;
-    // Divisor of seq-mean-token-sum-norm. Unset: T = loss_mask.size(-1). Set it explicitly when
-    // micro-batches are padded to different widths, otherwise shards use different constants.
-    std::optional<double> loss_scale_factor;
-};
 
 // loss_mat, loss_mask: B×T (mask any dtype, non-zero = valid). Returns a 0-dim tensor of
 // loss_mat's dtype, differentiable w.r.t. loss_mat.

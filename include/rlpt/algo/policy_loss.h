@@ -23,28 +23,9 @@
 #include <vector>
 
 #include "rlpt/algo/agg_loss.h"
+#include "rlpt/algo/loss_config.h"  // PolicyLossConfig
 
 namespace rlpt::algo {
-
-struct PolicyLossConfig {
-    double clip_ratio = 0.2;                // actor.clip_ratio
-    std::optional<double> clip_ratio_low;   // unset: clip_ratio
-    std::optional<double> clip_ratio_high;  // unset: clip_ratio (DAPO clip-higher sets e.g. 0.28)
-    double clip_ratio_c = 3.0;              // dual-clip constant, must be > 1
-    double tau_pos = 1.0;                   // sapo
-    double tau_neg = 1.05;                  // sapo
-    double clip_cov_ratio = 2e-4;           // clip_cov
-    double clip_cov_lb = 1.0;
-    double clip_cov_ub = 5.0;
-    double kl_cov_ratio = 2e-4;      // kl_cov
-    double ppo_kl_coef = 0.1;        // kl_cov
-    std::optional<double> dro_beta;  // dro: required, > 0
-    AggMode loss_agg_mode = AggMode::kTokenMean;
-    GlobalBatchInfo global_batch_info;
-
-    double eps_low() const { return clip_ratio_low.value_or(clip_ratio); }
-    double eps_high() const { return clip_ratio_high.value_or(clip_ratio); }
-};
 
 struct PolicyLossInputs {
     torch::Tensor old_log_prob;

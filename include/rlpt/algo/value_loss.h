@@ -40,6 +40,16 @@ struct ActorLossConfig {
     bool use_kl_loss = false;           // actor.use_kl_loss
     double kl_loss_coef = 0.001;        // actor.kl_loss_coef
     std::string kl_loss_type = "low_var_kl";
+    // The settings, for the actor's settings on the wire (rlpt/protocol/args.h).
+    template <typename V>
+    void visit(V& v) {
+        v("loss_mode", loss_mode);
+        v("policy", policy);
+        v("entropy_coeff", entropy_coeff);
+        v("use_kl_loss", use_kl_loss);
+        v("kl_loss_coef", kl_loss_coef);
+        v("kl_loss_type", kl_loss_type);
+    }
 };
 
 struct ActorLossInputs {

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "rlpt/config/config.h"
+#include "rlpt/comm/placement_config.h"
 
 namespace rlpt::comm {
 
@@ -94,11 +94,5 @@ std::vector<int> weight_exchange_ranks(const Placement& p);
 // DP ranks sharing a node, which must be consecutive and as many on every node. ConfigError
 // naming `key`, the role and the numbers otherwise.
 int zero_shard_group_size(const Placement& p, const std::string& role, int64_t fsdp_size, const std::string& key);
-// ref.zero_stage resolved: -1 follows the actor (3 when actor.optim.zero_stage is 3, else 0).
-int64_t reference_zero_stage(const Config& c);
-// zero_shard_group_size for every placed role that shards ZeRO state under `c` (the actor with
-// actor.optim or, in SFT mode, sft.optim; the critic; a sharded reference with actor.optim's
-// fsdp_size): throws the first ConfigError. Called where the placement is computed, on every rank.
-void check_zero_shard_groups(const Config& c, const Placement& p);
 
 }  // namespace rlpt::comm

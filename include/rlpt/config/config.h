@@ -1,6 +1,7 @@
 #pragma once
-// The run configuration: typed structs with defaults (the defaults live here, nowhere else).
-// Torch-free.
+// The run configuration: typed structs with defaults (the defaults live here and in the lower
+// layers' setting structs included below, nowhere else). Torch-free. Only src/app and src/config
+// read it: the run plan resolves each role's settings from it once (app/role_settings.h).
 //
 // Flow (DESIGN §1, STYLE §4): rank 0 calls load_config(file, overrides) which reads the YAML
 // file with yaml-cpp, applies `dotted.key=value` command-line overrides, binds the result to
@@ -19,45 +20,15 @@
 #include <string>
 #include <vector>
 
+// The sections a lower layer reads are that layer's torch-free structs, included here (their
+// defaults live there): the optimizer (actor.optim, critic.optim, sft.optim), the built-in model
+// (model.builtin), the policy loss (actor.policy_loss and the clip keys) and the placement.
+#include "rlpt/algo/loss_config.h"
+#include "rlpt/comm/placement_config.h"
+#include "rlpt/engine/optim_config.h"
+#include "rlpt/model/model_config.h"
+
 namespace rlpt {
-
-struct OptimConfig {
-    double lr = 1e-6;
-    double beta1 = 0.9;
-    double beta2 = 0.999;
-    double eps = 1e-8;
-    double weight_decay = 0.01;
-    // The schedule advances once per TRAINING step (verl), not per optimizer step: RL roles step
-    // the optimizer once per mini-batch and epoch but move the lr only after the whole update.
-    int64_t warmup_steps = -1;  // training steps; -1: use warmup_ratio x total training steps
-    double warmup_ratio = 0.0;
-    std::string scheduler = "constant";  // constant | cosine
-    double min_lr_ratio = 0.0;           // cosine floor, as a fraction of lr
-    double num_cycles = 0.5;             // cosine cycles
-    double clip_grad = 1.0;              // max global grad norm; <= 0 disables clipping
-    // 0: everything replicated; 1: AdamW moments sharded over the DP ranks; 2: + gradients
-    // (reduce-scattered); 3: + parameters (gathered per decoder layer, FSDP-style). See
-    // engine/train_engine.h for the bytes per parameter each keeps.
-    int64_t zero_stage = 0;
-    // Hybrid shard (verl's fsdp_config.fsdp_size; FSDP HYBRID_SHARD): the ZeRO state is sharded
-    // inside groups of DP ranks and replicated across them. -1: one group of all DP ranks (plain
-    // ZeRO); 0: the DP ranks on one node (placement's node map); N >= 1: N consecutive DP ranks
-    // (N must divide the role's DP size). Needs zero_stage >= 1 unless -1.
-    int64_t fsdp_size = -1;
-    double grad_bucket_mb = 25.0;  // gradient all-reduce bucket size
-};
-
-struct BuiltinModelConfig {
-    int64_t hidden_size = 128;
-    int64_t num_layers = 2;
-    int64_t num_heads = 4;
-    int64_t num_kv_heads = 2;
-    int64_t intermediate_size = 384;
-    int64_t max_position = 128;
-    double rope_theta = 10000.0;
-    bool tie_embeddings = true;
-    int64_t init_seed = 1234;
-};
 
 struct ModelConfig {
     std::string path;                     // Hugging Face folder (config.json + safetensors); empty: built-in
@@ -109,16 +80,6 @@ struct DataConfig {
     int64_t seed = 42;
 };
 
-struct PolicyLossConfig {
-    std::string loss_mode = "vanilla";  // vanilla | gspo | gpg | cispo | sapo | ...
-    double clip_cov_ratio = 2e-4;
-    double clip_cov_lb = 1.0;
-    double clip_cov_ub = 5.0;
-    double kl_cov_ratio = 2e-4;
-    double ppo_kl_coef = 0.1;
-    std::optional<double> dro_beta;  // dro: required, > 0 (verl's default null)
-};
-
 struct ActorConfig {
     OptimConfig optim;
     int64_t ppo_mini_batch_size = 16;           // prompts per optimizer step (x rollout.n samples)
@@ -126,12 +87,12 @@ struct ActorConfig {
     bool use_dynamic_bsz = false;
     int64_t ppo_max_token_len_per_rank = 16384;
     int64_t ppo_epochs = 1;
-    bool shuffle = false;  // true is refused: mini-batches are taken in order
-    double clip_ratio = 0.2;
-    std::optional<double> clip_ratio_low;   // null: clip_ratio
-    std::optional<double> clip_ratio_high;  // null: clip_ratio
-    double clip_ratio_c = 3.0;
-    PolicyLossConfig policy_loss;
+    bool shuffle = false;               // true is refused: mini-batches are taken in order
+    std::string loss_mode = "vanilla";  // actor.policy_loss.loss_mode: a row of the loss table
+    // Every loss parameter (algo's struct): actor.clip_ratio, clip_ratio_low/high (null:
+    // clip_ratio), clip_ratio_c, tau_pos, tau_neg and the other actor.policy_loss.* keys. Its
+    // loss_agg_mode is not a key: actor.loss_agg_mode (below) is, parsed by the run plan.
+    algo::PolicyLossConfig policy_loss;
     std::string loss_agg_mode = "token-mean";
     std::optional<double> loss_scale_factor;
     double entropy_coeff = 0.0;
@@ -139,8 +100,6 @@ struct ActorConfig {
     bool use_kl_loss = false;
     double kl_loss_coef = 0.001;
     std::string kl_loss_type = "low_var_kl";
-    double tau_pos = 1.0;
-    double tau_neg = 1.05;
     int64_t log_prob_micro_batch_size_per_rank = 32;
 };
 
@@ -357,22 +316,6 @@ struct SftConfig {
     OptimConfig optim{1e-3, 0.9, 0.95, 1e-8, 0.0, 20, 0.0, "cosine", 0.1};
     int64_t eval_every = 100;      // greedy accuracy on the validation set; 0: only at the end
     std::string output_model_dir;  // where the trained policy is written (HF format)
-};
-
-struct RoleGroupConfig {
-    std::vector<std::string> roles;  // colocated in one process: actor, rollout, reference, critic, reward_model
-    std::string ranks = "auto";      // a count, or auto (share of the ranks left)
-    // Tensor-parallel size: each model of these roles is split over blocks of this many
-    // consecutive ranks (model/tensor_parallel.h); ranks / model_parallel_size blocks share the
-    // batch. Must split the model's heads, intermediate size and vocabulary (checked when the
-    // models are built). A rollout on other ranks than the actor may use another value: its
-    // weights then move shard to shard (comm/weight_reshard.h).
-    int64_t model_parallel_size = 1;
-};
-
-struct PlacementConfig {
-    bool controller_hosts_roles = false;  // rank 0 also runs role work (so N GPUs do N GPUs' work)
-    std::vector<RoleGroupConfig> groups{RoleGroupConfig{{"actor", "rollout", "reference"}, "auto", 1}};
 };
 
 struct TrainerConfig {

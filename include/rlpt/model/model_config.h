@@ -14,7 +14,34 @@
 #include <vector>
 
 namespace rlpt {
-struct BuiltinModelConfig;  // rlpt/config/config.h
+
+// The built-in tiny model's architecture (the config's model.builtin section, which includes this
+// header; the roles receive it in their settings). A Llama-family model: builtin_model_args.
+struct BuiltinModelConfig {
+    int64_t hidden_size = 128;
+    int64_t num_layers = 2;
+    int64_t num_heads = 4;
+    int64_t num_kv_heads = 2;
+    int64_t intermediate_size = 384;
+    int64_t max_position = 128;
+    double rope_theta = 10000.0;
+    bool tie_embeddings = true;
+    int64_t init_seed = 1234;
+    // Every field, for the roles' settings on the wire (rlpt/protocol/args.h).
+    template <typename V>
+    void visit(V& v) {
+        v("hidden_size", hidden_size);
+        v("num_layers", num_layers);
+        v("num_heads", num_heads);
+        v("num_kv_heads", num_kv_heads);
+        v("intermediate_size", intermediate_size);
+        v("max_position", max_position);
+        v("rope_theta", rope_theta);
+        v("tie_embeddings", tie_embeddings);
+        v("init_seed", init_seed);
+    }
+};
+
 }  // namespace rlpt
 
 namespace rlpt::model {

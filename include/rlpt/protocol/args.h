@@ -1,12 +1,18 @@
 #pragma once
 // Typed call arguments: the scalar (and small list) inputs of a remote method, as one struct.
 //
-// Each remote method that takes arguments has a struct in its role's header
-// (include/rlpt/roles/<role>.h) with ONE field list, a `visit` member that names every field:
+// Each remote method that takes arguments has a struct (in its role's header,
+// include/rlpt/roles/<role>.h) with ONE field list, a `visit` member that names every field:
 //
 //     struct ReferenceLogProbArgs {
 //         double temperature = 1.0;
 //         template <typename V> void visit(V& v) { v("temperature", temperature); }
+//     };
+//
+// and the role header links the method to it (ArgsOf below):
+//
+//     template <> struct rlpt::protocol::ArgsOf<rlpt::roles::ReferenceMethod::kComputeLogProb> {
+//         using type = rlpt::roles::ReferenceLogProbArgs;
 //     };
 //
 // That list gives, with nothing else to keep in step:
@@ -17,10 +23,19 @@
 //                                    default (the struct's defaults serve the caller only);
 //   args_schema<Args>()              the FieldSpec list (kMeta) the method's table row declares,
 //                                    so the controller refuses a call without the field before
-//                                    sending it.
-// Field types: int64_t, double, bool (sent as int64 0/1), std::string, std::vector<int64_t>
-// (a list stays a list on the wire: Batch meta holds int64 lists).
+//                                    sending it;
+//   method<M, handler>(name)         a table row whose handler receives ArgsOf<M> decoded (the
+//                                    message names "<role>.<method>" from the table) and whose
+//                                    input schema lists its fields.
+// Field types: int64_t (and other integers), double, bool (sent as int64 0/1), std::string,
+// std::vector<int64_t> (a list stays a list on the wire: Batch meta holds int64 lists),
+// std::optional of a number or bool (unset travels as the string "null", so it is sent, never
+// missing), an enum (sent as its underlying integer: both ends run the same binary, which
+// app::run_job checks), and a struct with its own `visit` (its fields travel as "<field>.<name>").
+
+#include <concepts>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -33,58 +48,138 @@ namespace rlpt::protocol {
 
 namespace detail {
 
-class ArgEncoder {
+// A struct that lists its own fields (nested settings: ModelSettings inside ActorSettings).
+template <typename T>
+concept Visitable = requires(T& t, void (*v)(const char*, int64_t&)) {
+    t.visit(v);
+};
+
+template <typename T>
+struct IsOptional : std::false_type {};
+template <typename T>
+struct IsOptional<std::optional<T>> : std::true_type {};
+
+// How an unset std::optional travels.
+inline const std::string kUnset = "null";
+
+// Prefixes nested fields: "settings" + "model" + "path" -> "settings.model.path".
+class FieldPath {
+  protected:
+    std::string key(const char* name) const { return prefix_ + name; }
+    std::string nested(const char* name) const { return prefix_ + name + "."; }
+    std::string prefix_;
+};
+
+class ArgEncoder : FieldPath {
   public:
-    explicit ArgEncoder(Batch& b) : b_(b) {}
+    explicit ArgEncoder(Batch& b, std::string prefix = {}) : b_(b) { prefix_ = std::move(prefix); }
     template <typename T>
     void operator()(const char* name, const T& v) {
-        if constexpr (std::is_same_v<T, bool>) b_.set_meta(name, static_cast<int64_t>(v ? 1 : 0));
-        else if constexpr (std::is_integral_v<T>) b_.set_meta(name, static_cast<int64_t>(v));
-        else b_.set_meta(name, v);
+        if constexpr (Visitable<T>) {
+            ArgEncoder inner(b_, nested(name));
+            T copy = v;  // visit() is one member for all three directions, so it is not const
+            copy.visit(inner);
+        } else if constexpr (IsOptional<T>::value) {
+            static_assert(std::is_arithmetic_v<typename T::value_type>, "an optional argument holds a number or bool");
+            if (v) (*this)(name, *v);
+            else b_.set_meta(key(name), kUnset);
+        } else if constexpr (std::is_enum_v<T>) {
+            b_.set_meta(key(name), static_cast<int64_t>(v));
+        } else if constexpr (std::is_same_v<T, bool>) {
+            b_.set_meta(key(name), static_cast<int64_t>(v ? 1 : 0));
+        } else if constexpr (std::is_integral_v<T>) {
+            b_.set_meta(key(name), static_cast<int64_t>(v));
+        } else {
+            b_.set_meta(key(name), v);
+        }
     }
 
   private:
     Batch& b_;
 };
 
-class ArgDecoder {
+class ArgDecoder : FieldPath {
   public:
-    ArgDecoder(const Batch& b, const char* where) : b_(b), where_(where) {}
+    ArgDecoder(const Batch& b, const char* where, std::string prefix = {}) : b_(b), where_(where) {
+        prefix_ = std::move(prefix);
+    }
     template <typename T>
     void operator()(const char* name, T& v) {
-        auto it = b_.meta().find(name);
-        if (it == b_.meta().end()) {
-            throw ValueError(fmt::format("{}: the call has no argument '{}' (a caller must set every field of "
-                                         "the method's argument struct)",
-                                         where_, name));
-        }
-        const MetaValue& m = it->second;
-        bool ok = false;
-        if constexpr (std::is_same_v<T, bool>) {
-            if (const auto* i = std::get_if<int64_t>(&m)) ok = (*i == 0 || *i == 1), v = *i != 0;
-        } else if constexpr (std::is_integral_v<T>) {
-            if (const auto* i = std::get_if<int64_t>(&m)) ok = true, v = static_cast<T>(*i);
-        } else if constexpr (std::is_same_v<T, double>) {
-            if (const auto* d = std::get_if<double>(&m)) ok = true, v = *d;
-            else if (const auto* i = std::get_if<int64_t>(&m)) ok = true, v = static_cast<double>(*i);
+        if constexpr (Visitable<T>) {
+            ArgDecoder inner(b_, where_, nested(name));
+            v.visit(inner);
         } else {
-            if (const auto* x = std::get_if<T>(&m)) ok = true, v = *x;
+            const MetaValue& m = find(name);
+            bool ok = false;
+            if constexpr (IsOptional<T>::value) {
+                const auto* s = std::get_if<std::string>(&m);
+                if (s && *s == kUnset) {
+                    ok = true;
+                    v.reset();
+                } else {
+                    typename T::value_type x{};
+                    ok = read(m, x);
+                    if (ok) v = x;
+                }
+            } else {
+                ok = read(m, v);
+            }
+            if (!ok) throw ValueError(fmt::format("{}: argument '{}' has the wrong type", where_, key(name)));
         }
-        if (!ok) throw ValueError(fmt::format("{}: argument '{}' has the wrong type", where_, name));
     }
 
   private:
+    const MetaValue& find(const char* name) const {
+        auto it = b_.meta().find(key(name));
+        if (it == b_.meta().end()) {
+            throw ValueError(fmt::format("{}: the call has no argument '{}' (a caller must set every field of "
+                                         "the method's argument struct)",
+                                         where_, key(name)));
+        }
+        return it->second;
+    }
+    // Reads `m` into `v`; false when `m` holds another type (or a bool other than 0/1).
+    template <typename T>
+    static bool read(const MetaValue& m, T& v) {
+        const auto* i = std::get_if<int64_t>(&m);
+        if constexpr (std::is_same_v<T, bool>) {
+            if (!i || (*i != 0 && *i != 1)) return false;
+            v = *i == 1;
+        } else if constexpr (std::is_enum_v<T> || std::is_integral_v<T>) {
+            if (!i) return false;
+            v = static_cast<T>(*i);
+        } else if constexpr (std::is_same_v<T, double>) {
+            const auto* d = std::get_if<double>(&m);
+            if (!d && !i) return false;
+            v = d ? *d : static_cast<double>(*i);
+        } else {
+            const auto* x = std::get_if<T>(&m);
+            if (!x) return false;
+            v = *x;
+        }
+        return true;
+    }
     const Batch& b_;
     const char* where_;
 };
 
-class ArgSchema {
+class ArgSchema : FieldPath {
   public:
-    template <typename T>
-    void operator()(const char* name, const T&) {
-        fields.push_back(FieldSpec{name, FieldKind::kMeta, false});
+    explicit ArgSchema(std::vector<FieldSpec>& fields, std::string prefix = {}) : fields_(fields) {
+        prefix_ = std::move(prefix);
     }
-    std::vector<FieldSpec> fields;
+    template <typename T>
+    void operator()(const char* name, T& v) {
+        if constexpr (Visitable<T>) {
+            ArgSchema inner(fields_, nested(name));
+            v.visit(inner);
+        } else {
+            fields_.push_back(FieldSpec{key(name), FieldKind::kMeta, false});
+        }
+    }
+
+  private:
+    std::vector<FieldSpec>& fields_;
 };
 
 }  // namespace detail
@@ -117,9 +212,45 @@ Args decode_args(const Batch& b, const char* where) {
 template <typename Args>
 std::vector<FieldSpec> args_schema() {
     Args a;
-    detail::ArgSchema s;
+    std::vector<FieldSpec> fields;
+    detail::ArgSchema s(fields);
     a.visit(s);
-    return s.fields;
+    return fields;
+}
+
+// A method without arguments.
+struct NoArgs {
+    template <typename V>
+    void visit(V&) {}
+};
+
+// The argument struct of method `M` (a role's method enumerator). Each role header specialises it
+// for its methods that take arguments; the others take NoArgs.
+template <auto M>
+struct ArgsOf {
+    using type = NoArgs;
+};
+template <auto M>
+using ArgsOfT = typename ArgsOf<M>::type;
+
+// A handler that receives its method's arguments decoded.
+template <auto M>
+using TypedHandler = Batch (*)(RoleWorker& self, WorkerContext& ctx, const Batch& in, const ArgsOfT<M>& args);
+
+namespace detail {
+template <auto M, TypedHandler<M> Fn>
+Batch decode_then_run(RoleWorker& self, WorkerContext& ctx, const Batch& in) {
+    const std::string where = ctx.role + "." + ctx.method;
+    return Fn(self, ctx, in, decode_args<ArgsOfT<M>>(in, where.c_str()));
+}
+}  // namespace detail
+
+// A table row for method `M` whose handler takes ArgsOf<M>: the row's input schema lists the
+// struct's fields, and the handler gets them decoded (a missing or mistyped field is a ValueError
+// naming "<role>.<name>" and the field before the handler runs).
+template <auto M, TypedHandler<M> Fn>
+MethodSpec method(std::string name) {
+    return method(M, std::move(name), &detail::decode_then_run<M, Fn>).takes(args_schema<ArgsOfT<M>>());
 }
 
 // A checkpoint or export directory (save, load, export of the trained roles).
@@ -148,5 +279,30 @@ struct InitArgs {
         v("tokenizer_words", tokenizer_words);
     }
 };
+
+// kInit of a role with settings (ArgsOf<kInit> of the actor, critic, reference and reward model):
+// the run's InitArgs, which the trainer passes, and the role's own settings under "settings.",
+// resolved once by the run plan (app/role_settings.h) and added by the Controller to every call
+// of a row marked receives_settings() (Controller::set_role_settings).
+template <typename Settings>
+struct InitWith {
+    InitArgs run;
+    Settings settings;
+    template <typename V>
+    void visit(V& v) {
+        run.visit(v);
+        v("settings", settings);
+    }
+};
+
+// The "settings." fields of InitWith<Settings> alone: what the run plan gives the Controller
+// (Controller::set_role_settings) for a role's kInit.
+template <typename Settings>
+Batch settings_batch(const Settings& settings) {
+    Batch b(0);
+    detail::ArgEncoder enc(b);
+    enc("settings", settings);
+    return b;
+}
 
 }  // namespace rlpt::protocol

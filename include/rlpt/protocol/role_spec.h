@@ -33,9 +33,10 @@
 // batch columns to or from the device themselves; host code inside a handler that reads values
 // (tokenizers, reward functions, loops over data_ptr) takes `.cpu()` of what it reads.
 //
-// A table row reads as words, built with method() and the MethodSpec setters:
-//     method(ActorMethod::kUpdate, "update", update).split_over_dp().unpadded()
-//         .takes({ids, mask, ...}).takes(args_schema<ActorUpdateArgs>()).concat_outputs({})
+// A table row reads as words, built with method() and the MethodSpec setters; a method with
+// arguments uses the typed form (args.h), whose handler receives ArgsOf<M> decoded:
+//     method<ActorMethod::kUpdate, update>("update").split_over_dp().unpadded()
+//         .takes({ids, mask, ...}).concat_outputs({})
 
 #include <cstdint>
 #include <map>
@@ -46,8 +47,11 @@
 
 #include "rlpt/batch/batch.h"
 #include "rlpt/comm/topology.h"
-#include "rlpt/config/config.h"
 #include "rlpt/core/error.h"
+
+namespace rlpt {
+struct Config;  // rlpt/config/config.h: WorkerContext::config, the rollout's until part B
+}  // namespace rlpt
 
 namespace rlpt::protocol {
 
@@ -91,13 +95,17 @@ class ProcessShared {
     std::map<std::string, Item> items_;
 };
 
-// What a handler sees of the world.
+// What a handler sees of the world. A role's settings come with its kInit (args.h, InitWith),
+// never from the run's Config.
 struct WorkerContext {
+    // The run's config, for the rollout role only: it still resolves its settings from it until
+    // they come with its kInit like the other roles' (issue 33, part B). Null for the others.
     const Config* config = nullptr;
     const comm::Topology* topology = nullptr;
     const comm::RoleComms* comms = nullptr;  // this role's communicators on this rank
     const comm::RoleLayout* layout = nullptr;
     std::string role;
+    std::string method;  // the method running now (its table name): errors name "<role>.<method>"
     int world_rank = -1;
     ProcessShared* shared = nullptr;
     int64_t step = -1;  // the controller's step at the time of the call
@@ -123,6 +131,9 @@ struct MethodSpec {
     Collect collect = Collect::kNone;
     bool pad_to_dp = true;
     double timeout_s = 0;  // 0: trainer.call_timeout_s; > 0: min(this, trainer.call_timeout_s)
+    // kInit of a role with settings: the Controller adds the role's settings (resolved once by
+    // the run plan, Controller::set_role_settings) to the caller's input.
+    bool takes_settings = false;
     std::vector<FieldSpec> inputs;
     std::vector<FieldSpec> outputs;
     Handler handler = nullptr;
@@ -140,6 +151,7 @@ struct MethodSpec {
     MethodSpec& first_output(std::vector<FieldSpec> fields) { return collect_as(Collect::kFirst, fields); }
     MethodSpec& every_output(std::vector<FieldSpec> fields) { return collect_as(Collect::kAll, fields); }
     MethodSpec& timeout(double seconds) { return timeout_s = seconds, *this; }
+    MethodSpec& receives_settings() { return takes_settings = true, *this; }
 
   private:
     MethodSpec& collect_as(Collect c, std::vector<FieldSpec>& fields) {

@@ -16,6 +16,10 @@
 // aborts the job. A stop signal (rlpt/core/signals.h) arriving during a wait is logged once
 // with the call in flight; the call still completes.
 //
+// Settings (ProtocolSettings): the two timeouts below, resolved from the run's config by the app
+// (app/role_settings.h). Each role's own settings come with its kInit: the app gives them to the
+// Controller once (set_role_settings), which adds them to the role's kInit call.
+//
 // Watchdog (bounded failure on every path). A call's deadline is trainer.call_timeout_s (or
 // the method's timeout_s when that is shorter) from its submission. The Controller is rank 0's
 // comm::WaitObserver, so it watches every wait of rank 0 — its own wait for replies, sending
@@ -44,6 +48,7 @@
 #include <string>
 #include <vector>
 
+#include "rlpt/protocol/args.h"
 #include "rlpt/protocol/batch_transport.h"
 #include "rlpt/protocol/role_spec.h"
 
@@ -54,6 +59,12 @@ constexpr int kWatchdogExitCode = 4;
 // How long past a call's deadline a worker still waits before ending the job itself (the
 // controller ends it at the deadline unless the controller is the rank that stopped).
 inline double worker_grace_s(double call_timeout_s) { return std::max(5.0, 0.25 * call_timeout_s); }
+
+// What the protocol reads of the run's config: its two timeouts (seconds, > 0).
+struct ProtocolSettings {
+    double call_timeout_s = 0;  // trainer.call_timeout_s: a call's deadline (and every wait inside it)
+    double stall_warn_s = 0;    // trainer.stall_warn_s: a stall warning after this long
+};
 
 // A worker reported an error (what() names rank, role, method, step and the worker's message).
 struct RemoteError : Error {
@@ -75,8 +86,10 @@ struct FaultPlan {
 class WorkerHost : public comm::WaitObserver {
   public:
     // Creates the role objects (factories are cheap; models load in an init method).
-    WorkerHost(const std::vector<RoleSpec>& registry, const Config& config, const comm::Topology& topo,
-               FaultPlan fault = {});
+    // `rollout_config`: WorkerContext::config, which only the rollout role reads (until its
+    // settings come with its kInit, issue 33 part B); it must outlive the host.
+    WorkerHost(const std::vector<RoleSpec>& registry, const ProtocolSettings& settings, const comm::Topology& topo,
+               FaultPlan fault = {}, const Config* rollout_config = nullptr);
     ~WorkerHost();
     WorkerHost(const WorkerHost&) = delete;
     WorkerHost& operator=(const WorkerHost&) = delete;
@@ -109,7 +122,7 @@ class WorkerHost : public comm::WaitObserver {
     std::vector<MPI_Request> heartbeat_reqs_;
     std::deque<std::string> heartbeat_keep_;
     const std::vector<RoleSpec>& registry_;
-    const Config& config_;
+    const ProtocolSettings settings_;
     const comm::Topology& topo_;
     FaultPlan fault_;
     ProcessShared shared_;
@@ -121,7 +134,7 @@ class WorkerHost : public comm::WaitObserver {
 class Controller : public comm::WaitObserver {
   public:
     // `local` is this rank's WorkerHost when the controller also hosts roles (else nullptr).
-    Controller(const std::vector<RoleSpec>& registry, const Config& config, const comm::Topology& topo,
+    Controller(const std::vector<RoleSpec>& registry, const ProtocolSettings& settings, const comm::Topology& topo,
                WorkerHost* local);
     ~Controller();
     Controller(const Controller&) = delete;
@@ -131,6 +144,12 @@ class Controller : public comm::WaitObserver {
         uint64_t seq = 0;
     };
 
+    // The settings of `role` (its ArgsOf<kInit>'s `settings`, encoded with encode_args under
+    // "settings."), resolved once by the run plan: added to every call of the role's method whose
+    // row says receives_settings() (its kInit), so the caller passes only the run's InitArgs.
+    // Calling such a method before its role's settings were given is an InternalError.
+    void set_role_settings(const std::string& role, Batch settings);
+
     // The training step stamped on every following call (for error messages).
     void set_step(int64_t step) { step_ = step; }
     int64_t step() const { return step_; }
@@ -139,6 +158,15 @@ class Controller : public comm::WaitObserver {
     Batch call(M method, const Batch& in) {
         Pending p = submit(method, in);
         return wait(p);
+    }
+    // A call with its method's typed arguments (ArgsOf<M>, args.h): ctl.call<ActorMethod::kSftStep>(batch, args).
+    template <auto M>
+    Batch call(Batch in, const ArgsOfT<M>& args) {
+        return call(M, with_args(std::move(in), args));
+    }
+    template <auto M>
+    std::vector<Batch> call_all(Batch in, const ArgsOfT<M>& args) {
+        return call_all(M, with_args(std::move(in), args));
     }
     // kAll methods: one output per role rank, in role-rank order.
     template <typename M>
@@ -202,9 +230,10 @@ class Controller : public comm::WaitObserver {
     std::string describe(const Call& call, double now, const std::string* local_wait, bool final) const;
 
     const std::vector<RoleSpec>& registry_;
-    const Config& config_;
+    const ProtocolSettings settings_;
     const comm::Topology& topo_;
     WorkerHost* local_;
+    std::map<int, Batch> role_settings_;  // role index -> its settings (set_role_settings)
     comm::BufferPool pool_;
     std::unique_ptr<Mailbox> replies_;  // receives posted in advance, one per worker rank
     int64_t step_ = -1;

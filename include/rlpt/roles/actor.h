@@ -4,16 +4,19 @@
 // Column layout shared by the RL methods (B rows, P prompt + R response columns):
 //   input_ids, attention_mask, position_ids [B, P+R] int64; responses, response_mask [B, R].
 #include <cstdint>
+#include <string>
 
+#include "rlpt/algo/value_loss.h"
 #include "rlpt/protocol/args.h"
 #include "rlpt/protocol/role_spec.h"
+#include "rlpt/roles/settings.h"
 
 namespace rlpt::roles {
 
 enum class ActorMethod : uint16_t {
     kPing = 0,        // one_to_all / all: identity of every rank
-    kInit,            // one_to_all / none. protocol::InitArgs (total_steps: training steps; the lr
-                      //   schedule advances once per kUpdate, after all its mini-batches)
+    kInit,            // one_to_all / none. protocol::InitWith<ActorSettings> (total_steps: training
+                      //   steps; the lr schedule advances once per kUpdate, after all its mini-batches)
     kComputeLogProb,  // dp_split / concat. ActorLogProbArgs -> old_log_probs, entropy
                       //   (+ sum_pi_squared, Σ_v π_v²) [B, R] fp32
     kUpdate,          // dp_split unpadded / concat (metrics only). PPO epochs over mini-batches.
@@ -28,6 +31,34 @@ enum class ActorMethod : uint16_t {
     kLoad,            // one_to_all / none: protocol::DirArgs
     kExport,          // one_to_all / none: role rank 0 writes a Hugging Face folder. protocol::DirArgs
     kCount
+};
+
+// The actor's settings (kInit), resolved once from the config by the run plan.
+struct ActorSettings {
+    ModelSettings model;
+    OptimConfig optim;           // actor.optim, or sft.optim when trainer.mode is sft
+    std::string optim_key;       // which of the two ("actor.optim" | "sft.optim"): names its keys in errors
+    PpoSettings ppo;             // kUpdate's loop: actor.ppo_epochs, ppo_micro_batch_size_per_rank, ...
+    algo::ActorLossConfig loss;  // kUpdate's objective: actor.policy_loss, the clip keys, entropy and KL terms
+    // kComputeLogProb also returns the entropy (actor.calculate_entropy, or a non-zero entropy_coeff).
+    bool log_prob_entropy = true;
+    int64_t log_prob_micro_batch_size_per_rank = 1;  // kComputeLogProb's forwards
+    int64_t sft_micro_batch_size_per_rank = 1;       // kSftStep's forwards (sft.micro_batch_size_per_rank)
+    int64_t seed = 0;                                // trainer.seed: the engine's and the losses' random streams
+    WeightSyncSettings weight_sync;                  // kSendWeights
+    template <typename V>
+    void visit(V& v) {
+        v("model", model);
+        v("optim", optim);
+        v("optim_key", optim_key);
+        v("ppo", ppo);
+        v("loss", loss);
+        v("log_prob_entropy", log_prob_entropy);
+        v("log_prob_micro_batch_size_per_rank", log_prob_micro_batch_size_per_rank);
+        v("sft_micro_batch_size_per_rank", sft_micro_batch_size_per_rank);
+        v("seed", seed);
+        v("weight_sync", weight_sync);
+    }
 };
 
 struct ActorLogProbArgs {
@@ -64,7 +95,37 @@ const protocol::RoleSpec& actor_spec();
 
 }  // namespace rlpt::roles
 
+namespace rlpt::protocol {
 template <>
-struct rlpt::protocol::RoleOf<rlpt::roles::ActorMethod> {
+struct RoleOf<roles::ActorMethod> {
     static constexpr const char* kName = "actor";
 };
+template <>
+struct ArgsOf<roles::ActorMethod::kInit> {
+    using type = InitWith<roles::ActorSettings>;
+};
+template <>
+struct ArgsOf<roles::ActorMethod::kComputeLogProb> {
+    using type = roles::ActorLogProbArgs;
+};
+template <>
+struct ArgsOf<roles::ActorMethod::kUpdate> {
+    using type = roles::ActorUpdateArgs;
+};
+template <>
+struct ArgsOf<roles::ActorMethod::kSftStep> {
+    using type = roles::SftStepArgs;
+};
+template <>
+struct ArgsOf<roles::ActorMethod::kSave> {
+    using type = DirArgs;
+};
+template <>
+struct ArgsOf<roles::ActorMethod::kLoad> {
+    using type = DirArgs;
+};
+template <>
+struct ArgsOf<roles::ActorMethod::kExport> {
+    using type = DirArgs;
+};
+}  // namespace rlpt::protocol
