@@ -21,8 +21,9 @@
 # Floating-point results depend on the CPU's vector units (LibTorch dispatches AVX-512 or AVX2
 # kernels, MKL likewise): every run here pins ATEN_CPU_CAPABILITY=avx2 and MKL_CBWR=AVX2 (and
 # OMP_NUM_THREADS=1, as ctest does).
-# `record` writes the machine it ran on to tests/golden/metrics/machine.txt; `check` on a
-# machine with another CPU or LibTorch still compares, but a difference there is a skip (exit 77,
+# `record` writes the machine it ran on to tests/golden/metrics/machine.txt (CPU name, vector
+# units, a hash of all its CPU flags, LibTorch); `check` on a machine with another CPU or LibTorch
+# still compares, but a difference there is a skip (exit 77,
 # "not comparable bit for bit here") rather than a failure. Re-record on the commit before a
 # refactor when the goldens were made elsewhere.
 # Environment: RLPT_BIN (default build/src/rlpt).
@@ -50,6 +51,7 @@ machine() {
   flags=$(grep -m1 "^flags" /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|avx512f)$' | sort | tr '\n' ' ')
   echo "cpu: $cpu"
   echo "vector units: $flags"
+  echo "cpu flags: $(grep -m1 "^flags" /proc/cpuinfo | sed 's/.*: //' | tr ' ' '\n' | sort | sha1sum | cut -c1-16)"
   echo "$("${RLPT_BIN:-$here/build/src/rlpt}" --version 2>/dev/null | grep '^LibTorch' || true)"
 }
 
