@@ -51,8 +51,8 @@ class RolloutWorker : public RoleWorker {
     // resharded into `policy` (our layout, storage released between generations) before each
     // generation.
     std::shared_ptr<detail::SharedPolicy> actor;
-    std::unique_ptr<comm::RegionExchange> exchange;  // over the actor's ranks, made at the first window
-    std::unique_ptr<model::HeldReshard> resharder;   // its transfer list kept across windows
+    std::unique_ptr<weights::RegionExchange> exchange;  // over the actor's ranks, made at the first window
+    std::unique_ptr<weights::HeldReshard> resharder;    // its transfer list kept across windows
     bool logged_reshard = false;
 };
 
@@ -65,17 +65,17 @@ class ReshardedWindow {
         model::CausalLM& m = *r.policy->model;
         if (!r.exchange) {
             const WeightSyncSettings sync = weight_sync_settings(*ctx.config);
-            r.exchange = comm::make_region_exchange(sync.backend, *r.actor->comm, detail::weight_sync_options(sync));
-            r.resharder = std::make_unique<model::HeldReshard>(m.args(), *r.exchange);
+            r.exchange = weights::make_region_exchange(sync.backend, *r.actor->comm, detail::weight_sync_options(sync));
+            r.resharder = std::make_unique<weights::HeldReshard>(m.args(), *r.exchange);
         }
         const auto& src_layout = r.actor->model->tp_layout();
-        const model::HeldSource src{r.actor->held(), src_layout.tp, src_layout.rank};
+        const weights::HeldSource src{r.actor->held(), src_layout.tp, src_layout.rank};
         // What this rank holds whole of a rollout tensor is that memory (HeldReshard::run); the
         // rest lives in the actor's gradient buffers, unused until its next zero_grad(), which
         // the window's end makes possible again by releasing the copy: warm memory, nothing
         // allocated on top of the training state while it fits.
         const auto st = r.resharder->run(&src, &m, m.tp_layout(),
-                                         r.actor->lend_scratch ? r.actor->lend_scratch() : model::ScratchMemory{});
+                                         r.actor->lend_scratch ? r.actor->lend_scratch() : engine::ScratchMemory{});
         r.policy->version = r.actor->version;
         active_ = true;
         if (ctx.comms->role_rank == 0 && !r.logged_reshard) {
@@ -90,7 +90,7 @@ class ReshardedWindow {
         }
     }
     ~ReshardedWindow() {
-        if (active_) model::release_parameter_storage(*r_.policy->model);
+        if (active_) weights::release_parameter_storage(*r_.policy->model);
     }
     ReshardedWindow(const ReshardedWindow&) = delete;
     ReshardedWindow& operator=(const ReshardedWindow&) = delete;
@@ -170,7 +170,7 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
         r.policy = std::make_shared<detail::SharedPolicy>();
         r.policy->model = std::make_shared<model::CausalLM>(shared->model->args(), shared->model->dtype(), device,
                                                             detail::tensor_parallel(ctx, device));
-        model::release_parameter_storage(*r.policy->model);
+        weights::release_parameter_storage(*r.policy->model);
         return Batch(0);
     }
     r.policy = std::make_shared<detail::SharedPolicy>();

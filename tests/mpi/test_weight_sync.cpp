@@ -1,4 +1,4 @@
-// Multi-rank tests of the weight sync (rlpt/comm/weight_sync.h) over MPI_COMM_WORLD (rank 0
+// Multi-rank tests of the weight sync (rlpt/weights/weight_sync.h) over MPI_COMM_WORLD (rank 0
 // is the root, every other rank a receiver). Every rank builds the root's tensors from the
 // same seed, so each can check its result locally; checksums are also all-gathered and
 // compared with the root's. Each collective test has an error twin in WeightSyncError.
@@ -11,16 +11,16 @@
 #include "rlpt/build_config.h"
 #include "rlpt/comm/device.h"
 #include "rlpt/comm/mpi.h"
-#include "rlpt/comm/weight_sync.h"
 #include "rlpt/protocol/role_spec.h"
+#include "rlpt/weights/weight_sync.h"
 
 namespace {
 
 using rlpt::comm::Communicator;
-using rlpt::comm::make_weight_sync;
-using rlpt::comm::weights_checksum;
-using rlpt::comm::WeightSync;
-using rlpt::comm::WeightSyncOptions;
+using rlpt::weights::make_weight_sync;
+using rlpt::weights::weights_checksum;
+using rlpt::weights::WeightSync;
+using rlpt::weights::WeightSyncOptions;
 
 struct Spec {
     std::vector<int64_t> shape;

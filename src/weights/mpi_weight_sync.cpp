@@ -12,11 +12,16 @@
 #include <cstring>
 #include <deque>
 
-#include "rlpt/comm/weight_sync.h"
+#include "rlpt/weights/weight_sync.h"
 #include "weight_sync_backends.h"
 #include "weight_sync_plan.h"
 
-namespace rlpt::comm::detail {
+namespace rlpt::weights::detail {
+
+using comm::Communicator;
+using comm::Deadline;
+using comm::detail::Backoff;
+
 namespace {
 
 constexpr int64_t kCopyChunk = int64_t(1) << 20;
@@ -271,4 +276,4 @@ std::unique_ptr<WeightSync> make_mpi_weight_sync(Communicator comm, const Weight
     return std::make_unique<MpiWeightSync>(std::move(comm), options);
 }
 
-}  // namespace rlpt::comm::detail
+}  // namespace rlpt::weights::detail

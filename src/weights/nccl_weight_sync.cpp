@@ -5,23 +5,31 @@
 // is never overwritten before the broadcast that reads it has run, whatever n_buffers is;
 // the host only waits (polling, with a deadline) at the end of the sync, or before copying
 // to a host destination. The pack buffers come from PyTorch's caching allocator, bound to that
-// stream (DeviceBuffer, comm/nccl_check.h): the sync runs when the model and optimizer hold most
+// stream (DeviceBuffer, rlpt/comm/nccl_check.h): the sync runs when the model and optimizer hold most
 // of the device, and the allocator can reuse or release what it owns. The tensors are produced and consumed by torch on its own streams:
 // sync() synchronizes the device once on entry (the optimizer step / generation that touch
 // the tensors must be finished) and its stream is idle when it returns.
 //
-// Bootstrap (first sync, collective on the sync communicator): nccl_bootstrap (comm/nccl_check.h)
+// Bootstrap (first sync, collective on the sync communicator): nccl_bootstrap (rlpt/comm/nccl_check.h)
 // with the sync's deadline, so a rank that cannot take part is named on every rank and a
 // bootstrap that cannot connect becomes an error instead of a silent hang.
 #include <cstring>
 
-#include "nccl_check.h"
-#include "rlpt/comm/weight_sync.h"
+#include "rlpt/comm/nccl_check.h"
 #include "rlpt/core/log.h"
+#include "rlpt/weights/weight_sync.h"
 #include "weight_sync_backends.h"
 #include "weight_sync_plan.h"
 
-namespace rlpt::comm::detail {
+namespace rlpt::weights::detail {
+
+using comm::Communicator;
+using comm::Deadline;
+using comm::detail::CudaStream;
+using comm::detail::DeviceBuffer;
+using comm::detail::nccl_bootstrap;
+using comm::detail::NcclComm;
+using comm::detail::wait_stream;
 
 int cuda_device_count() {
     int n = 0;
@@ -240,4 +248,4 @@ std::unique_ptr<WeightSync> make_nccl_weight_sync(Communicator comm, const Weigh
     return std::make_unique<NcclWeightSync>(std::move(comm), options);
 }
 
-}  // namespace rlpt::comm::detail
+}  // namespace rlpt::weights::detail
