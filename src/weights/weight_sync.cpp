@@ -1,5 +1,6 @@
-// Backend-independent parts of the weight sync: layout description and agreement, the
-// message plan, checksums, the "auto" backend and the factory.
+// Transport-independent parts of the weight sync: layout description and agreement, the
+// message plan, checksums, the "auto" backend and the factory (the protocol itself:
+// sync_skeleton.cpp).
 #include "rlpt/weights/weight_sync.h"
 
 #include <algorithm>
@@ -8,7 +9,7 @@
 #include <sstream>
 
 #include "rlpt/core/log.h"
-#include "weight_sync_backends.h"
+#include "sync_skeleton.h"
 #include "weight_sync_plan.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "weights_checksum reads 64-bit words as little-endian");

@@ -1,6 +1,7 @@
 #pragma once
-// Internals shared by the MPI and NCCL weight syncs: layout description, the wire header
-// and the layout agreement, and the message plan. Private to rlpt_weights.
+// Internals of the weight sync (the skeleton, sync_skeleton.h, and the option check WeightReshard
+// shares): layout description, the wire header and the layout agreement, and the message plan.
+// Private to rlpt_weights.
 
 #include <torch/torch.h>
 

@@ -29,6 +29,8 @@
 //      Packing bucket i+1 overlaps with the broadcast of bucket i (n_buffers pack buffers,
 //      preallocated on first use and reused by every later sync).
 //   4. Receivers set `version` from the header only after every byte has landed.
+// Every backend runs this one protocol (src/weights/sync_skeleton.h); a backend only supplies the
+// transfer steps of step 3 (how a message is packed, broadcast and unpacked).
 //
 // Failure model. Layout mismatches are clean (step 2). A timeout or a transport error in
 // steps 1-3 may leave requests in flight (and receivers with partly written weights);
@@ -116,7 +118,8 @@ class WeightSync {
 
   protected:
     explicit WeightSync(WeightSyncOptions options);
-    // Runs one sync (header, agreement, payload); implemented per backend.
+    // Runs one sync (header, agreement, payload): the skeleton of every transport, or "auto"
+    // handing over to the one it resolved to.
     virtual void do_sync(const std::vector<std::string>* names, std::vector<torch::Tensor>& tensors, uint64_t& version,
                          WeightSyncStats& stats) = 0;
 
