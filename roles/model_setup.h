@@ -10,6 +10,7 @@
 #include "rlpt/protocol/role_spec.h"
 #include "rlpt/roles/settings.h"
 #include "rlpt/weights/held_reshard.h"
+#include "rlpt/weights/served_weights.h"
 #include "rlpt/weights/weight_reshard.h"
 #include "rlpt/weights/weight_sync.h"
 
@@ -101,17 +102,6 @@ std::unique_ptr<engine::SavedState> resliced_checkpoint(std::vector<std::unique_
 
 // The shared key under which a colocated actor publishes its model (and the weight version).
 constexpr const char* kSharedPolicy = "policy";
-struct SharedPolicy {
-    std::shared_ptr<model::CausalLM> model;
-    uint64_t version = 0;
-    // What this rank holds of the actor now (TrainEngine::held_parameters: its ZeRO-3 shard or
-    // its whole tp slice) and the actor's role communicator (every actor rank): what a colocated
-    // rollout with another tensor-parallel size reshards from (weights::HeldReshard).
-    std::function<std::vector<engine::HeldSlice>()> held;
-    // The actor's gradient buffers as scratch memory until its next zero_grad() (TrainEngine::
-    // lend_gradient_memory): where that rollout places its copy for a generation window.
-    std::function<engine::ScratchMemory()> lend_scratch;
-    const comm::Communicator* comm = nullptr;
-};
+using weights::SharedPolicy;
 
 }  // namespace rlpt::roles::detail
