@@ -1,5 +1,5 @@
-// NCCL error checks, RAII owners and the NCCL bootstrap (comm/nccl_check.h). Built only with NCCL.
-#include "nccl_check.h"
+// NCCL error checks, RAII owners and the NCCL bootstrap (rlpt/comm/nccl_check.h). Built only with NCCL.
+#include "rlpt/comm/nccl_check.h"
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <fmt/format.h>

@@ -1,6 +1,6 @@
 // NCCL collectives (rlpt/comm/collectives.h) for CUDA tensors. Built only with NCCL.
 //
-// Bootstrap: nccl_bootstrap (comm/nccl_check.h), the one NCCL bootstrap of rlpt: every rank's
+// Bootstrap: nccl_bootstrap (rlpt/comm/nccl_check.h), the one NCCL bootstrap of rlpt: every rank's
 // readiness agreed over MPI, the interface policy before the first NCCL call, a non-blocking
 // init polled against the deadline.
 //
@@ -14,7 +14,7 @@
 #include <exception>
 
 #include "collectives_detail.h"
-#include "nccl_check.h"
+#include "rlpt/comm/nccl_check.h"
 
 namespace rlpt::comm::detail {
 namespace {

@@ -8,7 +8,7 @@
 #include "rlpt/ckpt/h5_store.h"
 
 #include "rlpt/core/log.h"
-#include "rlpt/model/reshard_plan.h"
+#include "rlpt/weights/reshard_plan.h"
 
 namespace rlpt::roles::detail {
 
@@ -62,8 +62,8 @@ std::vector<torch::Tensor> parameter_list(torch::nn::Module& m) {
     return out;
 }
 
-comm::WeightSyncOptions weight_sync_options(const WeightSyncSettings& s) {
-    comm::WeightSyncOptions opts;
+weights::WeightSyncOptions weight_sync_options(const WeightSyncSettings& s) {
+    weights::WeightSyncOptions opts;
     opts.bucket_bytes = static_cast<int64_t>(s.bucket_mb * 1024 * 1024);
     opts.timeout_s = s.timeout_s;
     return opts;
@@ -76,21 +76,21 @@ bool weight_sync_from_shards(const WeightSyncSettings& s, const protocol::Worker
 namespace {
 
 // The ZeRO-3 actor's sync: every actor rank sends what it holds of its shards, every separate
-// rollout rank receives its slices (model::HeldReshard), then the version from the group's rank
+// rollout rank receives its slices (weights::HeldReshard), then the version from the group's rank
 // 0 (the actor's first rank) by one broadcast with the deadline.
 void sync_from_shards(PolicySync& sync, const WeightSyncSettings& s, const protocol::WorkerContext& ctx,
                       model::CausalLM& m, uint64_t& version,
-                      const std::function<std::vector<model::HeldSlice>()>& held) {
+                      const std::function<std::vector<engine::HeldSlice>()>& held) {
     const auto ranks = comm::weight_exchange_ranks(ctx.topology->placement());
     if (std::find(ranks.begin(), ranks.end(), ctx.world_rank) == ranks.end()) return;
     if (!sync.comm.valid()) {
         sync.comm = ctx.topology->control().create_group(ranks, kWeightExchangeGroupTag);
-        sync.exchange = comm::make_region_exchange(s.backend, sync.comm, weight_sync_options(s));
-        sync.from_shards = std::make_unique<model::HeldReshard>(m.args(), *sync.exchange);
+        sync.exchange = weights::make_region_exchange(s.backend, sync.comm, weight_sync_options(s));
+        sync.from_shards = std::make_unique<weights::HeldReshard>(m.args(), *sync.exchange);
     }
-    model::HeldReshardStats st;
+    weights::HeldReshardStats st;
     if (held) {
-        const model::HeldSource src{held(), m.tp_layout().tp, m.tp_layout().rank};
+        const weights::HeldSource src{held(), m.tp_layout().tp, m.tp_layout().rank};
         st = sync.from_shards->run(&src, nullptr, {});
     } else {
         st = sync.from_shards->run(nullptr, &m, m.tp_layout());
@@ -111,7 +111,7 @@ void sync_from_shards(PolicySync& sync, const WeightSyncSettings& s, const proto
 
 void sync_policy_weights(PolicySync& sync, const WeightSyncSettings& s, const protocol::WorkerContext& ctx,
                          model::CausalLM& m, uint64_t& version,
-                         const std::function<std::vector<model::HeldSlice>()>& held) {
+                         const std::function<std::vector<engine::HeldSlice>()>& held) {
     if (weight_sync_from_shards(s, ctx)) {
         sync_from_shards(sync, s, ctx, m, version, held);
         return;
@@ -121,16 +121,16 @@ void sync_policy_weights(PolicySync& sync, const WeightSyncSettings& s, const pr
     const auto ranks = reshard_ranks.empty() ? weight_sync_ranks(placement, ctx.comms->mp_rank) : reshard_ranks;
     if (std::find(ranks.begin(), ranks.end(), ctx.world_rank) == ranks.end()) return;
     if (!sync.comm.valid()) {
-        const comm::WeightSyncOptions opts = weight_sync_options(s);
+        const weights::WeightSyncOptions opts = weight_sync_options(s);
         if (reshard_ranks.empty()) {
             sync.comm = ctx.topology->control().create_group(ranks, kWeightSyncGroupTag + ctx.comms->mp_rank);
-            sync.broadcast = comm::make_weight_sync(s.backend, sync.comm, opts);
+            sync.broadcast = weights::make_weight_sync(s.backend, sync.comm, opts);
         } else {
             sync.comm = ctx.topology->control().create_group(ranks, kWeightReshardGroupTag);
-            sync.reshard = comm::make_weight_reshard(s.backend, sync.comm, opts);
+            sync.reshard = weights::make_weight_reshard(s.backend, sync.comm, opts);
             const int tp_from = placement.at("actor").mp_size, tp_to = placement.at("rollout").mp_size;
             const int64_t n_blocks = (static_cast<int64_t>(ranks.size()) - tp_from) / tp_to;
-            sync.plan = model::reshard_plan(m, m.tp_layout(), m.args(), tp_from, tp_to, n_blocks, &sync.names);
+            sync.plan = weights::reshard_plan(m, m.tp_layout(), m.args(), tp_from, tp_to, n_blocks, &sync.names);
         }
     }
     auto params = parameter_list(m);

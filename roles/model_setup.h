@@ -5,13 +5,14 @@
 
 #include "rlpt/engine/train_engine.h"
 #include "rlpt/comm/placement.h"
-#include "rlpt/comm/weight_reshard.h"
-#include "rlpt/comm/weight_sync.h"
-#include "rlpt/model/reshard_plan.h"
 #include "rlpt/model/transformer.h"
 #include "rlpt/model/value_model.h"
 #include "rlpt/protocol/role_spec.h"
 #include "rlpt/roles/settings.h"
+#include "rlpt/weights/held_reshard.h"
+#include "rlpt/weights/served_weights.h"
+#include "rlpt/weights/weight_reshard.h"
+#include "rlpt/weights/weight_sync.h"
 
 namespace rlpt::roles::detail {
 
@@ -45,21 +46,21 @@ constexpr int kWeightExchangeGroupTag = 4240;
 
 // The actor -> rollout weight sync state of one rank (actor or rollout side), built at its first
 // sync: with a ZeRO-3 actor (weight_sync_from_shards) every actor rank's shards straight to the
-// rollout ranks (model::HeldReshard over comm::weight_exchange_ranks); otherwise a per-mp_rank
+// rollout ranks (weights::HeldReshard over comm::weight_exchange_ranks); otherwise a per-mp_rank
 // broadcast between equal layouts, or a shard-to-shard reshard from the actor's first block when
 // the rollout's model_parallel_size differs (comm::weight_reshard_ranks).
 struct PolicySync {
     comm::Communicator comm;
-    std::unique_ptr<comm::WeightSync> broadcast;
-    std::unique_ptr<comm::WeightReshard> reshard;
-    comm::ReshardPlan plan;
+    std::unique_ptr<weights::WeightSync> broadcast;
+    std::unique_ptr<weights::WeightReshard> reshard;
+    weights::ReshardPlan plan;
     std::vector<std::string> names;
-    std::unique_ptr<comm::RegionExchange> exchange;
-    std::unique_ptr<model::HeldReshard> from_shards;
+    std::unique_ptr<weights::RegionExchange> exchange;
+    std::unique_ptr<weights::HeldReshard> from_shards;
 };
 // The actor -> rollout weight transfer options: the bucket (MiB -> bytes) and the deadline (the
 // broadcast, the reshard and the hybrid engine's region exchange all take these).
-comm::WeightSyncOptions weight_sync_options(const WeightSyncSettings& s);
+weights::WeightSyncOptions weight_sync_options(const WeightSyncSettings& s);
 
 // Whether the actor -> separate rollout sync goes from the actor's shards (the actor trains at
 // ZeRO-3 and some rollout rank does not host the actor): then no actor rank holds the full model
@@ -77,7 +78,7 @@ bool weight_sync_from_shards(const WeightSyncSettings& s, const protocol::Worker
 // `s`: the same settings on both sides (the actor's, and the rollout's from the same config).
 void sync_policy_weights(PolicySync& sync, const WeightSyncSettings& s, const protocol::WorkerContext& ctx,
                          model::CausalLM& m, uint64_t& version,
-                         const std::function<std::vector<model::HeldSlice>()>& held = {});
+                         const std::function<std::vector<engine::HeldSlice>()>& held = {});
 
 // What resuming a model at another tensor-parallel size needs of it: its parameters (Hugging
 // Face names, this rank's local shapes), its layout and its arguments (model::shard_spec places
@@ -101,17 +102,6 @@ std::unique_ptr<engine::SavedState> resliced_checkpoint(std::vector<std::unique_
 
 // The shared key under which a colocated actor publishes its model (and the weight version).
 constexpr const char* kSharedPolicy = "policy";
-struct SharedPolicy {
-    std::shared_ptr<model::CausalLM> model;
-    uint64_t version = 0;
-    // What this rank holds of the actor now (TrainEngine::held_parameters: its ZeRO-3 shard or
-    // its whole tp slice) and the actor's role communicator (every actor rank): what a colocated
-    // rollout with another tensor-parallel size reshards from (model::HeldReshard).
-    std::function<std::vector<model::HeldSlice>()> held;
-    // The actor's gradient buffers as scratch memory until its next zero_grad() (TrainEngine::
-    // lend_gradient_memory): where that rollout places its copy for a generation window.
-    std::function<model::ScratchMemory()> lend_scratch;
-    const comm::Communicator* comm = nullptr;
-};
+using weights::SharedPolicy;
 
 }  // namespace rlpt::roles::detail

@@ -2,6 +2,7 @@
 #include "rlpt/roles/rollout.h"
 
 #include <chrono>
+#include <optional>
 #include <sstream>
 
 #include "model_setup.h"
@@ -13,6 +14,7 @@
 #include "rlpt/rollout/stop_strings.h"
 #include "rlpt/tokenizer/tokenizer.h"
 #include "rlpt/tokenizer/char_tokenizer.h"
+#include "rlpt/weights/served_weights.h"
 #include "role_common.h"
 
 namespace rlpt::roles {
@@ -34,99 +36,22 @@ WeightSyncSettings weight_sync_settings(const Config& c) {
 
 class RolloutWorker : public RoleWorker {
   public:
-    std::shared_ptr<detail::SharedPolicy> policy;  // the actor's (colocated) or our own copy
-    const GeneratorEntry* generator = nullptr;     // rollout.generator
-    rollout::GeneratorArgs generator_args;         // rollout.beam_search, rollout.stages (appends encoded)
-    rollout::TokenTexts token_texts;               // from kInit: what stop strings are matched on
-    std::unique_ptr<tokenizer::Tokenizer> tok;     // for generators that read and write text (tool_agent)
-    rollout::GeneratorContext gen;                 // the generator's context (its state lives here)
-    bool own_copy = false;
-    detail::PolicySync sync;
-    // rollout.dtype other than the policy's: the copy generation runs with, and the weights it
-    // was made from (policy version, count of receive_weights calls).
-    std::shared_ptr<model::CausalLM> cast;
-    std::pair<uint64_t, uint64_t> cast_from{0, 0};
-    uint64_t syncs = 0;
-    // The hybrid engine (colocated with an actor of another tensor-parallel size): the actor,
-    // resharded into `policy` (our layout, storage released between generations) before each
-    // generation.
-    std::shared_ptr<detail::SharedPolicy> actor;
-    std::unique_ptr<comm::RegionExchange> exchange;  // over the actor's ranks, made at the first window
-    std::unique_ptr<model::HeldReshard> resharder;   // its transfer list kept across windows
-    bool logged_reshard = false;
-};
-
-// The hybrid engine's generation window: the rollout-layout copy filled from the actor on
-// construction (collective on the actor's role communicator), its storage freed on exit.
-class ReshardedWindow {
-  public:
-    ReshardedWindow(RolloutWorker& r, const WorkerContext& ctx) : r_(r) {
-        if (!r.actor) return;
-        model::CausalLM& m = *r.policy->model;
-        if (!r.exchange) {
-            const WeightSyncSettings sync = weight_sync_settings(*ctx.config);
-            r.exchange = comm::make_region_exchange(sync.backend, *r.actor->comm, detail::weight_sync_options(sync));
-            r.resharder = std::make_unique<model::HeldReshard>(m.args(), *r.exchange);
-        }
-        const auto& src_layout = r.actor->model->tp_layout();
-        const model::HeldSource src{r.actor->held(), src_layout.tp, src_layout.rank};
-        // What this rank holds whole of a rollout tensor is that memory (HeldReshard::run); the
-        // rest lives in the actor's gradient buffers, unused until its next zero_grad(), which
-        // the window's end makes possible again by releasing the copy: warm memory, nothing
-        // allocated on top of the training state while it fits.
-        const auto st = r.resharder->run(&src, &m, m.tp_layout(),
-                                         r.actor->lend_scratch ? r.actor->lend_scratch() : model::ScratchMemory{});
-        r.policy->version = r.actor->version;
-        active_ = true;
-        if (ctx.comms->role_rank == 0 && !r.logged_reshard) {
-            RLPT_LOG_INFO(
-                "rollout: hybrid engine resharded the actor (tp {}) into the rollout layout (tp {}): {:.3f} MB "
-                "of rollout parameters on this rank ({:.3f} MB of them the actor's own memory, {:.3f} MB "
-                "in its gradient buffers), {:.3f} MB received from other ranks, {:.3f} s; freed after each "
-                "generation",
-                src.tp, m.tp_layout().tp, st.dst_bytes / 1e6, st.aliased_bytes / 1e6, st.scratch_bytes / 1e6,
-                st.received_bytes / 1e6, st.seconds);
-            r.logged_reshard = true;
-        }
-    }
-    ~ReshardedWindow() {
-        if (active_) model::release_parameter_storage(*r_.policy->model);
-    }
-    ReshardedWindow(const ReshardedWindow&) = delete;
-    ReshardedWindow& operator=(const ReshardedWindow&) = delete;
-
-  private:
-    RolloutWorker& r_;
-    bool active_ = false;
+    std::optional<weights::ServedWeights> weights;  // the policy generation reads, from kInit on
+    const GeneratorEntry* generator = nullptr;      // rollout.generator
+    rollout::GeneratorArgs generator_args;          // rollout.beam_search, rollout.stages (appends encoded)
+    rollout::TokenTexts token_texts;                // from kInit: what stop strings are matched on
+    std::unique_ptr<tokenizer::Tokenizer> tok;      // for generators that read and write text (tool_agent)
+    rollout::GeneratorContext gen;                  // the generator's context (its state lives here)
+    detail::PolicySync sync;                        // an own copy's weight sync, built at its first receive
 };
 
 torch::Dtype rollout_dtype(const Config& c) {
     return model::dtype_from_name(c.rollout.dtype == "auto" ? c.model.dtype : c.rollout.dtype);
 }
 
-// The model generation runs with: the policy itself when rollout.dtype is its dtype, else the
-// copy in rollout.dtype, its values refreshed from the policy when the weights changed since.
-model::CausalLM& generation_model(RolloutWorker& r, const Config& c) {
-    model::CausalLM& policy = *r.policy->model;
-    const torch::Dtype want = rollout_dtype(c);
-    if (policy.dtype() == want) return policy;
-    const std::pair<uint64_t, uint64_t> now{r.policy->version, r.syncs};
-    if (r.cast == nullptr) {
-        r.cast = model::clone_causal_lm(policy, want, policy.device());
-        RLPT_LOG_INFO("rollout: generating with {} weights (rollout.dtype), a copy of the {} policy",
-                      model::dtype_name(want), model::dtype_name(policy.dtype()));
-    } else if (r.cast_from != now) {
-        auto from = policy.named_parameters(/*recurse=*/true);
-        torch::NoGradGuard no_grad;
-        for (auto& p : r.cast->named_parameters(/*recurse=*/true)) p.value().copy_(from[p.key()]);
-    }
-    r.cast_from = now;
-    return *r.cast;
-}
-
 RolloutWorker& ready(RoleWorker& w) {
     auto& r = static_cast<RolloutWorker&>(w);
-    RLPT_CHECK_KIND(InternalError, r.policy != nullptr, "rollout used before kInit");
+    RLPT_CHECK_KIND(InternalError, r.weights.has_value(), "rollout used before kInit");
     return r;
 }
 
@@ -161,29 +86,29 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     const Config& c = *ctx.config;
     if (auto shared = ctx.shared->get<detail::SharedPolicy>(detail::kSharedPolicy)) {
         if (shared->model->tp_layout().tp == ctx.layout->mp_size) {
-            r.policy = shared;  // colocated with the actor: same tensors, no copy, no sync
+            r.weights = weights::ServedWeights::of_actor(shared);  // same tensors, no copy, no sync
             return Batch(0);
         }
         // The hybrid engine: our own layout, no storage until a generation needs it.
         const auto device = protocol::handler_device();
-        r.actor = shared;
-        r.policy = std::make_shared<detail::SharedPolicy>();
-        r.policy->model = std::make_shared<model::CausalLM>(shared->model->args(), shared->model->dtype(), device,
-                                                            detail::tensor_parallel(ctx, device));
-        model::release_parameter_storage(*r.policy->model);
+        const WeightSyncSettings sync = weight_sync_settings(c);
+        r.weights =
+            weights::ServedWeights::resharded(shared,
+                                              std::make_shared<model::CausalLM>(shared->model->args(),
+                                                                                shared->model->dtype(), device,
+                                                                                detail::tensor_parallel(ctx, device)),
+                                              sync.backend, detail::weight_sync_options(sync));
         return Batch(0);
     }
-    r.policy = std::make_shared<detail::SharedPolicy>();
     const auto device = protocol::handler_device();
-    r.policy->model =
-        detail::build_policy(model_settings(c), device, args.vocab_size, detail::tensor_parallel(ctx, device));
-    r.own_copy = true;
+    auto own = detail::build_policy(model_settings(c), device, args.vocab_size, detail::tensor_parallel(ctx, device));
     // Our own copy, filled by the weight sync: in a shared arena, so a same-host actor rank writes
     // it with memcpy through a mapping (rlpt/comm/shared_arena.h). Before anything caches addresses.
     if (device.is_cpu()) {
-        auto params = detail::parameter_list(*r.policy->model);
+        auto params = detail::parameter_list(*own);
         comm::share_tensors(params, "rlpt-rollout-params");
     }
+    r.weights = weights::ServedWeights::own_copy(std::move(own));
     return Batch(0);
 }
 
@@ -192,8 +117,8 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     const auto t0 = std::chrono::steady_clock::now();
     // Colocated with a ZeRO-3 actor: the full weights for the whole generation (its number of
     // decode steps differs per rank, so no per-layer gathers), freed when it returns.
-    const auto full = model::hold_full_parameters(*r.policy->model);
-    const ReshardedWindow resharded(r, ctx);
+    const auto full = model::hold_full_parameters(r.weights->model());
+    const auto window = r.weights->window(ctx.comms->role_rank == 0);
     // The prompts are read as token lists on the host (the batch may arrive on the GPU).
     const torch::Tensor ids = in.at("prompt_ids").to(torch::kCPU).contiguous();
     const torch::Tensor mask = in.at("prompt_mask").to(torch::kCPU, torch::kBool).contiguous();
@@ -247,8 +172,8 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     for (auto [field, dest] : {std::pair{"data_source", &r.gen.data_source},
                                std::pair{"ground_truth", &r.gen.ground_truth}, std::pair{"extra", &r.gen.extra}})
         *dest = in.has_strings(field) ? in.strings(field) : std::vector<std::string>{};
-    auto g =
-        r.generator->fn(generation_model(r, *ctx.config), prompts, seeds, sp, ctx.config->rollout.max_num_seqs, r.gen);
+    auto g = r.generator->fn(r.weights->for_generation(rollout_dtype(*ctx.config)), prompts, seeds, sp,
+                             ctx.config->rollout.max_num_seqs, r.gen);
     for (const auto& [name, values] : r.gen.sample_values) out.set(name, torch::tensor(values, torch::kFloat64));
     // Pad to the call's fixed widths (P of the input, R = max_new_tokens) so shards concatenate.
     const int64_t gp = g.prompts.size(1), gr = g.responses.size(1);
@@ -265,7 +190,7 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     auto attn = pad_seq(g.attention_mask, 0);
     out.set("attention_mask", attn);
     out.set("position_ids", (attn.cumsum(1) - 1).clamp_min(0));
-    std::vector<int64_t> reasons, versions(static_cast<size_t>(B), static_cast<int64_t>(r.policy->version));
+    std::vector<int64_t> reasons, versions(static_cast<size_t>(B), static_cast<int64_t>(r.weights->version()));
     for (auto fr : g.finish_reasons) reasons.push_back(static_cast<int64_t>(fr));
     out.set_ints("finish_reason", reasons);
     out.set_ints("weight_version", versions);
@@ -278,11 +203,9 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 
 Batch receive_weights(RoleWorker& w, WorkerContext& ctx, const Batch&) {
     RolloutWorker& r = ready(w);
-    if (!r.own_copy) return Batch(0);  // colocated: the actor's tensors are ours
-    uint64_t version = r.policy->version;
-    detail::sync_policy_weights(r.sync, weight_sync_settings(*ctx.config), ctx, *r.policy->model, version);
-    r.policy->version = version;
-    ++r.syncs;
+    r.weights->receive([&](model::CausalLM& m, uint64_t& version) {
+        detail::sync_policy_weights(r.sync, weight_sync_settings(*ctx.config), ctx, m, version);
+    });
     return Batch(0);
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Resharding table (issue 11): the ~100M model's weight sync from an actor block of tp F to
-# rollout blocks of tp T on other ranks (shard to shard, comm/weight_reshard.h), against raw p2p
+# rollout blocks of tp T on other ranks (shard to shard, rlpt/weights/weight_reshard.h), against raw p2p
 # of the same bytes and against a full-model MPI_Bcast to every receiver, in the same run. The
 # reshard runs three ways: with single copy between same-host ranks and the tensors in shared
 # weight arenas (memcpy through a mapping, the default), with MPI messages only
@@ -104,7 +104,7 @@ print("- messages/rank: the most messages one rank sent or received in a sync; M
       "agreement collective, part of plan; cached: every rank reused the previous sync's message list).")
 print("- CPU s: CPU time of one sync (median; copying plus polling in waits), summed over the ranks (with more "
       "ranks than cores, what the cores have to fit) and on the busiest rank.")
-print("\nColocated (the hybrid engine, model::HeldReshard): actor trained at ZeRO-3 over the DP ranks, rollout "
+print("\nColocated (the hybrid engine, weights::HeldReshard): actor trained at ZeRO-3 over the DP ranks, rollout "
       "copy in another tp on the same ranks; one window = fill the rollout copy from what the ranks hold of the actor "
       "(point to point, straight into the rollout's tensors) + free it, as the trainer runs it: the rollout tensors a "
       "rank holds whole are its own held memory (aliased: row slices inside its ZeRO-3 shard, nothing copied), the "
@@ -156,7 +156,7 @@ for name in dict.fromkeys(row_name(r) for r in sorted(colocated, key=lambda r: (
           f"| {spread('raw_p2p_s')} | {span('reshard_s')} | {span('reshard_fresh_s')} |")
 print("\nZeRO-3 actor -> rollout ranks of their own (send_weights): gathered = every actor rank holds the full "
       "parameters (hold_full_parameters) and the first block sends shard to shard, what rlpt did before; from shards = "
-      "model::HeldReshard, every actor rank sends what it holds. Peak: the actor ranks' engine memory during the sync "
+      "weights::HeldReshard, every actor rank sends what it holds. Peak: the actor ranks' engine memory during the sync "
       "(TrainEngine::peak_memory_bytes; from shards plus the exchange's staging), max over ranks. Peer: raw p2p of the "
       "from-shards bytes per pair.\n")
 print("| actor (ZeRO-3) -> rollout | ranks | persistent MB/actor rank | peak gathered MB | peak from shards MB "

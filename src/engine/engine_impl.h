@@ -13,7 +13,7 @@
 #include "rlpt/comm/mpi.h"
 #include "rlpt/core/error.h"
 #include "rlpt/engine/train_engine.h"
-#include "rlpt/model/reshard_plan.h"
+#include "rlpt/engine/param_memory.h"
 
 namespace rlpt::model {
 class Backbone;
@@ -127,9 +127,6 @@ struct EngineState {
 std::string group_name(const Group& g);
 
 // ---- ZeRO-2/3 (engine/zero_shard.cpp) --------------------------------------------------------
-// Storage of a flat buffer freed / allocated again (rlpt/model/reshard_plan.h).
-using model::alloc_storage;
-using model::free_storage;
 // Group indices of a unit (-1: root), in order.
 std::vector<size_t> unit_groups(const EngineState& st, int64_t unit);
 // ZeRO-3: the unit's full parameters in flat_param (blocking; finishes a prefetch). Collective.

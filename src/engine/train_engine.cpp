@@ -288,7 +288,7 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
             g.param_shard = st.device.is_cpu() ? comm::shared_zeros(g.shard, g.dtype, "rlpt-param-shard")
                                                : torch::empty({g.shard}, g.flat_param.options());
             g.param_shard.copy_(g.flat_param.narrow(0, g.own_begin, g.shard));
-            detail::free_storage(g.flat_param);
+            free_storage(g.flat_param);
             g.params_full = false;
         }
     }
@@ -308,7 +308,7 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, const comm::
         // Full gradients exist only while a unit's backward runs (the root: from a forward with
         // gradients to the step).
         for (auto& g : st.groups) {
-            if (g.flat_grad.defined()) detail::free_storage(g.flat_grad);
+            if (g.flat_grad.defined()) free_storage(g.flat_grad);
             g.grad_allocated = false;
         }
     }
@@ -342,9 +342,9 @@ void TrainEngine::zero_grad() {
     }
 }
 
-model::ScratchMemory TrainEngine::lend_gradient_memory() {
+ScratchMemory TrainEngine::lend_gradient_memory() {
     auto& st = *impl_;
-    model::ScratchMemory out;
+    ScratchMemory out;
     if (st.frozen()) return out;
     RLPT_CHECK_KIND(InternalError, st.grad_lease.expired(),
                     "TrainEngine: lend_gradient_memory() while an earlier lease is still held");
@@ -565,11 +565,11 @@ void TrainEngine::release_parameters() {
     for (const auto& g : st.groups) detail::release_unit(st, g.unit);
 }
 
-std::vector<model::HeldSlice> TrainEngine::held_parameters() const {
+std::vector<HeldSlice> TrainEngine::held_parameters() const {
     const auto& st = *impl_;
-    std::vector<model::HeldSlice> out;
+    std::vector<HeldSlice> out;
     for (const auto& s : st.slots) {
-        model::HeldSlice h{s.name, 0, s.numel, torch::Tensor(), s.param.sizes().vec()};
+        HeldSlice h{s.name, 0, s.numel, torch::Tensor(), s.param.sizes().vec()};
         if (!st.shards_params()) {
             h.data = s.param.detach().reshape({-1});  // a view: the parameters are contiguous in flat_param
         } else {

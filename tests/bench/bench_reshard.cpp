@@ -1,4 +1,4 @@
-// Shard-to-shard weight sync (comm/weight_reshard.h) of the ~100M model between tensor-parallel
+// Shard-to-shard weight sync (rlpt/weights/weight_reshard.h) of the ~100M model between tensor-parallel
 // layouts, against two peers measured in the same run on the same ranks:
 //   raw p2p   - the same bytes per (sender, receiver) pair as one preallocated MPI_Isend/Irecv
 //               each (what the reshard costs without planning, packing and buckets);
@@ -7,7 +7,7 @@
 // World ranks [0, from) hold the actor block (tp = from), the rest `blocks` rollout blocks of tp
 // `to`. The reshard is measured three ways: as the trainer runs it (the model's tensors in a
 // shared weight arena, rlpt/comm/shared_arena.h, and single copy between same-host ranks: the
-// copying end memcpys through its mapping of the peer's arena, comm/single_copy.h;
+// copying end memcpys through its mapping of the peer's arena, src/weights/single_copy.h;
 // "reshard_s"), with WeightSyncOptions::single_copy off (MPI messages and staging only;
 // "reshard_mpi_s"), and with single copy from a copy of the same values in ordinary memory
 // (process_vm_readv / writev; "reshard_cma_s"). Checks every received slice against the tp = 1
@@ -20,7 +20,7 @@
 // Usage: mpirun -np <from + blocks*to> rlpt_bench_reshard --from F --to T --blocks B [--iters N]
 //        [--bucket-mb M (64, the default weight_sync.bucket_mb)]
 //
-// --colocated 1: the hybrid engine instead (model::HeldReshard, every rank source and
+// --colocated 1: the hybrid engine instead (weights::HeldReshard, every rank source and
 // destination). Every rank holds the actor (tp F, trained by a ZeRO-3 TrainEngine over the ranks
 // / F DP ranks) and a rollout copy of tp T with its storage released; one measurement is a whole
 // generation window: fill the rollout copy from what the ranks hold of the actor (point to
@@ -36,7 +36,7 @@
 // preallocated, warm buffers: taking turns with the trainer's window ("raw_allgather_s",
 // "raw_p2p_s"; neither maps nor unmaps memory), on their own before everything
 // ("*_alone_s"), and taking turns with the fresh-memory measurements ("raw_allgather_in_turns_s",
-// a witness). Into output memory mapped for the call (model::HostBlock: 2 MiB-aligned, huge-page
+// a witness). Into output memory mapped for the call (weights::HostBlock: 2 MiB-aligned, huge-page
 // advice) and unmapped after it: "raw_allgather_fresh_s"; "fresh_fill_s": memcpy of the rollout
 // bytes from a warm buffer into such memory.
 // Usage: mpirun -np N rlpt_bench_reshard --colocated 1 --from F --to T
@@ -45,7 +45,7 @@
 // [0, F·D) hold the actor (tp F x dp D, ZeRO-3 TrainEngine), the next `blocks` blocks of T ranks
 // the rollout. Two ways back to back: "gathered" (what send_weights did before: every actor rank
 // holds the full parameters, hold_full_parameters, and the first block sends shard to shard,
-// comm::WeightReshard) and "from shards" (model::HeldReshard: every actor rank sends what it
+// weights::WeightReshard) and "from shards" (weights::HeldReshard: every actor rank sends what it
 // holds). Per way: the actor ranks' peak engine memory during the sync (TrainEngine::
 // peak_memory_bytes after reset_peak_memory; from shards plus the exchange's staging) beside
 // their persistent state, and the sync time; peer: raw p2p of the from-shards bytes per pair.
@@ -67,9 +67,10 @@
 #include "rlpt/comm/shared_tensor.h"
 #include "rlpt/core/error.h"
 #include "rlpt/engine/train_engine.h"
-#include "rlpt/model/reshard_plan.h"
 #include "rlpt/model/tensor_parallel.h"
 #include "rlpt/model/transformer.h"
+#include "rlpt/weights/held_reshard.h"
+#include "rlpt/weights/reshard_plan.h"
 
 namespace {
 
@@ -160,7 +161,7 @@ void check_slices(model::CausalLM& m, const model::ModelArgs& args, int me) {
 }
 
 // Bytes of the whole model (fp32) from a plan's full shapes.
-int64_t full_model_bytes(const comm::ReshardPlan& plan) {
+int64_t full_model_bytes(const weights::ReshardPlan& plan) {
     int64_t bytes = 0;
     for (const auto& s : plan.full_shapes) {
         int64_t n = 4;
@@ -172,7 +173,7 @@ int64_t full_model_bytes(const comm::ReshardPlan& plan) {
 
 // Raw p2p of exactly a region exchange's last bytes per pair, one warm preallocated message each
 // way (for timed()).
-std::function<void()> raw_p2p_like(const comm::Communicator& world, const comm::RegionExchangeStats& xs) {
+std::function<void()> raw_p2p_like(const comm::Communicator& world, const weights::RegionExchangeStats& xs) {
     auto out_bufs = std::make_shared<std::vector<torch::Tensor>>(),
          in_bufs = std::make_shared<std::vector<torch::Tensor>>();
     for (int r = 0; r < world.size(); ++r) {
@@ -203,7 +204,7 @@ void run(const Args& a, const comm::Communicator& world) {
     const auto args = bench::llama_100m();
     auto m = model::make_random_causal_lm(args, sender ? 11 : 99, torch::kFloat32, torch::kCPU, tpo);
     std::vector<std::string> names;
-    const auto plan = model::reshard_plan(*m, m->tp_layout(), args, a.from, a.to, a.blocks, &names);
+    const auto plan = weights::reshard_plan(*m, m->tp_layout(), args, a.from, a.to, a.blocks, &names);
     std::vector<torch::Tensor> params;
     for (auto& p : m->named_parameters()) params.push_back(p.value());
     // The same values in ordinary memory (the CMA measurement), then the model's own tensors
@@ -215,15 +216,15 @@ void run(const Args& a, const comm::Communicator& world) {
         RLPT_CHECK(comm::share_tensors(shared, "bench-params"),
                    "bench_reshard: no shared arena (RLPT_SHARED_WEIGHTS=0?)");
     }
-    comm::WeightSyncOptions opts;
+    weights::WeightSyncOptions opts;
     opts.bucket_bytes = a.bucket_mb << 20;
     // The reshard with single copy on (tensors in arenas: mapped), off (MPI only) and on with the
     // tensors in ordinary memory (CMA); each warmed up and checked (receivers zeroed first).
     uint64_t version = sender ? 1 : 0;
-    std::vector<std::unique_ptr<comm::WeightReshard>> reshards;
+    std::vector<std::unique_ptr<weights::WeightReshard>> reshards;
     for (int variant = 0; variant < 3; ++variant) {
         opts.single_copy = variant != 1;
-        reshards.push_back(comm::make_weight_reshard("mpi", world, opts));
+        reshards.push_back(weights::make_weight_reshard("mpi", world, opts));
         auto& ps = variant == 2 ? plain_params : params;
         if (!sender) {
             torch::NoGradGuard ng;
@@ -341,38 +342,38 @@ void run_colocated(const Args& a, const comm::Communicator& world) {
     engine::TrainEngine engine(actor, actor_dp, opts, 5, tpi);
     const int64_t shard_bytes = engine.memory_bytes().params;
     auto rollout = std::make_shared<model::CausalLM>(args, torch::kFloat32, torch::kCPU, rollout_tp);
-    model::release_parameter_storage(*rollout);
-    comm::WeightSyncOptions xopts;
+    weights::release_parameter_storage(*rollout);
+    weights::WeightSyncOptions xopts;
     xopts.bucket_bytes = a.bucket_mb << 20;
     const auto& src_layout = actor->tp_layout();
     // The window with single copy on and off (one exchange and one HeldReshard each, its transfer
     // list computed at the warm-up and reused); each warmed up and checked.
-    std::vector<std::unique_ptr<comm::RegionExchange>> exchanges;
-    std::vector<std::unique_ptr<model::HeldReshard>> resharders;
+    std::vector<std::unique_ptr<weights::RegionExchange>> exchanges;
+    std::vector<std::unique_ptr<weights::HeldReshard>> resharders;
     // Stats per way: 0 single copy and 1 MPI-only, both as the trainer runs them (the rollout copy
     // in the actor's gradient buffers, TrainEngine::lend_gradient_memory); 2 and 3 the same into a
     // fresh block (what rlpt did before lending).
-    std::vector<model::HeldReshardStats> window_stats(4);
+    std::vector<weights::HeldReshardStats> window_stats(4);
     auto window = [&](size_t k, bool lend) {
-        const model::HeldSource src{engine.held_parameters(), src_layout.tp, src_layout.rank};
+        const weights::HeldSource src{engine.held_parameters(), src_layout.tp, src_layout.rank};
         window_stats[k + (lend ? 0 : 2)] =
             resharders[k]->run(&src, rollout.get(), rollout->tp_layout(),
-                               lend ? engine.lend_gradient_memory() : model::ScratchMemory{});
-        model::release_parameter_storage(*rollout);
+                               lend ? engine.lend_gradient_memory() : engine::ScratchMemory{});
+        weights::release_parameter_storage(*rollout);
     };
     // What the trainer does before the next backward; the lease must be gone by then.
     auto zero_grad = [&] { engine.zero_grad(); };
     for (bool single_copy : {true, false}) {
         xopts.single_copy = single_copy;
-        exchanges.push_back(comm::make_region_exchange("mpi", world, xopts));
-        resharders.push_back(std::make_unique<model::HeldReshard>(args, *exchanges.back()));
+        exchanges.push_back(weights::make_region_exchange("mpi", world, xopts));
+        resharders.push_back(std::make_unique<weights::HeldReshard>(args, *exchanges.back()));
         window(resharders.size() - 1, false);
         for (bool lend : {false, true}) {
-            const model::HeldSource src{engine.held_parameters(), src_layout.tp, src_layout.rank};
+            const weights::HeldSource src{engine.held_parameters(), src_layout.tp, src_layout.rank};
             resharders.back()->run(&src, rollout.get(), rollout->tp_layout(),
-                                   lend ? engine.lend_gradient_memory() : model::ScratchMemory{});
+                                   lend ? engine.lend_gradient_memory() : engine::ScratchMemory{});
             check_slices(*rollout, args, me);
-            model::release_parameter_storage(*rollout);
+            weights::release_parameter_storage(*rollout);
             engine.zero_grad();
         }
     }
@@ -394,12 +395,12 @@ void run_colocated(const Args& a, const comm::Communicator& world) {
     // one rank is no gather at all: the tp all-gather then starts from the slice itself).
     auto raw_fresh = [&] {
         if (dp > 1) {
-            model::HostBlock out(static_cast<size_t>(share * dp));
+            weights::HostBlock out(static_cast<size_t>(share * dp));
             RLPT_MPI_CHECK(MPI_Allgather(send.data_ptr(), static_cast<int>(share), MPI_BYTE, out.data(),
                                          static_cast<int>(share), MPI_BYTE, actor_dp.get()));
         }
         if (a.from > 1) {
-            model::HostBlock out(static_cast<size_t>(actor_bytes * a.from));
+            weights::HostBlock out(static_cast<size_t>(actor_bytes * a.from));
             RLPT_MPI_CHECK(MPI_Allgather(tp_send.data_ptr(), static_cast<int>(actor_bytes), MPI_BYTE, out.data(),
                                          static_cast<int>(actor_bytes), MPI_BYTE, actor_mp.get()));
         }
@@ -408,7 +409,7 @@ void run_colocated(const Args& a, const comm::Communicator& world) {
     const int64_t rollout_bytes = world.allreduce_max_i64(window_stats[2].dst_bytes);
     auto warm_rollout = torch::ones({rollout_bytes}, torch::kUInt8);
     auto fresh_fill = [&] {
-        model::HostBlock out(static_cast<size_t>(rollout_bytes));
+        weights::HostBlock out(static_cast<size_t>(rollout_bytes));
         std::memcpy(out.data(), warm_rollout.data_ptr(), static_cast<size_t>(rollout_bytes));
     };
     // Exactly the reshard's bytes per pair, one warm preallocated message each way.
@@ -488,7 +489,7 @@ void run_zero3_sync(const Args& a, const comm::Communicator& world) {
         }
         engine = std::make_unique<engine::TrainEngine>(m, dp, opts, 5, tpi);
     }
-    comm::WeightSyncOptions opts;
+    weights::WeightSyncOptions opts;
     opts.bucket_bytes = a.bucket_mb << 20;
     const int64_t persistent = engine ? engine->memory_bytes().total() : 0;
 
@@ -496,8 +497,8 @@ void run_zero3_sync(const Args& a, const comm::Communicator& world) {
     const bool in_block = me < a.from || !actor_rank;
     auto block_comm = world.split(in_block ? 0 : 1, me);
     std::vector<std::string> names;
-    const auto plan = model::reshard_plan(*m, m->tp_layout(), args, a.from, a.to, a.blocks, &names);
-    auto reshard = in_block ? comm::make_weight_reshard("mpi", block_comm, opts) : nullptr;
+    const auto plan = weights::reshard_plan(*m, m->tp_layout(), args, a.from, a.to, a.blocks, &names);
+    auto reshard = in_block ? weights::make_weight_reshard("mpi", block_comm, opts) : nullptr;
     std::vector<torch::Tensor> params;
     for (auto& p : m->named_parameters()) params.push_back(p.value());
     uint64_t version = actor_rank ? 1 : 0;
@@ -512,14 +513,14 @@ void run_zero3_sync(const Args& a, const comm::Communicator& world) {
     const double t_gathered = timed(world, a.iters, gathered_sync);
 
     // After: every actor rank sends from its shards.
-    auto exchange = comm::make_region_exchange("mpi", world, opts);
-    model::HeldReshard resharder(args, *exchange);
+    auto exchange = weights::make_region_exchange("mpi", world, opts);
+    weights::HeldReshard resharder(args, *exchange);
     int64_t shards_peak = 0;
-    model::HeldReshardStats st;
+    weights::HeldReshardStats st;
     const auto shards_sync = [&] {
         if (engine) engine->reset_peak_memory();
         if (engine) {
-            const model::HeldSource src{engine->held_parameters(), m->tp_layout().tp, m->tp_layout().rank};
+            const weights::HeldSource src{engine->held_parameters(), m->tp_layout().tp, m->tp_layout().rank};
             st = resharder.run(&src, nullptr, {});
             shards_peak = std::max(shards_peak, engine->peak_memory_bytes() + st.staging_bytes);
         } else {

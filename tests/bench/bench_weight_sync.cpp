@@ -23,7 +23,7 @@
 
 #include "rlpt/build_config.h"
 #include "rlpt/comm/mpi.h"
-#include "rlpt/comm/weight_sync.h"
+#include "rlpt/weights/weight_sync.h"
 #include "rlpt/core/error.h"
 
 namespace {
@@ -125,22 +125,22 @@ int main(int argc, char** argv) {
                 total_bytes += tensors.back().numel() * 4;
             }
         }
-        const uint64_t root_sum = root ? rlpt::comm::weights_checksum(tensors) : 0;
+        const uint64_t root_sum = root ? rlpt::weights::weights_checksum(tensors) : 0;
 
         // Variants, all timed round-robin inside each iteration so that load from other
         // processes on a shared machine hits every variant alike.
         std::vector<Row> rows;
-        std::vector<std::unique_ptr<rlpt::comm::WeightSync>> syncs;  // null for the raw row
+        std::vector<std::unique_ptr<rlpt::weights::WeightSync>> syncs;  // null for the raw row
         rows.push_back(Row{"raw MPI_Bcast", 0, {}, 0, 0});
         syncs.push_back(nullptr);
         for (bool packed_only : {false, true}) {
             for (int64_t mib : a.buckets_mib) {
-                rlpt::comm::WeightSyncOptions o;
+                rlpt::weights::WeightSyncOptions o;
                 o.bucket_bytes = mib << 20;
                 if (packed_only) o.inplace_min_bytes = int64_t(1) << 40;
                 rows.push_back(
                     Row{packed_only ? "sync, all packed" : "sync, in place >= 1 MiB", o.bucket_bytes, {}, 0, 0});
-                syncs.push_back(rlpt::comm::make_weight_sync("mpi", world, o));
+                syncs.push_back(rlpt::weights::make_weight_sync("mpi", world, o));
             }
         }
         std::vector<char> raw(static_cast<size_t>(total_bytes), 1);  // preallocated, warm
@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
                 for (auto& t : tensors) t.zero_();
             }
             run(v);
-            const uint64_t sum = rlpt::comm::weights_checksum(tensors);
+            const uint64_t sum = rlpt::weights::weights_checksum(tensors);
             const int64_t bad = world.allreduce_sum_i64(sum != want ? 1 : 0);
             RLPT_CHECK_KIND(InternalError, bad == 0, "{}: {} rank(s) hold different weights", rows[v].name, bad);
             rows[v].messages = syncs[v]->last_stats().n_messages;

@@ -20,7 +20,7 @@ set_tests_properties(bench_tp PROPERTIES LABELS bench TIMEOUT 3600 RUN_SERIAL TR
 
 # Shard-to-shard weight sync between tp layouts vs raw p2p and a full broadcast (scripts/bench_reshard.sh).
 add_executable(rlpt_bench_reshard ${CMAKE_CURRENT_LIST_DIR}/bench_reshard.cpp)
-target_link_libraries(rlpt_bench_reshard PRIVATE rlpt_core)
+target_link_libraries(rlpt_bench_reshard PRIVATE rlpt_weights)
 rlpt_torch_target(rlpt_bench_reshard)
 rlpt_warnings(rlpt_bench_reshard)
 add_test(NAME bench_reshard COMMAND ${PROJECT_SOURCE_DIR}/scripts/bench_reshard.sh $<TARGET_FILE:rlpt_bench_reshard>

@@ -1,7 +1,7 @@
 # Weight-sync benchmark (label bench). Registered under the "bench" ctest configuration so a
 # plain `ctest` never runs it: `ctest -C bench -L bench -R weight_sync -V`.
 add_executable(rlpt_bench_weight_sync ${CMAKE_CURRENT_LIST_DIR}/bench_weight_sync.cpp)
-target_link_libraries(rlpt_bench_weight_sync PRIVATE rlpt_comm)
+target_link_libraries(rlpt_bench_weight_sync PRIVATE rlpt_weights)
 rlpt_torch_target(rlpt_bench_weight_sync)
 rlpt_warnings(rlpt_bench_weight_sync)
 foreach(np 2 3)

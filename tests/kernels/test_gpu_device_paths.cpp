@@ -18,10 +18,10 @@
 #include "rlpt/algo/policy_loss.h"
 #include "rlpt/build_config.h"
 #include "rlpt/comm/mpi.h"
+#include "rlpt/engine/param_memory.h"
 #include "rlpt/engine/policy_ops.h"
 #include "rlpt/engine/train_engine.h"
 #include "rlpt/kernels/logprob.h"
-#include "rlpt/model/reshard_plan.h"
 #include "rlpt/model/transformer.h"
 
 #if RLPT_HAVE_CUDA
@@ -134,7 +134,7 @@ TEST(GpuDevicePaths, Zero3GathersAParameterOntoItsDevice) {
         ASSERT_TRUE(full.is_cuda()) << p.key() << " gathered on " << full.device();
         EXPECT_TRUE(torch::equal(full, before.at(p.key()))) << p.key();
     }
-    // A forward gathers each layer into freed storage (model::alloc_storage) on the same device.
+    // A forward gathers each layer into freed storage (engine::alloc_storage) on the same device.
     torch::NoGradGuard no_grad;
     auto ids = torch::randint(1, 40, {2, 6}, torch::TensorOptions().dtype(torch::kInt64).device(kCuda0));
     auto mask = torch::ones_like(ids);
@@ -155,8 +155,8 @@ TEST(GpuDevicePaths, MemoryAndLaunchesFollowTheTensorsNotTheCurrentDevice) {
     const torch::Device cuda1(torch::kCUDA, 1);
     c10::cuda::set_device(0);
     auto t = torch::arange(1000, torch::TensorOptions().dtype(torch::kFloat32).device(cuda1));
-    model::free_storage(t);
-    model::alloc_storage(t);
+    engine::free_storage(t);
+    engine::alloc_storage(t);
     EXPECT_EQ(t.storage().data_ptr().device(), cuda1);
     t.copy_(torch::arange(1000, torch::kFloat32));
     EXPECT_EQ(t.sum().item<double>(), 499500.0);

@@ -1,5 +1,5 @@
-// Shard-to-shard weight sync between tensor-parallel layouts (rlpt/comm/weight_reshard.h,
-// rlpt/model/reshard_plan.h), at 3, 4 and 6 ranks (tests/mpi/weight_reshard.cmake). For each
+// Shard-to-shard weight sync between tensor-parallel layouts (rlpt/weights/weight_reshard.h,
+// rlpt/weights/reshard_plan.h), at 3, 4 and 6 ranks (tests/mpi/weight_reshard.cmake). For each
 // (actor tp, rollout tp) pair that fits the world, the first tp_from ranks hold the "actor"
 // model (seed 11) split over tp_from, the next ranks hold "rollout" blocks of tp_to ranks built
 // from another seed; after one sync every rollout parameter must equal its slice of the tp = 1
@@ -27,7 +27,7 @@
 // slices, a transposed view, more runs than IOV_MAX, the two ends cut into different runs) land
 // byte for byte, with single copy and without.
 //
-// Single copy (process_vm_readv / writev between same-host ranks, comm/single_copy.h) is on by default:
+// Single copy (process_vm_readv / writev between same-host ranks, src/weights/single_copy.h) is on by default:
 // where the test's own probe (cma_works) can read every peer's memory, every message of the
 // cases above must go that way and stage nothing; the *WithoutSingleCopy cases turn it off
 // (WeightSyncOptions::single_copy, or RLPT_RESHARD_CMA=0 for the colocated one) and must send
@@ -49,14 +49,23 @@
 #include "rlpt/core/error.h"
 #include "rlpt/engine/policy_ops.h"
 #include "rlpt/engine/train_engine.h"
-#include "rlpt/model/reshard_plan.h"
 #include "rlpt/model/tensor_parallel.h"
 #include "rlpt/model/transformer.h"
 #include "rlpt/rollout/generator.h"
+#include "rlpt/weights/held_reshard.h"
+#include "rlpt/weights/reshard_plan.h"
 #include "unit/test_tolerance.h"
 
 namespace rlpt::model {
 namespace {
+
+using engine::HeldSlice;
+using weights::allocated_parameter_bytes;
+using weights::HeldReshard;
+using weights::HeldReshardStats;
+using weights::HeldSource;
+using weights::release_parameter_storage;
+using weights::reshard_plan;
 
 // GQA with two KV heads (replicated at tp 4), attention and MLP biases, vocabulary 37 (padded
 // at tp 2 and 4); and Qwen2 with one KV head and tied embeddings.
@@ -171,7 +180,7 @@ class WeightReshardTest : public ::testing::Test {
     comm::Communicator world_ = comm::Communicator::world();
 
     // Runs one case (ranks beyond its need sit it out).
-    void run(const Case& c, const ModelArgs& args, comm::WeightSyncOptions opts, const std::string& what,
+    void run(const Case& c, const ModelArgs& args, weights::WeightSyncOptions opts, const std::string& what,
              Arenas arenas = Arenas::kNone) {
         const int used = c.tp_from + c.n_blocks * c.tp_to, me = world_.rank();
         if (used > world_.size()) GTEST_SKIP() << what << " needs " << used << " ranks";
@@ -188,7 +197,7 @@ class WeightReshardTest : public ::testing::Test {
 
         std::vector<std::string> names;
         const auto plan = reshard_plan(*model, model->tp_layout(), args, c.tp_from, c.tp_to, c.n_blocks, &names);
-        auto reshard = comm::make_weight_reshard("auto", sync_comm, opts);
+        auto reshard = weights::make_weight_reshard("auto", sync_comm, opts);
         std::vector<torch::Tensor> params;
         for (auto& p : model->named_parameters()) params.push_back(p.value());
         if (arenas != Arenas::kNone) {
@@ -255,8 +264,8 @@ class WeightReshardTest : public ::testing::Test {
     void run_all(const Case& c) {
         const std::string name =
             "tp " + std::to_string(c.tp_from) + " -> " + std::to_string(c.tp_to) + " x" + std::to_string(c.n_blocks);
-        comm::WeightSyncOptions defaults;
-        comm::WeightSyncOptions small;
+        weights::WeightSyncOptions defaults;
+        weights::WeightSyncOptions small;
         small.bucket_bytes = 1000;  // pieces cut by rows, rows wider than a bucket alone, many rounds
         run(c, llama_kv2(), defaults, name + " llama kv2, shared arenas", Arenas::kShared);
         run(c, qwen2_kv1(), small, name + " qwen2 kv1 small buckets");
@@ -277,7 +286,7 @@ TEST_F(WeightReshardTest, Tp2ToThreeTp2Blocks) { run_all({2, 2, 3}); }
 // MPI messages and staging only: the column slices are packed on the sender (tp 2 -> 4) and
 // unpacked on the receiver (tp 4 -> 2).
 TEST_F(WeightReshardTest, WithoutSingleCopy) {
-    comm::WeightSyncOptions off;
+    weights::WeightSyncOptions off;
     off.single_copy = false;
     run({2, 4, 1}, llama_kv2(), off, "tp 2 -> 4 without single copy");
     off.bucket_bytes = 1000;
@@ -285,7 +294,7 @@ TEST_F(WeightReshardTest, WithoutSingleCopy) {
 }
 // Tensors in shared arenas, mapping turned off in the environment: CMA moves every message.
 TEST_F(WeightReshardTest, SharedArenasOffByEnvironment) {
-    comm::WeightSyncOptions defaults;
+    weights::WeightSyncOptions defaults;
     run({2, 1, 1}, qwen2_kv1(), defaults, "tp 2 -> 1, arenas not mapped", Arenas::kSharedButOff);
     run({2, 4, 1}, llama_kv2(), defaults, "tp 2 -> 4, arenas not mapped", Arenas::kSharedButOff);
 }
@@ -342,7 +351,7 @@ TEST_F(WeightReshardTest, MismatchIsRefusedOnEveryRankAndRecoverable) {
     auto model = make_random_causal_lm(args, sender ? 11 : 99, torch::kFloat32, torch::kCPU, tpo);
     std::vector<std::string> names;
     const auto plan = reshard_plan(*model, model->tp_layout(), args, c.tp_from, c.tp_to, c.n_blocks, &names);
-    auto reshard = comm::make_weight_reshard("mpi", sync_comm, {});
+    auto reshard = weights::make_weight_reshard("mpi", sync_comm, {});
     std::vector<torch::Tensor> params;
     for (auto& p : model->named_parameters()) params.push_back(p.value());
     auto wrong = params;
@@ -365,7 +374,7 @@ TEST_F(WeightReshardTest, MismatchIsRefusedOnEveryRankAndRecoverable) {
 // (the column pieces land strided). Sender k's values in round `round`: `round * 1000 + 100 * k + i`.
 struct HandPlan {
     int n = 0, s = 0, me = 0;
-    comm::ReshardPlan plan;
+    weights::ReshardPlan plan;
     std::vector<std::string> names{"rows", "cols"};
     std::vector<torch::Tensor> tensors;
     explicit HandPlan(const comm::Communicator& world) : n(world.size()), s(world.size() / 2), me(world.rank()) {
@@ -417,12 +426,12 @@ TEST_F(WeightReshardTest, CachedSyncMovesRightBytesAndNeverHidesAChange) {
             const std::string mode = !single_copy                ? "MPI only"
                                      : arenas == Arenas::kShared ? "single copy, arenas"
                                                                  : "single copy";
-            comm::WeightSyncOptions opts;
+            weights::WeightSyncOptions opts;
             opts.single_copy = single_copy;
             HandPlan h(world_);
             if (arenas == Arenas::kShared) EXPECT_TRUE(comm::share_tensors(h.tensors, "test-hand-plan")) << mode;
             const int bad = world_.size() - 1;  // a receiver
-            auto reshard = comm::make_weight_reshard("mpi", world_, opts);
+            auto reshard = weights::make_weight_reshard("mpi", world_, opts);
             uint64_t version = 0;
             auto sync_round = [&](int round, bool expect_reused, const std::string& what) {
                 h.fill(round);
@@ -440,7 +449,7 @@ TEST_F(WeightReshardTest, CachedSyncMovesRightBytesAndNeverHidesAChange) {
             sync_round(4, false, mode + " after a re-allocated tensor");
             sync_round(5, true, mode + " cached again");
             // Another shape on one rank after cached syncs: refused on every rank, nothing moved.
-            auto expect_refused = [&](const comm::ReshardPlan& plan, const std::vector<torch::Tensor>& tensors,
+            auto expect_refused = [&](const weights::ReshardPlan& plan, const std::vector<torch::Tensor>& tensors,
                                       const std::string& problem, const std::string& what) {
                 h.fill(6);
                 uint64_t v = h.sender() ? 6 : 5;
@@ -542,11 +551,11 @@ class ColocatedReshardTest : public ::testing::Test {
         auto rollout = std::make_shared<CausalLM>(args, torch::kFloat32, torch::kCPU, rollout_tp);
         release_parameter_storage(*rollout);
         ASSERT_EQ(allocated_parameter_bytes(*rollout), 0) << what;
-        comm::WeightSyncOptions xopts;
+        weights::WeightSyncOptions xopts;
         xopts.bucket_bytes = 64 << 10;  // smaller than the largest tensors: rows cut, several rounds
         std::unique_ptr<SingleCopyOffByEnvironment> off;
         if (!c.single_copy) off = std::make_unique<SingleCopyOffByEnvironment>();
-        auto exchange = comm::make_region_exchange("mpi", world_, xopts);
+        auto exchange = weights::make_region_exchange("mpi", world_, xopts);
         const bool single_copy = c.single_copy && cma_works(world_);
 
         auto whole = make_random_causal_lm(args, 11);
@@ -687,8 +696,8 @@ class ColocatedReshardTest : public ::testing::Test {
         lent_window(" after training");
         auto rollout_twin = std::make_shared<CausalLM>(actor.args(), torch::kFloat32, torch::kCPU, rollout_tp);
         release_parameter_storage(*rollout_twin);
-        comm::WeightSyncOptions xopts;
-        auto exchange = comm::make_region_exchange("mpi", world_, xopts);
+        weights::WeightSyncOptions xopts;
+        auto exchange = weights::make_region_exchange("mpi", world_, xopts);
         HeldReshard twin_resharder(actor.args(), *exchange);
         const HeldSource twin_src{twin_engine->held_parameters(), src_layout.tp, src_layout.rank};
         twin_resharder.run(&twin_src, rollout_twin.get(), rollout_twin->tp_layout());
@@ -749,9 +758,9 @@ class DisaggregatedReshardTest : public ::testing::Test {
         auto mp = role.split(rr / tp, rr % tp);
         auto dp = role.split(rr % tp, rr / tp);
         auto tpo = tp > 1 ? TensorParallel::over(mp, torch::kCPU) : nullptr;
-        comm::WeightSyncOptions xopts;
+        weights::WeightSyncOptions xopts;
         xopts.bucket_bytes = 16 << 10;  // below a full model's bytes: rows cut, several rounds
-        auto exchange = comm::make_region_exchange("mpi", group, xopts);
+        auto exchange = weights::make_region_exchange("mpi", group, xopts);
         HeldReshard resharder(args, *exchange);
         auto whole = make_random_causal_lm(args, 11);
 
@@ -835,14 +844,14 @@ TEST_F(DisaggregatedReshardTest, Zero3HybridShardDp4ToTwoTp1Ranks) { run({1, 4, 
 TEST(RegionExchangeTest, MismatchIsRefusedOnEveryRankAndRecoverable) {
     auto world = comm::Communicator::world();
     const int n = world.size(), me = world.rank();
-    auto exchange = comm::make_region_exchange("mpi", world, {});
+    auto exchange = weights::make_region_exchange("mpi", world, {});
     // Rank r sends 8 floats to rank r + 1; rank 0 is told the message is one float longer.
     auto src = torch::arange(8, torch::kFloat32) + 100 * me;
     auto dst = torch::zeros({8});
     auto list = [&](bool wrong) {
-        std::vector<comm::RegionTransfer> out;
+        std::vector<weights::RegionTransfer> out;
         for (int r = 0; r < n; ++r) {
-            comm::RegionTransfer t;
+            weights::RegionTransfer t;
             t.src = r;
             t.dst = (r + 1) % n;
             t.bytes = (wrong && r == 0 ? 9 : 8) * 4;
@@ -872,10 +881,10 @@ TEST(RegionExchangeTest, MismatchIsRefusedOnEveryRankAndRecoverable) {
 void strided_both_ends(bool single_copy) {
     auto world = comm::Communicator::world();
     const int n = world.size(), me = world.rank(), from = (me + n - 1) % n;
-    comm::WeightSyncOptions opts;
+    weights::WeightSyncOptions opts;
     opts.single_copy = single_copy;
     opts.bucket_bytes = 4096;  // without single copy: several rounds of staging
-    auto exchange = comm::make_region_exchange("mpi", world, opts);
+    auto exchange = weights::make_region_exchange("mpi", world, opts);
     // The source tensors of rank r (values unique per rank and element).
     auto sources = [](int r) {
         auto base = [r](std::vector<int64_t> shape, torch::Dtype dt) {
@@ -909,10 +918,10 @@ void strided_both_ends(bool single_copy) {
     const auto mine = sources(me);
     auto dst = destinations();
     const auto sr = src_regions(mine), dr = dst_regions(dst);
-    std::vector<comm::RegionTransfer> list;
+    std::vector<weights::RegionTransfer> list;
     for (int r = 0; r < n; ++r) {
         for (size_t k = 0; k < sr.size(); ++k) {
-            comm::RegionTransfer t;
+            weights::RegionTransfer t;
             t.src = r;
             t.dst = (r + 1) % n;
             t.bytes = sr[k].numel() * static_cast<int64_t>(sr[k].element_size());

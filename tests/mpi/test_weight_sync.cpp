@@ -1,4 +1,4 @@
-// Multi-rank tests of the weight sync (rlpt/comm/weight_sync.h) over MPI_COMM_WORLD (rank 0
+// Multi-rank tests of the weight sync (rlpt/weights/weight_sync.h) over MPI_COMM_WORLD (rank 0
 // is the root, every other rank a receiver). Every rank builds the root's tensors from the
 // same seed, so each can check its result locally; checksums are also all-gathered and
 // compared with the root's. Each collective test has an error twin in WeightSyncError.
@@ -6,21 +6,23 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cstring>
 #include <random>
 
 #include "rlpt/build_config.h"
 #include "rlpt/comm/device.h"
 #include "rlpt/comm/mpi.h"
-#include "rlpt/comm/weight_sync.h"
 #include "rlpt/protocol/role_spec.h"
+#include "rlpt/weights/weight_sync.h"
+#include "weights/sync_skeleton.h"
 
 namespace {
 
 using rlpt::comm::Communicator;
-using rlpt::comm::make_weight_sync;
-using rlpt::comm::weights_checksum;
-using rlpt::comm::WeightSync;
-using rlpt::comm::WeightSyncOptions;
+using rlpt::weights::make_weight_sync;
+using rlpt::weights::weights_checksum;
+using rlpt::weights::WeightSync;
+using rlpt::weights::WeightSyncOptions;
 
 struct Spec {
     std::vector<int64_t> shape;
@@ -329,6 +331,216 @@ TEST(WeightSync, AutoResolvesToMpiForCpuTensors) {
     EXPECT_EQ(ws->backend_name(), "mpi");
     EXPECT_EQ(ws->last_stats().version, 8u);
     sync_once(*ws, world, {{{300}, torch::kFloat32}, {{5}, torch::kInt64}}, 24, 9);
+}
+
+// ---- the sync skeleton, driving a recording transport ---------------------------------
+
+namespace {
+
+using rlpt::weights::detail::make_plan;
+using rlpt::weights::detail::Message;
+using rlpt::weights::detail::Payload;
+using rlpt::weights::detail::SyncPlan;
+using rlpt::weights::detail::SyncSkeleton;
+using rlpt::weights::detail::SyncTransport;
+
+// A transport that writes down every step the skeleton asks of it and moves the bytes with a
+// blocking broadcast. Host tensors; "direct" only for float32 ones, so an int64 tensor's in-place
+// messages must go through a slot. Two slots, taken in turn.
+class RecordingTransport final : public SyncTransport {
+  public:
+    RecordingTransport(Communicator comm, std::vector<std::string>& log) : SyncTransport(std::move(comm)), log_(log) {}
+
+    std::string refusal;    // what refuse() answers
+    int fail_at_post = -1;  // post() of this message throws (before moving anything)
+
+    const char* name() const override { return "recording"; }
+    std::string refuse(const std::vector<torch::Tensor>&) override {
+        log_.push_back("refuse");
+        return refusal;
+    }
+    void prepare(const rlpt::comm::Deadline&) override { log_.push_back("prepare"); }
+    bool direct(const torch::Tensor& t) const override { return t.scalar_type() == torch::kFloat32; }
+    void begin(const Payload& payload) override {
+        p_ = &payload;
+        log_.push_back(fmt::format("begin {}", payload.plan.messages.size()));
+    }
+    int take_slot() override {
+        log_.push_back("take_slot");
+        return static_cast<int>(taken_++ % 2);
+    }
+    char* slot_buffer(int slot, int64_t bytes) override {
+        log_.push_back(fmt::format("slot_buffer {} {}", slot, bytes));
+        auto& b = buffers_[static_cast<size_t>(slot)];
+        if (static_cast<int64_t>(b.size()) < bytes) {
+            b.resize(static_cast<size_t>(bytes));
+            ++p_->stats.buffer_allocations;
+        }
+        return b.data();
+    }
+    void pack(const Message& msg, char* buffer) override {
+        log_.push_back("pack");
+        for (const auto& piece : msg.pieces)
+            std::memcpy(buffer + piece.message_offset, bytes_of(piece.tensor) + piece.tensor_offset,
+                        static_cast<size_t>(piece.bytes));
+    }
+    void post(int message, char* data, int slot) override {
+        const Message& msg = p_->plan.messages[static_cast<size_t>(message)];
+        const auto& first = msg.pieces.front();
+        const bool in_tensor = data == bytes_of(first.tensor) + first.tensor_offset;
+        log_.push_back(fmt::format("post {} slot {}{}", message, slot, in_tensor ? " in place" : ""));
+        if (message == fail_at_post) throw rlpt::CommError("injected failure", __FILE__, __LINE__);
+        comm().bcast(data, msg.bytes, 0, p_->deadline);
+        if (p_->root || slot < 0) return;
+        for (const auto& piece : msg.pieces)
+            std::memcpy(bytes_of(piece.tensor) + piece.tensor_offset, data + piece.message_offset,
+                        static_cast<size_t>(piece.bytes));
+    }
+    void finish() override { log_.push_back("finish"); }
+    void abort() noexcept override { log_.push_back("abort"); }
+    void leak_buffers() noexcept override { log_.push_back("leak_buffers"); }
+
+  private:
+    char* bytes_of(int tensor) const { return static_cast<char*>(p_->tensors[static_cast<size_t>(tensor)].data_ptr()); }
+
+    std::vector<std::string>& log_;
+    const Payload* p_ = nullptr;
+    std::vector<char> buffers_[2];
+    int64_t taken_ = 0;
+};
+
+// The steps the skeleton must take for `specs` (contiguous host tensors) with `o`: the plan
+// walked in order, in place only where the message allows it and the tensor is direct, packing
+// on the root only; and the statistics that follow.
+std::vector<std::string> expected_steps(const std::vector<Spec>& specs, const WeightSyncOptions& o, bool root,
+                                        rlpt::weights::WeightSyncStats* stats) {
+    std::vector<int64_t> nbytes;
+    std::vector<bool> direct;
+    for (const auto& s : specs) {
+        nbytes.push_back(torch::empty(s.shape, s.dtype).nbytes());
+        direct.push_back(s.dtype == torch::kFloat32);
+    }
+    const SyncPlan plan = make_plan(nbytes, o.bucket_bytes, o.inplace_min_bytes);
+    const int64_t buffer_bytes = rlpt::weights::detail::pack_buffer_bytes(plan, direct);
+    std::vector<std::string> steps = {"refuse", "prepare", fmt::format("begin {}", plan.messages.size())};
+    int taken = 0;
+    for (size_t m = 0; m < plan.messages.size(); ++m) {
+        const Message& msg = plan.messages[m];
+        ++stats->n_messages;
+        if (msg.inplace && direct[static_cast<size_t>(msg.pieces.front().tensor)]) {
+            steps.push_back(fmt::format("post {} slot -1 in place", m));
+            ++stats->n_inplace_messages;
+            continue;
+        }
+        const int slot = taken++ % 2;
+        steps.push_back("take_slot");
+        steps.push_back(fmt::format("slot_buffer {} {}", slot, buffer_bytes));
+        if (root) steps.push_back("pack");
+        steps.push_back(fmt::format("post {} slot {}", m, slot));
+        stats->packed_bytes += msg.bytes;
+    }
+    steps.push_back("finish");
+    return steps;
+}
+
+std::string joined(const std::vector<std::string>& lines) {
+    std::string out;
+    for (const auto& l : lines) out += l + "\n";
+    return out;
+}
+
+const std::vector<Spec> kSkeletonSpecs = {
+    {{40, 10}, torch::kFloat32},  // 1600 B: in place, in pieces of one bucket
+    {{7}, torch::kFloat32},       // packed
+    {{300}, torch::kInt64},       // 2400 B: in-place messages, but not direct: through a slot
+    {{5, 3}, torch::kBFloat16},   // packed
+};
+
+WeightSyncOptions skeleton_options() { return small_buckets(1024, 512); }
+
+}  // namespace
+
+TEST(WeightSyncSkeleton, WalksThePlanInOrderAndVersionsAdvance) {
+    auto world = Communicator::world();
+    std::vector<std::string> log;
+    auto owned = std::make_unique<RecordingTransport>(world.dup(), log);
+    SyncSkeleton ws(std::move(owned), skeleton_options());
+    EXPECT_EQ(ws.backend_name(), "recording");
+    const bool root = world.rank() == 0;
+    for (uint64_t v = 1; v <= 3; ++v) {
+        log.clear();
+        auto expected = make_sources(kSkeletonSpecs, 40 + v);
+        auto tensors = root ? clone_all(expected) : make_destinations(kSkeletonSpecs);
+        uint64_t version = root ? 10 * v : 0;
+        ws.sync(tensors, version);
+        EXPECT_EQ(version, 10 * v) << "the receivers take the root's version";
+        expect_synced(world, tensors, expected);
+        rlpt::weights::WeightSyncStats want;
+        EXPECT_EQ(joined(log), joined(expected_steps(kSkeletonSpecs, skeleton_options(), root, &want)))
+            << "sync " << v << " on rank " << world.rank();
+        const auto& got = ws.last_stats();
+        EXPECT_EQ(got.version, 10 * v);
+        EXPECT_EQ(got.n_tensors, static_cast<int64_t>(kSkeletonSpecs.size()));
+        EXPECT_EQ(got.total_bytes, 1600 + 28 + 2400 + 30);
+        EXPECT_EQ(got.n_messages, want.n_messages);
+        EXPECT_EQ(got.n_inplace_messages, want.n_inplace_messages);
+        EXPECT_EQ(got.packed_bytes, want.packed_bytes);
+        EXPECT_EQ(got.buffer_allocations, v == 1 ? 2 : 0) << "two slots, allocated once";
+    }
+}
+
+TEST(WeightSyncSkeleton, ARefusalIsCollectiveAndClean) {
+    auto world = Communicator::world();
+    if (world.size() < 2) GTEST_SKIP();
+    std::vector<std::string> log;
+    auto owned = std::make_unique<RecordingTransport>(world.dup(), log);
+    RecordingTransport& transport = *owned;
+    SyncSkeleton ws(std::move(owned), skeleton_options());
+    const int last = world.size() - 1;
+    if (world.rank() == last) transport.refusal = "this transport cannot take these tensors";
+    auto tensors = world.rank() == 0 ? make_sources(kSkeletonSpecs, 1) : make_destinations(kSkeletonSpecs);
+    uint64_t version = world.rank() == 0 ? 3 : 0;
+    try {
+        ws.sync(tensors, version);
+        ADD_FAILURE() << "a refused sync went through on rank " << world.rank();
+    } catch (const rlpt::CommError& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find(fmt::format("rank(s) {} disagree", last)), std::string::npos) << what;
+        if (world.rank() == last) EXPECT_NE(what.find(transport.refusal), std::string::npos) << what;
+    }
+    EXPECT_EQ(joined(log), "refuse\n") << "nothing past the agreement";
+    EXPECT_EQ(version, world.rank() == 0 ? 3u : 0u);
+    transport.refusal.clear();
+    log.clear();
+    sync_once(ws, world, kSkeletonSpecs, 2, 4);  // still usable
+    EXPECT_EQ(log.back(), "finish");
+}
+
+TEST(WeightSyncSkeleton, AFailedStepAbortsAndLeavesTheSyncUnusable) {
+    auto world = Communicator::world();
+    std::vector<std::string> log;
+    {
+        auto owned = std::make_unique<RecordingTransport>(world.dup(), log);
+        owned->fail_at_post = 1;  // every rank: message 0 moved, message 1 throws before moving
+        SyncSkeleton ws(std::move(owned), skeleton_options());
+        auto tensors = world.rank() == 0 ? make_sources(kSkeletonSpecs, 1) : make_destinations(kSkeletonSpecs);
+        uint64_t version = world.rank() == 0 ? 8 : 0;
+        EXPECT_THROW(ws.sync(tensors, version), rlpt::CommError);
+        EXPECT_EQ(version, world.rank() == 0 ? 8u : 0u) << "no version before the last byte";
+        ASSERT_FALSE(log.empty());
+        EXPECT_EQ(log.back(), "abort");
+        log.clear();
+        try {
+            ws.sync(tensors, version);
+            ADD_FAILURE() << "a broken weight sync accepted another sync";
+        } catch (const rlpt::CommError& e) {
+            EXPECT_NE(std::string(e.what()).find("weight sync (recording) is unusable after an earlier failure"),
+                      std::string::npos)
+                << e.what();
+        }
+        EXPECT_TRUE(log.empty()) << "a broken sync asks nothing of its transport: " << joined(log);
+    }
+    EXPECT_EQ(joined(log), "leak_buffers\n") << "a broken sync keeps its buffers when destroyed";
 }
 
 // ---- NCCL: compiled and linked here, run only where every rank has a GPU ---------------

@@ -36,7 +36,7 @@
 #                      the actor at ZeRO-2 and the critic at ZeRO-3 follows ZeRO-0, SFT at ZeRO-3 too
 #   zero3-sync         the actor at ZeRO-3 on 2 DP ranks with the rollout on ranks of its own, at
 #                      tp 1 (1 rank) and tp 2 (2 ranks): the weights go from the shards
-#                      (model::HeldReshard, logged) and the metrics follow the same placement at
+#                      (weights::HeldReshard, logged) and the metrics follow the same placement at
 #                      ZeRO-0, first steps
 #   zero-hybrid        hybrid shard (actor.optim.fsdp_size): ZeRO-2 and ZeRO-3 in shard groups of 2
 #                      of 4 DP ranks (and one group per simulated node) follow ZeRO-0; only the first
@@ -46,7 +46,7 @@
 #   ref-sharded        the reference on 2 ranks of its own sharded (ref.zero_stage=3) vs a full
 #                      copy: identical metrics with the KL loss
 #   reshard            rollout on its own ranks with another tp than the actor's (weights move
-#                      shard to shard, comm/weight_reshard.h): actor tp 2 -> rollout tp 1 and
+#                      shard to shard, rlpt/weights/weight_reshard.h): actor tp 2 -> rollout tp 1 and
 #                      actor tp 1 -> rollout tp 2 and actor tp 2 -> two rollout tp 1 ranks follow
 #                      the colocated tp = 1 run
 #   stop-strings       tiny with rollout.stop naming every character of the task: every response
@@ -61,7 +61,7 @@
 #                      built-in model over a generated recommendation task whose characters include
 #                      "</think>" and the appended "\n<answer>": one GRPO step and a validation;
 #                      the trained response length never counts the appended characters
-#   hybrid             the hybrid engine (rollout.tensor_model_parallel_size, model::HeldReshard):
+#   hybrid             the hybrid engine (rollout.tensor_model_parallel_size, weights::HeldReshard):
 #                      actor tp 1 at ZeRO-3 over 2 DP ranks with the rollout at tp 2 on the same 2
 #                      ranks (its copy partly the actor's shard memory itself, the rest in the
 #                      actor's lent gradient buffers), and actor tp 2 with two rollout tp 1 ranks, follow the plain
@@ -603,7 +603,7 @@ PY
     test -f runs/sft3/model/model.safetensors
     ;;
   zero3-sync)
-    # A ZeRO-3 actor syncs to rollout ranks of their own from its shards (model::HeldReshard: every
+    # A ZeRO-3 actor syncs to rollout ranks of their own from its shards (weights::HeldReshard: every
     # actor rank sends what it holds, nothing gathered), at the rollout's tp equal to the actor's
     # (where the weights used to be gathered and broadcast) and at another tp; each run follows
     # the same placement at ZeRO-0 (the broadcast / shard-to-shard reshard of the whole weights).

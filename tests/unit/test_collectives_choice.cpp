@@ -1,11 +1,11 @@
 // Which collectives carry tensors (rlpt/comm/collectives.h) and which backend moves weights on GPUs
-// (rlpt/comm/weight_sync.h), as pure decisions: every combination of build, device-collectives
+// (rlpt/weights/weight_sync.h), as pure decisions: every combination of build, device-collectives
 // setting and device, without a GPU.
 #include <gtest/gtest.h>
 
 #include "rlpt/build_config.h"
 #include "rlpt/comm/collectives.h"
-#include "rlpt/comm/weight_sync.h"
+#include "rlpt/weights/weight_sync.h"
 #include "rlpt/core/error.h"
 
 using namespace rlpt;
@@ -38,7 +38,7 @@ TEST(CollectivesChoice, NcclCollectivesNeedABuildWithNccl) {
 
 TEST(WeightBackend, NcclConflictsWithMpiDeviceCollectives) {
     try {
-        comm::check_weight_backend("nccl", true, DeviceCollectives::kMpi, "weight_sync");
+        weights::check_weight_backend("nccl", true, DeviceCollectives::kMpi, "weight_sync");
         ADD_FAILURE() << "'nccl' accepted with device collectives over MPI";
     } catch (const ConfigError& e) {
         const std::string what = e.what();
@@ -47,26 +47,26 @@ TEST(WeightBackend, NcclConflictsWithMpiDeviceCollectives) {
         EXPECT_NE(what.find("trainer.device_collectives"), std::string::npos) << what;
     }
     try {
-        comm::check_weight_backend("nccl", false, DeviceCollectives::kMpi, "weight_sync");
+        weights::check_weight_backend("nccl", false, DeviceCollectives::kMpi, "weight_sync");
         ADD_FAILURE() << "'nccl' accepted without NCCL";
     } catch (const ConfigError& e) {
         EXPECT_NE(std::string(e.what()).find("built without NCCL"), std::string::npos) << e.what();
     }
-    EXPECT_THROW(comm::check_weight_backend("gloo", true, DeviceCollectives::kNccl, "weight_sync"), ConfigError);
-    EXPECT_NO_THROW(comm::check_weight_backend("nccl", true, DeviceCollectives::kNccl, "weight_sync"));
+    EXPECT_THROW(weights::check_weight_backend("gloo", true, DeviceCollectives::kNccl, "weight_sync"), ConfigError);
+    EXPECT_NO_THROW(weights::check_weight_backend("nccl", true, DeviceCollectives::kNccl, "weight_sync"));
     for (auto c : {DeviceCollectives::kNccl, DeviceCollectives::kMpi}) {
         for (bool built : {false, true}) {
-            EXPECT_NO_THROW(comm::check_weight_backend("auto", built, c, "weight_sync"));
-            EXPECT_NO_THROW(comm::check_weight_backend("mpi", built, c, "weight_sync"));
+            EXPECT_NO_THROW(weights::check_weight_backend("auto", built, c, "weight_sync"));
+            EXPECT_NO_THROW(weights::check_weight_backend("mpi", built, c, "weight_sync"));
         }
     }
 }
 
 TEST(WeightBackend, AutoUsesNcclOnlyWhenDeviceCollectivesDo) {
-    EXPECT_TRUE(comm::weights_over_nccl("auto", true, DeviceCollectives::kNccl, true));
-    EXPECT_FALSE(comm::weights_over_nccl("auto", true, DeviceCollectives::kMpi, true));
-    EXPECT_FALSE(comm::weights_over_nccl("auto", false, DeviceCollectives::kNccl, true));
-    EXPECT_FALSE(comm::weights_over_nccl("auto", true, DeviceCollectives::kNccl, false));
-    EXPECT_FALSE(comm::weights_over_nccl("mpi", true, DeviceCollectives::kNccl, true));
-    EXPECT_TRUE(comm::weights_over_nccl("nccl", true, DeviceCollectives::kNccl, false));
+    EXPECT_TRUE(weights::weights_over_nccl("auto", true, DeviceCollectives::kNccl, true));
+    EXPECT_FALSE(weights::weights_over_nccl("auto", true, DeviceCollectives::kMpi, true));
+    EXPECT_FALSE(weights::weights_over_nccl("auto", false, DeviceCollectives::kNccl, true));
+    EXPECT_FALSE(weights::weights_over_nccl("auto", true, DeviceCollectives::kNccl, false));
+    EXPECT_FALSE(weights::weights_over_nccl("mpi", true, DeviceCollectives::kNccl, true));
+    EXPECT_TRUE(weights::weights_over_nccl("nccl", true, DeviceCollectives::kNccl, false));
 }

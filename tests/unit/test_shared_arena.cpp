@@ -42,7 +42,7 @@ TEST(SharedArena, RegistryKnowsLiveArenasOnly) {
     EXPECT_EQ(arena_of(&x, sizeof(x)).id, 0u);
 }
 
-// What a peer does (comm/single_copy.cpp): open /proc/<pid>/fd/<fd>, check the inode, map it;
+// What a peer does (src/weights/single_copy.cpp): open /proc/<pid>/fd/<fd>, check the inode, map it;
 // writes through the mapping are the arena's bytes.
 TEST(SharedArena, AnotherOpenOfTheFileSeesTheSameBytes) {
     auto t = shared_zeros(1000, torch::kFloat32, "test-peer-view");

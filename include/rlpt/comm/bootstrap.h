@@ -1,6 +1,6 @@
 #pragma once
 // The MPI rendezvous of an NCCL communicator's bootstrap. NCCL-free (point-to-point MPI only), so
-// it is built and tested in every configuration; comm::detail::nccl_bootstrap (comm/nccl_check.h)
+// it is built and tested in every configuration; comm::detail::nccl_bootstrap (rlpt/comm/nccl_check.h)
 // runs NCCL's own steps inside it. Every NCCL communicator of rlpt (the engine's and tensor
 // parallelism's collectives, the weight sync, the weight reshard) is bootstrapped through it.
 //

@@ -1,8 +1,8 @@
 #pragma once
 // A cache of large host buffers handed out as torch tensors (torch::from_blob with a deleter
 // that gives the memory back). Receiving into freshly allocated memory costs a page fault per
-// 4 KiB (~1.7 GB/s on the dev VM against ~10 GB/s into warm memory), so batch transport and
-// weight sync receive into pooled buffers.
+// 4 KiB (~1.7 GB/s on the dev VM against ~10 GB/s into warm memory), so the batch transport
+// (rlpt/protocol/batch_transport.h) receives into pooled buffers.
 //
 // Blocks of >= kMinPooledBytes are pooled; smaller requests use torch::empty. A freed block
 // is kept while the pool holds at most `max_cached_bytes`; a request reuses the smallest

@@ -63,7 +63,7 @@ struct Placement {
 // required_roles: roles the run needs (app::plan_run; missing -> ConfigError naming `why`).
 // rollout_tp (rollout.tensor_model_parallel_size, 0: the group's size): a rollout colocated with
 // the actor gets blocks of this many ranks on the group's ranks (the hybrid engine: its weights
-// are resharded from the actor's layout before each generation, rlpt/model/reshard_plan.h); it
+// are resharded from the actor's layout before each generation, rlpt/weights/held_reshard.h); it
 // must divide the group and keep every block inside one node. For a rollout in a group without
 // the actor it must equal that group's model_parallel_size (ConfigError naming the key).
 Placement compute_placement(const PlacementConfig& cfg, int world_size, const std::vector<int>& node_of_rank,
@@ -78,12 +78,12 @@ Placement compute_placement(const PlacementConfig& cfg, int world_size, const st
 // sizes the weights move shard to shard instead (weight_reshard_ranks).
 std::vector<int> weight_sync_ranks(const Placement& p, int mp_rank = 0);
 
-// The shard-to-shard sync group (rlpt/comm/weight_reshard.h) when the rollout runs on ranks of
+// The shard-to-shard sync group (rlpt/weights/weight_reshard.h) when the rollout runs on ranks of
 // its own with another model_parallel_size than the actor's: the actor's first block (mp ranks
 // 0..tp-1, the senders) followed by the rollout ranks in role order. Empty otherwise.
 std::vector<int> weight_reshard_ranks(const Placement& p);
 
-// The sync group of a ZeRO-3 actor (its weights go from its shards, model::HeldReshard): every
+// The sync group of a ZeRO-3 actor (its weights go from its shards, weights::HeldReshard): every
 // actor rank in role order (each DP and tp rank owns shards) followed by the rollout ranks that
 // do not host the actor, in role order. Empty when every rollout rank hosts the actor.
 std::vector<int> weight_exchange_ranks(const Placement& p);

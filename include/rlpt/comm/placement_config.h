@@ -14,7 +14,7 @@ struct RoleGroupConfig {
     // consecutive ranks (model/tensor_parallel.h); ranks / model_parallel_size blocks share the
     // batch. Must split the model's heads, intermediate size and vocabulary (checked when the
     // models are built). A rollout on other ranks than the actor may use another value: its
-    // weights then move shard to shard (comm/weight_reshard.h).
+    // weights then move shard to shard (rlpt/weights/weight_reshard.h).
     int64_t model_parallel_size = 1;
 };
 

@@ -1,7 +1,7 @@
 #pragma once
 // Host memory that other processes of this host can map: the long-lived weight buffers the
 // weight transfer moves between ranks of one host (the actor's parameters and ZeRO-3 shards, a
-// separate rollout's parameters). The single copy (comm/single_copy.h) maps a peer's arena and
+// separate rollout's parameters). The single copy (src/weights/single_copy.h) maps a peer's arena and
 // copies with memcpy, where it would otherwise copy with process_vm_readv / writev, which costs
 // 2-5x the CPU per byte on short strided runs (README "Weight resharding"). Torch-free; the
 // tensor helpers are rlpt/comm/shared_tensor.h.

@@ -198,7 +198,7 @@ struct RolloutConfig {
     // verl's key. 0: the rollout group's model_parallel_size. A rollout colocated with the actor
     // may use another size (the hybrid engine, DESIGN §4b): it generates from its own copy in
     // this layout, filled from the actor's (ZeRO shards x actor tp) before each generation and
-    // freed after (rlpt/model/reshard_plan.h). Must divide the group's ranks; a rollout on ranks
+    // freed after (rlpt/weights/held_reshard.h). Must divide the group's ranks; a rollout on ranks
     // of its own takes the size of its group instead (a different value is refused).
     int64_t tensor_model_parallel_size = 0;
 };

@@ -2,7 +2,7 @@
 // RLPT_CUDA_CHECK(call): throws CudaError carrying cudaGetErrorName/String and the call text when
 // a CUDA runtime call does not return cudaSuccess. The one CUDA check of rlpt (kernels, comm,
 // engine); include it only from sources compiled in CUDA builds (it includes cuda_runtime_api.h).
-// NCCL results: RLPT_NCCL_CHECK in comm/nccl_check.h.
+// NCCL results: RLPT_NCCL_CHECK in rlpt/comm/nccl_check.h.
 
 #include <cuda_runtime_api.h>
 

@@ -94,7 +94,7 @@
 #include <vector>
 
 #include "rlpt/comm/mpi.h"
-#include "rlpt/model/reshard_plan.h"
+#include "rlpt/engine/param_memory.h"
 
 namespace rlpt::ckpt {
 class H5Writer;
@@ -204,7 +204,7 @@ class TrainEngine {
     // held by every storage placed in them. Their values are undefined from here on: step()
     // before the next zero_grad() is an InternalError, as is a second lend while the first lease
     // is held. A frozen engine lends nothing (empty spans). Local.
-    model::ScratchMemory lend_gradient_memory();
+    ScratchMemory lend_gradient_memory();
     // step() == step(true). step(false) leaves the learning-rate schedule where it is: verl
     // steps its scheduler once per training step, after the last mini-batch, so an actor with
     // several mini-batches per training step calls step(false) per mini-batch and
@@ -305,8 +305,8 @@ class TrainEngine {
     // next step() or load; do not write). ZeRO-3: the part of the rank's shard that falls in the
     // tensor (possibly empty); other stages: the whole tensor. `shape` is the parameter's local
     // shape. What a colocated rollout and the ZeRO-3 weight sync reshard from
-    // (model::HeldReshard). Local.
-    std::vector<model::HeldSlice> held_parameters() const;
+    // (weights::HeldReshard). Local.
+    std::vector<HeldSlice> held_parameters() const;
     ckpt::FileDigest save_state_file(const std::string& path, const std::string& prefix,
                                      const std::function<void(ckpt::H5Writer&)>& extra = {}) const;
 

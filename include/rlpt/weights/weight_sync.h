@@ -20,7 +20,7 @@
 //      names the offending ranks and, on those ranks, the first differing tensor. No payload
 //      byte has moved yet, so the WeightSync stays usable.
 //   3. The payload follows as a sequence of messages whose boundaries are a pure function of
-//      the header (see SyncPlan in comm/weight_sync_plan.h), so every rank agrees on them:
+//      the header (see SyncPlan in src/weights/weight_sync_plan.h), so every rank agrees on them:
 //      - tensors of at least `inplace_min_bytes` go as their own messages (in pieces of at
 //        most `bucket_bytes`), broadcast straight from/into the tensor's memory when that
 //        memory is contiguous and on the backend's device (no pack copy), through a pack
@@ -29,6 +29,8 @@
 //      Packing bucket i+1 overlaps with the broadcast of bucket i (n_buffers pack buffers,
 //      preallocated on first use and reused by every later sync).
 //   4. Receivers set `version` from the header only after every byte has landed.
+// Every backend runs this one protocol (src/weights/sync_skeleton.h); a backend only supplies the
+// transfer steps of step 3 (how a message is packed, broadcast and unpacked).
 //
 // Failure model. Layout mismatches are clean (step 2). A timeout or a transport error in
 // steps 1-3 may leave requests in flight (and receivers with partly written weights);
@@ -48,7 +50,7 @@
 #include "rlpt/comm/device.h"
 #include "rlpt/comm/mpi.h"
 
-namespace rlpt::comm {
+namespace rlpt::weights {
 
 struct WeightSyncOptions {
     // Pack bucket size in bytes, and the largest single message. Measured on 441 MB of fp32
@@ -68,7 +70,7 @@ struct WeightSyncOptions {
     double timeout_s = 600.0;
     // WeightReshard and RegionExchange only ("mpi" transport, host tensors): ranks on one host
     // read each other's regions with process_vm_readv, strided ends included, instead of MPI
-    // messages and staging (rlpt/comm/weight_reshard.h). false: MPI messages for every pair.
+    // messages and staging (rlpt/weights/weight_reshard.h). false: MPI messages for every pair.
     // RLPT_RESHARD_CMA=0 in a rank's environment turns it off for that rank as well. Not a
     // config key. Must be the same on every rank.
     bool single_copy = true;
@@ -116,7 +118,8 @@ class WeightSync {
 
   protected:
     explicit WeightSync(WeightSyncOptions options);
-    // Runs one sync (header, agreement, payload); implemented per backend.
+    // Runs one sync (header, agreement, payload): the skeleton of every transport, or "auto"
+    // handing over to the one it resolved to.
     virtual void do_sync(const std::vector<std::string>* names, std::vector<torch::Tensor>& tensors, uint64_t& version,
                          WeightSyncStats& stats) = 0;
 
@@ -139,7 +142,7 @@ class WeightSync {
 //            otherwise.
 // Anything else, or invalid options (bucket_bytes < 1 or > 1 GiB, n_buffers < 1) ->
 // ConfigError.
-std::unique_ptr<WeightSync> make_weight_sync(const std::string& backend, const Communicator& comm,
+std::unique_ptr<WeightSync> make_weight_sync(const std::string& backend, const comm::Communicator& comm,
                                              const WeightSyncOptions& options = {});
 
 // ---- the backend of weights on CUDA devices (weight sync, WeightReshard, RegionExchange) ----
@@ -147,11 +150,12 @@ std::unique_ptr<WeightSync> make_weight_sync(const std::string& backend, const C
 // Throws ConfigError (naming `what`, e.g. "weight_sync") when `backend` cannot be used: not one
 // of auto, mpi, nccl; "nccl" in a build without NCCL (`nccl_built` false); "nccl" while device
 // collectives are MPI (the two settings conflict: ranks that share a GPU cannot use NCCL). Pure.
-void check_weight_backend(const std::string& backend, bool nccl_built, DeviceCollectives collectives, const char* what);
+void check_weight_backend(const std::string& backend, bool nccl_built, comm::DeviceCollectives collectives,
+                          const char* what);
 // For a backend that passed check_weight_backend: whether NCCL moves the weights. "nccl": yes;
 // "mpi": no; "auto": when NCCL is built, device collectives are NCCL and `all_cuda` (every rank's
 // tensors are all on CUDA; the callers agree on it collectively). Pure.
-bool weights_over_nccl(const std::string& backend, bool nccl_built, DeviceCollectives collectives, bool all_cuda);
+bool weights_over_nccl(const std::string& backend, bool nccl_built, comm::DeviceCollectives collectives, bool all_cuda);
 
 // 64-bit FNV-1a over the tensors' bytes in order, mixed with each tensor's byte count (so
 // [ab][c] and [a][bc] differ) and processed a 64-bit little-endian word at a time (tail
@@ -160,4 +164,4 @@ bool weights_over_nccl(const std::string& backend, bool nccl_built, DeviceCollec
 // collective: compare the root's and the receivers' values to prove a sync was exact.
 uint64_t weights_checksum(const std::vector<torch::Tensor>& tensors);
 
-}  // namespace rlpt::comm
+}  // namespace rlpt::weights

@@ -1,4 +1,4 @@
-// NCCL point-to-point transport of the weight reshard (comm/weight_reshard_transport.h): each
+// NCCL point-to-point transport of the weight reshard (weight_reshard_transport.h): each
 // message (a piece of at most one bucket) is one ncclSend / ncclRecv on a stream owned by the
 // transport. Built only with NCCL.
 //
@@ -11,16 +11,17 @@
 // on every rank, which keeps blocking point-to-point NCCL calls deadlock-free (weight_reshard.h).
 #include <deque>
 
-#include "nccl_check.h"
+#include "rlpt/comm/nccl_check.h"
 #include "rlpt/core/log.h"
 #include "weight_reshard_transport.h"
 
-namespace rlpt::comm::detail {
+namespace rlpt::weights::detail {
+
 namespace {
 
 class NcclP2p final : public P2pTransport {
   public:
-    NcclP2p(const Communicator& comm, int device) : comm_(comm), device_(device) {
+    NcclP2p(const comm::Communicator& comm, int device) : comm_(comm), device_(device) {
         if (device_ < 0) RLPT_CUDA_CHECK(cudaGetDevice(&device_));
     }
     ~NcclP2p() override {
@@ -31,10 +32,10 @@ class NcclP2p final : public P2pTransport {
     const char* name() const override { return "nccl"; }
     torch::Device device() const override { return torch::Device(torch::kCUDA, static_cast<int8_t>(device_)); }
 
-    void begin(const Deadline& deadline) override {
+    void begin(const comm::Deadline& deadline) override {
         if (!nccl_) {
-            nccl_ = nccl_bootstrap(comm_, device_, "rlpt_weight_reshard", deadline);  // sets the device
-            stream_ = CudaStream::create();
+            nccl_ = comm::detail::nccl_bootstrap(comm_, device_, "rlpt_weight_reshard", deadline);  // sets the device
+            stream_ = comm::detail::CudaStream::create();
             if (comm_.rank() == 0) {
                 RLPT_LOG_INFO("weight reshard: NCCL communicator ready ({} ranks, cuda:{})", comm_.size(), device_);
             }
@@ -42,7 +43,7 @@ class NcclP2p final : public P2pTransport {
         RLPT_CUDA_CHECK(cudaSetDevice(device_));
     }
 
-    void start(bool send, void* data, int64_t bytes, int peer, const Deadline& deadline) override {
+    void start(bool send, void* data, int64_t bytes, int peer, const comm::Deadline& deadline) override {
         RLPT_CUDA_CHECK(cudaDeviceSynchronize());  // torch's pack / last unpack of this buffer
         const ncclResult_t r =
             send ? ncclSend(data, static_cast<size_t>(bytes), ncclUint8, peer, nccl_.get(), stream_.get())
@@ -59,10 +60,10 @@ class NcclP2p final : public P2pTransport {
         RLPT_CUDA_CHECK(cudaEventRecord(e, stream_.get()));
     }
 
-    void finish_oldest(const Deadline& deadline) override {
+    void finish_oldest(const comm::Deadline& deadline) override {
         static const std::string kWhat = "a weight reshard (nccl) bucket";
         const cudaEvent_t e = events_.front();
-        wait_event(nccl_, e, deadline, kWhat);
+        comm::detail::wait_event(nccl_, e, deadline, kWhat);
         events_.pop_front();
         spare_.push_back(e);
     }
@@ -70,18 +71,18 @@ class NcclP2p final : public P2pTransport {
     void abandon() noexcept override { nccl_.abort(); }
 
   private:
-    const Communicator& comm_;
+    const comm::Communicator& comm_;
     int device_ = -1;
-    NcclComm nccl_;
-    CudaStream stream_;
+    comm::detail::NcclComm nccl_;
+    comm::detail::CudaStream stream_;
     std::deque<cudaEvent_t> events_;
     std::vector<cudaEvent_t> spare_;
 };
 
 }  // namespace
 
-std::unique_ptr<P2pTransport> make_nccl_p2p(const Communicator& comm, int device) {
+std::unique_ptr<P2pTransport> make_nccl_p2p(const comm::Communicator& comm, int device) {
     return std::make_unique<NcclP2p>(comm, device);
 }
 
-}  // namespace rlpt::comm::detail
+}  // namespace rlpt::weights::detail

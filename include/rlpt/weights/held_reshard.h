@@ -1,38 +1,28 @@
 #pragma once
-// Resharding a model between tensor-parallel layouts (DESIGN §4b, issue 11): the plan half.
-// The bytes move in comm/weight_reshard.h; the split rules are tensor_parallel.h's shard_spec.
-// Implemented in src/model/tensor_parallel.cpp.
+// Resharding from what the ranks hold (DESIGN §4b, §4e): the hybrid engine and the ZeRO-3 weight
+// sync. Implemented in src/weights/held_reshard.cpp; the bytes move by RegionExchange
+// (rlpt/weights/weight_reshard.h), the split rules are rlpt/model/tensor_parallel.h's shard_spec,
+// the held slices and lent memory come from the training engine (rlpt/engine/param_memory.h).
 #include <torch/torch.h>
 
-#include <functional>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "rlpt/comm/weight_reshard.h"
+#include "rlpt/engine/param_memory.h"
 #include "rlpt/model/model_config.h"
 #include "rlpt/model/tensor_parallel.h"
+#include "rlpt/weights/weight_reshard.h"
 
-namespace rlpt::model {
-
-// The shard-to-shard plan (comm/weight_reshard.h) that moves every parameter of a model from one
-// block of `tp_from` ranks (sync ranks [0, tp_from), mp rank order) to `n_blocks` blocks of
-// `tp_to` ranks (block b's mp rank j is sync rank tp_from + b·tp_to + j), from the two layouts'
-// split rules (shard_spec): each receiver gets exactly its slice's real rows/columns (padding
-// rows are left alone), cut into one piece per source rank that owns part of it. Where several
-// sources hold the same bytes (replicated tensors, replicated KV heads) the receiver's index
-// picks a different one first, spreading the sends. `local` is this rank's module in its own
-// layout `local_layout` (either side; only names and full shapes are read, identical on every
-// rank); `names` receives named_parameters() order, the plan's tensor order. Local, not
-// collective; every rank computes the same plan.
-comm::ReshardPlan reshard_plan(const torch::nn::Module& local, const TpLayout& local_layout, const ModelArgs& args,
-                               int64_t tp_from, int64_t tp_to, int64_t n_blocks, std::vector<std::string>* names);
+namespace rlpt::weights {
 
 // ---- Resharding from what the ranks hold: the hybrid engine and the ZeRO-3 weight sync -------
 //
 // Fills a destination model (a rollout, in its own tensor-parallel layout) straight from what
 // the ranks hold of a source model (the actor: TrainEngine::held_parameters, its ZeRO-3 shard,
-// or its whole tp slice at other stages), point to point (comm::RegionExchange). A rank of the
+// or its whole tp slice at other stages), point to point (RegionExchange). A rank of the
 // exchange is a source (it holds slices), a destination (it has a destination module) or both:
 //   colocated (the hybrid engine, DESIGN §4b): actor and rollout on the same ranks with another
 //     tp (verl's rollout.tensor_model_parallel_size): every rank is both, before each
@@ -51,13 +41,6 @@ comm::ReshardPlan reshard_plan(const torch::nn::Module& local, const TpLayout& l
 // Peak memory per rank: what it holds + its destination parameters not aliased to it (in lent
 // scratch memory when the caller has some) + one bucket (no gathered copy on top). verl's sharding managers do the colocated job with FSDP's
 // full state dict per layer.
-
-// Storage of `t` freed (metadata, shape and views kept; data pointer null) / allocated again if
-// freed (values undefined). How FSDP frees a gathered parameter while autograd holds views; the
-// training engine's ZeRO-3 buffers use the same two calls. The memory comes from the storage's
-// allocator on `t`'s device, whichever device is current (InternalError if it came from another).
-void free_storage(const torch::Tensor& t);
-void alloc_storage(const torch::Tensor& t);
 
 // Host memory of one anonymous mmap of at least `bytes`, 2 MiB-aligned and advised as transparent
 // huge pages, unmapped when the object goes (std::bad_alloc when mmap fails). What of the
@@ -78,28 +61,10 @@ class HostBlock {
     char* data_ = nullptr;
 };
 
-// Memory a destination may be placed in instead of fresh memory (TrainEngine::
-// lend_gradient_memory: the actor's gradient buffers, unused while the rollout generates):
-// 1-D uint8 tensors, and an owner every storage placed in them keeps alive until it is freed.
-struct ScratchMemory {
-    std::vector<torch::Tensor> spans;
-    std::shared_ptr<void> owner;
-};
-
-// What one rank holds of one parameter of the source model: elements [begin, end) of its local
-// tensor (this rank's slice in the source tp layout, of local shape `shape`) flattened
-// row-major, as a 1-D tensor `data` of end - begin elements (TrainEngine::held_parameters).
-struct HeldSlice {
-    std::string name;
-    int64_t begin = 0, end = 0;
-    torch::Tensor data;
-    std::vector<int64_t> shape;
-};
-
 // A source rank's part: what it holds of every parameter (named_parameters() order) of the
 // source model split over `tp` ranks, as tp rank `tp_rank`.
 struct HeldSource {
-    std::vector<HeldSlice> held;
+    std::vector<engine::HeldSlice> held;
     int64_t tp = 1, tp_rank = 0;
 };
 
@@ -125,7 +90,7 @@ class HeldReshard {
   public:
     // `exchange` (its communicator: every rank of the source, all its DP and tp ranks, plus the
     // destination ranks) must outlive this object. Local.
-    HeldReshard(const ModelArgs& args, comm::RegionExchange& exchange);
+    HeldReshard(const model::ModelArgs& args, RegionExchange& exchange);
 
     // Collective on exchange.comm(), every rank passing its own part: `src` what it holds (null
     // on a destination-only rank), `dst` its destination module in `dst_layout` (null on a
@@ -146,16 +111,16 @@ class HeldReshard {
     // HostBlock or (device) comes from the tensors' allocator. Storages placed in scratch hold
     // scratch.owner, aliased ones the held tensor, until they are freed (release_parameter_storage).
     // When the call throws, the storage it gave the destination is freed again.
-    HeldReshardStats run(const HeldSource* src, torch::nn::Module* dst, const TpLayout& dst_layout,
-                         const ScratchMemory& scratch = {});
+    HeldReshardStats run(const HeldSource* src, torch::nn::Module* dst, const model::TpLayout& dst_layout,
+                         const engine::ScratchMemory& scratch = {});
 
-    struct Plan;  // the cached transfer list (src/model/colocated_reshard.cpp)
+    struct Plan;  // the cached transfer list (src/weights/held_reshard.cpp)
 
   private:
-    HeldReshardStats fill(const HeldSource* src, torch::nn::Module* dst, const TpLayout& dst_layout,
-                          const ScratchMemory& scratch);
-    ModelArgs args_;
-    comm::RegionExchange& exchange_;
+    HeldReshardStats fill(const HeldSource* src, torch::nn::Module* dst, const model::TpLayout& dst_layout,
+                          const engine::ScratchMemory& scratch);
+    model::ModelArgs args_;
+    RegionExchange& exchange_;
     std::shared_ptr<Plan> plan_;
 };
 
@@ -165,4 +130,4 @@ void release_parameter_storage(torch::nn::Module& m);
 // Bytes of `m`'s parameters that currently hold storage (released ones count 0).
 int64_t allocated_parameter_bytes(const torch::nn::Module& m);
 
-}  // namespace rlpt::model
+}  // namespace rlpt::weights

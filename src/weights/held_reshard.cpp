@@ -1,7 +1,6 @@
-// Resharding from what the ranks hold (rlpt/model/reshard_plan.h): a destination layout filled
+// Resharding from what the ranks hold (rlpt/weights/held_reshard.h): a destination layout filled
 // point to point from the source's held slices (the hybrid engine's colocated reshard and the
 // ZeRO-3 actor's sync to separate rollout ranks), and the storage management around it.
-#include <c10/core/DeviceGuard.h>
 #include <c10/core/StorageImpl.h>
 #include <sys/mman.h>
 
@@ -11,64 +10,26 @@
 #include <chrono>
 #include <cstdint>
 
-#include "model/weights_io.h"
 #include "rlpt/comm/shared_arena.h"
 #include "rlpt/core/error.h"
 #include "rlpt/core/fnv.h"
-#include "rlpt/model/reshard_plan.h"
+#include "rlpt/weights/held_reshard.h"
 
-namespace rlpt::model {
+namespace rlpt::weights {
 
-void free_storage(const torch::Tensor& t) {
-    c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
-    if (s->nbytes() == 0) return;
-    s->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
-    s->set_nbytes(0);
-}
-
-namespace {
-
-// Fresh memory is slow to fill on a CPU host: the first write to every 4 KiB page faults (about
-// 1.7 GB/s on the dev VM against ~10 GB/s into warm memory). Large host buffers re-allocated
-// at every generation window or ZeRO-3 unit ask for transparent huge pages instead (one fault
-// per 2 MiB; honoured when /sys/kernel/mm/transparent_hugepage/enabled is "madvise" or
-// "always", ignored otherwise).
-constexpr size_t kHugePage = size_t(2) << 20;
-
-void advise_huge_pages(void* data, size_t bytes) {
-    if (data == nullptr || bytes < 2 * kHugePage) return;
-    const auto begin = (reinterpret_cast<uintptr_t>(data) + kHugePage - 1) & ~(kHugePage - 1);
-    const auto end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(kHugePage - 1);
-    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);  // advice only
-}
-
-// Bytes `t`'s storage must have: up to its last element.
-size_t need_bytes(const torch::Tensor& t) {
-    return static_cast<size_t>(t.storage_offset() + t.numel()) * t.element_size();
-}
-
-// A device allocator allocates on the current device: make it the tensor's for the call (the
-// current device need not be the one the tensor lives on, e.g. on a thread that never chose one).
-at::DataPtr allocate_on_device_of(const torch::Tensor& t, c10::Allocator& allocator, size_t bytes) {
-    if (t.is_cpu()) return allocator.allocate(bytes);
-    const c10::DeviceGuard on_device(t.device());
-    return allocator.allocate(bytes);
-}
-
-}  // namespace
-
-void alloc_storage(const torch::Tensor& t) {
-    c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
-    const size_t bytes = need_bytes(t);
-    if (s->nbytes() >= bytes) return;
-    RLPT_CHECK_KIND(InternalError, s->allocator() != nullptr, "alloc_storage: the tensor's storage has no allocator");
-    at::DataPtr data = allocate_on_device_of(t, *s->allocator(), bytes);
-    RLPT_CHECK_KIND(InternalError, data.device() == t.device(), "alloc_storage: memory for a tensor on {} came from {}",
-                    t.device().str(), data.device().str());
-    if (t.is_cpu()) advise_huge_pages(data.get(), bytes);
-    s->set_data_ptr_noswap(std::move(data));
-    s->set_nbytes(bytes);
-}
+using engine::advise_huge_pages;
+using engine::alloc_storage;
+using engine::free_storage;
+using engine::HeldSlice;
+using engine::kHugePage;
+using engine::needed_storage_bytes;
+using engine::ScratchMemory;
+using model::full_shape;
+using model::ModelArgs;
+using model::shard_spec;
+using model::ShardSpec;
+using model::tp_layout;
+using model::TpLayout;
 
 HostBlock::HostBlock(size_t bytes) : mapped_(bytes + kHugePage) {
     base_ = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -88,14 +49,14 @@ namespace {
 // fault in 4 KiB pages at every generation window; the block is freed when every one of those
 // storages is, free_storage), the device ones left over from their allocator. Returns the bytes
 // placed in scratch.
-// Points `t`'s storage at `data` (need_bytes(t) of them), keeping `owner` alive until the
+// Points `t`'s storage at `data` (needed_storage_bytes(t) of them), keeping `owner` alive until the
 // storage is freed (free_storage) or pointed elsewhere.
 void point_storage_at(const torch::Tensor& t, void* data, std::shared_ptr<void> owner) {
     c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
     auto* ctx = new std::shared_ptr<void>(std::move(owner));
     s->set_data_ptr_noswap(at::DataPtr(
         data, ctx, [](void* o) { delete static_cast<std::shared_ptr<void>*>(o); }, t.device()));
-    s->set_nbytes(need_bytes(t));
+    s->set_nbytes(needed_storage_bytes(t));
 }
 
 int64_t alloc_storages_together(const std::vector<torch::Tensor>& ts, const ScratchMemory& scratch) {
@@ -110,10 +71,11 @@ int64_t alloc_storages_together(const std::vector<torch::Tensor>& ts, const Scra
             auto* base = static_cast<char*>(span.data_ptr());
             // The first aligned address at or after what is used (span starts need not be aligned).
             const size_t at = used[i] + (kAlign - reinterpret_cast<uintptr_t>(base + used[i]) % kAlign) % kAlign;
-            if (span.device() != t.device() || at + need_bytes(t) > static_cast<size_t>(span.nbytes())) continue;
+            if (span.device() != t.device() || at + needed_storage_bytes(t) > static_cast<size_t>(span.nbytes()))
+                continue;
             point_storage_at(t, base + at, scratch.owner);
-            used[i] = at + need_bytes(t);
-            placed += static_cast<int64_t>(need_bytes(t));
+            used[i] = at + needed_storage_bytes(t);
+            placed += static_cast<int64_t>(needed_storage_bytes(t));
             return true;
         }
         return false;
@@ -125,10 +87,10 @@ int64_t alloc_storages_together(const std::vector<torch::Tensor>& ts, const Scra
         const c10::StorageImpl* st = t.storage().unsafeGetStorageImpl();
         if (std::find(seen.begin(), seen.end(), st) != seen.end()) continue;
         seen.push_back(st);
-        if (st->nbytes() >= need_bytes(t) || place_in_scratch(t)) continue;
+        if (st->nbytes() >= needed_storage_bytes(t) || place_in_scratch(t)) continue;
         if (t.is_cpu()) {
             together.push_back(&t);
-            total += rounded(need_bytes(t));
+            total += rounded(needed_storage_bytes(t));
         } else {
             alloc_storage(t);
         }
@@ -138,7 +100,7 @@ int64_t alloc_storages_together(const std::vector<torch::Tensor>& ts, const Scra
     char* at = block->data();
     for (const torch::Tensor* t : together) {
         point_storage_at(*t, at, block);
-        at += rounded(need_bytes(*t));
+        at += rounded(needed_storage_bytes(*t));
     }
     return placed;
 }
@@ -206,7 +168,7 @@ std::vector<Rect> rows_of_range(int64_t x, int64_t y, int64_t cols) {
 
 // Per rank of the exchange, all-gathered: a head, then [begin, end) of every parameter held.
 // kSrcShared / kDstShared: every held slice / destination parameter of the rank lies in a shared
-// weight arena (the copying end of a pair is then chosen to map it, comm::RegionTransfer).
+// weight arena (the copying end of a pair is then chosen to map it, RegionTransfer).
 enum Head : size_t {
     kOk,
     kHasSrc,
@@ -531,9 +493,9 @@ torch::Tensor region(const torch::Tensor& base, const RegionRef& r) {
 }
 
 // The plan's transfers bound to the tensors' current storage on this rank's ends.
-std::vector<comm::RegionTransfer> bound_transfers(const std::vector<PlannedTransfer>& planned, const HeldSource* src,
-                                                  const std::vector<Param>& params, int me) {
-    std::vector<comm::RegionTransfer> out;
+std::vector<RegionTransfer> bound_transfers(const std::vector<PlannedTransfer>& planned, const HeldSource* src,
+                                            const std::vector<Param>& params, int me) {
+    std::vector<RegionTransfer> out;
     out.reserve(planned.size());
     for (const PlannedTransfer& p : planned) {
         if (p.dst == me && params[static_cast<size_t>(p.to.param)].aliased) {
@@ -544,7 +506,7 @@ std::vector<comm::RegionTransfer> bound_transfers(const std::vector<PlannedTrans
                             me, params[static_cast<size_t>(p.to.param)].name, p.src);
             continue;
         }
-        comm::RegionTransfer t;
+        RegionTransfer t;
         t.src = p.src;
         t.dst = p.dst;
         t.bytes = p.bytes;
@@ -591,7 +553,7 @@ std::vector<int64_t> gather_info(const comm::Communicator& comm, const std::vect
 
 }  // namespace
 
-HeldReshard::HeldReshard(const ModelArgs& args, comm::RegionExchange& exchange) : args_(args), exchange_(exchange) {}
+HeldReshard::HeldReshard(const ModelArgs& args, RegionExchange& exchange) : args_(args), exchange_(exchange) {}
 
 HeldReshardStats HeldReshard::run(const HeldSource* src, torch::nn::Module* dst, const TpLayout& dst_layout,
                                   const ScratchMemory& scratch) {
@@ -674,4 +636,4 @@ int64_t allocated_parameter_bytes(const torch::nn::Module& m) {
     return bytes;
 }
 
-}  // namespace rlpt::model
+}  // namespace rlpt::weights

@@ -5,7 +5,7 @@
 // point to point, in buckets. NeMo-RL's `nccl_reshard` does the same job.
 //
 // This module knows nothing about models: the caller gives the plan (which slice of which
-// tensor goes from which rank to which rank; model::reshard_plan() computes it from the two
+// tensor goes from which rank to which rank; reshard_plan() (rlpt/weights/reshard_plan.h) computes it from the two
 // layouts' split rules) and every rank's local tensors. It moves bytes and checks agreement.
 //
 // Who takes part. The sync communicator holds the senders first (ranks [0, n_senders): the
@@ -49,8 +49,8 @@
 // Transport (chosen at the first sync, like WeightSync's "auto"): "mpi" - host memory, by
 // MPI_Isend/Irecv or single copy; "nccl" - ncclSend/ncclRecv of device memory on the tensors'
 // CUDA device (builds with NCCL, device collectives NCCL, every rank's tensors on CUDA); "auto" -
-// nccl when possible (weights_over_nccl, rlpt/comm/weight_sync.h), mpi otherwise. Packing and unpacking are torch copies (narrow + copy_), so tensors may be strided.
-// Single copy ("mpi" only, comm/single_copy.h): at the first sync, when every rank's tensors are
+// nccl when possible (weights_over_nccl, rlpt/weights/weight_sync.h), mpi otherwise. Packing and unpacking are torch copies (narrow + copy_), so tensors may be strided.
+// Single copy ("mpi" only, src/weights/single_copy.h): at the first sync, when every rank's tensors are
 // on the host and WeightSyncOptions::single_copy is set (default; RLPT_RESHARD_CMA=0 turns it
 // off per rank), the ranks exchange pids and host identities and each reads a known word of
 // every same-host peer with process_vm_readv (Linux cross-memory attach, as Open MPI's
@@ -80,8 +80,8 @@
 // A colocated rollout with another tp than the actor's (the hybrid engine's in-place half) and a
 // ZeRO-3 actor's sync to separate rollout ranks (every actor rank sends from its shards) go
 // through RegionExchange below (same transports, same ordering rule): any rank may send and
-// receive there, and the regions are arbitrary strided views (model::HeldReshard,
-// rlpt/model/reshard_plan.h, computes them from the ZeRO shards and both tp layouts).
+// receive there, and the regions are arbitrary strided views (HeldReshard,
+// rlpt/weights/held_reshard.h, computes them from the ZeRO shards and both tp layouts).
 // Thread safety: none; one thread per rank.
 
 #include <torch/torch.h>
@@ -92,9 +92,9 @@
 #include <vector>
 
 #include "rlpt/comm/mpi.h"
-#include "rlpt/comm/weight_sync.h"
+#include "rlpt/weights/weight_sync.h"
 
-namespace rlpt::comm {
+namespace rlpt::weights {
 
 // One slice of one tensor moving from one sync rank to another. The slice is
 // `length` entries along `dim` (every other dimension whole) starting at `src_offset` in the
@@ -229,7 +229,7 @@ class RegionExchange {
     // TimeoutError past options().timeout_s, CommError on transport errors (then unusable).
     virtual void run(const std::vector<RegionTransfer>& transfers) = 0;
     // The duplicated communicator the transfers' ranks refer to.
-    virtual const Communicator& comm() const = 0;
+    virtual const comm::Communicator& comm() const = 0;
     virtual std::string backend_name() const = 0;
     const RegionExchangeStats& last_stats() const { return stats_; }
     const WeightSyncOptions& options() const { return options_; }
@@ -244,13 +244,13 @@ class RegionExchange {
 
 // Collective on `comm`; backends and options as make_weight_reshard's (bucket_bytes bounds the
 // staging; n_buffers and inplace_min_bytes are not used).
-std::unique_ptr<RegionExchange> make_region_exchange(const std::string& backend, const Communicator& comm,
+std::unique_ptr<RegionExchange> make_region_exchange(const std::string& backend, const comm::Communicator& comm,
                                                      const WeightSyncOptions& options = {});
 
 // Collective on `comm` (every member passes the same backend and options): "auto", "mpi" or
 // "nccl" (ConfigError when this build has no NCCL; at the first sync when a rank's tensors are
 // not on CUDA). Options as WeightSync's.
-std::unique_ptr<WeightReshard> make_weight_reshard(const std::string& backend, const Communicator& comm,
+std::unique_ptr<WeightReshard> make_weight_reshard(const std::string& backend, const comm::Communicator& comm,
                                                    const WeightSyncOptions& options = {});
 
-}  // namespace rlpt::comm
+}  // namespace rlpt::weights

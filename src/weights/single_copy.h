@@ -6,10 +6,10 @@
 // parameters), the copying end maps that arena once (cached across exchanges) and copies with
 // memcpy; otherwise with Linux cross-memory attach (CMA: process_vm_readv / process_vm_writev),
 // which costs 2-5x the CPU per byte on short runs. Behind the "mpi" transport of WeightReshard
-// and RegionExchange (rlpt/comm/weight_reshard.h); private to rlpt_comm. Torch-free.
+// and RegionExchange (rlpt/weights/weight_reshard.h); private to rlpt_weights. Torch-free.
 //
 // Which end copies (the "active" end, Move::push; the caller decides, the same on both ends:
-// move_regions in comm/weight_reshard.cpp): the end that can map the other's region when only one
+// move_regions in weight_reshard.cpp): the end that can map the other's region when only one
 // of the two lies in an arena (RegionTransfer::src_shared / dst_shared); else the end whose
 // region alone is strided, since the kernel pins the remote process's pages run by run and the
 // many short runs of a column slice cost less on the local side (measured on this VM: 6 KiB runs
@@ -55,7 +55,7 @@
 
 #include "rlpt/comm/mpi.h"
 
-namespace rlpt::comm::detail {
+namespace rlpt::weights::detail {
 
 constexpr int kMaxRegionDims = 6;
 
@@ -89,7 +89,7 @@ class SingleCopy {
   public:
     // Collective on `comm` (which must outlive the object): the probe described above. `enabled`
     // false keeps this rank out of every pair (the environment may also do so).
-    SingleCopy(const Communicator& comm, bool enabled, const Deadline& deadline);
+    SingleCopy(const comm::Communicator& comm, bool enabled, const comm::Deadline& deadline);
     ~SingleCopy();
     SingleCopy(const SingleCopy&) = delete;
     SingleCopy& operator=(const SingleCopy&) = delete;
@@ -109,8 +109,8 @@ class SingleCopy {
     };
     // `moves`: this rank's moves (connects(src, dst) for each), in the order of the agreed list.
     void start(std::vector<Move> moves, bool same_layouts = false);
-    void copy(const Deadline& deadline);
-    void finish(const Deadline& deadline);
+    void copy(const comm::Deadline& deadline);
+    void finish(const comm::Deadline& deadline);
     // After a failure: leaves the buffers MPI may still use alive (never throws).
     void abandon() noexcept;
     // Moves of the last exchange this rank copied through a mapping of the peer's arena (memcpy,
@@ -132,7 +132,7 @@ class SingleCopy {
     std::map<std::pair<int, uint64_t>, Mapping> mappings_;  // by (peer, arena id)
     int64_t mapped_moves_ = 0, mapped_bytes_ = 0;
     bool map_warned_ = false;
-    const Communicator& comm_;
+    const comm::Communicator& comm_;
     std::unique_ptr<uint64_t> probe_word_;
     std::vector<int64_t> pids_;
     std::vector<char> reads_;  // [a * n + b]: the probe of a read b's memory
@@ -148,4 +148,4 @@ class SingleCopy {
     std::string error_;
 };
 
-}  // namespace rlpt::comm::detail
+}  // namespace rlpt::weights::detail

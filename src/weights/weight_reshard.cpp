@@ -1,7 +1,7 @@
-// Shard-to-shard weight sync (rlpt/comm/weight_reshard.h): agreement, the round schedule (messages
+// Shard-to-shard weight sync (rlpt/weights/weight_reshard.h): agreement, the round schedule (messages
 // cut into rounds of at most one bucket of staging per rank), packing with torch copies, the
-// single-copy pairs (comm/single_copy.h), the MPI point-to-point transport and the backend choice.
-#include "rlpt/comm/weight_reshard.h"
+// single-copy pairs (single_copy.h), the MPI point-to-point transport and the backend choice.
+#include "rlpt/weights/weight_reshard.h"
 
 #include <sched.h>
 
@@ -15,10 +15,16 @@
 #include "rlpt/core/log.h"
 #include "single_copy.h"
 #include "weight_reshard_transport.h"
-#include "weight_sync_backends.h"
 #include "weight_sync_plan.h"
 
-namespace rlpt::comm {
+namespace rlpt::weights {
+
+using comm::arena_of;
+using comm::Communicator;
+using comm::Deadline;
+using comm::device_collectives;
+using comm::kMaxMessageBytes;
+using comm::detail::Backoff;
 
 std::string ReshardPlan::describe() const {
     std::string s = fmt::format("senders {}\n", n_senders);
@@ -228,7 +234,7 @@ void move_regions(P2pTransport& transport, int me, int n, const std::vector<Regi
         // map the other's region when only one of them lies in an arena (memcpy through the
         // mapping, writes into its own memory; the colocated rollout copy, fresh every window, is
         // outside any arena); else the end whose region alone is strided (short runs are cheaper
-        // locally under CMA, comm/single_copy.h); else the end that copies less so far, so idle
+        // locally under CMA, single_copy.h); else the end that copies less so far, so idle
         // senders share the work of busy receivers.
         const bool push = t.src_shared != t.dst_shared ? t.dst_shared
                           : t.src_contiguous != t.dst_contiguous
@@ -828,4 +834,4 @@ std::unique_ptr<RegionExchange> make_region_exchange(const std::string& backend,
     return std::make_unique<detail::P2pRegionExchange>(backend, comm.dup(), options);
 }
 
-}  // namespace rlpt::comm
+}  // namespace rlpt::weights

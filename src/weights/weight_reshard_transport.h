@@ -1,6 +1,6 @@
 #pragma once
-// Point-to-point byte movers behind WeightReshard and RegionExchange (rlpt/comm/weight_reshard.h).
-// Private to rlpt_comm; the NCCL one exists only in builds with NCCL (comm/nccl_reshard.cpp).
+// Point-to-point byte movers behind WeightReshard and RegionExchange (rlpt/weights/weight_reshard.h).
+// Private to rlpt_weights; the NCCL one exists only in builds with NCCL (nccl_reshard.cpp).
 
 #include <torch/torch.h>
 
@@ -9,9 +9,9 @@
 #include "rlpt/build_config.h"
 #include "rlpt/comm/mpi.h"
 
-namespace rlpt::comm::detail {
+namespace rlpt::weights::detail {
 
-class SingleCopy;  // comm/single_copy.h
+class SingleCopy;  // single_copy.h
 
 class P2pTransport {
   public:
@@ -21,14 +21,14 @@ class P2pTransport {
     virtual torch::Device device() const = 0;
     // Once per sync before any start(), on every rank of the sync communicator (collective:
     // NCCL bootstraps its communicator at the first call).
-    virtual void begin(const Deadline& deadline) = 0;
+    virtual void begin(const comm::Deadline& deadline) = 0;
     // Starts sending (or receiving into) `bytes` bytes at `data` (memory on device(), written
     // by torch before the call, read by torch after finish_oldest() returned it) to / from sync
     // rank `peer`. Between two ranks, starts happen in the same order on both ends.
-    virtual void start(bool send, void* data, int64_t bytes, int peer, const Deadline& deadline) = 0;
+    virtual void start(bool send, void* data, int64_t bytes, int peer, const comm::Deadline& deadline) = 0;
     // Waits (polling, with the deadline; reported to the WaitObserver) until the oldest
     // started transfer has completed.
-    virtual void finish_oldest(const Deadline& deadline) = 0;
+    virtual void finish_oldest(const comm::Deadline& deadline) = 0;
     // After a failure mid-transfer: tear down what may still be in flight (never throws).
     virtual void abandon() noexcept {}
     // The pairs where one end copies from / into the other's memory itself (process_vm_readv /
@@ -38,11 +38,11 @@ class P2pTransport {
 };
 
 // `comm` must outlive the transport. `single_copy`: probe at the first begin() (collective) which
-// same-host pairs may copy from / into each other's memory (comm/single_copy.h); every rank passes the same.
-std::unique_ptr<P2pTransport> make_mpi_p2p(const Communicator& comm, bool single_copy);
+// same-host pairs may copy from / into each other's memory (single_copy.h); every rank passes the same.
+std::unique_ptr<P2pTransport> make_mpi_p2p(const comm::Communicator& comm, bool single_copy);
 #if RLPT_HAVE_NCCL
 // CUDA buffers on `device`; the NCCL communicator over `comm` is created by the first begin().
-std::unique_ptr<P2pTransport> make_nccl_p2p(const Communicator& comm, int device);
+std::unique_ptr<P2pTransport> make_nccl_p2p(const comm::Communicator& comm, int device);
 #endif
 
-}  // namespace rlpt::comm::detail
+}  // namespace rlpt::weights::detail

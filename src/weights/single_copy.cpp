@@ -22,7 +22,16 @@
 #include "rlpt/comm/shared_arena.h"
 #include "rlpt/core/log.h"
 
-namespace rlpt::comm::detail {
+namespace rlpt::weights::detail {
+
+using comm::arena_of;
+using comm::ArenaRef;
+using comm::Communicator;
+using comm::Deadline;
+using comm::shared_arenas_enabled;
+using comm::wait_all;
+using comm::wait_one;
+
 namespace {
 
 constexpr int kLayoutTag = 4244;
@@ -424,4 +433,4 @@ void SingleCopy::abandon() noexcept {
     leak(sent_status_);
 }
 
-}  // namespace rlpt::comm::detail
+}  // namespace rlpt::weights::detail

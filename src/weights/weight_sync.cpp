@@ -1,6 +1,7 @@
-// Backend-independent parts of the weight sync: layout description and agreement, the
-// message plan, checksums, the "auto" backend and the factory.
-#include "rlpt/comm/weight_sync.h"
+// Transport-independent parts of the weight sync: layout description and agreement, the
+// message plan, checksums, the "auto" backend and the factory (the protocol itself:
+// sync_skeleton.cpp).
+#include "rlpt/weights/weight_sync.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,12 +9,20 @@
 #include <sstream>
 
 #include "rlpt/core/log.h"
-#include "weight_sync_backends.h"
+#include "sync_skeleton.h"
 #include "weight_sync_plan.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "weights_checksum reads 64-bit words as little-endian");
 
-namespace rlpt::comm {
+namespace rlpt::weights {
+
+using comm::Communicator;
+using comm::Deadline;
+using comm::device_collectives;
+using comm::device_collectives_name;
+using comm::DeviceCollectives;
+using comm::kMaxMessageBytes;
+
 namespace detail {
 
 uint64_t fnv1a_words(uint64_t h, const void* data, int64_t bytes) {
@@ -336,4 +345,4 @@ uint64_t weights_checksum(const std::vector<torch::Tensor>& tensors) {
     return h;
 }
 
-}  // namespace rlpt::comm
+}  // namespace rlpt::weights

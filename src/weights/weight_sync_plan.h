@@ -1,6 +1,7 @@
 #pragma once
-// Internals shared by the MPI and NCCL weight syncs: layout description, the wire header
-// and the layout agreement, and the message plan. Private to rlpt_comm.
+// Internals of the weight sync (the skeleton, sync_skeleton.h, and the option check WeightReshard
+// shares): layout description, the wire header and the layout agreement, and the message plan.
+// Private to rlpt_weights.
 
 #include <torch/torch.h>
 
@@ -10,9 +11,9 @@
 
 #include "rlpt/comm/mpi.h"
 #include "rlpt/core/fnv.h"
-#include "rlpt/comm/weight_sync.h"
+#include "rlpt/weights/weight_sync.h"
 
-namespace rlpt::comm::detail {
+namespace rlpt::weights::detail {
 
 // One rank's view of its tensor list.
 struct Layout {
@@ -51,8 +52,8 @@ WireHeader root_header(const Layout& layout, uint64_t version, const WeightSyncO
 // left in flight). `backend_error` lets a backend veto locally (e.g. tensors on two CUDA
 // devices for NCCL), which fails the sync collectively too. Throws (TimeoutError,
 // CommError) only on transport failures, which may leave requests in flight.
-std::string agree_on_layout(const Communicator& comm, WireHeader& header, const Layout& layout,
-                            const std::string& backend_error, const Deadline& deadline);
+std::string agree_on_layout(const comm::Communicator& comm, WireHeader& header, const Layout& layout,
+                            const std::string& backend_error, const comm::Deadline& deadline);
 
 // A contiguous byte range of one tensor inside one message.
 struct Piece {
@@ -95,4 +96,4 @@ uint64_t fnv1a_words(uint64_t h, const void* data, int64_t bytes);
 // Validates user options (ConfigError naming the field).
 void check_options(const WeightSyncOptions& options);
 
-}  // namespace rlpt::comm::detail
+}  // namespace rlpt::weights::detail

@@ -1,6 +1,8 @@
 #pragma once
-// NCCL error checks, move-only RAII owners and the one NCCL bootstrap. Private to rlpt_comm;
-// included only by comm/nccl_*.cpp (compiled only in builds with NCCL).
+// NCCL error checks, move-only RAII owners and the one NCCL bootstrap, for the NCCL transports:
+// comm's collectives (comm/nccl_*.cpp) and the weight movement's (src/weights/nccl_*.cpp).
+// Include it only from sources compiled in builds with NCCL (it needs the CUDA and NCCL headers);
+// the names stay in comm::detail, out of the way of the roles.
 //
 // RLPT_NCCL_CHECK(owner, call): on a result other than ncclSuccess / ncclInProgress (the
 //   latter is how a non-blocking communicator says "queued", see wait_ready()), aborts
