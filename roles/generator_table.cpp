@@ -14,8 +14,7 @@ using rollout::SamplingParams;
 GenerationOutput search(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                         const std::vector<uint64_t>&, const SamplingParams& params, int64_t max_num_seqs,
                         GeneratorContext& context) {
-    const rollout::GeneratorArgs& args = context.args;
-    return rollout::beam_search(model, prompts, params, args.beam_search, args.sample_rank, max_num_seqs);
+    return rollout::beam_search(model, prompts, params, context.args.beam_search, context.sample_rank, max_num_seqs);
 }
 
 GenerationOutput stages(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
@@ -23,8 +22,8 @@ GenerationOutput stages(model::CausalLM& model, const std::vector<std::vector<in
                         GeneratorContext& context) {
     const rollout::GeneratorArgs& args = context.args;
     return rollout::run_stages(model, prompts, seeds, params,
-                               rollout::MultiStageArgs{args.stages, args.beam_search, args.sample_rank,
-                                                       args.group_seeds},
+                               rollout::MultiStageArgs{args.stages, args.beam_search, context.sample_rank,
+                                                       context.group_seeds},
                                rollout::batch_limits(max_num_seqs, context));
 }
 
@@ -56,20 +55,6 @@ const GeneratorEntry& find_generator(const std::string& name) {
         valid += (valid.empty() ? "" : ", ") + std::string(g.name);
     }
     throw ConfigError(fmt::format("rollout.generator: unknown generator '{}' (valid: {})", name, valid));
-}
-
-rollout::GeneratorArgs generator_args(const RolloutConfig& c) {
-    rollout::GeneratorArgs a;
-    a.beam_search = rollout::BeamSearchParams{c.beam_search.beam_width, c.beam_search.length_penalty};
-    for (const auto& s : c.stages) {
-        rollout::StageSpec st;
-        st.generator = s.generator;
-        st.max_tokens = s.max_tokens;
-        st.stop = s.stop;
-        st.share_across_samples = s.share_across_samples;
-        a.stages.push_back(std::move(st));
-    }
-    return a;
 }
 
 }  // namespace rlpt::roles

@@ -7,7 +7,6 @@
 
 #include "model_setup.h"
 #include "rlpt/comm/shared_tensor.h"
-#include "rlpt/config/config.h"
 #include "rlpt/core/log.h"
 #include "rlpt/kernels/cpu_features.h"
 #include "rlpt/roles/generator_table.h"
@@ -23,31 +22,17 @@ namespace {
 using protocol::RoleWorker;
 using protocol::WorkerContext;
 
-// The shared helpers' settings, from the run's config (WorkerContext::config), as the run plan
-// resolves the actor's (app/role_settings.cpp), until the rollout's come with its kInit (issue 33,
-// part B).
-ModelSettings model_settings(const Config& c) {
-    return {c.model.path, c.model.dtype, c.model.head_precision, c.model.builtin};
-}
-WeightSyncSettings weight_sync_settings(const Config& c) {
-    const OptimConfig& actor = c.trainer.mode == "sft" ? c.sft.optim : c.actor.optim;
-    return {c.rollout.weight_sync.backend, c.rollout.weight_sync.bucket_mb, c.trainer.call_timeout_s, actor.zero_stage};
-}
-
 class RolloutWorker : public RoleWorker {
   public:
+    RolloutSettings settings;                       // from kInit
+    torch::Dtype dtype = torch::kFloat32;           // of generation: settings.dtype resolved
     std::optional<weights::ServedWeights> weights;  // the policy generation reads, from kInit on
     const GeneratorEntry* generator = nullptr;      // rollout.generator
-    rollout::GeneratorArgs generator_args;          // rollout.beam_search, rollout.stages (appends encoded)
     rollout::TokenTexts token_texts;                // from kInit: what stop strings are matched on
     std::unique_ptr<tokenizer::Tokenizer> tok;      // for generators that read and write text (tool_agent)
-    rollout::GeneratorContext gen;                  // the generator's context (its state lives here)
+    rollout::GeneratorContext gen;                  // the generator's context: its arguments, its state
     detail::PolicySync sync;                        // an own copy's weight sync, built at its first receive
 };
-
-torch::Dtype rollout_dtype(const Config& c) {
-    return model::dtype_from_name(c.rollout.dtype == "auto" ? c.model.dtype : c.rollout.dtype);
-}
 
 RolloutWorker& ready(RoleWorker& w) {
     auto& r = static_cast<RolloutWorker&>(w);
@@ -55,35 +40,37 @@ RolloutWorker& ready(RoleWorker& w) {
     return r;
 }
 
-Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in, const RolloutInit& a) {
     auto& r = static_cast<RolloutWorker&>(w);
-    r.generator = &find_generator(ctx.config->rollout.generator);
-    if (ctx.config->rollout.dtype == "bfloat16" && ctx.comms->role_rank == 0 && !kernels::cpu_has_avx512_bf16() &&
+    r.settings = a.init.settings;
+    const RolloutSettings& s = r.settings;
+    r.generator = &find_generator(s.generator);
+    r.dtype = model::dtype_from_name(s.dtype == "auto" ? s.model.dtype : s.dtype);
+    if (s.dtype == "bfloat16" && ctx.comms->role_rank == 0 && !kernels::cpu_has_avx512_bf16() &&
         protocol::handler_device().is_cpu())
         RLPT_LOG_WARN("rollout.dtype=bfloat16: this CPU lacks AVX512_BF16, so bfloat16 weights only halve the "
                       "bytes of few-row decode steps (widened in registers); prefill and large batches run "
                       "slower than float32 here");
     r.token_texts = in.strings("token_text");
-    r.generator_args = generator_args(ctx.config->rollout);
-    const auto appends = protocol::decode_args<RolloutInitArgs>(in, "rollout.init");
-    auto& stages = r.generator_args.stages;
+    r.gen.args = s.generators;
+    const RolloutInitArgs& appends = a.appends;
+    auto& stages = r.gen.args.stages;
     RLPT_CHECK_KIND(InternalError, appends.append_lengths.size() == stages.size(),
                     "rollout.init: {} stage appends for {} stages", appends.append_lengths.size(), stages.size());
     for (size_t i = 0, at = 0; i < stages.size(); at += static_cast<size_t>(appends.append_lengths[i]), ++i)
         stages[i].append_ids.assign(appends.append_ids.begin() + static_cast<int64_t>(at),
                                     appends.append_ids.begin() + static_cast<int64_t>(at) + appends.append_lengths[i]);
-    const auto args = protocol::decode_args<protocol::InitArgs>(in, "rollout.init");
-    r.gen.config = ctx.config;
-    if (ctx.config->rollout.generator == "tool_agent") {  // reads and writes text with the run's tokenizer
+    const protocol::InitArgs& args = a.init.run;
+    r.gen.max_num_batched_tokens = s.max_num_batched_tokens;
+    if (s.generator == "tool_agent") {  // reads and writes text with the run's tokenizer
         if (!args.tokenizer_charset.empty()) {
             std::vector<std::string> words;  // '\n'-separated (InitArgs::tokenizer_words)
             std::istringstream lines(args.tokenizer_words);
             for (std::string w; std::getline(lines, w, '\n');) words.push_back(w);
             r.tok = std::make_unique<tokenizer::CharTokenizer>(args.tokenizer_charset, std::move(words));
-        } else if (!ctx.config->model.path.empty()) r.tok = tokenizer::load_tokenizer(ctx.config->model.path);
+        } else if (!s.model.path.empty()) r.tok = tokenizer::load_tokenizer(s.model.path);
         r.gen.tokenizer = r.tok.get();
     }
-    const Config& c = *ctx.config;
     if (auto shared = ctx.shared->get<detail::SharedPolicy>(detail::kSharedPolicy)) {
         if (shared->model->tp_layout().tp == ctx.layout->mp_size) {
             r.weights = weights::ServedWeights::of_actor(shared);  // same tensors, no copy, no sync
@@ -91,7 +78,7 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
         }
         // The hybrid engine: our own layout, no storage until a generation needs it.
         const auto device = protocol::handler_device();
-        const WeightSyncSettings sync = weight_sync_settings(c);
+        const WeightSyncSettings& sync = s.weight_sync;
         r.weights =
             weights::ServedWeights::resharded(shared,
                                               std::make_shared<model::CausalLM>(shared->model->args(),
@@ -101,7 +88,7 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
         return Batch(0);
     }
     const auto device = protocol::handler_device();
-    auto own = detail::build_policy(model_settings(c), device, args.vocab_size, detail::tensor_parallel(ctx, device));
+    auto own = detail::build_policy(s.model, device, args.vocab_size, detail::tensor_parallel(ctx, device));
     // Our own copy, filled by the weight sync: in a shared arena, so a same-host actor rank writes
     // it with memcpy through a mapping (rlpt/comm/shared_arena.h). Before anything caches addresses.
     if (device.is_cpu()) {
@@ -112,7 +99,7 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     return Batch(0);
 }
 
-Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
+Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in, const GenerateArgs& args) {
     RolloutWorker& r = ready(w);
     const auto t0 = std::chrono::steady_clock::now();
     // Colocated with a ZeRO-3 actor: the full weights for the whole generation (its number of
@@ -123,7 +110,6 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     const torch::Tensor ids = in.at("prompt_ids").to(torch::kCPU).contiguous();
     const torch::Tensor mask = in.at("prompt_mask").to(torch::kCPU, torch::kBool).contiguous();
     const int64_t B = in.size(), P = ids.size(1);
-    const auto args = protocol::decode_args<GenerateArgs>(in, "rollout.generate");
     rollout::SamplingParams sp;
     sp.temperature = args.temperature;
     sp.top_p = args.top_p;
@@ -133,13 +119,13 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
     sp.eos_id = args.eos_id;
     sp.pad_id = args.pad_id;
     sp.stop_token_ids = args.stop_ids;
-    const auto& rc = ctx.config->rollout;
-    sp.stop = rc.stop;
-    sp.include_stop_str_in_output = rc.include_stop_str_in_output;
-    const bool with_text = !sp.stop.empty() || !r.generator_args.stages.empty();
+    sp.stop = args.stop;
+    sp.include_stop_str_in_output = args.include_stop_str_in_output;
+    const bool with_text = !sp.stop.empty() || !r.gen.args.stages.empty();
     if (with_text) sp.token_texts = &r.token_texts;
     RLPT_CHECK(args.n >= 1, "rollout.generate: n must be >= 1, got {}", args.n);
-    rollout::GeneratorArgs gen_args = r.generator_args;
+    std::vector<int64_t> sample_rank;
+    std::vector<uint64_t> group_seeds;
     const uint64_t seed = static_cast<uint64_t>(args.seed);
     const int64_t step = args.stream;
 
@@ -151,8 +137,8 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
         prompts[static_cast<size_t>(i)].assign(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
         const int64_t sample = index[static_cast<size_t>(i)], rank = sample % args.n;
         seeds[static_cast<size_t>(i)] = rollout::sample_seed(seed, step, sample);
-        gen_args.sample_rank.push_back(rank);
-        gen_args.group_seeds.push_back(rollout::sample_seed(seed, step, sample - rank));
+        sample_rank.push_back(rank);
+        group_seeds.push_back(rollout::sample_seed(seed, step, sample - rank));
     }
     Batch out(B);
     const int64_t R = sp.max_new_tokens;
@@ -167,13 +153,13 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
         if (with_text) out.set_strings("response_text", {});
         return out;
     }
-    r.gen.args = std::move(gen_args);
     r.gen.sample_index = index;
+    r.gen.sample_rank = std::move(sample_rank);
+    r.gen.group_seeds = std::move(group_seeds);
     for (auto [field, dest] : {std::pair{"data_source", &r.gen.data_source},
                                std::pair{"ground_truth", &r.gen.ground_truth}, std::pair{"extra", &r.gen.extra}})
         *dest = in.has_strings(field) ? in.strings(field) : std::vector<std::string>{};
-    auto g = r.generator->fn(r.weights->for_generation(rollout_dtype(*ctx.config)), prompts, seeds, sp,
-                             ctx.config->rollout.max_num_seqs, r.gen);
+    auto g = r.generator->fn(r.weights->for_generation(r.dtype), prompts, seeds, sp, r.settings.max_num_seqs, r.gen);
     for (const auto& [name, values] : r.gen.sample_values) out.set(name, torch::tensor(values, torch::kFloat64));
     // Pad to the call's fixed widths (P of the input, R = max_new_tokens) so shards concatenate.
     const int64_t gp = g.prompts.size(1), gr = g.responses.size(1);
@@ -204,7 +190,7 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in) {
 Batch receive_weights(RoleWorker& w, WorkerContext& ctx, const Batch&) {
     RolloutWorker& r = ready(w);
     r.weights->receive([&](model::CausalLM& m, uint64_t& version) {
-        detail::sync_policy_weights(r.sync, weight_sync_settings(*ctx.config), ctx, m, version);
+        detail::sync_policy_weights(r.sync, r.settings.weight_sync, ctx, m, version);
     });
     return Batch(0);
 }
@@ -223,18 +209,15 @@ const protocol::RoleSpec& rollout_spec() {
         s.factory = make_rollout;
         s.methods = {
             detail::ping_spec(),
-            method(RolloutMethod::kInit, "init", init)
-                .takes(protocol::args_schema<protocol::InitArgs>())
-                .takes(protocol::args_schema<RolloutInitArgs>())
-                .takes({protocol::string_field("token_text")}),
-            method(RolloutMethod::kGenerate, "generate", generate)
+            method<RolloutMethod::kInit, init>("init").receives_settings().takes(
+                {protocol::string_field("token_text")}),
+            method<RolloutMethod::kGenerate, generate>("generate")
                 .split_over_dp()
                 .takes(tensors("prompt_ids", "prompt_mask"))
                 .takes({protocol::int_field("sample_index")})
                 .takes({{"data_source", protocol::FieldKind::kString, true},
                         {"ground_truth", protocol::FieldKind::kString, true},
                         {"extra", protocol::FieldKind::kString, true}})
-                .takes(protocol::args_schema<GenerateArgs>())
                 .concat_outputs(tensors("responses", "response_mask", "input_ids", "attention_mask", "position_ids",
                                         "rollout_log_probs")),
             method(RolloutMethod::kReceiveWeights, "receive_weights", receive_weights),
@@ -242,25 +225,6 @@ const protocol::RoleSpec& rollout_spec() {
         return s;
     }();
     return spec;
-}
-
-Batch rollout_init_batch(const protocol::InitArgs& args, const Config& c, const tokenizer::Tokenizer& tok) {
-    auto texts = rollout::token_texts(tok);
-    Batch b(static_cast<int64_t>(texts.size()));
-    b.set_strings("token_text", std::move(texts));
-    RolloutInitArgs appends;
-    int64_t total = 0;
-    for (const auto& s : c.rollout.stages) {
-        const auto ids = tok.encode(s.append, /*allow_special=*/true);
-        appends.append_ids.insert(appends.append_ids.end(), ids.begin(), ids.end());
-        appends.append_lengths.push_back(static_cast<int64_t>(ids.size()));
-        total += s.max_tokens + static_cast<int64_t>(ids.size());
-    }
-    RLPT_CHECK_KIND(ConfigError, total <= c.data.max_response_length,
-                    "rollout.stages: the stages' max_tokens plus their appended tokens add up to {}, over "
-                    "data.max_response_length={}",
-                    total, c.data.max_response_length);
-    return protocol::with_args(protocol::with_args(std::move(b), args), appends);
 }
 
 }  // namespace rlpt::roles

@@ -27,7 +27,7 @@ struct AgentState {
 
 AgentState& agent_state(rollout::GeneratorContext& ctx) {
     if (!ctx.state) {
-        const auto& mt = ctx.config->rollout.multi_turn;
+        const MultiTurnConfig& mt = ctx.args.multi_turn;
         auto st = std::make_shared<AgentState>();
         st->builtin = mt.builtin_tools;
         if (!mt.mcp_servers.empty()) {
@@ -168,10 +168,10 @@ class Conversations final : public ConversationSource {
           seeds_(seeds),
           params_(params),
           ctx_(ctx),
-          mt_(ctx.config->rollout.multi_turn),
+          mt_(ctx.args.multi_turn),
           tok_(*ctx.tokenizer),
           st_(agent_state(ctx)),
-          family_(tokenizer::parse_chat_family(ctx.config->model.chat_template)),
+          family_(tokenizer::parse_chat_family(ctx.args.chat_template)),
           R_(static_cast<size_t>(params.max_new_tokens)),
           s_(prompts.size()),
           episodes_(prompts.size()) {
@@ -428,8 +428,7 @@ std::unique_ptr<ConversationSource> open_conversations(const std::vector<std::ve
                                                        const std::vector<uint64_t>& seeds,
                                                        const rollout::SamplingParams& params,
                                                        rollout::GeneratorContext& ctx) {
-    RLPT_CHECK_KIND(InternalError, ctx.config != nullptr && ctx.tokenizer != nullptr,
-                    "tool_agent: the generator context has no config or tokenizer");
+    RLPT_CHECK_KIND(InternalError, ctx.tokenizer != nullptr, "tool_agent: the generator context has no tokenizer");
     RLPT_CHECK(seeds.size() == prompts.size(), "tool_agent: {} seeds for {} prompts", seeds.size(), prompts.size());
     return std::make_unique<Conversations>(prompts, seeds, params, ctx);
 }

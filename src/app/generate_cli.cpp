@@ -248,12 +248,10 @@ int run(const Options& opt) {
         ranks.push_back(i);
     }
     // --tool: the agent loop of rollout.generator tool_agent (agent/tool_agent.h) with the built-in tools.
-    Config agent_config;
-    agent_config.model.chat_template = opt.chat_template;
-    agent_config.rollout.multi_turn.builtin_tools = opt.tools;
-    agent_config.rollout.multi_turn.max_assistant_turns = opt.max_assistant_turns;
     GeneratorContext agent_ctx;
-    agent_ctx.config = &agent_config;
+    agent_ctx.args.chat_template = opt.chat_template;
+    agent_ctx.args.multi_turn.builtin_tools = opt.tools;
+    agent_ctx.args.multi_turn.max_assistant_turns = opt.max_assistant_turns;
     agent_ctx.tokenizer = tok.get();
     const bool agent = !opt.tools.empty();
     if (agent && !tok) throw UsageError("--tool needs the folder's tokenizer (tool calls are parsed from the text)");

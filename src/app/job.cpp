@@ -193,7 +193,7 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
 
     try {
         const protocol::ProtocolSettings protocol = protocol_settings(config);
-        protocol::WorkerHost host(role_registry(), protocol, topo, fault, &config);
+        protocol::WorkerHost host(role_registry(), protocol, topo, fault);
         if (!topo.is_controller()) {
             return host.serve();  // the controller's code: 0, or 75 after a stop signal
         }

@@ -9,6 +9,7 @@
 #include "rlpt/algo/agg_loss.h"
 #include "rlpt/algo/rollout_correction.h"
 #include "rlpt/app/job.h"
+#include "rlpt/app/role_settings.h"
 #include "rlpt/core/log.h"
 #include "rlpt/roles/actor.h"
 #include "rlpt/roles/critic.h"
@@ -37,7 +38,7 @@ RlTrainer::RlTrainer(protocol::Controller& ctl, const RunContext& run)
       sampler_(static_cast<int64_t>(task_.train.size()), static_cast<uint64_t>(c_.data.seed), c_.data.shuffle, true),
       batches_per_epoch_(sampler_.batches_per_epoch(c_.data.train_batch_size)),
       total_steps_(c_.trainer.total_training_steps.value_or(c_.trainer.total_epochs * batches_per_epoch_)),
-      rollout_(ctl, run.topology->placement(), task_, sampler_, rollout_settings(c_, plan_, ctl)),
+      rollout_(ctl, run.topology->placement(), task_, sampler_, rollout_source_settings(c_, plan_, ctl)),
       rewards_(task_, reward_settings(c_, plan_), reward_model()),
       update_inputs_(update_settings(c_, plan_, ctl)),
       step_metrics_(c_.data.max_prompt_length, c_.data.max_response_length, working_ranks(run.topology->placement()),
@@ -75,7 +76,7 @@ void RlTrainer::init_roles() {
     const protocol::InitArgs init_args = role_init_args(task_, total_steps_);
     const Batch init = protocol::with_args(Batch(0), init_args);
     ctl_.call(ActorMethod::kInit, init);
-    ctl_.call(RolloutMethod::kInit, roles::rollout_init_batch(init_args, c_, *task_.tok));
+    ctl_.call(RolloutMethod::kInit, rollout_init_batch(init_args, c_, *task_.tok));
     if (plan_.reference) ctl_.call(ReferenceMethod::kInit, init);
     if (plan_.critic) ctl_.call(CriticMethod::kInit, init);
     if (plan_.reward_model) ctl_.call(RewardModelMethod::kInit, init);
@@ -147,9 +148,7 @@ std::map<std::string, double> RlTrainer::train_step() {
     if (!c_.algorithm.rollout_correction.bypass_mode) apply_rollout_correction(batch, m);
     if (plan_.reference) {
         Stage s(timing, "ref");
-        batch.update(ctl_.call(ReferenceMethod::kComputeLogProb,
-                               protocol::with_args(seq_columns(batch),
-                                                   roles::ReferenceLogProbArgs{rollout_temperature(batch)})));
+        batch.update(ctl_.call<ReferenceMethod::kComputeLogProb>(seq_columns(batch), {update_inputs_.temperature()}));
     }
     if (plan_.critic) {
         Stage s(timing, "values");
@@ -181,9 +180,8 @@ std::map<std::string, double> RlTrainer::train_step() {
 
 // old_log_probs (+ entropy, + sum_pi_squared when the estimator needs it) from the actor.
 void RlTrainer::compute_old_log_probs(Batch& batch, Metrics& m) {
-    Batch old = ctl_.call(ActorMethod::kComputeLogProb,
-                          protocol::with_args(seq_columns(batch), roles::ActorLogProbArgs{rollout_temperature(batch),
-                                                                                          plan_.sum_pi_squared}));
+    Batch old = ctl_.call<ActorMethod::kComputeLogProb>(seq_columns(batch),
+                                                        {update_inputs_.temperature(), plan_.sum_pi_squared});
     batch.update(old);
     if (old.has("entropy")) {
         algo::GlobalBatchInfo gbi;
@@ -292,7 +290,7 @@ std::map<std::string, double> RlTrainer::validate() {
 }
 
 void RlTrainer::export_policy(const std::string& dir) {
-    ctl_.call(ActorMethod::kExport, protocol::with_args(Batch(0), protocol::DirArgs{dir}));
+    ctl_.call<ActorMethod::kExport>(Batch(0), {dir});
     task_.tok->save(dir);
     RLPT_LOG_INFO("exported the policy as a Hugging Face folder: {}", dir);
 }

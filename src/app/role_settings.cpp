@@ -6,6 +6,9 @@
 #include "rlpt/roles/critic.h"
 #include "rlpt/roles/reference.h"
 #include "rlpt/roles/reward_model.h"
+#include "rlpt/roles/rollout.h"
+#include "rlpt/rollout/stop_strings.h"
+#include "rlpt/tokenizer/tokenizer.h"
 
 namespace rlpt::app {
 namespace {
@@ -74,16 +77,38 @@ roles::RewardModelSettings reward_model_settings(const Config& c) {
     return {c.reward_model.model_path, c.model.dtype, c.reward_model.micro_batch_size_per_rank};
 }
 
+roles::RolloutSettings rollout_settings(const Config& c) {
+    const RolloutConfig& r = c.rollout;
+    roles::RolloutSettings s;
+    s.model = model_settings(c);
+    s.dtype = r.dtype;
+    s.generator = r.generator;
+    s.max_num_seqs = r.max_num_seqs;
+    s.max_num_batched_tokens = r.max_num_batched_tokens;
+    s.generators.beam_search = {r.beam_search.beam_width, r.beam_search.length_penalty};
+    for (const auto& st : r.stages) {
+        rollout::StageSpec spec;
+        spec.generator = st.generator;
+        spec.max_tokens = st.max_tokens;
+        spec.stop = st.stop;
+        spec.share_across_samples = st.share_across_samples;
+        s.generators.stages.push_back(std::move(spec));
+    }
+    s.generators.multi_turn = r.multi_turn;
+    s.generators.chat_template = c.model.chat_template;
+    s.weight_sync = weight_sync_settings(c);
+    return s;
+}
+
 // One row per role with settings.
 template <auto Resolve>
 Batch encoded(const Config& c) {
     return protocol::settings_batch(Resolve(c));
 }
 const std::map<std::string, Batch (*)(const Config&)> kResolvers{
-    {"actor", encoded<actor_settings>},
-    {"critic", encoded<critic_settings>},
-    {"reference", encoded<reference_settings>},
-    {"reward_model", encoded<reward_model_settings>},
+    {"actor", encoded<actor_settings>},         {"critic", encoded<critic_settings>},
+    {"reference", encoded<reference_settings>}, {"reward_model", encoded<reward_model_settings>},
+    {"rollout", encoded<rollout_settings>},
 };
 
 }  // namespace
@@ -106,6 +131,25 @@ void give_role_settings(protocol::Controller& ctl, const Config& c) {
     for (const auto& spec : role_registry())
         if (ctl.has_role(spec.name)) placed.push_back(spec.name);
     for (auto& [role, settings] : resolve_role_settings(c, placed)) ctl.set_role_settings(role, std::move(settings));
+}
+
+Batch rollout_init_batch(const protocol::InitArgs& args, const Config& c, const tokenizer::Tokenizer& tok) {
+    auto texts = rollout::token_texts(tok);
+    Batch b(static_cast<int64_t>(texts.size()));
+    b.set_strings("token_text", std::move(texts));
+    roles::RolloutInitArgs appends;
+    int64_t total = 0;
+    for (const auto& s : c.rollout.stages) {
+        const auto ids = tok.encode(s.append, /*allow_special=*/true);
+        appends.append_ids.insert(appends.append_ids.end(), ids.begin(), ids.end());
+        appends.append_lengths.push_back(static_cast<int64_t>(ids.size()));
+        total += s.max_tokens + static_cast<int64_t>(ids.size());
+    }
+    RLPT_CHECK_KIND(ConfigError, total <= c.data.max_response_length,
+                    "rollout.stages: the stages' max_tokens plus their appended tokens add up to {}, over "
+                    "data.max_response_length={}",
+                    total, c.data.max_response_length);
+    return protocol::with_args(protocol::with_args(std::move(b), args), appends);
 }
 
 int64_t reference_zero_stage(const Config& c) {

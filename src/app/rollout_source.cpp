@@ -20,12 +20,14 @@ const std::string kPrefetch = "controller/async/prefetch/";
 
 }  // namespace
 
-RolloutSettings rollout_settings(const Config& c, const RunPlan& plan, const protocol::Controller& ctl) {
+RolloutSourceSettings rollout_source_settings(const Config& c, const RunPlan& plan, const protocol::Controller& ctl) {
     const auto& r = c.rollout;
-    RolloutSettings s;
+    RolloutSourceSettings s;
     s.train = SamplingConfig{r.temperature, r.top_p, r.top_k, r.do_sample, r.n};
     s.val = r.val;
     s.max_response_length = c.data.max_response_length;
+    s.stop = r.stop;
+    s.include_stop_str_in_output = r.include_stop_str_in_output;
     s.seed = c.trainer.seed;
     s.keep_rollout_log_probs = r.calculate_log_probs;
     s.prompts_per_step = c.data.train_batch_size;
@@ -41,7 +43,7 @@ RolloutSettings rollout_settings(const Config& c, const RunPlan& plan, const pro
     return s;
 }
 
-roles::GenerateArgs sampling_args(const RolloutSettings& s, const TaskData& task, bool validation, int64_t step) {
+roles::GenerateArgs sampling_args(const RolloutSourceSettings& s, const TaskData& task, bool validation, int64_t step) {
     const SamplingConfig& sc = validation ? s.val : s.train;
     roles::GenerateArgs a;
     a.temperature = sc.temperature;
@@ -52,6 +54,8 @@ roles::GenerateArgs sampling_args(const RolloutSettings& s, const TaskData& task
     a.eos_id = task.eos_id;
     a.pad_id = task.pad_id;
     a.stop_ids = task.stop_ids;
+    a.stop = s.stop;
+    a.include_stop_str_in_output = s.include_stop_str_in_output;
     a.n = sc.n;
     a.seed = s.seed;
     // Validation draws from other streams than training steps.
@@ -111,7 +115,7 @@ void WeightVersions::check_trainable(int64_t policy, int64_t step) const {
 // ---- RolloutSource ----
 
 RolloutSource::RolloutSource(protocol::Controller& ctl, const comm::Placement& placement, const TaskData& task,
-                             data::EpochSampler& sampler, const RolloutSettings& s)
+                             data::EpochSampler& sampler, const RolloutSourceSettings& s)
     : ctl_(ctl),
       sync_by_call_(!comm::weight_sync_ranks(placement).empty()),
       task_(task),
@@ -120,10 +124,10 @@ RolloutSource::RolloutSource(protocol::Controller& ctl, const comm::Placement& p
       versions_(s.max_staleness) {}
 
 RolloutSource::Call RolloutSource::submit(const Batch& prompts, const roles::GenerateArgs& args, bool validation) {
-    return Call{ctl_.submit(RolloutMethod::kGenerate, protocol::with_args(prompts.select({"prompt_ids", "prompt_mask"},
-                                                                                         {"sample_index", "data_source",
-                                                                                          "ground_truth", "extra"}),
-                                                                          args)),
+    return Call{ctl_.submit<RolloutMethod::kGenerate>(prompts.select({"prompt_ids", "prompt_mask"},
+                                                                     {"sample_index", "data_source", "ground_truth",
+                                                                      "extra"}),
+                                                      args),
                 prompts.select({}, {"uid", "data_source", "ground_truth", "extra"}), args, validation};
 }
 
@@ -153,7 +157,6 @@ Batch RolloutSource::finish(Call& call) {
         if (k == "rollout/generate_s" && !call.validation) busy_s_ += v;
     out.metrics().clear();
     out.update(call.prompts);
-    out.set_meta("temperature", call.args.temperature);
     if (!s_.keep_rollout_log_probs) out.erase("rollout_log_probs");  // verl: then none are kept
     return out;
 }

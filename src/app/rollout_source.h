@@ -36,15 +36,17 @@ class H5Reader;
 
 namespace rlpt::app {
 
-// What RolloutSource reads of the config (rollout_settings() fills it).
-struct RolloutSettings {
-    SamplingConfig train;                // rollout.{temperature, top_p, top_k, do_sample, n}
-    SamplingConfig val;                  // rollout.val
-    int64_t max_response_length = 1;     // data.max_response_length
-    int64_t seed = 0;                    // trainer.seed
-    bool keep_rollout_log_probs = true;  // rollout.calculate_log_probs: false drops rollout_log_probs (verl)
-    int64_t prompts_per_step = 1;        // data.train_batch_size
-    int64_t max_staleness = 0;           // trainer.max_staleness; > 0: asynchronous
+// What RolloutSource reads of the config (rollout_source_settings() fills it).
+struct RolloutSourceSettings {
+    SamplingConfig train;                     // rollout.{temperature, top_p, top_k, do_sample, n}
+    SamplingConfig val;                       // rollout.val
+    int64_t max_response_length = 1;          // data.max_response_length
+    std::vector<std::string> stop;            // rollout.stop (training and validation)
+    bool include_stop_str_in_output = false;  // rollout.include_stop_str_in_output
+    int64_t seed = 0;                         // trainer.seed
+    bool keep_rollout_log_probs = true;       // rollout.calculate_log_probs: false drops rollout_log_probs (verl)
+    int64_t prompts_per_step = 1;             // data.train_batch_size
+    int64_t max_staleness = 0;                // trainer.max_staleness; > 0: asynchronous
     // Whether the next step's generation may be submitted before this step's batch is scored:
     // true unless scoring draws more prompts (dynamic sampling's extra rounds, which would change
     // the order prompts are drawn in and need the rollout) or calls a reward model on the
@@ -53,12 +55,12 @@ struct RolloutSettings {
 };
 // From the config; prefetch_before_scoring also from the plan and the reward model's and the
 // rollout's ranks (ctl's layouts).
-RolloutSettings rollout_settings(const Config& c, const RunPlan& plan, const protocol::Controller& ctl);
+RolloutSourceSettings rollout_source_settings(const Config& c, const RunPlan& plan, const protocol::Controller& ctl);
 
 // The sampling arguments of a generation call: rollout.val's for validation (on the validation
 // stream of `step`, steps done), the training ones otherwise (on stream `step`); the stop, eos
-// and pad tokens are the task's.
-roles::GenerateArgs sampling_args(const RolloutSettings& s, const TaskData& task, bool validation, int64_t step);
+// and pad tokens are the task's, the stop strings rollout.stop.
+roles::GenerateArgs sampling_args(const RolloutSourceSettings& s, const TaskData& task, bool validation, int64_t step);
 
 // The policy versions of the actor's and the rollout's weights and the checks on them. Plain
 // bookkeeping: RolloutSource makes the calls it asks for.
@@ -110,7 +112,7 @@ class RolloutSource {
     // `task` (prompts, tokens), `sampler` (the training prompts' order; the trainer checkpoints it)
     // and `ctl` outlive this object.
     RolloutSource(protocol::Controller& ctl, const comm::Placement& placement, const TaskData& task,
-                  data::EpochSampler& sampler, const RolloutSettings& s);
+                  data::EpochSampler& sampler, const RolloutSourceSettings& s);
 
     bool async() const { return s_.max_staleness > 0; }
     bool prefetch_before_scoring() const { return s_.prefetch_before_scoring; }
@@ -120,7 +122,7 @@ class RolloutSource {
     // Generation, n samples per prompt of `example_ids` (rows of task.train, or task.val when
     // `validation`), sample indices from `first_sample_index`. `step`: steps done. The batch holds
     // the rollout's columns (responses, masks, weight_version, ...), the prompts' uid,
-    // data_source, ground_truth and extra, and meta temperature.
+    // data_source, ground_truth and extra.
     Batch generate(const std::vector<int64_t>& example_ids, int64_t n, int64_t first_sample_index, bool validation,
                    int64_t step);
     // Generation round `round` of the training step after `step` steps: the sampler's next
@@ -177,7 +179,7 @@ class RolloutSource {
     bool sync_by_call_;  // the rollout runs on ranks of its own: a weight sync is a call
     const TaskData& task_;
     data::EpochSampler& sampler_;
-    RolloutSettings s_;
+    RolloutSourceSettings s_;
     WeightVersions versions_;
     struct Prefetch {
         std::optional<Call> call;   // in flight

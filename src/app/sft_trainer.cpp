@@ -8,6 +8,7 @@
 #include "metrics_log.h"
 #include "rlpt/agent/tool_agent.h"
 #include "rlpt/app/job.h"
+#include "rlpt/app/role_settings.h"
 #include "rlpt/core/log.h"
 #include "rlpt/data/sampler.h"
 #include "rlpt/rollout/generator.h"
@@ -116,10 +117,13 @@ std::map<std::string, double> validate_greedy(protocol::Controller& ctl, const C
     args.eos_id = t.eos_id;
     args.pad_id = t.pad_id;
     args.stop_ids = t.stop_ids;
+    args.stop = c.rollout.stop;
+    args.include_stop_str_in_output = c.rollout.include_stop_str_in_output;
     args.seed = c.trainer.seed;
     args.stream = step;
-    Batch out = ctl.call(roles::RolloutMethod::kGenerate,
-                         protocol::with_args(prompts.select({"prompt_ids", "prompt_mask"}, {"sample_index"}), args));
+    Batch out =
+        ctl.call<roles::RolloutMethod::kGenerate>(prompts.select({"prompt_ids", "prompt_mask"}, {"sample_index"}),
+                                                  args);
     out.update(prompts.select({}, {"uid", "data_source", "ground_truth", "extra"}));
     ValidationTally tally;
     tally.add(out, score_responses(t, out));
@@ -150,7 +154,7 @@ int run_sft(protocol::Controller& ctl, const RunContext& run) {
 
     const protocol::InitArgs init_args = role_init_args(t, steps);
     ctl.call(roles::ActorMethod::kInit, protocol::with_args(Batch(0), init_args));  // + the actor's settings
-    if (ctl.has_role("rollout")) ctl.call(roles::RolloutMethod::kInit, roles::rollout_init_batch(init_args, c, *t.tok));
+    if (ctl.has_role("rollout")) ctl.call(roles::RolloutMethod::kInit, rollout_init_batch(init_args, c, *t.tok));
 
     data::EpochSampler sampler(static_cast<int64_t>(examples.size()), static_cast<uint64_t>(c.data.seed), true, true);
     const int64_t resumed_at = resume_sft(ctl, run, sampler);

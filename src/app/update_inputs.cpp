@@ -12,8 +12,6 @@ namespace rlpt::app {
 
 Batch seq_columns(const Batch& b) { return b.select({"input_ids", "attention_mask", "position_ids", "responses"}); }
 
-double rollout_temperature(const Batch& b) { return b.meta_double("temperature"); }
-
 Batch arrange_for_update(const Batch& b, int64_t dp, int64_t num_mini, bool balance) {
     const int64_t rows = b.size() / num_mini, per = rows / dp;
     RLPT_CHECK(rows * num_mini == b.size() && per * dp == rows, "{} rows do not form {} mini-batches over {} ranks",
@@ -51,6 +49,7 @@ UpdateSettings update_settings(const Config& c, const RunPlan& plan, const proto
     s.critic_mini_batch = c.critic.ppo_mini_batch_size.value_or(c.actor.ppo_mini_batch_size);
     s.actor_kl_loss = c.actor.use_kl_loss;
     s.balance_batch = c.trainer.balance_batch;
+    s.temperature = c.rollout.temperature;
     s.actor_dp = ctl.dp_size("actor");
     if (plan.critic) s.critic_dp = ctl.dp_size("critic");
     return s;
@@ -72,8 +71,7 @@ Batch UpdateInputs::actor(const Batch& batch) const {
     if (s_.actor_kl_loss) cols.push_back("ref_log_prob");
     if (batch.has("rollout_is_weights")) cols.push_back("rollout_is_weights");
     Batch in = arrange_for_update(batch.select(cols), s_.actor_dp, tb / mb, s_.balance_batch);
-    protocol::encode_args(roles::ActorUpdateArgs{rollout_temperature(batch), tb / mb, static_cast<double>(mb * s_.n)},
-                          in);
+    protocol::encode_args(roles::ActorUpdateArgs{s_.temperature, tb / mb, static_cast<double>(mb * s_.n)}, in);
     return in;
 }
 

@@ -16,10 +16,6 @@ namespace rlpt::app {
 // reward model scores) takes.
 Batch seq_columns(const Batch& b);
 
-// The sampling temperature of the batch's rollout, meta "temperature" (log-probs are of
-// softmax(logits / T)).
-double rollout_temperature(const Batch& b);
-
 // Orders rows so that an even split over `dp` ranks gives rank k part k of every one of the
 // `num_mini` global mini-batches (consecutive row ranges): each rank's local mini-batch j then
 // holds global mini-batch j's rows whatever the DP size. With `balance` and dp > 1 the parts of
@@ -37,6 +33,7 @@ struct UpdateSettings {
     bool balance_batch = true;      // trainer.balance_batch
     int64_t actor_dp = 1;           // the actor's data-parallel size
     int64_t critic_dp = 1;          // the critic's (1 without a critic)
+    double temperature = 1.0;       // rollout.temperature: training batches were sampled at it
 };
 UpdateSettings update_settings(const Config& c, const RunPlan& plan, const protocol::Controller& ctl);
 
@@ -52,6 +49,9 @@ class UpdateInputs {
     // advantages (+ ref_log_prob with the KL loss, + rollout_is_weights when the batch has them)
     // + roles::ActorUpdateArgs.
     Batch actor(const Batch& batch) const;
+    // The training rollout's sampling temperature: every log-prob the trainer asks for (old,
+    // reference, the actor's update) is of softmax(logits / T).
+    double temperature() const { return s_.temperature; }
 
   private:
     UpdateSettings s_;

@@ -35,13 +35,12 @@ FaultPlan FaultPlan::parse(const std::string& spec) {
 }
 
 WorkerHost::WorkerHost(const std::vector<RoleSpec>& registry, const ProtocolSettings& settings,
-                       const comm::Topology& topo, FaultPlan fault, const Config* rollout_config)
+                       const comm::Topology& topo, FaultPlan fault)
     : registry_(registry), settings_(settings), topo_(topo), fault_(std::move(fault)) {
     for (const auto& role : topo_.hosted_roles()) {
         int idx = find_role(registry_, role);
         if (idx < 0) throw InternalError(fmt::format("no dispatch table is registered for role '{}'", role));
         WorkerContext ctx;
-        if (role == "rollout") ctx.config = rollout_config;  // its settings still come from it (part B)
         ctx.topology = &topo_;
         ctx.comms = &topo_.role(role);
         ctx.layout = topo_.placement().find(role);

@@ -2,13 +2,11 @@
 // generators lives in the rollout role (roles/generator_table.cpp).
 #include "rlpt/rollout/generators.h"
 
-#include "rlpt/config/config.h"
-
 namespace rlpt::rollout {
 
 BatchLimits batch_limits(int64_t max_num_seqs, const GeneratorContext& context) {
     BatchLimits limits(max_num_seqs);
-    if (context.config != nullptr) limits.max_num_batched_tokens = context.config->rollout.max_num_batched_tokens;
+    limits.max_num_batched_tokens = context.max_num_batched_tokens;
     return limits;
 }
 

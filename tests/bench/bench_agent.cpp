@@ -32,7 +32,6 @@
 #include "bench_models.h"
 #include "rlpt/agent/tool_agent.h"
 #include "rlpt/build_config.h"
-#include "rlpt/config/config.h"
 #include "rlpt/model/transformer.h"
 #include "rlpt/rollout/generator.h"
 #include "unit/agent_macro_tokenizer.h"
@@ -107,13 +106,11 @@ int main(int argc, char** argv) {
 
         bool all_same = true;
         for (const int64_t lat : {int64_t{0}, latency_ms}) {
-            Config config;
-            config.rollout.multi_turn.mcp_servers = {fmt::format("python3 {}/tests/agent/fault_mcp_server.py slow:{}",
-                                                                 RLPT_SOURCE_DIR, static_cast<double>(lat) / 1000.0)};
-            config.rollout.multi_turn.max_assistant_turns = max_turns;
-            config.rollout.multi_turn.tool_timeout_s = 60;
             rollout::GeneratorContext ctx;
-            ctx.config = &config;
+            ctx.args.multi_turn.mcp_servers = {fmt::format("python3 {}/tests/agent/fault_mcp_server.py slow:{}",
+                                                           RLPT_SOURCE_DIR, static_cast<double>(lat) / 1000.0)};
+            ctx.args.multi_turn.max_assistant_turns = max_turns;
+            ctx.args.multi_turn.tool_timeout_s = 60;
             ctx.tokenizer = &tok;
             struct Run {
                 const char* name;

@@ -104,7 +104,7 @@ TEST(RoleHandlers, EveryMethodOfEveryRoleRunsOnASmallBatch) {
     // The start-up device step of app/job.cpp: handlers get their batches on this rank's device.
     comm::setup_rank_devices(world, placement, c.model.device, c.trainer.device_collectives);
     comm::Topology topo = comm::Topology::build(world, std::move(placement));
-    protocol::WorkerHost host(app::role_registry(), app::protocol_settings(c), topo, {}, &c);
+    protocol::WorkerHost host(app::role_registry(), app::protocol_settings(c), topo);
     if (!topo.is_controller()) {
         host.serve();
         return;
@@ -152,7 +152,7 @@ TEST(RoleHandlers, EveryMethodOfEveryRoleRunsOnASmallBatch) {
 
     for (const auto& role : all_roles) call(role, "ping", Batch(0));
     for (const auto& role : all_roles) {
-        if (role == "rollout") {  // roles::rollout_init_batch's layout: a text per token id, no stages
+        if (role == "rollout") {  // app::rollout_init_batch's layout: a text per token id, no stages
             Batch b(kVocab);
             std::vector<std::string> texts;
             for (int64_t t = 0; t < kVocab; ++t) texts.push_back("t" + std::to_string(t));

@@ -75,7 +75,7 @@ std::map<int64_t, Metrics> run_trainer(const std::string& name, std::vector<std:
     auto placement =
         comm::compute_placement(c.placement, world.size(), comm::detect_node_labels(world, ""), plan.roles, plan.why);
     comm::Topology topo = comm::Topology::build(world, std::move(placement));
-    protocol::WorkerHost host(app::role_registry(), app::protocol_settings(c), topo, {}, &c);
+    protocol::WorkerHost host(app::role_registry(), app::protocol_settings(c), topo);
     std::map<int64_t, Metrics> by_step;
     if (!topo.is_controller()) {
         host.serve();

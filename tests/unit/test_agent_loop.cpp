@@ -99,11 +99,9 @@ std::string masked_text(const tokenizer::Tokenizer& tok, const GenerationOutput&
 
 struct Fixture {
     tokenizer::CharTokenizer tok{kCharset};
-    Config config;
     rollout::GeneratorContext ctx;
     Fixture() {
-        config.rollout.multi_turn.builtin_tools = {"calculator"};
-        ctx.config = &config;
+        ctx.args.multi_turn.builtin_tools = {"calculator"};
         ctx.tokenizer = &tok;
     }
     rollout::SamplingParams params(int64_t R) {
@@ -180,12 +178,12 @@ TEST(AgentLoop, BudgetAndTurnLimits) {
         EXPECT_EQ(g.finish_reasons[0], FinishReason::kLength);
     }
     {  // max_assistant_turns = 1: the call is not run.
-        f.config.rollout.multi_turn.max_assistant_turns = 1;
+        f.ctx.args.multi_turn.max_assistant_turns = 1;
         Script s{f.tok, {{3, {call, "2<eos>"}}}, {}, {}};
         auto g = run_scripted(s, {{3}}, {1}, f.params(500), f.ctx);
         EXPECT_EQ(g.responses.size(1), n_call);
         EXPECT_EQ(f.ctx.sample_values.at("tool_call_counts")[0], 0.0);
-        f.config.rollout.multi_turn.max_assistant_turns = 0;
+        f.ctx.args.multi_turn.max_assistant_turns = 0;
     }
     {  // A model turn cut by the budget ends the sample with kLength.
         Script s{f.tok, {{3, {call, "2<eos>"}}}, {}, {}};
@@ -244,10 +242,8 @@ TEST(AgentLoop, ScriptedTurnsOnTheEngine) {
         next[tok.first_macro_id() + k] = eos;
     }
     const auto model = bigram_model(tok.vocab_size(), next);
-    Config config;
-    config.rollout.multi_turn.builtin_tools = {"calculator"};
     rollout::GeneratorContext ctx;
-    ctx.config = &config;
+    ctx.args.multi_turn.builtin_tools = {"calculator"};
     ctx.tokenizer = &tok;
     std::vector<std::vector<int64_t>> prompts;
     for (const char* p : {"qa", "qb", "qc", "qd", "qe"}) prompts.push_back(tok.encode(p, false));
@@ -300,8 +296,8 @@ TEST(AgentLoop, McpToolsOfDifferentSamplesRunTogether) {
     if (server.empty())
         GTEST_SKIP() << "@modelcontextprotocol/server-everything is not installed (run scripts/fetch_test_assets.sh)";
     Fixture f;
-    f.config.rollout.multi_turn.builtin_tools.clear();
-    f.config.rollout.multi_turn.mcp_servers = {server};
+    f.ctx.args.multi_turn.builtin_tools.clear();
+    f.ctx.args.multi_turn.mcp_servers = {server};
     Script s{f.tok, {}, {}, {}};
     for (int64_t k = 0; k < 4; ++k)
         s.turns[3 + k] = {
@@ -325,8 +321,8 @@ TEST(AgentLoop, McpToolsOfDifferentSamplesRunTogether) {
 
 TEST(AgentLoop, EnvironmentRewardsAndAnEnvironmentThatExits) {
     Fixture f;
-    f.config.rollout.multi_turn.builtin_tools.clear();
-    f.config.rollout.multi_turn.env_command = fmt::format("python3 {}/scripts/examples/retry_env.py", RLPT_SOURCE_DIR);
+    f.ctx.args.multi_turn.builtin_tools.clear();
+    f.ctx.args.multi_turn.env_command = fmt::format("python3 {}/scripts/examples/retry_env.py", RLPT_SOURCE_DIR);
     f.ctx.ground_truth = {"7", "7", "7"};
     f.ctx.sample_index = {10, 11, 12};
     Script s{f.tok, {{3, {"5<eos>", "7<eos>"}}, {4, {"7<eos>"}}, {5, {"1<eos>", "2<eos>"}}}, {}, {}};
@@ -336,8 +332,8 @@ TEST(AgentLoop, EnvironmentRewardsAndAnEnvironmentThatExits) {
     EXPECT_EQ(f.ctx.sample_values.at("num_turns"), (std::vector<double>{4, 2, 4}));
 
     Fixture bad;
-    bad.config.rollout.multi_turn.builtin_tools.clear();
-    bad.config.rollout.multi_turn.env_command = "exit 3";
+    bad.ctx.args.multi_turn.builtin_tools.clear();
+    bad.ctx.args.multi_turn.env_command = "exit 3";
     bad.ctx.sample_index = {17};
     Script s2{bad.tok, {{3, {"5<eos>"}}}, {}, {}};
     auto g2 = run_scripted(s2, {{3}}, {1}, bad.params(100), bad.ctx);
@@ -418,14 +414,12 @@ TEST(AgentLoop, ObservationTokensChangeNoLossGradientEntropyOrKl) {
 struct RealModel {
     testing::MacroTokenizer tok;
     std::shared_ptr<model::CausalLM> model;
-    Config config;
     rollout::GeneratorContext ctx;
     explicit RealModel(std::vector<std::string> macros, uint64_t seed = 5) : tok(kCharset, std::move(macros)) {
         auto a = model::tiny_model_args(model::ModelFamily::kQwen2, tok.vocab_size());
         a.initializer_range = 0.25;  // peaked next-token distributions: clear margins between tokens
         model = model::make_random_causal_lm(a, seed, torch::kFloat32);
-        config.rollout.multi_turn.builtin_tools = {"calculator"};
-        ctx.config = &config;
+        ctx.args.multi_turn.builtin_tools = {"calculator"};
         ctx.tokenizer = &tok;
     }
     rollout::SamplingParams params(int64_t R) const {
@@ -486,7 +480,7 @@ std::vector<uint64_t> agent_seeds(size_t n) {
 TEST(AgentLoop, ContinuousMatchesTurnByTurnAtAnyMaxNumSeqs) {
     RealModel m({calc_call("6*7"), calc_call("1/0"), calc_call("(3+4)*2"),
                  "<tool_call>{\"name\": \"nope\", \"arguments\": {}}</tool_call>", calc_call("12+30"), "no call here"});
-    m.config.rollout.multi_turn.max_assistant_turns = 6;
+    m.ctx.args.multi_turn.max_assistant_turns = 6;
     const auto prompts = agent_prompts(m.tok, 3);
     const auto seeds = agent_seeds(prompts.size());
     auto p = m.params(160);
@@ -533,10 +527,9 @@ TEST(AgentLoop, ContinuousMatchesTurnByTurnAtAnyMaxNumSeqs) {
 TEST(AgentLoop, ContinuousEnvironmentAndMcpMatchTurnByTurn) {
     {  // An environment (retry_env.py): every turn's text is its action.
         RealModel m({"7", "5"});
-        m.config.rollout.multi_turn.builtin_tools.clear();
-        m.config.rollout.multi_turn.env_command =
-            fmt::format("python3 {}/scripts/examples/retry_env.py", RLPT_SOURCE_DIR);
-        m.config.rollout.multi_turn.env_workers = 2;
+        m.ctx.args.multi_turn.builtin_tools.clear();
+        m.ctx.args.multi_turn.env_command = fmt::format("python3 {}/scripts/examples/retry_env.py", RLPT_SOURCE_DIR);
+        m.ctx.args.multi_turn.env_workers = 2;
         const auto prompts = agent_prompts(m.tok, 2);
         const auto seeds = agent_seeds(prompts.size());
         m.ctx.ground_truth.assign(prompts.size(), "7");
@@ -552,10 +545,10 @@ TEST(AgentLoop, ContinuousEnvironmentAndMcpMatchTurnByTurn) {
     {  // MCP calls (tests/agent/fault_mcp_server.py, answering after 50 ms, concurrently).
         RealModel m({"<tool_call>{\"name\": \"probe\", \"arguments\": {\"x\": 5}}</tool_call>",
                      "<tool_call>{\"name\": \"probe\", \"arguments\": {\"y\": 5}}</tool_call>", "done"});
-        m.config.rollout.multi_turn.builtin_tools.clear();
-        m.config.rollout.multi_turn.mcp_servers = {
+        m.ctx.args.multi_turn.builtin_tools.clear();
+        m.ctx.args.multi_turn.mcp_servers = {
             fmt::format("python3 {}/tests/agent/fault_mcp_server.py slow:0.05", RLPT_SOURCE_DIR)};
-        m.config.rollout.multi_turn.max_assistant_turns = 5;
+        m.ctx.args.multi_turn.max_assistant_turns = 5;
         const auto prompts = agent_prompts(m.tok, 2);
         const auto seeds = agent_seeds(prompts.size());
         const auto ref = m.turn_by_turn(prompts, seeds, m.params(140));
@@ -579,10 +572,10 @@ TEST(AgentLoop, ToolCallsOfDifferentSamplesOverlap) {
         probes.push_back(
             fmt::format("<tool_call>{{\"name\": \"probe\", \"arguments\": {{\"x\": {}}}}}</tool_call>", k));
     RealModel m(probes);
-    m.config.rollout.multi_turn.builtin_tools.clear();
-    m.config.rollout.multi_turn.mcp_servers = {
+    m.ctx.args.multi_turn.builtin_tools.clear();
+    m.ctx.args.multi_turn.mcp_servers = {
         fmt::format("python3 {}/tests/agent/fault_mcp_server.py slow:0.4", RLPT_SOURCE_DIR)};
-    m.config.rollout.multi_turn.max_assistant_turns = 3;
+    m.ctx.args.multi_turn.max_assistant_turns = 3;
     const auto prompts = agent_prompts(m.tok, 2);
     const auto seeds = agent_seeds(prompts.size());
     const double t0 = monotonic_s();

@@ -77,12 +77,14 @@ TEST(WeightVersions, RefusesToTrainOnTooStaleBatches) {
                                 "trainer.max_staleness=1");
 }
 
-TEST(RolloutSettings, SamplingArgumentsOfTrainingAndValidation) {
-    RolloutSettings s;
+TEST(RolloutSourceSettings, SamplingArgumentsOfTrainingAndValidation) {
+    RolloutSourceSettings s;
     s.train = SamplingConfig{0.7, 0.9, 5, true, 4};
     s.val = SamplingConfig{0.0, 1.0, -1, false, 2};
     s.max_response_length = 12;
     s.seed = 9;
+    s.stop = {"</answer>", "\n\n"};
+    s.include_stop_str_in_output = true;
     TaskData task;
     task.eos_id = 3;
     task.pad_id = 1;
@@ -99,10 +101,13 @@ TEST(RolloutSettings, SamplingArgumentsOfTrainingAndValidation) {
     EXPECT_EQ(t.eos_id, 3);
     EXPECT_EQ(t.pad_id, 1);
     EXPECT_EQ(t.stop_ids, (std::vector<int64_t>{3, 8}));
+    EXPECT_EQ(t.stop, s.stop);
+    EXPECT_TRUE(t.include_stop_str_in_output);
     const roles::GenerateArgs v = sampling_args(s, task, /*validation=*/true, /*step=*/6);
     EXPECT_EQ(v.temperature, 0.0);
     EXPECT_TRUE(v.greedy);
     EXPECT_EQ(v.n, 2);
+    EXPECT_EQ(v.stop, s.stop);  // the stop strings hold for validation too
     EXPECT_EQ(v.stream, streams::validation_stream(6));
     EXPECT_NE(v.stream, t.stream);
 }

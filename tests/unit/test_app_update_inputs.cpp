@@ -70,7 +70,6 @@ Batch training_batch(int64_t rows) {
     for (const char* c : {"position_ids", "responses", "response_mask", "old_log_probs", "advantages", "ref_log_prob",
                           "values", "returns"})
         b.set(c, torch::zeros({rows, 2}));
-    b.set_meta("temperature", 0.6);
     return b;
 }
 
@@ -88,8 +87,8 @@ UpdateSettings settings() {
 
 TEST(UpdateInputs, ActorColumnsAndArguments) {
     Batch b = training_batch(8);
-    EXPECT_EQ(rollout_temperature(b), 0.6);
     UpdateSettings s = settings();
+    s.temperature = 0.6;
     Batch in = UpdateInputs(s).actor(b);
     EXPECT_EQ(in.column_names(), (std::vector<std::string>{"advantages", "attention_mask", "input_ids", "old_log_probs",
                                                            "position_ids", "response_mask", "responses"}));

@@ -47,6 +47,44 @@ TEST(ProtocolArgs, EveryFieldRoundTripsAndListsStayLists) {
     EXPECT_EQ(d.stream, a.stream);
 }
 
+// Lists of strings and of structs travel as "<field>.size" and one entry per element; the schema
+// declares the size, and a missing element is an error naming it.
+TEST(ProtocolArgs, ListsOfStringsAndOfStructsRoundTrip) {
+    roles::GenerateArgs a;
+    a.stop = {"</answer>", "", "\n\n"};
+    rollout::GeneratorArgs g;
+    g.stages.resize(2);
+    g.stages[0].stop = {"x"};
+    g.stages[0].append_ids = {4, 5};
+    g.stages[1].generator = "beam_search";
+    g.stages[1].max_tokens = 3;
+    Batch b(0);
+    encode_args(a, b);
+    encode_args(g, b);
+    EXPECT_EQ(b.meta_int("stop.size"), 3);
+    EXPECT_EQ(b.meta_int("stages.size"), 2);
+    EXPECT_EQ(decode_args<roles::GenerateArgs>(b, "t").stop, a.stop);
+    const auto d = decode_args<rollout::GeneratorArgs>(b, "t");
+    ASSERT_EQ(d.stages.size(), 2u);
+    EXPECT_EQ(d.stages[0].stop, (std::vector<std::string>{"x"}));
+    EXPECT_EQ(d.stages[0].append_ids, (std::vector<int64_t>{4, 5}));
+    EXPECT_TRUE(d.stages[1].stop.empty());
+    EXPECT_EQ(d.stages[1].generator, "beam_search");
+    EXPECT_EQ(d.stages[1].max_tokens, 3);
+    const auto schema = args_schema<roles::GenerateArgs>();
+    EXPECT_TRUE(std::any_of(schema.begin(), schema.end(), [](const auto& f) { return f.name == "stop.size"; }));
+
+    Batch without(0);
+    for (const auto& [k, v] : b.meta())
+        if (k != "stages.1.max_tokens") without.set_meta(k, v);
+    try {
+        decode_args<rollout::GeneratorArgs>(without, "rollout.init");
+        FAIL() << "decoded without stages.1.max_tokens";
+    } catch (const ValueError& e) {
+        EXPECT_NE(e.message().find("stages.1.max_tokens"), std::string::npos) << e.message();
+    }
+}
+
 TEST(ProtocolArgs, MissingFieldIsAnErrorNamingMethodAndField) {
     Batch b(0);
     encode_args(roles::ActorUpdateArgs{1.0, 2, 8.0}, b);

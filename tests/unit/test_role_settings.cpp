@@ -11,6 +11,7 @@
 #include "rlpt/roles/critic.h"
 #include "rlpt/roles/reference.h"
 #include "rlpt/roles/reward_model.h"
+#include "rlpt/roles/rollout.h"
 #include "unit/test_algo_util.h"
 
 namespace rlpt {
@@ -44,8 +45,7 @@ TEST(RoleSettings, EachRoleGetsItsSettingsResolvedFromTheConfig) {
                           "model.builtin.hidden_size=64", "critic.model_path=/somewhere",
                           "critic.forward_micro_batch_size_per_rank=5", "ref.log_prob_micro_batch_size_per_rank=6"});
     const auto all = app::resolve_role_settings(c, {"actor", "rollout", "reference", "critic"});
-    ASSERT_EQ(all.size(), 3u);  // the rollout's settings still come from its config (part B)
-    EXPECT_FALSE(all.count("rollout"));
+    ASSERT_EQ(all.size(), 4u);
 
     const auto a = received<roles::ActorSettings>(all.at("actor"));
     EXPECT_EQ(a.loss.loss_mode, "clip_cov");
@@ -81,9 +81,54 @@ TEST(RoleSettings, EachRoleGetsItsSettingsResolvedFromTheConfig) {
     EXPECT_EQ(r.zero_stage, 0);
     EXPECT_EQ(r.model.dtype, "bfloat16");
 
+    const auto ro = received<roles::RolloutSettings>(all.at("rollout"));
+    EXPECT_EQ(ro.model.dtype, "bfloat16");
+    EXPECT_EQ(ro.dtype, "auto");
+    EXPECT_EQ(ro.generator, "sampler");
+    EXPECT_EQ(ro.max_num_seqs, c.rollout.max_num_seqs);
+    EXPECT_FALSE(ro.max_num_batched_tokens.has_value());
+    EXPECT_EQ(ro.weight_sync.bucket_mb, 3.0);
+    EXPECT_EQ(ro.weight_sync.timeout_s, 77.0);
+    EXPECT_TRUE(ro.generators.stages.empty());
+
     const protocol::ProtocolSettings p = app::protocol_settings(c);
     EXPECT_EQ(p.call_timeout_s, 77.0);
     EXPECT_EQ(p.stall_warn_s, 5.0);
+}
+
+// The rollout's settings hold lists of strings (the agent's tools) and of structs (the stages):
+// each arrives whole, in order.
+TEST(RoleSettings, TheRolloutGetsItsGeneratorArgumentsWhole) {
+    const Config c = config_from_yaml(
+        "rollout:\n"
+        "  generator: multi_stage\n"
+        "  max_num_batched_tokens: 960\n"
+        "  dtype: float32\n"
+        "  beam_search: {beam_width: 3, length_penalty: 0.5}\n"
+        "  stages:\n"
+        "    - {max_tokens: 4, stop: [\"</think>\", \"\\n\\n\"], append: \"x\"}\n"
+        "    - {generator: beam_search, max_tokens: 2, share_across_samples: true}\n"
+        "  multi_turn: {builtin_tools: [calculator], mcp_servers: [\"npx -y a\", \"b c\"], max_assistant_turns: 4}\n"
+        "model: {chat_template: qwen2}\n",
+        "test", {"data.max_response_length=16"});
+    const auto s = received<roles::RolloutSettings>(app::resolve_role_settings(c, {"rollout"}).at("rollout"));
+    EXPECT_EQ(s.generator, "multi_stage");
+    EXPECT_EQ(s.max_num_batched_tokens, 960);
+    EXPECT_EQ(s.dtype, "float32");
+    EXPECT_EQ(s.generators.beam_search.beam_width, 3);
+    EXPECT_EQ(s.generators.beam_search.length_penalty, 0.5);
+    ASSERT_EQ(s.generators.stages.size(), 2u);
+    EXPECT_EQ(s.generators.stages[0].generator, "sampler");
+    EXPECT_EQ(s.generators.stages[0].max_tokens, 4);
+    EXPECT_EQ(s.generators.stages[0].stop, (std::vector<std::string>{"</think>", "\n\n"}));
+    EXPECT_TRUE(s.generators.stages[0].append_ids.empty());  // encoded by the controller: RolloutInitArgs
+    EXPECT_EQ(s.generators.stages[1].generator, "beam_search");
+    EXPECT_TRUE(s.generators.stages[1].share_across_samples);
+    EXPECT_TRUE(s.generators.stages[1].stop.empty());
+    EXPECT_EQ(s.generators.multi_turn.builtin_tools, (std::vector<std::string>{"calculator"}));
+    EXPECT_EQ(s.generators.multi_turn.mcp_servers, (std::vector<std::string>{"npx -y a", "b c"}));
+    EXPECT_EQ(s.generators.multi_turn.max_assistant_turns, 4);
+    EXPECT_EQ(s.generators.chat_template, "qwen2");
 }
 
 TEST(RoleSettings, SftModeTrainsTheActorWithSftOptim) {

@@ -55,8 +55,8 @@
 
 #include "rlpt/agent/mcp_client.h"
 #include "rlpt/agent/tool_call.h"
-#include "rlpt/config/config.h"
 #include "rlpt/rollout/generators.h"
+#include "rlpt/rollout/multi_turn_config.h"
 #include "rlpt/rollout/sequence_source.h"
 
 namespace rlpt::agent {
@@ -87,7 +87,7 @@ class ConversationSource : public rollout::SequenceSource {
 // Opens the conversations of one call: starts the tool servers and the environment pool on first
 // use (kept in context.state), then resets every sample's environment episode. prompts, seeds,
 // params (params.max_new_tokens = R) and context must outlive the source. InternalError without
-// context.config or context.tokenizer; ValueError when seeds and prompts differ in number.
+// context.tokenizer; ValueError when seeds and prompts differ in number.
 std::unique_ptr<ConversationSource> open_conversations(const std::vector<std::vector<int64_t>>& prompts,
                                                        const std::vector<uint64_t>& seeds,
                                                        const rollout::SamplingParams& params,

@@ -5,7 +5,7 @@
 //   the protocol   its two timeouts (protocol_settings), when app::run_job builds WorkerHost and
 //                  Controller;
 //   each role      its settings struct (roles::ActorSettings, CriticSettings, ReferenceSettings,
-//                  RewardModelSettings: include/rlpt/roles/), sent with its kInit: run_mode gives
+//                  RewardModelSettings, RolloutSettings: include/rlpt/roles/), sent with its kInit: run_mode gives
 //                  them to the Controller before any kInit (give_role_settings), and the role keeps
 //                  them. A setting the role needs but the config lacks is a ConfigError here, before
 //                  any role builds anything.
@@ -19,19 +19,28 @@
 #include "rlpt/config/config.h"
 #include "rlpt/protocol/runtime.h"
 
+namespace rlpt::tokenizer {
+class Tokenizer;
+}
+
 namespace rlpt::app {
 
 // trainer.call_timeout_s and trainer.stall_warn_s.
 protocol::ProtocolSettings protocol_settings(const Config& c);
 
-// The settings of each of `roles` that has settings (the rollout's still come from its config: issue
-// 33 part B), encoded as its kInit's "settings." fields (protocol::settings_batch). ConfigError
+// The settings of each of `roles` that has settings, encoded as its kInit's "settings." fields (protocol::settings_batch). ConfigError
 // naming the key when one is missing (reward_model.model_path).
 std::map<std::string, Batch> resolve_role_settings(const Config& c, const std::vector<std::string>& roles);
 
 // resolve_role_settings for every role `ctl` places, given to it (Controller::set_role_settings).
 // Before the first kInit.
 void give_role_settings(protocol::Controller& ctl, const Config& c);
+
+// The rollout's kInit input with the run's tokenizer (roles::RolloutMethod::kInit): `args`, the
+// token texts (one row per id) and rollout.stages' appends encoded (RolloutInitArgs); the
+// controller adds the settings. ConfigError naming rollout.stages when the stages' max_tokens
+// plus their appended tokens exceed data.max_response_length.
+Batch rollout_init_batch(const protocol::InitArgs& args, const Config& c, const tokenizer::Tokenizer& tok);
 
 // ref.zero_stage resolved: -1 follows the actor (3 when actor.optim.zero_stage is 3, else 0).
 int64_t reference_zero_stage(const Config& c);

@@ -27,6 +27,7 @@
 #include "rlpt/comm/placement_config.h"
 #include "rlpt/engine/optim_config.h"
 #include "rlpt/model/model_config.h"
+#include "rlpt/rollout/multi_turn_config.h"
 
 namespace rlpt {
 
@@ -138,31 +139,6 @@ struct RolloutStageConfig {
     // The rows of one prompt run this stage once (the first sample's seed) and share its output
     // while their prefixes are identical; a shared beam_search stage gives them its n best beams.
     bool share_across_samples = false;
-};
-
-// rollout.generator: tool_agent (include/rlpt/agent/tool_agent.h): generate until a tool call or the
-// end of the turn, run the calls, append their results as the chat template's tool turn (masked out
-// of the loss), repeat. Names follow verl's rollout.multi_turn where verl has them. The response
-// budget of a sample (model and tool tokens together) is data.max_response_length.
-struct MultiTurnConfig {
-    int64_t max_assistant_turns = 0;                     // 0: no limit (verl: null)
-    int64_t max_user_turns = 0;                          // observation turns (tool results, environment); 0: no limit
-    int64_t max_parallel_calls = 1;                      // calls run per assistant turn; further calls are dropped
-    int64_t max_tool_response_length = 256;              // characters of one tool result (verl: characters too)
-    std::string tool_response_truncate_side = "middle";  // left | middle | right
-    std::string format = "hermes";                       // the tool-call parser: hermes (<tool_call>{json}</tool_call>)
-    // MCP servers over stdio, one shell command each (`npx -y @modelcontextprotocol/server-everything`);
-    // every rollout rank starts its own, and the controller lists their tools for the prompt.
-    std::vector<std::string> mcp_servers;
-    std::vector<std::string> builtin_tools;  // tools in rlpt itself: calculator
-    double tool_timeout_s = 30.0;            // per tool call; a late call is an error observation
-    double server_start_timeout_s = 60.0;    // an MCP server's start and handshake
-    // An environment program speaking JSON lines (include/rlpt/agent/environment.h; example
-    // scripts/examples/retry_env.py): each assistant turn is its action, its observation the next
-    // user turn, and its rewards (summed) the sample's score instead of the reward scorer's.
-    std::string env_command;
-    int64_t env_workers = 1;      // environment processes per rollout rank
-    double env_timeout_s = 30.0;  // per reset/step
 };
 
 struct RolloutConfig {

@@ -31,7 +31,9 @@
 // std::vector<int64_t> (a list stays a list on the wire: Batch meta holds int64 lists),
 // std::optional of a number or bool (unset travels as the string "null", so it is sent, never
 // missing), an enum (sent as its underlying integer: both ends run the same binary, which
-// app::run_job checks), and a struct with its own `visit` (its fields travel as "<field>.<name>").
+// app::run_job checks), a struct with its own `visit` (its fields travel as "<field>.<name>"), and a
+// std::vector of strings or of such structs (its length travels as "<field>.size", element i as
+// "<field>.<i>" or "<field>.<i>.<name>"; the schema lists "<field>.size").
 
 #include <concepts>
 #include <cstdint>
@@ -57,6 +59,12 @@ concept Visitable = requires(T& t, void (*v)(const char*, int64_t&)) {
 template <typename T>
 struct IsOptional : std::false_type {};
 template <typename T>
+struct IsListOf : std::false_type {};  // std::vector<std::string> and std::vector<a Visitable>
+template <typename T>
+requires std::same_as<T, std::string> || Visitable<T>
+struct IsListOf<std::vector<T>> : std::true_type {
+};
+template <typename T>
 struct IsOptional<std::optional<T>> : std::true_type {};
 
 // How an unset std::optional travels.
@@ -67,6 +75,7 @@ class FieldPath {
   protected:
     std::string key(const char* name) const { return prefix_ + name; }
     std::string nested(const char* name) const { return prefix_ + name + "."; }
+    std::string size_key(const char* name) const { return prefix_ + name + ".size"; }
     std::string prefix_;
 };
 
@@ -79,6 +88,10 @@ class ArgEncoder : FieldPath {
             ArgEncoder inner(b_, nested(name));
             T copy = v;  // visit() is one member for all three directions, so it is not const
             copy.visit(inner);
+        } else if constexpr (IsListOf<T>::value) {
+            b_.set_meta(size_key(name), static_cast<int64_t>(v.size()));
+            ArgEncoder inner(b_, nested(name));
+            for (size_t i = 0; i < v.size(); ++i) inner(std::to_string(i).c_str(), v[i]);
         } else if constexpr (IsOptional<T>::value) {
             static_assert(std::is_arithmetic_v<typename T::value_type>, "an optional argument holds a number or bool");
             if (v) (*this)(name, *v);
@@ -108,6 +121,13 @@ class ArgDecoder : FieldPath {
         if constexpr (Visitable<T>) {
             ArgDecoder inner(b_, where_, nested(name));
             v.visit(inner);
+        } else if constexpr (IsListOf<T>::value) {
+            int64_t n = 0;
+            ArgDecoder inner(b_, where_, nested(name));
+            inner("size", n);
+            if (n < 0) throw ValueError(fmt::format("{}: argument '{}' is negative", where_, size_key(name)));
+            v.assign(static_cast<size_t>(n), typename T::value_type{});
+            for (size_t i = 0; i < v.size(); ++i) inner(std::to_string(i).c_str(), v[i]);
         } else {
             const MetaValue& m = find(name);
             bool ok = false;
@@ -173,6 +193,8 @@ class ArgSchema : FieldPath {
         if constexpr (Visitable<T>) {
             ArgSchema inner(fields_, nested(name));
             v.visit(inner);
+        } else if constexpr (IsListOf<T>::value) {
+            fields_.push_back(FieldSpec{size_key(name), FieldKind::kMeta, false});
         } else {
             fields_.push_back(FieldSpec{key(name), FieldKind::kMeta, false});
         }

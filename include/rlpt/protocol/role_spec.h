@@ -49,10 +49,6 @@
 #include "rlpt/comm/topology.h"
 #include "rlpt/core/error.h"
 
-namespace rlpt {
-struct Config;  // rlpt/config/config.h: WorkerContext::config, the rollout's until part B
-}  // namespace rlpt
-
 namespace rlpt::protocol {
 
 enum class Distribute : uint8_t { kOneToAll = 0, kDpSplit = 1, kAllToAll = 2 };
@@ -98,9 +94,6 @@ class ProcessShared {
 // What a handler sees of the world. A role's settings come with its kInit (args.h, InitWith),
 // never from the run's Config.
 struct WorkerContext {
-    // The run's config, for the rollout role only: it still resolves its settings from it until
-    // they come with its kInit like the other roles' (issue 33, part B). Null for the others.
-    const Config* config = nullptr;
     const comm::Topology* topology = nullptr;
     const comm::RoleComms* comms = nullptr;  // this role's communicators on this rank
     const comm::RoleLayout* layout = nullptr;

@@ -86,10 +86,8 @@ struct FaultPlan {
 class WorkerHost : public comm::WaitObserver {
   public:
     // Creates the role objects (factories are cheap; models load in an init method).
-    // `rollout_config`: WorkerContext::config, which only the rollout role reads (until its
-    // settings come with its kInit, issue 33 part B); it must outlive the host.
     WorkerHost(const std::vector<RoleSpec>& registry, const ProtocolSettings& settings, const comm::Topology& topo,
-               FaultPlan fault = {}, const Config* rollout_config = nullptr);
+               FaultPlan fault = {});
     ~WorkerHost();
     WorkerHost(const WorkerHost&) = delete;
     WorkerHost& operator=(const WorkerHost&) = delete;
@@ -185,6 +183,10 @@ class Controller : public comm::WaitObserver {
     template <typename M>
     Pending submit(M method, const Batch& in) {
         return submit_raw(role_index<M>(), static_cast<uint16_t>(method), &in, nullptr);
+    }
+    template <auto M>
+    Pending submit(Batch in, const ArgsOfT<M>& args) {
+        return submit(M, with_args(std::move(in), args));
     }
     Batch wait(Pending& p);
     std::vector<Batch> wait_all(Pending& p);

@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "rlpt/config/config.h"
 #include "rlpt/rollout/generators.h"
 
 namespace rlpt::roles {
@@ -26,9 +25,5 @@ struct GeneratorEntry {
 const std::vector<GeneratorEntry>& generator_table();
 // The entry named `name`; ConfigError "rollout.generator: unknown generator ... (valid: ...)".
 const GeneratorEntry& find_generator(const std::string& name);
-
-// The typed arguments of rollout.beam_search and rollout.stages (stage texts are not encoded
-// here: the role fills append_ids with the ids the controller sent).
-rollout::GeneratorArgs generator_args(const RolloutConfig& c);
 
 }  // namespace rlpt::roles

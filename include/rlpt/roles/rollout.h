@@ -1,25 +1,23 @@
 #pragma once
 // The rollout role: generation. Dispatch table in roles/rollout.cpp.
 #include <cstdint>
-
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "rlpt/protocol/args.h"
 #include "rlpt/protocol/role_spec.h"
-
-namespace rlpt::tokenizer {
-class Tokenizer;
-}
+#include "rlpt/roles/settings.h"
+#include "rlpt/rollout/generators.h"
 
 namespace rlpt::roles {
 
 enum class RolloutMethod : uint16_t {
     kPing = 0,        // one_to_all / all: identity of every rank
-    kInit,            // one_to_all / none. protocol::InitArgs, RolloutInitArgs and, one row per
-                      //   token id, the string field token_text (rollout::token_texts of the run's
-                      //   tokenizer: the text stop strings are matched on); build it with
-                      //   rollout_init_batch. Resolves rollout.generator and its typed arguments. Uses the
+    kInit,            // one_to_all / none. RolloutInit (the run's InitArgs, RolloutSettings, the
+                      //   stages' encoded appends) and, one row per token id, the string field
+                      //   token_text (rollout::token_texts of the run's tokenizer: the text stop
+                      //   strings are matched on); app::rollout_init_batch builds it. Uses the
                       //   colocated actor's model when this rank hosts the actor, else builds its
                       //   own (weights come by sync).
     kGenerate,        // dp_split / concat.
@@ -41,7 +39,8 @@ enum class RolloutMethod : uint16_t {
     kCount
 };
 
-// The sampling of one kGenerate call (rollout::SamplingParams on the wire, plus the seeds).
+// The sampling of one kGenerate call (rollout::SamplingParams on the wire, plus the seeds), all of
+// it assembled by the caller (the trainer: rollout.* for training, rollout.val.* for validation).
 struct GenerateArgs {
     double temperature = 1.0;
     double top_p = 1.0;
@@ -51,6 +50,8 @@ struct GenerateArgs {
     int64_t eos_id = -1;
     int64_t pad_id = 0;
     std::vector<int64_t> stop_ids;
+    std::vector<std::string> stop;            // stop strings (rollout.stop; rollout/stop_strings.h)
+    bool include_stop_str_in_output = false;  // rollout.include_stop_str_in_output
     int64_t n = 1;       // samples per prompt in this call: sample_index mod n is a row's rank among
                          // its prompt's samples (the trainer keeps each prompt's indices aligned to n)
     int64_t seed = 0;    // the run seed
@@ -65,6 +66,8 @@ struct GenerateArgs {
         v("eos_id", eos_id);
         v("pad_id", pad_id);
         v("stop_ids", stop_ids);
+        v("stop", stop);
+        v("include_stop_str_in_output", include_stop_str_in_output);
         v("n", n);
         v("seed", seed);
         v("stream", stream);
@@ -72,6 +75,33 @@ struct GenerateArgs {
 };
 
 const protocol::RoleSpec& rollout_spec();
+
+// The rollout's settings (include/rlpt/roles/settings.h says how settings travel), resolved from
+// rollout.* by the run plan (app/role_settings.cpp). The sampling of each call is not here: it
+// comes with the call (GenerateArgs).
+struct RolloutSettings {
+    ModelSettings model;       // the model of an own copy (a rollout not sharing the actor's); its path
+                               // is where the tool agent loads the tokenizer from (no charset given)
+    std::string dtype;         // rollout.dtype: auto (model.dtype) | float32 | bfloat16
+    std::string generator;     // rollout.generator: a row of roles/generator_table.h
+    int64_t max_num_seqs = 1;  // rollout.max_num_seqs: sequences decoded together
+    std::optional<int64_t> max_num_batched_tokens;  // rollout.max_num_batched_tokens: unset, max_num_seqs slots
+    // The generators' typed arguments: rollout.beam_search, rollout.stages (append_ids empty:
+    // kInit's RolloutInitArgs carries them), rollout.multi_turn and the model.chat_template the
+    // tool agent formats turns with.
+    rollout::GeneratorArgs generators;
+    WeightSyncSettings weight_sync;  // how an own copy receives the actor's weights
+    template <typename V>
+    void visit(V& v) {
+        v("model", model);
+        v("dtype", dtype);
+        v("generator", generator);
+        v("max_num_seqs", max_num_seqs);
+        v("max_num_batched_tokens", max_num_batched_tokens);
+        v("generators", generators);
+        v("weight_sync", weight_sync);
+    }
+};
 
 // kInit's rollout arguments: the token ids of each rollout.stages[i].append, encoded by the
 // controller with the run's tokenizer (special-token text allowed), concatenated, and their
@@ -86,14 +116,28 @@ struct RolloutInitArgs {
     }
 };
 
-// kInit's input for the run's tokenizer: `args`, the token texts (one row per id) and the
-// encoded stage appends. ConfigError naming rollout.stages when the stages' max_tokens plus
-// their appended tokens exceed data.max_response_length.
-Batch rollout_init_batch(const protocol::InitArgs& args, const Config& c, const tokenizer::Tokenizer& tok);
+// ArgsOf<kInit>: protocol::InitWith<RolloutSettings> plus the stage appends.
+struct RolloutInit {
+    protocol::InitWith<RolloutSettings> init;
+    RolloutInitArgs appends;
+    template <typename V>
+    void visit(V& v) {
+        init.visit(v);
+        appends.visit(v);
+    }
+};
 
 }  // namespace rlpt::roles
 
 template <>
 struct rlpt::protocol::RoleOf<rlpt::roles::RolloutMethod> {
     static constexpr const char* kName = "rollout";
+};
+template <>
+struct rlpt::protocol::ArgsOf<rlpt::roles::RolloutMethod::kInit> {
+    using type = rlpt::roles::RolloutInit;
+};
+template <>
+struct rlpt::protocol::ArgsOf<rlpt::roles::RolloutMethod::kGenerate> {
+    using type = rlpt::roles::GenerateArgs;
 };

@@ -34,6 +34,11 @@ namespace rlpt::rollout {
 struct BeamSearchParams {
     int64_t beam_width = 4;       // W >= 1
     double length_penalty = 1.0;  // finite; 0: rank by cumulative log-prob alone
+    template <typename V>
+    void visit(V& v) {  // every field, for the rollout's settings on the wire (rlpt/protocol/args.h)
+        v("beam_width", beam_width);
+        v("length_penalty", length_penalty);
+    }
 };
 
 // ValueError naming the field for beam_width < 1 or a non-finite length_penalty.

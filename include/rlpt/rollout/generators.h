@@ -5,9 +5,8 @@
 //
 // A generator takes the prompts, one seed per prompt, the sampling parameters, the number of
 // sequences decoded together (rollout.max_num_seqs) and its GeneratorContext (its typed
-// arguments, GeneratorArgs, resolved from the config by the rollout role at init plus per-row
-// fields of the call; the run's config and tokenizer; the sample fields; state it keeps across
-// calls), and returns a GenerationOutput with rollout::generate's shapes and finish reasons; the
+// arguments, GeneratorArgs, from the rollout's settings at init plus per-row fields of the call;
+// the run's tokenizer; the KV token budget; the sample fields; state it keeps across calls), and returns a GenerationOutput with rollout::generate's shapes and finish reasons; the
 // rollout role pads it to the call's widths. Adding one is one file pair with the function and
 // one row in roles/generator_table.cpp (and its section of typed arguments here when it has
 // one). A generator that runs turns on the KV-slot engine is a sequence source
@@ -15,36 +14,48 @@
 // share a prefill between rows (beam forks, n samples).
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "rlpt/config/config.h"
 #include "rlpt/rollout/beam_search.h"
 #include "rlpt/rollout/generator.h"
 #include "rlpt/rollout/multi_stage.h"
+#include "rlpt/rollout/multi_turn_config.h"
 #include "rlpt/tokenizer/tokenizer.h"
 
 namespace rlpt::rollout {
 
+// The generators' typed arguments, one section per generator that has some: resolved from the
+// config once by the run plan, carried by the rollout's settings (roles::RolloutSettings) and
+// kept by the rollout worker for its life.
 struct GeneratorArgs {
-    BeamSearchParams beam_search;   // rollout.beam_search (beam_search, and multi_stage's beam stages)
-    std::vector<StageSpec> stages;  // rollout.stages (multi_stage); append_ids from the controller
-    // Per call, one entry per prompt (or empty): the row's index among its prompt's samples
-    // (sample_index mod n: which beam it gets) and the seed of the prompt's first sample.
-    std::vector<int64_t> sample_rank;
-    std::vector<uint64_t> group_seeds;
+    BeamSearchParams beam_search;        // rollout.beam_search (beam_search, and multi_stage's beam stages)
+    std::vector<StageSpec> stages;       // rollout.stages (multi_stage); append_ids from the controller
+    MultiTurnConfig multi_turn;          // rollout.multi_turn (tool_agent)
+    std::string chat_template = "none";  // model.chat_template (tool_agent: the turns' format)
+    template <typename V>
+    void visit(V& v) {  // every field, for the rollout's settings on the wire (rlpt/protocol/args.h)
+        v("beam_search", beam_search);
+        v("stages", stages);
+        v("multi_turn", multi_turn);
+        v("chat_template", chat_template);
+    }
 };
 
 // What a generator may use beyond the sampler's arguments. The rollout worker owns one for its
 // whole life: `state` persists across calls (an agent's tool servers and environment processes);
 // the per-call fields are refilled by every kGenerate. The sampler uses none of it.
 struct GeneratorContext {
-    const Config* config = nullptr;
     const tokenizer::Tokenizer* tokenizer = nullptr;  // the run's tokenizer (tool_agent only; null otherwise)
-    GeneratorArgs args;  // typed arguments (beam_search, multi_stage), with this call's per-row fields
-    // Per prompt of the call (empty when the caller sent none): the global sample index and the
-    // example's fields as the controller's Batch carries them.
+    GeneratorArgs args;                               // typed arguments (beam_search, multi_stage, tool_agent)
+    std::optional<int64_t> max_num_batched_tokens;    // rollout.max_num_batched_tokens: the KV token budget
+    // Per prompt of the call (empty when the caller sent none): the global sample index, the row's
+    // index among its prompt's samples (sample_index mod n: which beam it gets), the seed of the
+    // prompt's first sample, and the example's fields as the controller's Batch carries them.
     std::vector<int64_t> sample_index;
+    std::vector<int64_t> sample_rank;
+    std::vector<uint64_t> group_seeds;
     std::vector<std::string> data_source, ground_truth, extra;  // extra: JSON text
     std::shared_ptr<void> state;                                // the generator's own
     // Out, per prompt: numbers the generator reports (the rollout returns each as a float64
@@ -62,8 +73,7 @@ GenerationOutput sample_responses(model::CausalLM& model, const std::vector<std:
                                   int64_t max_num_seqs, GeneratorContext& context);
 
 // The engine limits a generator passes on (rollout::generate, agent::tool_agent_generate, ...):
-// max_num_seqs, and the KV token budget rollout.max_num_batched_tokens from context.config (none
-// without a config).
+// max_num_seqs, and the KV token budget context.max_num_batched_tokens.
 BatchLimits batch_limits(int64_t max_num_seqs, const GeneratorContext& context);
 
 }  // namespace rlpt::rollout

@@ -37,6 +37,14 @@ struct StageSpec {
     std::vector<std::string> stop;      // this stage's stop strings (sampler stages only)
     std::vector<int64_t> append_ids;    // appended after the stage unless the response ended
     bool share_across_samples = false;
+    template <typename V>
+    void visit(V& v) {  // every field, for the rollout's settings on the wire (rlpt/protocol/args.h)
+        v("generator", generator);
+        v("max_tokens", max_tokens);
+        v("stop", stop);
+        v("append_ids", append_ids);
+        v("share_across_samples", share_across_samples);
+    }
 };
 
 struct MultiStageArgs {
