@@ -194,7 +194,7 @@ void RlTrainer::compute_old_log_probs(Batch& batch, Metrics& m) {
     }
 }
 
-// verl's decoupled mode (ALGORITHMS.md §6.3): once per training batch, after the actor's old
+// verl's decoupled mode (ALGORITHMS §6.3): once per training batch, after the actor's old
 // log-probs and before the advantage. Needs the rollout's log-probs (rollout.calculate_log_probs).
 void RlTrainer::apply_rollout_correction(Batch& batch, Metrics& m) const {
     if (!batch.has("rollout_log_probs") || batch.at("response_mask").sum().item<double>() == 0) return;

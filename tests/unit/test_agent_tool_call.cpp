@@ -51,7 +51,7 @@ TEST(AgentToolCall, ArgumentsAreCheckedAgainstTheInputSchema) {
     EXPECT_EQ(check_arguments(schema, {{"a", 1}, {"b", 1}, {"n", 2.0}}), "");  // 2.0 is an integer in JSON Schema
 }
 
-// Qwen2.5's template with the get-sum tool (AGENTS.md §2: the rendering of the Jinja template).
+// Qwen2.5's template with the get-sum tool (AGENTS §2: the rendering of the Jinja template).
 TEST(AgentToolCall, QwenPromptWithToolsMatchesTheTemplate) {
     auto params = nlohmann::json::parse(R"({"type":"object","properties":{"a":{"type":"number"}},"required":["a"]})");
     const auto text = render_prompt_with_tools(ChatFamily::kQwen2, {{"user", "2+3?"}},

@@ -1,5 +1,5 @@
 #pragma once
-// Advantage estimators (verl core_algos, ALGORITHMS.md §1.1) as pure functions on tensors.
+// Advantage estimators (verl core_algos, ALGORITHMS §1.1) as pure functions on tensors.
 //
 // Shapes and dtypes, for every estimator:
 //   token_level_rewards  B×T float32/float64; rewards are assumed 0 outside the response

@@ -243,7 +243,7 @@ struct FilterGroupsConfig {
     int64_t max_num_gen_batches = 0;  // 0: unlimited
 };
 
-// algorithm.rollout_correction (verl's names and yaml defaults, ALGORITHMS.md §6): off-policy
+// algorithm.rollout_correction (verl's names and yaml defaults, ALGORITHMS §6): off-policy
 // correction between the rollout's log-probs (rollout.calculate_log_probs) and the actor's old
 // log-probs, once per training batch. It runs whenever the batch has rollout log-probs: with
 // rollout_is and rollout_rs null it only logs the rollout_corr/* diagnostics.
