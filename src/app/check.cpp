@@ -170,8 +170,7 @@ std::vector<std::string> generator_names() {
 
 std::vector<std::string> table_name_problems(const Config& c) {
     std::vector<std::string> out;
-    std::vector<std::string> roles;
-    for (const auto& spec : role_registry()) roles.push_back(spec.name);
+    const std::vector<std::string> roles = role_names();
     for (size_t g = 0; g < c.placement.groups.size(); ++g) {
         for (const auto& r : c.placement.groups[g].roles)
             require_one_of(out, c, fmt::format("placement.groups.{}.roles", g), r, roles);
@@ -235,7 +234,7 @@ std::vector<std::string> rl_batch_size_problems(const Config& c, int64_t actor_d
     // no plan: table_name_problems reports it, and its critic rule waits for a known name.
     bool critic = false;
     try {
-        critic = plan_run(c).critic;
+        critic = plan_run(c).has("critic");
     } catch (const ConfigError&) {
     }
     if (critic) {
@@ -314,7 +313,8 @@ CheckReport check_config(const Config& c, int world_size) {
             const RunPlan plan = plan_run(c);
             auto p =
                 comm::compute_placement(c.placement, world_size, std::vector<int>(static_cast<size_t>(world_size), 0),
-                                        plan.roles, plan.why, static_cast<int>(c.rollout.tensor_model_parallel_size));
+                                        role_names(), plan.roles, plan.why,
+                                        static_cast<int>(c.rollout.tensor_model_parallel_size));
             check_zero_shard_groups(c, p);
             actor_dp = p.at("actor").dp_size();
             if (p.find("critic")) critic_dp = p.at("critic").dp_size();

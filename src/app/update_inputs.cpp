@@ -52,7 +52,7 @@ UpdateSettings update_settings(const Config& c, const RunPlan& plan, const proto
     s.actor_kl_loss = c.actor.use_kl_loss;
     s.balance_batch = c.trainer.balance_batch;
     s.actor_dp = ctl.dp_size("actor");
-    if (plan.critic) s.critic_dp = ctl.dp_size("critic");
+    if (plan.has("critic")) s.critic_dp = ctl.dp_size("critic");
     return s;
 }
 
