@@ -232,12 +232,7 @@ void RlTrainer::compute_advantages(Batch& batch) {
         for (const auto& k : c_.algorithm.gdpo_reward_keys) comps.push_back(batch.at(reward_component_column(k)));
         ai.reward_components = torch::stack(comps);
     }
-    algo::AdvantageParams ap;
-    ap.gamma = c_.algorithm.gamma;
-    ap.lam = c_.algorithm.lam;
-    ap.norm_adv_by_std_in_grpo = c_.algorithm.norm_adv_by_std_in_grpo;
-    ap.gdpo_weights = c_.algorithm.gdpo_reward_weights;
-    auto adv = algo::compute_advantage(c_.algorithm.adv_estimator, ai, ap);
+    auto adv = algo::compute_advantage(c_.algorithm.adv_estimator, ai, c_.algorithm.advantage);
     batch.set("advantages", adv.advantages.to(torch::kFloat32));
     batch.set("returns", adv.returns.to(torch::kFloat32));
 }

@@ -327,8 +327,10 @@ void validate(const Config& c) {
     k.positive(c.reward_model.micro_batch_size_per_rank, "reward_model.micro_batch_size_per_rank");
 
     const auto& al = c.algorithm;
-    k.require(al.gamma >= 0 && al.gamma <= 1, "algorithm.gamma", "must be in [0, 1] (got {})", al.gamma);
-    k.require(al.lam >= 0 && al.lam <= 1, "algorithm.lam", "must be in [0, 1] (got {})", al.lam);
+    k.require(al.advantage.gamma >= 0 && al.advantage.gamma <= 1, "algorithm.gamma", "must be in [0, 1] (got {})",
+              al.advantage.gamma);
+    k.require(al.advantage.lam >= 0 && al.advantage.lam <= 1, "algorithm.lam", "must be in [0, 1] (got {})",
+              al.advantage.lam);
     k.one_of(al.kl_penalty, "algorithm.kl_penalty",
              {"kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "kl+", "k1+", "abs+", "mse+", "k2+", "low_var_kl+",
               "k3+"});
@@ -345,9 +347,10 @@ void validate(const Config& c) {
         k.require(!al.gdpo_reward_keys.empty(), "algorithm.gdpo_reward_keys",
                   "gdpo needs the reward components to normalise separately (e.g. [score, acc])");
     }
-    k.require(al.gdpo_reward_weights.empty() || al.gdpo_reward_weights.size() == al.gdpo_reward_keys.size(),
+    const auto& gdpo_weights = al.advantage.gdpo_weights;
+    k.require(gdpo_weights.empty() || gdpo_weights.size() == al.gdpo_reward_keys.size(),
               "algorithm.gdpo_reward_weights", "needs one weight per gdpo_reward_keys entry ({}), got {}",
-              al.gdpo_reward_keys.size(), al.gdpo_reward_weights.size());
+              al.gdpo_reward_keys.size(), gdpo_weights.size());
     k.require(al.filter_groups.max_num_gen_batches >= 0, "algorithm.filter_groups.max_num_gen_batches",
               "must be >= 0 (got {})", al.filter_groups.max_num_gen_batches);
     if (al.adv_estimator == "grpo" || al.adv_estimator == "rloo" || al.adv_estimator == "grpo_passk") {

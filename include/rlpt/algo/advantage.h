@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "rlpt/algo/advantage_config.h"  // AdvantageParams
+
 namespace rlpt::algo {
 
 // Dense group ids 0..G-1 in order of first appearance.
@@ -139,16 +141,6 @@ struct AdvantageInputs {
     torch::Tensor old_log_probs;        // optimal_token_baseline, tir_optimal_token_baseline
     torch::Tensor sum_pi_squared;       // optimal_token_baseline, tir_optimal_token_baseline
     torch::Tensor reward_components;    // gdpo: [K, B]
-};
-
-struct AdvantageParams {
-    double gamma = 1.0;                   // algorithm.gamma
-    double lam = 1.0;                     // algorithm.lam
-    double epsilon = 1e-6;                // grpo family
-    bool norm_adv_by_std_in_grpo = true;  // algorithm.norm_adv_by_std_in_grpo
-    double gpg_f_norm = 1.0;
-    std::vector<double> gdpo_weights;  // algorithm.gdpo_reward_weights (empty: 1 each)
-    bool otb_handle_zero_tail = true;  // verl's default for both OTB estimators
 };
 
 // What an estimator needs beyond rewards and mask, so the trainer knows which stages to run.
