@@ -11,11 +11,6 @@
 
 namespace rlpt::comm {
 
-const std::vector<std::string>& all_role_names() {
-    static const std::vector<std::string> kNames{"actor", "rollout", "reference", "critic", "reward_model"};
-    return kNames;
-}
-
 int RoleLayout::role_rank(int world_rank) const {
     auto it = std::find(world_ranks.begin(), world_ranks.end(), world_rank);
     return it == world_ranks.end() ? -1 : static_cast<int>(it - world_ranks.begin());
@@ -120,7 +115,8 @@ void apply_rollout_tp(Placement& p, const PlacementConfig& cfg, int tp) {
 }  // namespace
 
 Placement compute_placement(const PlacementConfig& cfg, int world_size, const std::vector<int>& node_labels,
-                            const std::vector<std::string>& required, const std::string& why, int rollout_tp) {
+                            const std::vector<std::string>& role_names, const std::vector<std::string>& required,
+                            const std::string& why, int rollout_tp) {
     RLPT_CHECK_KIND(ConfigError, world_size >= 1, "world size must be >= 1 (got {})", world_size);
     RLPT_CHECK_KIND(ConfigError, static_cast<int>(node_labels.size()) == world_size,
                     "internal: {} node labels for {} ranks", node_labels.size(), world_size);
@@ -134,14 +130,14 @@ Placement compute_placement(const PlacementConfig& cfg, int world_size, const st
     for (int label : node_labels) p.node_of_rank.push_back(dense.at(label));
     p.n_nodes = static_cast<int>(dense.size());
 
-    // Every required role must be placed; every placed role must have a place in the canonical
-    // order (a role added to the registry without its name there is refused here, not dropped).
+    // Every required role must be placed; every placed role must be one of role_names (the
+    // registry's), whose order Placement::roles keeps.
     std::set<std::string> placed;
-    const auto& known = all_role_names();
     for (const auto& g : cfg.groups) {
         for (const auto& r : g.roles) {
-            if (std::find(known.begin(), known.end(), r) == known.end()) {
-                throw ConfigError(fmt::format("placement: unknown role '{}' (roles: {})", r, fmt::join(known, ", ")));
+            if (std::find(role_names.begin(), role_names.end(), r) == role_names.end()) {
+                throw ConfigError(
+                    fmt::format("placement: unknown role '{}' (roles: {})", r, fmt::join(role_names, ", ")));
             }
             placed.insert(r);
         }
@@ -278,7 +274,7 @@ Placement compute_placement(const PlacementConfig& cfg, int world_size, const st
         }
     }
 
-    for (const auto& name : all_role_names()) {
+    for (const auto& name : role_names) {
         for (size_t g = 0; g < n_groups; ++g) {
             const auto& roles = cfg.groups[g].roles;
             if (std::find(roles.begin(), roles.end(), name) == roles.end()) continue;

@@ -159,17 +159,6 @@ void run(const Args<W>* targets, size_t count, SmallMatmulIsa isa) {
 }  // namespace
 }  // namespace detail
 
-bool cpu_has_avx512_bf16() {
-#if RLPT_CPU_X86
-    // RLPT_CPU_ISA below avx512 (the test knob of detail::best_isa) also hides AVX512_BF16.
-    if (detail::best_isa() != SmallMatmulIsa::kAvx512) return false;
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5)) != 0;
-#else
-    return false;
-#endif
-}
-
 int decode_kernel_threads() {
     std::atomic<uint64_t> seen{0};
     at::parallel_for(0, 64, 1, [&](int64_t, int64_t) { seen |= uint64_t{1} << (at::get_thread_num() % 64); });

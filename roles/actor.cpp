@@ -103,20 +103,19 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in, const ActorUpda
             auto seq = detail::trimmed_sequences(mb, &r);
             auto lp = engine::compute_log_probs(*a.policy->model, seq, args.temperature, with_entropy);
             algo::ActorLossInputs li;
-            auto dev = lp.log_probs.device();
             li.policy.log_prob = lp.log_probs;
-            li.policy.old_log_prob = detail::first_columns(mb.at("old_log_probs"), r).to(dev);
-            li.policy.advantages = detail::first_columns(mb.at("advantages"), r).to(dev);
-            li.policy.response_mask = detail::first_columns(mb.at("response_mask"), r).to(dev);
+            li.policy.old_log_prob = detail::first_columns(mb.at("old_log_probs"), r);
+            li.policy.advantages = detail::first_columns(mb.at("advantages"), r);
+            li.policy.response_mask = detail::first_columns(mb.at("response_mask"), r);
             // Losses that draw (clip_cov) get a generator keyed by run seed, optimizer step (restored
             // on resume), DP rank and micro-batch: the same draws after a resume, none from the global RNG.
             li.policy.generator = at::detail::createCPUGenerator(
                 detail::stream_seed({static_cast<uint64_t>(s.seed), static_cast<uint64_t>(a.engine->global_step()),
                                      static_cast<uint64_t>(dp.rank()), static_cast<uint64_t>(micro)}));
             if (with_entropy) li.entropy = lp.entropy;
-            if (lc.use_kl_loss) li.ref_log_prob = detail::first_columns(mb.at("ref_log_prob"), r).to(dev);
+            if (lc.use_kl_loss) li.ref_log_prob = detail::first_columns(mb.at("ref_log_prob"), r);
             if (mb.has("rollout_is_weights"))  // algorithm.rollout_correction.rollout_is
-                li.policy.rollout_is_weights = detail::first_columns(mb.at("rollout_is_weights"), r).to(dev);
+                li.policy.rollout_is_weights = detail::first_columns(mb.at("rollout_is_weights"), r);
             auto out = algo::compute_actor_loss(li, lc);
             out.loss.backward();
             for (const auto& [k, v] : out.metrics) {

@@ -74,12 +74,10 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in, const CriticUpd
                                 int64_t r = 0;
                                 auto seq = detail::trimmed_sequences(mb, &r);
                                 auto vpred = engine::compute_values(*cw.model, seq);
-                                auto dev = vpred.device();
-                                auto out =
-                                    algo::compute_value_loss(vpred, detail::first_columns(mb.at("returns"), r).to(dev),
-                                                             detail::first_columns(mb.at("values"), r).to(dev),
-                                                             detail::first_columns(mb.at("response_mask"), r).to(dev),
-                                                             c.cliprange_value, c.loss_agg_mode, info);
+                                auto out = algo::compute_value_loss(vpred, detail::first_columns(mb.at("returns"), r),
+                                                                    detail::first_columns(mb.at("values"), r),
+                                                                    detail::first_columns(mb.at("response_mask"), r),
+                                                                    c.cliprange_value, c.loss_agg_mode, info);
                                 out.loss.backward();
                                 for (const auto& [k, v] : out.metrics)
                                     if (k != "critic/vf_loss") metrics.add_metric(k, v);

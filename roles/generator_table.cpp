@@ -43,7 +43,8 @@ const std::vector<GeneratorEntry>& generator_table() {
         {"multi_stage", stages, "stages of sampling or beam search with appended text between them (rollout.stages)"},
         {"tool_agent", tool_agent,
          "multi-turn: generate, run tool calls (MCP servers, built-in tools) or an environment, append the "
-         "observation (masked out of the loss), repeat (rollout.multi_turn.*)"},
+         "observation (masked out of the loss), repeat (rollout.multi_turn.*)",
+         /*runs_tools=*/true},
     };
     return table;
 }

@@ -62,7 +62,7 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch& in, const RolloutInit
                                     appends.append_ids.begin() + static_cast<int64_t>(at) + appends.append_lengths[i]);
     const protocol::InitArgs& args = a.init.run;
     r.gen.max_num_batched_tokens = s.max_num_batched_tokens;
-    if (s.generator == "tool_agent") {  // reads and writes text with the run's tokenizer
+    if (r.generator->runs_tools) {  // reads and writes text with the run's tokenizer
         if (!args.tokenizer_charset.empty()) {
             std::vector<std::string> words;  // '\n'-separated (InitArgs::tokenizer_words)
             std::istringstream lines(args.tokenizer_words);

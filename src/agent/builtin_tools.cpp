@@ -92,15 +92,25 @@ std::string format_number(double v) {
     return fmt::format("{}", v);
 }
 
-}  // namespace
-
-const BuiltinTool* find_builtin_tool(const std::string& name) {
+const std::vector<BuiltinTool>& builtin_tools() {
     static const std::vector<BuiltinTool> tools{
         {"calculator", "Evaluates an arithmetic expression", calculator_schema, run_calculator},
     };
-    for (const auto& t : tools)
+    return tools;
+}
+
+}  // namespace
+
+const BuiltinTool* find_builtin_tool(const std::string& name) {
+    for (const auto& t : builtin_tools())
         if (name == t.name) return &t;
     return nullptr;
+}
+
+std::vector<std::string> builtin_tool_names() {
+    std::vector<std::string> names;
+    for (const auto& t : builtin_tools()) names.emplace_back(t.name);
+    return names;
 }
 
 nlohmann::json calculator_schema() {

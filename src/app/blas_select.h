@@ -7,8 +7,8 @@
 // OpenBLAS on a generic core and the CPU has AVX-512 F/BW/DQ/VL, rlpt sets
 // OPENBLAS_CORETYPE=SkylakeX and re-executes itself once (before MPI_Init, so it is safe
 // under mpirun and srun). RLPT_BLAS_CORETYPE=off disables this.
-// tests/unit/test_blas.cpp checks matmul results against a double-precision reference
-// under the selected core.
+// scripts/demo_robustness.sh trains the demo under each core to compare the results
+// (docs/benchmarks/demo.md).
 #include <string>
 
 namespace rlpt::app {

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "rlpt/agent/builtin_tools.h"
 #include "rlpt/algo/advantage.h"
 #include "rlpt/algo/policy_loss.h"
 #include "rlpt/app/job.h"
@@ -169,8 +170,7 @@ std::vector<std::string> generator_names() {
 
 std::vector<std::string> table_name_problems(const Config& c) {
     std::vector<std::string> out;
-    std::vector<std::string> roles;
-    for (const auto& spec : role_registry()) roles.push_back(spec.name);
+    const std::vector<std::string> roles = role_names();
     for (size_t g = 0; g < c.placement.groups.size(); ++g) {
         for (const auto& r : c.placement.groups[g].roles)
             require_one_of(out, c, fmt::format("placement.groups.{}.roles", g), r, roles);
@@ -178,6 +178,8 @@ std::vector<std::string> table_name_problems(const Config& c) {
     require_one_of(out, c, "algorithm.adv_estimator", c.algorithm.adv_estimator, algo::advantage_estimator_names());
     require_one_of(out, c, "actor.policy_loss.loss_mode", c.actor.loss_mode, algo::policy_loss_names());
     require_one_of(out, c, "rollout.generator", c.rollout.generator, generator_names());
+    for (const auto& t : c.rollout.multi_turn.builtin_tools)
+        require_one_of(out, c, "rollout.multi_turn.builtin_tools", t, agent::builtin_tool_names());
     // reward.scorer / reward.scorers: a name is a spec type (a JSON spec is read by make_scorer,
     // which names its unknown type itself); auto and custom are reward.scorer's own words.
     auto scorers = reward::scorer_type_names();
@@ -188,6 +190,30 @@ std::vector<std::string> table_name_problems(const Config& c) {
     }
     for (const auto& [ds, spec] : c.reward.scorers) {
         if (spec.empty() || spec[0] != '{') require_one_of(out, c, "reward.scorers." + ds, spec, scorers);
+    }
+    return out;
+}
+
+std::vector<std::string> generator_problems(const Config& c) {
+    std::vector<std::string> out;
+    const auto& table = roles::generator_table();
+    auto row = std::find_if(table.begin(), table.end(),
+                            [&](const roles::GeneratorEntry& g) { return c.rollout.generator == g.name; });
+    if (row == table.end() || !row->runs_tools) return out;
+    auto problem = [&](const std::string& key, const std::string& what) {
+        out.push_back(fmt::format("{}: {}: {}", origin_of(c, key), key, what));
+    };
+    const auto& mt = c.rollout.multi_turn;
+    if (mt.mcp_servers.empty() && mt.builtin_tools.empty() && mt.env_command.empty()) {
+        problem("rollout.generator",
+                fmt::format("{} needs tools or an environment: set rollout.multi_turn.mcp_servers, "
+                            ".builtin_tools or .env_command",
+                            row->name));
+    }
+    if (c.model.chat_template == "llama3") {
+        problem("model.chat_template", fmt::format("{} supports the qwen2 and none templates (llama3's tool format is "
+                                                   "not implemented)",
+                                                   row->name));
     }
     return out;
 }
@@ -208,7 +234,7 @@ std::vector<std::string> rl_batch_size_problems(const Config& c, int64_t actor_d
     // no plan: table_name_problems reports it, and its critic rule waits for a known name.
     bool critic = false;
     try {
-        critic = plan_run(c).critic;
+        critic = plan_run(c).has("critic");
     } catch (const ConfigError&) {
     }
     if (critic) {
@@ -231,6 +257,8 @@ CheckReport check_config(const Config& c, int world_size) {
     // Names first: the run plan (the placement below) reads the estimator's table row.
     const auto name_problems = table_name_problems(c);
     r.problems.insert(r.problems.end(), name_problems.begin(), name_problems.end());
+    const auto generator = generator_problems(c);
+    r.problems.insert(r.problems.end(), generator.begin(), generator.end());
     const bool names_ok = name_problems.empty();
     attempt(r, "model.chat_template", [&] { t.chat = tokenizer::parse_chat_family(c.model.chat_template); });
     const bool train_ok = attempt(r, "", [&] { t.train = load_examples(c, false); });
@@ -285,7 +313,8 @@ CheckReport check_config(const Config& c, int world_size) {
             const RunPlan plan = plan_run(c);
             auto p =
                 comm::compute_placement(c.placement, world_size, std::vector<int>(static_cast<size_t>(world_size), 0),
-                                        plan.roles, plan.why, static_cast<int>(c.rollout.tensor_model_parallel_size));
+                                        role_names(), plan.roles, plan.why,
+                                        static_cast<int>(c.rollout.tensor_model_parallel_size));
             check_zero_shard_groups(c, p);
             actor_dp = p.at("actor").dp_size();
             if (p.find("critic")) critic_dp = p.at("critic").dp_size();

@@ -2,7 +2,8 @@
 // `rlpt check CONFIG.yaml [key=value ...] [-n N]`: everything that can be checked before a
 // launch, without MPI, reported all at once (each problem names its key path), in seconds:
 //   * the config's ranges and cross-field rules (validate());
-//   * every key that names a table entry names one of the table's (table_name_problems);
+//   * every key that names a table entry names one of the table's (table_name_problems), and
+//     the generator's row gets what it needs (generator_problems);
 //   * every data file opens and every record has the keys the stage reads;
 //   * the tokenizer (model.path's, or the built-in model's character vocabulary) encodes
 //     the prompts (and SFT responses) of a sample of rows; the length filters leave data;
@@ -28,9 +29,16 @@ struct CheckReport {
 // Keys that pick an entry of a table, checked against the table itself (no copy of its names):
 // placement.groups.*.roles (the role registry), algorithm.adv_estimator (the estimator table),
 // actor.policy_loss.loss_mode (the loss table), rollout.generator (the generator table),
-// reward.scorer / reward.scorers.* names (the scorer types). One "<origin>: <key>: '<value>' is
-// not one of: <names>" per problem; empty when all are known.
+// rollout.multi_turn.builtin_tools (the built-in tools), reward.scorer / reward.scorers.* names
+// (the scorer types). One "<origin>: <key>: '<value>' is not one of: <names>" per problem; empty
+// when all are known.
 std::vector<std::string> table_name_problems(const Config& c);
+
+// What rollout.generator's row of the generator table asks of the config: one that runs tools
+// (roles::GeneratorEntry::runs_tools) needs rollout.multi_turn's tools or environment and a chat
+// template with a tool format (not llama3). One "<origin>: <key>: <what>" per problem; empty for
+// an unknown generator (table_name_problems reports it).
+std::vector<std::string> generator_problems(const Config& c);
 
 // The names (table_name_problems), data, tokenizer, reward and model checks, plus the placement for `world_size` ranks on
 // one node when world_size > 0. Never throws for a bad config: every failure is a problem.

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "rlpt/agent/builtin_tools.h"
 #include "rlpt/agent/tool_agent.h"
 #include "rlpt/config/config.h"
 #include "rlpt/core/cpu_cores.h"
@@ -377,9 +378,10 @@ int generate_command(int argc, char** argv) {
     app.add_flag("--include-stop-str-in-output", opt.include_stop_str_in_output,
                  "the shown text keeps the stop string (the token ids always do)");
     app.add_option("--tool", opt.tools,
-                   "built-in tool (repeatable; calculator): run the agent loop of rollout.generator tool_agent, "
-                   "tool calls executed and their results appended")
-        ->check(CLI::IsMember({"calculator"}));
+                   fmt::format("built-in tool (repeatable; {}): run the agent loop of rollout.generator tool_agent, "
+                               "tool calls executed and their results appended",
+                               fmt::join(agent::builtin_tool_names(), ", ")))
+        ->check(CLI::IsMember(agent::builtin_tool_names()));
     app.add_option("--max-turns", opt.max_assistant_turns,
                    "with --tool: at most this many assistant turns (default 0: "
                    "until --max-new-tokens)");

@@ -133,7 +133,7 @@ int run_job(const JobOptions& opts, int* argc, char*** argv) {
     try {
         const RunPlan plan = plan_run(config);
         auto labels = comm::detect_node_labels(world, env.simulate_nodes);
-        placement = comm::compute_placement(config.placement, world.size(), labels, plan.roles, plan.why,
+        placement = comm::compute_placement(config.placement, world.size(), labels, role_names(), plan.roles, plan.why,
                                             static_cast<int>(config.rollout.tensor_model_parallel_size));
         check_zero_shard_groups(config, placement);
         fault = protocol::FaultPlan::parse(env.fault);

@@ -42,15 +42,16 @@ RlTrainer::RlTrainer(protocol::Controller& ctl, const RunContext& run)
       rewards_(task_, reward_settings(c_, plan_), reward_model()),
       update_inputs_(update_settings(c_, plan_, ctl)),
       step_metrics_(c_.data.max_prompt_length, c_.data.max_response_length, working_ranks(run.topology->placement()),
-                    plan_.critic) {
+                    plan_.has("critic")) {
     check_batch_sizes();
     check_async_plan();
 }
 
 void RlTrainer::check_batch_sizes() const {
     std::string all;
-    for (const auto& p : rl_batch_size_problems(c_, ctl_.dp_size("actor"), plan_.critic ? ctl_.dp_size("critic") : 1,
-                                                static_cast<int64_t>(task_.train.size())))
+    for (const auto& p :
+         rl_batch_size_problems(c_, ctl_.dp_size("actor"), plan_.has("critic") ? ctl_.dp_size("critic") : 1,
+                                static_cast<int64_t>(task_.train.size())))
         all += (all.empty() ? "" : "\n") + p;
     RLPT_CHECK_KIND(ConfigError, all.empty(), "{}", all);
 }
@@ -66,7 +67,7 @@ void RlTrainer::check_async_plan() const {
 }
 
 RewardModelFn RlTrainer::reward_model() {
-    if (!plan_.reward_model) return {};
+    if (!plan_.has("reward_model")) return {};
     return
         [this](const Batch& b) { return ctl_.call(RewardModelMethod::kComputeScore, seq_columns(b)).at("rm_scores"); };
 }
@@ -77,9 +78,9 @@ void RlTrainer::init_roles() {
     const Batch init = protocol::with_args(Batch(0), init_args);
     ctl_.call(ActorMethod::kInit, init);
     ctl_.call(RolloutMethod::kInit, rollout_init_batch(init_args, c_, *task_.tok));
-    if (plan_.reference) ctl_.call(ReferenceMethod::kInit, init);
-    if (plan_.critic) ctl_.call(CriticMethod::kInit, init);
-    if (plan_.reward_model) ctl_.call(RewardModelMethod::kInit, init);
+    if (plan_.has("reference")) ctl_.call(ReferenceMethod::kInit, init);
+    if (plan_.has("critic")) ctl_.call(CriticMethod::kInit, init);
+    if (plan_.has("reward_model")) ctl_.call(RewardModelMethod::kInit, init);
 }
 
 // Generates and scores rounds (RewardStage::collect) until a full batch of
@@ -146,11 +147,11 @@ std::map<std::string, double> RlTrainer::train_step() {
         else compute_old_log_probs(batch, m);
     }
     if (!c_.algorithm.rollout_correction.bypass_mode) apply_rollout_correction(batch, m);
-    if (plan_.reference) {
+    if (plan_.has("reference")) {
         Stage s(timing, "ref");
         batch.update(ctl_.call<ReferenceMethod::kComputeLogProb>(seq_columns(batch), {update_inputs_.temperature()}));
     }
-    if (plan_.critic) {
+    if (plan_.has("critic")) {
         Stage s(timing, "values");
         batch.update(ctl_.call(CriticMethod::kComputeValues, seq_columns(batch)));
     }
@@ -192,7 +193,7 @@ void RlTrainer::compute_old_log_probs(Batch& batch, Metrics& m) {
     }
 }
 
-// verl's decoupled mode (ALGORITHMS.md §6.3): once per training batch, after the actor's old
+// verl's decoupled mode (ALGORITHMS §6.3): once per training batch, after the actor's old
 // log-probs and before the advantage. Needs the rollout's log-probs (rollout.calculate_log_probs).
 void RlTrainer::apply_rollout_correction(Batch& batch, Metrics& m) const {
     if (!batch.has("rollout_log_probs") || batch.at("response_mask").sum().item<double>() == 0) return;
@@ -214,7 +215,7 @@ void RlTrainer::compute_advantages(Batch& batch) {
     algo::AdvantageInputs ai;
     ai.token_level_rewards = batch.at("token_level_rewards");
     ai.response_mask = batch.at("response_mask");
-    if (plan_.critic) ai.values = batch.at("values");
+    if (plan_.has("critic")) ai.values = batch.at("values");
     ai.index = algo::make_group_index(batch.strings("uid")).ids;
     if (plan_.greedy_baselines)
         ai.reward_baselines = rewards_.greedy_baselines(batch, [&](const Batch& prompts) {
@@ -229,12 +230,7 @@ void RlTrainer::compute_advantages(Batch& batch) {
         for (const auto& k : c_.algorithm.gdpo_reward_keys) comps.push_back(batch.at(reward_component_column(k)));
         ai.reward_components = torch::stack(comps);
     }
-    algo::AdvantageParams ap;
-    ap.gamma = c_.algorithm.gamma;
-    ap.lam = c_.algorithm.lam;
-    ap.norm_adv_by_std_in_grpo = c_.algorithm.norm_adv_by_std_in_grpo;
-    ap.gdpo_weights = c_.algorithm.gdpo_reward_weights;
-    auto adv = algo::compute_advantage(c_.algorithm.adv_estimator, ai, ap);
+    auto adv = algo::compute_advantage(c_.algorithm.adv_estimator, ai, c_.algorithm.advantage);
     batch.set("advantages", adv.advantages.to(torch::kFloat32));
     batch.set("returns", adv.returns.to(torch::kFloat32));
 }
@@ -245,7 +241,7 @@ void RlTrainer::update_roles(const Batch& batch, bool update_actor, Metrics& m) 
         for (const auto& [k, v] : reduce_metrics(ctl_.wait(call).metrics())) m[k] = v;
     };
     std::optional<protocol::Controller::Pending> critic_call;
-    if (plan_.critic) critic_call = ctl_.submit(CriticMethod::kUpdate, update_inputs_.critic(batch));
+    if (plan_.has("critic")) critic_call = ctl_.submit(CriticMethod::kUpdate, update_inputs_.critic(batch));
     if (!update_actor) {
         if (critic_call) take(*critic_call);
         return;

@@ -34,7 +34,7 @@ RolloutSourceSettings rollout_source_settings(const Config& c, const RunPlan& pl
     s.max_staleness = c.trainer.max_staleness;
     if (c.algorithm.filter_groups.enable) {
         s.prefetch_before_scoring = false;
-    } else if (plan.reward_model) {
+    } else if (plan.has("reward_model")) {
         const auto& rm = ctl.layout("reward_model").world_ranks;
         const auto& rollout = ctl.layout("rollout").world_ranks;
         s.prefetch_before_scoring =

@@ -24,19 +24,16 @@ RunPlan plan_run(const Config& c) {
         p.greedy_baselines = needs.reward_baselines;
         p.sum_pi_squared = needs.sum_pi_squared;
         p.reward_components = needs.reward_components;
-        p.reference = c.actor.use_kl_loss || c.algorithm.use_kl_in_reward;
-        if (p.reference) {
+        if (c.actor.use_kl_loss || c.algorithm.use_kl_in_reward) {
             wanted.push_back("reference");
             reasons.push_back(c.actor.use_kl_loss ? "actor.use_kl_loss=true" : "algorithm.use_kl_in_reward=true");
         }
-        p.critic = c.critic.enable == "true" || (c.critic.enable == "auto" && needs.values);
-        if (p.critic) {
+        if (c.critic.enable == "true" || (c.critic.enable == "auto" && needs.values)) {
             wanted.push_back("critic");
             reasons.push_back(c.critic.enable == "true" ? "critic.enable=true"
                                                         : "algorithm.adv_estimator=" + c.algorithm.adv_estimator);
         }
-        p.reward_model = c.reward_model.enable;
-        if (p.reward_model) {
+        if (c.reward_model.enable) {
             wanted.push_back("reward_model");
             reasons.push_back("reward_model.enable=true");
         }
@@ -54,5 +51,7 @@ RunPlan plan_run(const Config& c) {
     }
     return p;
 }
+
+bool RunPlan::has(const std::string& role) const { return std::find(roles.begin(), roles.end(), role) != roles.end(); }
 
 }  // namespace rlpt::app

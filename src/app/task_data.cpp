@@ -12,6 +12,7 @@
 #include "rlpt/data/length_filter.h"
 #include "rlpt/reward/number.h"
 #include "rlpt/reward/user_scorer_loader.h"
+#include "rlpt/roles/generator_table.h"
 #include "rlpt/tokenizer/char_tokenizer.h"
 
 namespace rlpt::app {
@@ -214,13 +215,13 @@ TaskData load_task(const Config& c) {
         RLPT_LOG_INFO("built-in model on data.train_files: a character vocabulary of the {} characters the data uses",
                       t.tok->vocab_size() - tokenizer::CharTokenizer::kFirstCharId);
     }
-    if (c.trainer.mode == "rl" && c.rollout.generator == "tool_agent") {
+    if (c.trainer.mode == "rl" && roles::find_generator(c.rollout.generator).runs_tools) {
         try {
             t.tools = agent::list_tool_schemas(c.rollout.multi_turn);
         } catch (const Error& e) {
             rethrow_with_context("rollout.multi_turn.mcp_servers", e);
         }
-        RLPT_LOG_INFO("tool_agent: {} tools for the prompts", t.tools.size());
+        RLPT_LOG_INFO("{}: {} tools for the prompts", c.rollout.generator, t.tools.size());
     }
     prepare_prompts(t, c, t.train, t.train_ids, "train");
     prepare_prompts(t, c, t.val, t.val_ids, "validation");

@@ -51,7 +51,7 @@ UpdateSettings update_settings(const Config& c, const RunPlan& plan, const proto
     s.balance_batch = c.trainer.balance_batch;
     s.temperature = c.rollout.temperature;
     s.actor_dp = ctl.dp_size("actor");
-    if (plan.critic) s.critic_dp = ctl.dp_size("critic");
+    if (plan.has("critic")) s.critic_dp = ctl.dp_size("critic");
     return s;
 }
 

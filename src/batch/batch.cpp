@@ -121,14 +121,6 @@ const torch::Tensor& Batch::at(const std::string& name) const {
     return it->second;
 }
 
-torch::Tensor& Batch::mutable_at(const std::string& name) {
-    auto it = columns_.find(name);
-    if (it == columns_.end()) {
-        RLPT_THROW(ValueError, "batch has no column '{}' (columns: {})", name, key_list(columns_));
-    }
-    return it->second;
-}
-
 void Batch::erase(const std::string& name) {
     columns_.erase(name);
     strings_.erase(name);

@@ -11,7 +11,7 @@
 namespace rlpt::config_detail {
 
 // Every key and section is visited with its meaning, `doc`: one line for users, printed by
-// `rlpt --help-config` and turned into docs/config-reference.md (config_reference.cpp). A unit
+// `rlpt --help-config` and turned into docs/config-reference.md (src/config/reference.cpp). A unit
 // test fails when a key has an empty doc or the committed reference is stale.
 class Visitor {
   public:

@@ -290,9 +290,9 @@ void visit_algorithm(Visitor& v, AlgorithmConfig& c) {
             "advantage estimator: grpo | gae | rloo | reinforce_plus_plus | reinforce_plus_plus_baseline | remax | "
             "opo | gpg | grpo_passk | gdpo | optimal_token_baseline | tir_optimal_token_baseline (and verl's "
             "aliases grpo_vectorized, rloo_vectorized)");
-    v.value("gamma", c.gamma, "discount factor (gae, reinforce_plus_plus), in [0, 1]");
-    v.value("lam", c.lam, "GAE lambda, in [0, 1]");
-    v.value("norm_adv_by_std_in_grpo", c.norm_adv_by_std_in_grpo,
+    v.value("gamma", c.advantage.gamma, "discount factor (gae, reinforce_plus_plus), in [0, 1]");
+    v.value("lam", c.advantage.lam, "GAE lambda, in [0, 1]");
+    v.value("norm_adv_by_std_in_grpo", c.advantage.norm_adv_by_std_in_grpo,
             "grpo: divide by the group's standard deviation; false is Dr.GRPO");
     v.value("use_kl_in_reward", c.use_kl_in_reward, "subtract a KL penalty to the reference from the rewards");
     v.value(
@@ -313,7 +313,7 @@ void visit_algorithm(Visitor& v, AlgorithmConfig& c) {
     });
     v.value("gdpo_reward_keys", c.gdpo_reward_keys,
             "gdpo: the reward components normalised separately (score, acc, or a number a scorer reports)");
-    v.value("gdpo_reward_weights", c.gdpo_reward_weights, "gdpo: one weight per component; empty: 1 each");
+    v.value("gdpo_reward_weights", c.advantage.gdpo_weights, "gdpo: one weight per component; empty: 1 each");
     v.section("rollout_correction", "off-policy correction between rollout and actor log-probs (verl's keys)",
               [&](Visitor& r) {
                   auto& rc = c.rollout_correction;

@@ -1,10 +1,11 @@
 // Range and cross-field checks. Every failure names the key and where it was set; all failures
 // are reported together (one line each), so one run of `rlpt check` shows every problem.
 // Keys that pick an entry of a table (algorithm.adv_estimator, actor.policy_loss.loss_mode,
-// placement.groups.*.roles, rollout.generator, reward.scorer/scorers) are checked against the
-// tables themselves by app::table_name_problems (src/app/check.cpp), which `rlpt check` and
-// the launch run next: the tables live above this torch-free library, and a copy of their
-// names here would drift.
+// placement.groups.*.roles, rollout.generator, rollout.multi_turn.builtin_tools,
+// reward.scorer/scorers) are checked against the tables themselves by app::table_name_problems
+// (src/app/check.cpp), and what the generator's row asks of the config by app::generator_problems,
+// which `rlpt check` and the launch run next: the tables live above this torch-free library, and
+// a copy of their names here would drift.
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -305,20 +306,12 @@ void validate(const Config& c) {
     k.one_of(mt.tool_response_truncate_side, "rollout.multi_turn.tool_response_truncate_side",
              {"left", "middle", "right"});
     k.one_of(mt.format, "rollout.multi_turn.format", {"hermes"});
-    for (const auto& t : mt.builtin_tools) k.one_of(t, "rollout.multi_turn.builtin_tools", {"calculator"});
     for (const auto& s : mt.mcp_servers) k.require(!s.empty(), "rollout.multi_turn.mcp_servers", "an empty command");
     k.require(mt.tool_timeout_s > 0, "rollout.multi_turn.tool_timeout_s", "must be > 0 (got {})", mt.tool_timeout_s);
     k.require(mt.server_start_timeout_s > 0, "rollout.multi_turn.server_start_timeout_s", "must be > 0 (got {})",
               mt.server_start_timeout_s);
     k.positive(mt.env_workers, "rollout.multi_turn.env_workers");
     k.require(mt.env_timeout_s > 0, "rollout.multi_turn.env_timeout_s", "must be > 0 (got {})", mt.env_timeout_s);
-    if (r.generator == "tool_agent") {
-        k.require(!mt.mcp_servers.empty() || !mt.builtin_tools.empty() || !mt.env_command.empty(), "rollout.generator",
-                  "tool_agent needs tools or an environment: set rollout.multi_turn.mcp_servers, .builtin_tools or "
-                  ".env_command");
-        k.require(c.model.chat_template != "llama3", "model.chat_template",
-                  "tool_agent supports the qwen2 and none templates (llama3's tool format is not implemented)");
-    }
 
     k.positive(c.ref.log_prob_micro_batch_size_per_rank, "ref.log_prob_micro_batch_size_per_rank");
     k.require(c.ref.zero_stage == -1 || c.ref.zero_stage == 0 || c.ref.zero_stage == 3, "ref.zero_stage",
@@ -334,8 +327,10 @@ void validate(const Config& c) {
     k.positive(c.reward_model.micro_batch_size_per_rank, "reward_model.micro_batch_size_per_rank");
 
     const auto& al = c.algorithm;
-    k.require(al.gamma >= 0 && al.gamma <= 1, "algorithm.gamma", "must be in [0, 1] (got {})", al.gamma);
-    k.require(al.lam >= 0 && al.lam <= 1, "algorithm.lam", "must be in [0, 1] (got {})", al.lam);
+    k.require(al.advantage.gamma >= 0 && al.advantage.gamma <= 1, "algorithm.gamma", "must be in [0, 1] (got {})",
+              al.advantage.gamma);
+    k.require(al.advantage.lam >= 0 && al.advantage.lam <= 1, "algorithm.lam", "must be in [0, 1] (got {})",
+              al.advantage.lam);
     k.one_of(al.kl_penalty, "algorithm.kl_penalty",
              {"kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "kl+", "k1+", "abs+", "mse+", "k2+", "low_var_kl+",
               "k3+"});
@@ -352,9 +347,10 @@ void validate(const Config& c) {
         k.require(!al.gdpo_reward_keys.empty(), "algorithm.gdpo_reward_keys",
                   "gdpo needs the reward components to normalise separately (e.g. [score, acc])");
     }
-    k.require(al.gdpo_reward_weights.empty() || al.gdpo_reward_weights.size() == al.gdpo_reward_keys.size(),
+    const auto& gdpo_weights = al.advantage.gdpo_weights;
+    k.require(gdpo_weights.empty() || gdpo_weights.size() == al.gdpo_reward_keys.size(),
               "algorithm.gdpo_reward_weights", "needs one weight per gdpo_reward_keys entry ({}), got {}",
-              al.gdpo_reward_keys.size(), al.gdpo_reward_weights.size());
+              al.gdpo_reward_keys.size(), gdpo_weights.size());
     k.require(al.filter_groups.max_num_gen_batches >= 0, "algorithm.filter_groups.max_num_gen_batches",
               "must be >= 0 (got {})", al.filter_groups.max_num_gen_batches);
     if (al.adv_estimator == "grpo" || al.adv_estimator == "rloo" || al.adv_estimator == "grpo_passk") {

@@ -316,10 +316,6 @@ class Engine {
 
 }  // namespace
 
-std::vector<Continuation> SequenceSource::collect(double) {
-    throw InternalError("rollout engine: a sequence was parked but its source cannot resume it (collect)");
-}
-
 void run_engine(model::CausalLM& model, SequenceSource& source, const SamplingParams& params,
                 const BatchLimits& limits) {
     torch::NoGradGuard no_grad;

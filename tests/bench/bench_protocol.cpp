@@ -143,7 +143,8 @@ int main(int argc, char** argv) {
         for (int64_t mib : mib_list) raw_sg.push_back(raw_scatter_gather_s(raw.get(), mib << 20, 5));
 
     Config config = config_from_yaml("", "bench", {"placement.groups=[{roles: [actor], ranks: auto}]"});
-    auto placement = comm::compute_placement(config.placement, world.size(), comm::detect_node_labels(world, ""), {});
+    auto placement =
+        comm::compute_placement(config.placement, world.size(), comm::detect_node_labels(world, ""), {"actor"}, {});
     comm::Topology topo = comm::Topology::build(world, std::move(placement));
     auto reg = registry();
     const ProtocolSettings settings{config.trainer.call_timeout_s, config.trainer.stall_warn_s};

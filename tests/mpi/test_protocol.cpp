@@ -144,6 +144,12 @@ RoleSpec test_spec(const std::string& name) {
 
 std::vector<RoleSpec> test_registry() { return {test_spec("actor"), test_spec("rollout"), test_spec("critic")}; }
 
+std::vector<std::string> role_names(const std::vector<RoleSpec>& registry) {
+    std::vector<std::string> names;
+    for (const auto& spec : registry) names.push_back(spec.name);
+    return names;
+}
+
 // Layouts exercised at every world size: a single group, and an uneven two-group layout
 // (actor+rollout colocated on most ranks, critic on the rest), with and without rank 0
 // hosting roles, and with model-parallel blocks where the size allows.
@@ -173,7 +179,7 @@ Env make_env(const std::vector<std::string>& overrides) {
     Config c = config_from_yaml("", "test", overrides);
     auto world = comm::Communicator::world();
     auto nodes = comm::detect_node_labels(world, "");
-    auto placement = comm::compute_placement(c.placement, world.size(), nodes, {});
+    auto placement = comm::compute_placement(c.placement, world.size(), nodes, role_names(test_registry()), {});
     return Env{c, comm::Topology::build(world, std::move(placement))};
 }
 

@@ -98,9 +98,9 @@ TEST(RoleHandlers, EveryMethodOfEveryRoleRunsOnASmallBatch) {
     Config c = load_config(source_dir() + "/configs/tiny.yaml", overrides);
     set_log_level(parse_log_level(c.trainer.log_level));
     torch::set_num_threads(1);
-    std::vector<std::string> all_roles;
-    for (const auto& spec : app::role_registry()) all_roles.push_back(spec.name);
-    auto placement = comm::compute_placement(c.placement, world.size(), comm::detect_node_labels(world, ""), all_roles);
+    const std::vector<std::string> all_roles = app::role_names();
+    auto placement =
+        comm::compute_placement(c.placement, world.size(), comm::detect_node_labels(world, ""), all_roles, all_roles);
     // The start-up device step of app/job.cpp: handlers get their batches on this rank's device.
     comm::setup_rank_devices(world, placement, c.model.device, c.trainer.device_collectives);
     comm::Topology topo = comm::Topology::build(world, std::move(placement));

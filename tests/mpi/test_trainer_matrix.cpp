@@ -72,8 +72,8 @@ std::map<int64_t, Metrics> run_trainer(const std::string& name, std::vector<std:
     set_log_level(parse_log_level(c.trainer.log_level));
     torch::set_num_threads(1);
     const app::RunPlan plan = app::plan_run(c);
-    auto placement =
-        comm::compute_placement(c.placement, world.size(), comm::detect_node_labels(world, ""), plan.roles, plan.why);
+    auto placement = comm::compute_placement(c.placement, world.size(), comm::detect_node_labels(world, ""),
+                                             app::role_names(), plan.roles, plan.why);
     comm::Topology topo = comm::Topology::build(world, std::move(placement));
     protocol::WorkerHost host(app::role_registry(), app::protocol_settings(c), topo);
     std::map<int64_t, Metrics> by_step;

@@ -1,5 +1,5 @@
 // gdpo and the optimal-token-baseline estimators against values computed from the formulas of
-// ALGORITHMS.md §1.1 by an independent float64 script (plain Python, loops per group and
+// ALGORITHMS §1.1 by an independent float64 script (plain Python, loops per group and
 // position); spot checks by hand in the comments.
 #include "rlpt/algo/advantage.h"
 #include "test_algo_util.h"

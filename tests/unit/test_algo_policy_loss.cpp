@@ -153,7 +153,7 @@ TEST(ClipCov, RandomSubsetHasClipNumTokensAndFollowsTheGenerator) {
 }
 
 // dppo_tv / dppo_kl on a batch of valid probabilities (B = 2, T = 3, one padded token), ε = 0.2,
-// c = 3. Expected values computed by hand from ALGORITHMS.md §1.2 (token-mean over 5 tokens):
+// c = 3. Expected values computed by hand from ALGORITHMS §1.2 (token-mean over 5 tokens):
 //   (0,0) A>0, p - p_old = 0.298 > ε: outside both regions (bkl = 0.316 > ε, p > p_old)
 //   (0,1) A<0, p - p_old = -0.239 < -ε: outside TV; bkl = 0.117 <= ε: inside KL
 //   (1,0) ratio e^1.5 > c: truncated to 3 (counted in pg_clipfrac_lower), inside both

@@ -1,4 +1,4 @@
-// algorithm.rollout_correction (ALGORITHMS.md §6): IS weights, rejection sampling and the
+// algorithm.rollout_correction (ALGORITHMS §6): IS weights, rejection sampling and the
 // rollout_corr/* metrics against values worked out by hand on a 2 x 3 batch.
 #include "rlpt/algo/rollout_correction.h"
 

@@ -1,7 +1,7 @@
 // Sequence balancing. Partition vectors marked "verl" were produced once by running verl's own
 // seqlen_balancing functions (karmarkar_karp, greedy_partition, get_seqlen_balanced_partitions and
 // the rearrange/_balance_batch orderings) under /usr/bin/python3 on these inputs; rlpt must give
-// exactly the same index lists. ALGORITHMS.md's vector (sums [148,154,149,145]) could not be
+// exactly the same index lists. the vector of ALGORITHMS §4 (sums [148,154,149,145]) could not be
 // reproduced: its inputs are not given. Properties and small hand cases cover the rest.
 #include <algorithm>
 #include <numeric>

@@ -128,9 +128,29 @@ TEST(Config, KeysThatCannotWorkAreRefusedNotIgnored) {
         {"algorithm.gdpo_reward_weights", "one weight per"});
     Config c = config_from_yaml("", "o",
                                 {"algorithm.gdpo_reward_keys=[score, acc]", "algorithm.gdpo_reward_weights=[1, 0.25]"});
-    EXPECT_EQ(c.algorithm.gdpo_reward_weights, (std::vector<double>{1.0, 0.25}));
-    EXPECT_EQ(config_from_yaml(rlpt::to_yaml(c), "dump").algorithm.gdpo_reward_weights,
-              c.algorithm.gdpo_reward_weights);
+    EXPECT_EQ(c.algorithm.advantage.gdpo_weights, (std::vector<double>{1.0, 0.25}));
+    EXPECT_EQ(config_from_yaml(rlpt::to_yaml(c), "dump").algorithm.advantage.gdpo_weights,
+              c.algorithm.advantage.gdpo_weights);
+}
+
+// The estimators' hyperparameters are one algo struct in the config, passed whole to the estimator:
+// its keys fill it, and by default it holds algo's defaults (the estimator's when nothing is set).
+TEST(Config, AdvantageKeysFillTheEstimatorsParams) {
+    const rlpt::algo::AdvantageParams defaults;
+    const auto d = config_from_yaml("", "o").algorithm.advantage;
+    EXPECT_EQ(d.gamma, defaults.gamma);
+    EXPECT_EQ(d.lam, defaults.lam);
+    EXPECT_EQ(d.norm_adv_by_std_in_grpo, defaults.norm_adv_by_std_in_grpo);
+    EXPECT_EQ(d.gdpo_weights, defaults.gdpo_weights);
+    EXPECT_EQ(d.epsilon, defaults.epsilon);
+    EXPECT_EQ(d.gpg_f_norm, defaults.gpg_f_norm);
+    EXPECT_EQ(d.otb_handle_zero_tail, defaults.otb_handle_zero_tail);
+    const auto c = config_from_yaml("algorithm:\n  gamma: 0.9\n  lam: 0.95\n  norm_adv_by_std_in_grpo: false\n", "o")
+                       .algorithm.advantage;
+    EXPECT_EQ(c.gamma, 0.9);
+    EXPECT_EQ(c.lam, 0.95);
+    EXPECT_FALSE(c.norm_adv_by_std_in_grpo);
+    expect_config_error([] { config_from_yaml("", "o", {"algorithm.lam=1.5"}); }, {"algorithm.lam", "[0, 1]"});
 }
 
 TEST(Config, RolloutProgramKeys) {

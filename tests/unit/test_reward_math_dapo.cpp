@@ -1,4 +1,4 @@
-// The DAPO math scorer (verl math_dapo.py, ALGORITHMS.md §5). Expected values worked by hand
+// The DAPO math scorer (verl math_dapo.py, ALGORITHMS §5). Expected values worked by hand
 // from the Python's steps (noted per case).
 #include <gtest/gtest.h>
 

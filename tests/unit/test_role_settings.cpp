@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "rlpt/app/registry.h"
 #include "rlpt/app/role_settings.h"
 #include "rlpt/roles/actor.h"
 #include "rlpt/roles/critic.h"
@@ -172,7 +173,7 @@ TEST(RoleSettings, AnInitWithoutASettingNamesTheMethodAndTheField) {
 TEST(RoleSettings, ZeroShardGroupsAndTheReferenceStageFollowTheConfig) {
     auto p =
         comm::compute_placement(PlacementConfig{true, {RoleGroupConfig{{"actor", "rollout", "reference"}, "auto", 1}}},
-                                8, {0, 0, 0, 0, 1, 1, 1, 1}, {});
+                                8, {0, 0, 0, 0, 1, 1, 1, 1}, app::role_names(), {});
     Config c;
     c.actor.optim.zero_stage = 3;
     c.actor.optim.fsdp_size = 3;

@@ -4,10 +4,12 @@
 // was set and the table's names.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "check.h"
+#include "rlpt/agent/builtin_tools.h"
 #include "rlpt/algo/advantage.h"
 #include "rlpt/algo/policy_loss.h"
 #include "rlpt/app/registry.h"
@@ -48,6 +50,9 @@ TEST(TableNames, EveryEntryOfEveryTableIsAccepted) {
         e.reward.scorers["my/data"] = type;
         EXPECT_TRUE(table_name_problems(e).empty()) << joined(table_name_problems(e));
     }
+    Config tools = c;
+    tools.rollout.multi_turn.builtin_tools = agent::builtin_tool_names();
+    EXPECT_TRUE(table_name_problems(tools).empty()) << joined(table_name_problems(tools));
     Config all = c;
     all.placement.groups.resize(1);
     all.placement.groups[0].roles.clear();
@@ -85,6 +90,57 @@ TEST(TableNames, UnknownNamesAreRefusedNamingKeyOriginAndTheTable) {
     const CheckReport report = check_config(c, 0);
     for (const auto& p : problems)
         EXPECT_NE(std::find(report.problems.begin(), report.problems.end(), p), report.problems.end()) << p;
+}
+
+TEST(TableNames, AnUnknownBuiltinToolIsRefusedNamingTheTools) {
+    Config c = config_from_yaml("", "t", {"rollout.multi_turn.builtin_tools=[calculator, calc]"});
+    const auto problems = table_name_problems(c);
+    ASSERT_EQ(problems.size(), 1u) << joined(problems);
+    EXPECT_NE(problems[0].find("rollout.multi_turn.builtin_tools: 'calc' is not one of: calculator"), std::string::npos)
+        << problems[0];
+}
+
+// A generator whose row runs tools needs tools or an environment and a template with a tool format;
+// the others ask nothing of rollout.multi_turn.
+TEST(TableNames, AGeneratorThatRunsToolsNeedsToolsAndAToolTemplate) {
+    for (const auto& g : roles::generator_table()) {
+        SCOPED_TRACE(g.name);
+        if (!g.runs_tools) {
+            Config other = config_from_yaml("", "t");
+            other.rollout.generator = g.name;
+            EXPECT_TRUE(generator_problems(other).empty()) << joined(generator_problems(other));
+            continue;
+        }
+        Config bare = config_from_yaml("", "t", {std::string("rollout.generator=") + g.name});
+        const auto problems = generator_problems(bare);
+        ASSERT_EQ(problems.size(), 1u) << joined(problems);
+        EXPECT_NE(problems[0].find(std::string("): rollout.generator: ") + g.name + " needs tools or an environment"),
+                  std::string::npos)
+            << problems[0];
+        for (const char* given :
+             {"rollout.multi_turn.builtin_tools=[calculator]", "rollout.multi_turn.mcp_servers=[npx -y x]",
+              "rollout.multi_turn.env_command=./env"}) {
+            Config ok = config_from_yaml("", "t", {std::string("rollout.generator=") + g.name, given});
+            EXPECT_TRUE(generator_problems(ok).empty()) << given << ": " << joined(generator_problems(ok));
+        }
+        Config llama =
+            config_from_yaml("", "t",
+                             {std::string("rollout.generator=") + g.name,
+                              "rollout.multi_turn.builtin_tools=[calculator]", "model.chat_template=llama3"});
+        const auto template_problems = generator_problems(llama);
+        ASSERT_EQ(template_problems.size(), 1u) << joined(template_problems);
+        EXPECT_NE(template_problems[0].find("model.chat_template: " + std::string(g.name) +
+                                            " supports the qwen2 and none templates"),
+                  std::string::npos)
+            << template_problems[0];
+        // rlpt check and the launch report them with every other problem (check_config).
+        const CheckReport report = check_config(bare, 0);
+        EXPECT_NE(std::find(report.problems.begin(), report.problems.end(), problems[0]), report.problems.end());
+    }
+    Config unknown = config_from_yaml("", "t", {"rollout.generator=beamz"});
+    EXPECT_TRUE(generator_problems(unknown).empty());  // table_name_problems names it
+    EXPECT_TRUE(std::any_of(roles::generator_table().begin(), roles::generator_table().end(),
+                            [](const roles::GeneratorEntry& g) { return g.runs_tools; }));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // agent loop (agent/tool_agent.h) on the calling thread, with the MCP tools' result type.
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "rlpt/agent/mcp_client.h"
 
@@ -17,6 +18,9 @@ struct BuiltinTool {
 
 // The built-in tool named `name`, or nullptr.
 const BuiltinTool* find_builtin_tool(const std::string& name);
+// Every built-in tool's name, in a fixed order: the one list of them (rollout.multi_turn.builtin_tools
+// and `rlpt generate --tool` are checked against it, app::table_name_problems).
+std::vector<std::string> builtin_tool_names();
 
 // The calculator: arguments {"expression": "12*(3+4)"} with + - * / and parentheses over decimal
 // numbers. Its schema, and its result (integers printed without a fraction; errors, e.g. division

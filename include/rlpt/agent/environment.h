@@ -1,7 +1,7 @@
 #pragma once
 // Environments for tasks whose reward depends on the interaction (DESIGN §4c): any program that
 // speaks JSON lines, so users write them in Python or anything else
-// (scripts/examples/echo_env.py). Torch-free, MPI-free, no threads.
+// (scripts/examples/retry_env.py). Torch-free, MPI-free, no threads.
 //
 // A pool of `workers` processes (agent/line_process.h) per rollout rank; episode e (the sample's
 // global index) always goes to worker e % workers, which keeps its state. Requests, one per line:

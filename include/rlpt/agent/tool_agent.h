@@ -1,5 +1,5 @@
 #pragma once
-// The agent loop as a rollout generator (rollout.generator: tool_agent; DESIGN §4c, AGENTS.md §1).
+// The agent loop as a rollout generator (rollout.generator: tool_agent; DESIGN §4c, AGENTS §1).
 //
 // Per sample, with R = params.max_new_tokens the budget of the whole response (model and
 // observation tokens together, verl's response_length):

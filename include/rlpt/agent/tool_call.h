@@ -1,5 +1,5 @@
 #pragma once
-// Tool calls in the model's text and tools in the prompt (AGENTS.md §1.5, §2). Torch-free.
+// Tool calls in the model's text and tools in the prompt (AGENTS §1.5, §2). Torch-free.
 //
 // Parser format "hermes" (Hermes / Qwen2.5 / Qwen3, verl's HermesToolParser): every non-greedy
 // block <tool_call>BODY</tool_call> of the turn's text (decoded with special tokens kept); BODY is

@@ -1,5 +1,5 @@
 #pragma once
-// Advantage estimators (verl core_algos, ALGORITHMS.md §1.1) as pure functions on tensors.
+// Advantage estimators (verl core_algos, ALGORITHMS §1.1) as pure functions on tensors.
 //
 // Shapes and dtypes, for every estimator:
 //   token_level_rewards  B×T float32/float64; rewards are assumed 0 outside the response
@@ -26,6 +26,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "rlpt/algo/advantage_config.h"  // AdvantageParams
 
 namespace rlpt::algo {
 
@@ -139,16 +141,6 @@ struct AdvantageInputs {
     torch::Tensor old_log_probs;        // optimal_token_baseline, tir_optimal_token_baseline
     torch::Tensor sum_pi_squared;       // optimal_token_baseline, tir_optimal_token_baseline
     torch::Tensor reward_components;    // gdpo: [K, B]
-};
-
-struct AdvantageParams {
-    double gamma = 1.0;                   // algorithm.gamma
-    double lam = 1.0;                     // algorithm.lam
-    double epsilon = 1e-6;                // grpo family
-    bool norm_adv_by_std_in_grpo = true;  // algorithm.norm_adv_by_std_in_grpo
-    double gpg_f_norm = 1.0;
-    std::vector<double> gdpo_weights;  // algorithm.gdpo_reward_weights (empty: 1 each)
-    bool otb_handle_zero_tail = true;  // verl's default for both OTB estimators
 };
 
 // What an estimator needs beyond rewards and mask, so the trainer knows which stages to run.

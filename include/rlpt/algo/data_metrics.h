@@ -1,5 +1,5 @@
 #pragma once
-// Per-step data metrics under verl's names (metric_utils.compute_data_metrics, ALGORITHMS.md §3).
+// Per-step data metrics under verl's names (metric_utils.compute_data_metrics, ALGORITHMS §3).
 
 #include <torch/torch.h>
 

@@ -1,5 +1,5 @@
 #pragma once
-// KL penalties (ALGORITHMS.md §1.4): per-token estimators, the in-reward penalty with its
+// KL penalties (ALGORITHMS §1.4): per-token estimators, the in-reward penalty with its
 // controller, and the KL loss term of the actor objective.
 // Devices: the tensors of one call on one device (ValueError naming two that differ); results on it.
 

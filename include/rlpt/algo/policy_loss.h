@@ -1,5 +1,5 @@
 #pragma once
-// Policy-gradient losses (verl POLICY_LOSS_REGISTRY, ALGORITHMS.md §1.2).
+// Policy-gradient losses (verl POLICY_LOSS_REGISTRY, ALGORITHMS §1.2).
 //
 // Inputs (all B×T, same floating dtype for the log-probs and advantages):
 //   old_log_prob        log π_old(a_t) (no gradient needed)

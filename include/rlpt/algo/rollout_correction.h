@@ -1,6 +1,6 @@
 #pragma once
 // Off-policy correction between the rollout's sampling policy and the actor (verl's
-// rollout_correction, ALGORITHMS.md §6): truncated importance-sampling weights, rejection
+// rollout_correction, ALGORITHMS §6): truncated importance-sampling weights, rejection
 // sampling and off-policy diagnostics, computed once per training batch on the controller
 // (verl's decoupled mode: after the actor's old log-probs, before the advantage).
 //

@@ -1,5 +1,5 @@
 #pragma once
-// Parsing of algorithm.rollout_correction's option strings (ALGORITHMS.md §6.1, §6.2).
+// Parsing of algorithm.rollout_correction's option strings (ALGORITHMS §6.1, §6.2).
 // Torch-free, so config validation (src/config) refuses a bad spec before any rank starts;
 // the tensor math that uses the parsed specs is in rlpt/algo/rollout_correction.h.
 // Every parser throws ValueError with a message naming the offending text.

@@ -1,5 +1,5 @@
 #pragma once
-// Sequence-length balancing (verl utils/seqlen_balancing.py, ALGORITHMS.md §4). Torch-free.
+// Sequence-length balancing (verl utils/seqlen_balancing.py, ALGORITHMS §4). Torch-free.
 //
 // Everything works on per-sample token counts (the attention-mask sum of each sample) and returns
 // index lists into that list; moving the data is the caller's job. Balancing is done on

@@ -1,5 +1,5 @@
 #pragma once
-// Critic value loss and the actor's full objective (ALGORITHMS.md §1.5, §1.6).
+// Critic value loss and the actor's full objective (ALGORITHMS §1.5, §1.6).
 // Devices: every tensor input on one device, the host or a GPU (ValueError naming two that
 // differ); the loss is on that device.
 

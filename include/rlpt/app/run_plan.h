@@ -17,16 +17,16 @@
 namespace rlpt::app {
 
 struct RunPlan {
-    std::vector<std::string> roles;  // in role-registry order
+    std::vector<std::string> roles;  // the roles this run needs, each once, in role-registry order
     std::string why;                 // the config keys that add roles: "actor.use_kl_loss=true, ..."
-    bool reference = false;
-    bool critic = false;
-    bool reward_model = false;
     bool greedy_baselines = false;
     bool sum_pi_squared = false;
     bool reward_components = false;
     // Roles of this run whose dispatch tables have save and load (their state is checkpointed).
     std::vector<std::string> checkpointed_roles;
+
+    // Whether the run needs `role` (one of `roles`).
+    bool has(const std::string& role) const;
 };
 
 // ConfigError for an unknown estimator (config validation normally refused it already).

@@ -65,7 +65,6 @@ class Batch {
     bool has(const std::string& name) const { return columns_.count(name) != 0; }
     // Throws ValueError naming the missing column and listing the present ones.
     const torch::Tensor& at(const std::string& name) const;
-    torch::Tensor& mutable_at(const std::string& name);
     void erase(const std::string& name);
     const std::map<std::string, torch::Tensor>& columns() const { return columns_; }
     std::vector<std::string> column_names() const;

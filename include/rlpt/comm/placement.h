@@ -22,9 +22,6 @@
 
 namespace rlpt::comm {
 
-// Canonical role order (also the order communicators are built in).
-const std::vector<std::string>& all_role_names();
-
 struct RoleLayout {
     std::string role;
     int group = -1;                // index into placement.groups
@@ -45,7 +42,7 @@ struct Placement {
     int world_size = 0;
     int controller_rank = 0;
     bool controller_hosts_roles = false;
-    std::vector<RoleLayout> roles;  // canonical order, only roles that are placed
+    std::vector<RoleLayout> roles;  // in the order of compute_placement's role_names, only roles that are placed
     std::vector<int> node_of_rank;  // dense node index per world rank
     int n_nodes = 1;
 
@@ -60,6 +57,9 @@ struct Placement {
 };
 
 // node_of_rank: any node labels per world rank (made dense in order of first appearance).
+// role_names: every role there is, in the role registry's order (app::role_names(); comm cannot
+// see the registry): a group naming another role is a ConfigError listing them, and
+// Placement::roles (so the order communicators are built in) follows this order.
 // required_roles: roles the run needs (app::plan_run; missing -> ConfigError naming `why`).
 // rollout_tp (rollout.tensor_model_parallel_size, 0: the group's size): a rollout colocated with
 // the actor gets blocks of this many ranks on the group's ranks (the hybrid engine: its weights
@@ -67,8 +67,8 @@ struct Placement {
 // must divide the group and keep every block inside one node. For a rollout in a group without
 // the actor it must equal that group's model_parallel_size (ConfigError naming the key).
 Placement compute_placement(const PlacementConfig& cfg, int world_size, const std::vector<int>& node_of_rank,
-                            const std::vector<std::string>& required_roles, const std::string& why = {},
-                            int rollout_tp = 0);
+                            const std::vector<std::string>& role_names, const std::vector<std::string>& required_roles,
+                            const std::string& why = {}, int rollout_tp = 0);
 
 // Ranks taking part in the actor -> rollout weight sync of model-parallel rank `mp_rank`:
 // [actor role rank mp_rank (the first block's)] + the rollout ranks with that mp_rank that do not

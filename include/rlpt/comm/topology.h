@@ -2,7 +2,7 @@
 // Topology: the placement plus the communicators built from it. Torch-free.
 //
 // Topology::build is collective on `world`: every rank detects its node, derives the same
-// Placement, and takes part in one MPI_Comm_split per placed role (in canonical role order),
+// Placement, and takes part in one MPI_Comm_split per placed role (in Placement::roles order),
 // then in the dp/mp splits of the roles it hosts. It also dups `world` into the control
 // communicator that carries controller <-> worker messages, so those never share a
 // communicator (or tags) with role collectives.

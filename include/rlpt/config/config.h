@@ -23,6 +23,7 @@
 // The sections a lower layer reads are that layer's torch-free structs, included here (their
 // defaults live there): the optimizer (actor.optim, critic.optim, sft.optim), the built-in model
 // (model.builtin), the policy loss (actor.policy_loss and the clip keys) and the placement.
+#include "rlpt/algo/advantage_config.h"
 #include "rlpt/algo/loss_config.h"
 #include "rlpt/comm/placement_config.h"
 #include "rlpt/engine/optim_config.h"
@@ -219,7 +220,7 @@ struct FilterGroupsConfig {
     int64_t max_num_gen_batches = 0;  // 0: unlimited
 };
 
-// algorithm.rollout_correction (verl's names and yaml defaults, ALGORITHMS.md §6): off-policy
+// algorithm.rollout_correction (verl's names and yaml defaults, ALGORITHMS §6): off-policy
 // correction between the rollout's log-probs (rollout.calculate_log_probs) and the actor's old
 // log-probs, once per training batch. It runs whenever the batch has rollout log-probs: with
 // rollout_is and rollout_rs null it only logs the rollout_corr/* diagnostics.
@@ -238,17 +239,16 @@ struct RolloutCorrectionConfig {
 
 struct AlgorithmConfig {
     std::string adv_estimator = "grpo";
-    double gamma = 1.0;
-    double lam = 1.0;
-    bool norm_adv_by_std_in_grpo = true;
+    // The estimators' hyperparameters (algo's struct): algorithm.gamma, lam, norm_adv_by_std_in_grpo
+    // and gdpo_reward_weights; the trainer passes it whole to the estimator.
+    algo::AdvantageParams advantage;
     bool use_kl_in_reward = false;
     std::string kl_penalty = "kl";
     KlCtrlConfig kl_ctrl;
     FilterGroupsConfig filter_groups;
     // gdpo: the per-sample reward components normalised separately (score, acc, or a number a
-    // scorer reports in ScoreResult::extra) and their weights (empty: 1 each).
+    // scorer reports in ScoreResult::extra); their weights are advantage.gdpo_weights.
     std::vector<std::string> gdpo_reward_keys;
-    std::vector<double> gdpo_reward_weights;
     RolloutCorrectionConfig rollout_correction;
 };
 

@@ -6,7 +6,7 @@
 //                           (node = world_rank / 8), or "0,0,1,1,1" = a node label per rank.
 //                           For testing multi-node placement on one machine.
 //   RLPT_FAULT              inject a fault for the fault tests: "<kind>:<world rank>:<method>[:<step>]"
-//                           with kind throw|kill|hang (see src/app/fault_injection.h)
+//                           with kind throw|kill|hang (protocol::FaultPlan, include/rlpt/protocol/runtime.h)
 //   RLPT_ASSET_DIR          where tests find downloaded test assets (tokenizers)
 //   RLPT_SHARED_DIR         where tests find ../shared (GSM8K data)
 #include <string>

@@ -4,7 +4,7 @@
 // Each role declares `enum class <Role>Method : uint16_t { ..., kCount }` in its public
 // header (include/rlpt/roles/<role>.h) and builds one RoleSpec whose methods[i].id == i for
 // every enumerator, so a misspelt method is a compile error and a missing row is caught by
-// validate_registry() at start-up on every rank. src/app/role_registry.cpp lists the specs
+// validate_registry() at start-up on every rank. src/app/registry.cpp lists the specs
 // in a fixed order; the index of a spec in that list is its id on the wire.
 //
 // How a call moves:

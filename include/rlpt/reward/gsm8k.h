@@ -1,5 +1,5 @@
 #pragma once
-// GSM8K scorer, exactly verl/utils/reward_score/gsm8k.py (ALGORITHMS.md §5):
+// GSM8K scorer, exactly verl/utils/reward_score/gsm8k.py (ALGORITHMS §5):
 //  * only the last 300 characters (code points) of the solution are searched;
 //  * strict: the last match of `#### (-?[0-9.,]+)`, commas removed; no match -> none;
 //  * flexible: the last match of `(-?[0-9.,]+)` that is not "" or "." (commas kept);

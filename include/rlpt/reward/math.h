@@ -1,6 +1,6 @@
 #pragma once
 // MATH \boxed{} scorer, exactly verl/utils/reward_score/math_reward.py (the Hendrycks MATH
-// normalisation from lm-evaluation-harness), ALGORITHMS.md §5.
+// normalisation from lm-evaluation-harness), ALGORITHMS §5.
 //
 // Where the Python raises (an `assert` in remove_boxed, an IndexError in fix_sqrt or
 // fix_fracs, an `assert` in remove_right_units), these functions return std::nullopt and

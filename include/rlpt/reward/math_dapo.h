@@ -1,5 +1,5 @@
 #pragma once
-// The DAPO math scorer, verl/utils/reward_score/math_dapo.py (ALGORITHMS.md §5): verl's default
+// The DAPO math scorer, verl/utils/reward_score/math_dapo.py (ALGORITHMS §5): verl's default
 // for the data_sources math_dapo, math, math_dapo_reasoning and aime* (add_builtin_scorers).
 //
 //   * only the last 300 characters (code points) of the response are read;

@@ -19,6 +19,10 @@ struct GeneratorEntry {
     const char* name;
     rollout::GeneratorFn fn;
     const char* what;  // one line for error messages and docs
+    // Runs rollout.multi_turn's tools or environment between turns (the agent loop): it reads and
+    // writes text with the run's tokenizer, the prompts list its tools, and the config must give it
+    // tools or an environment and a chat template with a tool format (app::generator_problems).
+    bool runs_tools = false;
 };
 
 // Every generator, in a fixed order.

@@ -18,6 +18,12 @@ const std::vector<protocol::RoleSpec>& role_registry() {
     return registry;
 }
 
+std::vector<std::string> role_names() {
+    std::vector<std::string> names;
+    for (const auto& spec : role_registry()) names.push_back(spec.name);
+    return names;
+}
+
 uint16_t method_id(const std::string& role, const std::string& method) {
     const auto& reg = role_registry();
     const int r = protocol::find_role(reg, role);

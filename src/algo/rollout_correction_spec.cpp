@@ -1,5 +1,6 @@
-// algorithm.rollout_correction option parsing (rlpt/algo/rollout_correction_spec.h). It lives in
-// the torch-free config library because config validation runs it; the algorithm code links it too.
+// algorithm.rollout_correction option parsing (rlpt/algo/rollout_correction_spec.h). Torch-free:
+// it is compiled into rlpt_base (src/CMakeLists.txt) because config validation runs it; the
+// algorithm code links it from there.
 #include "rlpt/algo/rollout_correction_spec.h"
 
 #include <cmath>
