@@ -92,7 +92,7 @@ class ProcessShared {
 };
 
 // What a handler sees of the world. A role's settings come with its kInit (args.h, InitWith),
-// never from the run's Config.
+// never from the run's config (include/rlpt/roles/settings.h).
 struct WorkerContext {
     const comm::Topology* topology = nullptr;
     const comm::RoleComms* comms = nullptr;  // this role's communicators on this rank
