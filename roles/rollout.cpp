@@ -106,9 +106,9 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in, const Generat
     // decode steps differs per rank, so no per-layer gathers), freed when it returns.
     const auto full = model::hold_full_parameters(r.weights->model());
     const auto window = r.weights->window(ctx.comms->role_rank == 0);
-    // The prompts are read as token lists on the host (the batch may arrive on the GPU).
-    const torch::Tensor ids = in.at("prompt_ids").to(torch::kCPU).contiguous();
-    const torch::Tensor mask = in.at("prompt_mask").to(torch::kCPU, torch::kBool).contiguous();
+    // The prompts are read as token lists: the row takes its input on the host.
+    const torch::Tensor ids = in.at("prompt_ids").contiguous();
+    const torch::Tensor mask = in.at("prompt_mask").to(torch::kBool).contiguous();
     const int64_t B = in.size(), P = ids.size(1);
     rollout::SamplingParams sp;
     sp.temperature = args.temperature;
@@ -213,6 +213,7 @@ const protocol::RoleSpec& rollout_spec() {
                 {protocol::string_field("token_text")}),
             method<RolloutMethod::kGenerate, generate>("generate")
                 .split_over_dp()
+                .takes_host_input()
                 .takes(tensors("prompt_ids", "prompt_mask"))
                 .takes({protocol::int_field("sample_index")})
                 .takes({{"data_source", protocol::FieldKind::kString, true},

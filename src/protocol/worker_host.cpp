@@ -85,7 +85,7 @@ Batch WorkerHost::run(int role_index, uint16_t method, const Batch& in, int64_t 
     ctx.step = step;
     ctx.method = m.name;
     // The one place batches cross between host and device (role_spec.h, "Devices").
-    const Batch out = m.handler(*it->second, ctx, in.to(handler_device()));
+    const Batch out = m.handler(*it->second, ctx, m.host_input ? in : in.to(handler_device()));
     return out.to(torch::kCPU);
 }
 

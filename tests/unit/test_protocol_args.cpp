@@ -176,6 +176,13 @@ TEST(ProtocolArgs, TableRowsDeclareTheirArguments) {
     EXPECT_EQ(declared("actor", static_cast<uint16_t>(roles::ActorMethod::kUpdate)),
               names(args_schema<roles::ActorUpdateArgs>()));
     EXPECT_EQ(declared("actor", static_cast<uint16_t>(roles::ActorMethod::kSave)), (std::vector<std::string>{"dir"}));
+    // The rollout reads its prompts as token lists: its row keeps them on the host (no round trip
+    // through the GPU); a model's forward gets its columns on the device.
+    auto row = [&](const std::string& role, uint16_t method) {
+        return reg[static_cast<size_t>(protocol::find_role(reg, role))].methods[method];
+    };
+    EXPECT_TRUE(row("rollout", static_cast<uint16_t>(roles::RolloutMethod::kGenerate)).host_input);
+    EXPECT_FALSE(row("actor", static_cast<uint16_t>(roles::ActorMethod::kComputeLogProb)).host_input);
     // A typed row (protocol::method<M, handler>) declares ArgsOf<M>'s fields: kInit its settings too.
     EXPECT_EQ(declared("critic", static_cast<uint16_t>(roles::CriticMethod::kInit)),
               names(args_schema<protocol::InitWith<roles::CriticSettings>>()));

@@ -30,8 +30,9 @@
 // may return columns on any device. WorkerHost::run moves the input there before the handler and
 // the output to the host after it: the one place where batches cross between host and device,
 // for remote calls and for the controller's calls to roles it hosts alike. Handlers never move
-// batch columns to or from the device themselves; host code inside a handler that reads values
-// (tokenizers, reward functions, loops over data_ptr) takes `.cpu()` of what it reads.
+// batch columns to or from the device themselves. A method whose handler reads its input as
+// values on the host (token lists, tokenizers, loops over data_ptr) says so in its row
+// (takes_host_input()): its input stays on the host.
 //
 // A table row reads as words, built with method() and the MethodSpec setters; a method with
 // arguments uses the typed form (args.h), whose handler receives ArgsOf<M> decoded:
@@ -127,6 +128,7 @@ struct MethodSpec {
     // kInit of a role with settings: the Controller adds the role's settings (resolved once by
     // the run plan, Controller::set_role_settings) to the caller's input.
     bool takes_settings = false;
+    bool host_input = false;  // the handler reads its input on the host: WorkerHost leaves it there
     std::vector<FieldSpec> inputs;
     std::vector<FieldSpec> outputs;
     Handler handler = nullptr;
@@ -145,6 +147,7 @@ struct MethodSpec {
     MethodSpec& every_output(std::vector<FieldSpec> fields) { return collect_as(Collect::kAll, fields); }
     MethodSpec& timeout(double seconds) { return timeout_s = seconds, *this; }
     MethodSpec& receives_settings() { return takes_settings = true, *this; }
+    MethodSpec& takes_host_input() { return host_input = true, *this; }
 
   private:
     MethodSpec& collect_as(Collect c, std::vector<FieldSpec>& fields) {
