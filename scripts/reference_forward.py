@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""Independent reference forward pass for Llama / Qwen2 checkpoints, in plain PyTorch.
+"""Independent reference forward pass for Llama / Qwen2 / Qwen3 (dense) checkpoints, in plain PyTorch.
 
-Written from the published architecture (Hugging Face's eager Llama/Qwen2 attention), sharing
+Written from the published architecture (Hugging Face's eager Llama/Qwen2/Qwen3 attention; Qwen3's
+per-head RMSNorm of q and k before the rotary embedding when the checkpoint has q_norm/k_norm), sharing
 no code with rlpt's C++ model: its own safetensors parser, float64 arithmetic throughout,
 K/V heads repeated explicitly for grouped-query attention, an additive causal+padding mask.
 Used by tests/unit/test_model_reference.cpp; run it with Debian's /usr/bin/python3
@@ -120,6 +121,9 @@ def forward(cfg, w, ids, mask, pos):
         q = linear(g("self_attn.q_proj.weight"), h, g("self_attn.q_proj.bias")).view(B, T, n_heads, head_dim).transpose(1, 2)
         k = linear(g("self_attn.k_proj.weight"), h, g("self_attn.k_proj.bias")).view(B, T, n_kv, head_dim).transpose(1, 2)
         v = linear(g("self_attn.v_proj.weight"), h, g("self_attn.v_proj.bias")).view(B, T, n_kv, head_dim).transpose(1, 2)
+        if g("self_attn.q_norm.weight") is not None:  # Qwen3: over head_dim, one weight for every head
+            q = rms_norm(q, g("self_attn.q_norm.weight"), eps)
+            k = rms_norm(k, g("self_attn.k_norm.weight"), eps)
         q, k = rope(q, pos, inv_freq), rope(k, pos, inv_freq)
         k = k.repeat_interleave(n_heads // n_kv, dim=1)
         v = v.repeat_interleave(n_heads // n_kv, dim=1)

@@ -72,11 +72,11 @@ RMSNorm::RMSNorm(int64_t dim, double eps, const torch::TensorOptions& options) :
     weight_ = register_parameter("weight", torch::empty({dim}, options));
 }
 
-torch::Tensor RMSNorm::forward(const torch::Tensor& x) const {
+torch::Tensor RMSNorm::normalise(const torch::Tensor& x, const torch::Tensor& w) const {
     auto xf = x.to(torch::kFloat32);
     auto variance = xf.pow(2).mean(-1, /*keepdim=*/true);
     xf = xf * torch::rsqrt(variance + eps_);
-    return weight_ * xf.to(x.scalar_type());
+    return w * xf.to(x.scalar_type());
 }
 
 torch::Tensor rotary_inv_freq(const ModelArgs& args) {
@@ -127,6 +127,10 @@ Attention::Attention(const ModelArgs& args, const TpLayout& layout, const Tensor
     k_proj_ = register_module("k_proj", std::make_shared<Linear>(h, n_kv_heads_ * head_dim_, args.qkv_bias, options));
     v_proj_ = register_module("v_proj", std::make_shared<Linear>(h, n_kv_heads_ * head_dim_, args.qkv_bias, options));
     o_proj_ = register_module("o_proj", std::make_shared<Linear>(n_heads_ * head_dim_, h, args.o_proj_bias, options));
+    if (args.qk_norm) {
+        q_norm_ = register_module("q_norm", std::make_shared<RMSNorm>(head_dim_, args.rms_norm_eps, options));
+        k_norm_ = register_module("k_norm", std::make_shared<RMSNorm>(head_dim_, args.rms_norm_eps, options));
+    }
 }
 
 AttentionMask attention_sdpa_mask(torch::Tensor masked_out, torch::Dtype dtype) {
@@ -150,9 +154,14 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const Rotary& rope, con
     const int64_t group = n_heads_ / n_kv_heads_;
     // Column-parallel q/k/v: this rank's heads only.
     const auto xin = tp_copy(x, tp_);
-    auto q = apply_rotary(q_proj_->forward(xin).view({b, t, n_heads_, head_dim_}), rope).transpose(1, 2);
-    auto k =
-        apply_rotary(k_proj_->forward_kv(xin, tp_, layout_).view({b, t, n_kv_heads_, head_dim_}), rope).transpose(1, 2);
+    auto q = q_proj_->forward(xin).view({b, t, n_heads_, head_dim_});
+    auto k = k_proj_->forward_kv(xin, tp_, layout_).view({b, t, n_kv_heads_, head_dim_});
+    if (q_norm_) {
+        q = q_norm_->forward_split(q, tp_);
+        k = k_norm_->forward_split(k, tp_);
+    }
+    q = apply_rotary(q, rope).transpose(1, 2);
+    k = apply_rotary(k, rope).transpose(1, 2);
     auto v = v_proj_->forward_kv(xin, tp_, layout_).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);
     const bool slot_decode = cache != nullptr && cache->slots_bound() && t == 1 && !cache->extending();
     if (cache != nullptr) std::tie(k, v) = cache->store(layer, k, v);
@@ -213,6 +222,11 @@ void Attention::decode_step(const torch::Tensor& xn, const torch::Tensor& h, con
     project(xn, {{q_proj_->weight(), q_proj_->bias(), q},
                  {k_proj_->weight(), k_proj_->bias(), k},
                  {v_proj_->weight(), v_proj_->bias(), v}});
+    if (q_norm_) {  // one row per head
+        const auto qh = q.view({b * n_heads_, hd}), kh = k.view({b * n_kv_heads_, hd});
+        kernels::rms_norm_into(qh, q_norm_->weight(), q_norm_->eps(), qh);
+        kernels::rms_norm_into(kh, k_norm_->weight(), k_norm_->eps(), kh);
+    }
     const auto cos = rope.cos.reshape({b, hd}), sin = rope.sin.reshape({b, hd});
     kernels::rotary_inplace(q, cos, sin, hd);
     kernels::rotary_inplace(k, cos, sin, hd);

@@ -56,11 +56,18 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch
 class RMSNorm : public torch::nn::Module {
   public:
     RMSNorm(int64_t dim, double eps, const torch::TensorOptions& options);
-    torch::Tensor forward(const torch::Tensor& x) const;
+    torch::Tensor forward(const torch::Tensor& x) const { return normalise(x, weight_); }
+    // A norm over head_dim of one rank's heads (Qwen3's q/k norms): the weight is replicated over
+    // the block while each rank sees its own heads, so its gradient is summed over the block
+    // (tp_copy). With tp = 1 exactly forward().
+    torch::Tensor forward_split(const torch::Tensor& x, const TensorParallel* tp) const {
+        return normalise(x, tp_copy(weight_, tp));
+    }
     const torch::Tensor& weight() const { return weight_; }
     double eps() const { return eps_; }
 
   private:
+    torch::Tensor normalise(const torch::Tensor& x, const torch::Tensor& w) const;
     torch::Tensor weight_;
     double eps_;
 };
@@ -100,6 +107,8 @@ class Attention : public torch::nn::Module {
     Attention(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp,
               const torch::TensorOptions& options);
     // x [B, T, H]; mask.masked_out [B, 1, 1, T, S] bool (true = may not attend); returns [B, T, H].
+    // With args.qk_norm, q and k are RMS-normed per head (q_norm, k_norm over head_dim) between
+    // the projections and the rotary embedding, in every path below.
     // With mask.bias defined (a forward that is not a decode step, sdpa_attention_applies) through
     // at::scaled_dot_product_attention (the CPU's fused flash kernel; CUDA's memory-efficient one):
     // nothing of size [B, heads, T, S] is kept for the backward. Otherwise materialised: fp32 scores
@@ -123,6 +132,7 @@ class Attention : public torch::nn::Module {
     TpLayout layout_;
     const TensorParallel* tp_;
     std::shared_ptr<Linear> q_proj_, k_proj_, v_proj_, o_proj_;
+    std::shared_ptr<RMSNorm> q_norm_, k_norm_;  // null without args.qk_norm
 };
 
 class Mlp : public torch::nn::Module {
@@ -148,7 +158,7 @@ class DecoderLayer : public torch::nn::Module {
     // h [B, H] float32 contiguous is the residual stream, updated in place. Every buffer is the
     // cache's scratch; matmuls go through kernels::small_matmul_into with q/k/v and gate/up each
     // in one parallel region and the residual adds fused; RMSNorm and rotary through
-    // kernels/decode_ops.h; the K/V row written straight into its slot; attention through
+    // kernels/decode_ops.h (the q/k norms too, one row per head); the K/V row written straight into its slot; attention through
     // kernels::decode_attention_slots. The same function as forward() (same matmul and
     // attention kernels; RMSNorm's mean summed in double).
     void decode_step(const torch::Tensor& h, const Rotary& rope, KVCache& cache, int64_t layer) const;

@@ -25,10 +25,13 @@ struct ArchName {
 constexpr ArchName kArchitectures[] = {
     {"LlamaForCausalLM", ModelFamily::kLlama, ModelHead::kCausalLM},
     {"Qwen2ForCausalLM", ModelFamily::kQwen2, ModelHead::kCausalLM},
+    {"Qwen3ForCausalLM", ModelFamily::kQwen3, ModelHead::kCausalLM},
     {"LlamaForTokenClassification", ModelFamily::kLlama, ModelHead::kTokenClassification},
     {"Qwen2ForTokenClassification", ModelFamily::kQwen2, ModelHead::kTokenClassification},
+    {"Qwen3ForTokenClassification", ModelFamily::kQwen3, ModelHead::kTokenClassification},
     {"LlamaForSequenceClassification", ModelFamily::kLlama, ModelHead::kSequenceClassification},
     {"Qwen2ForSequenceClassification", ModelFamily::kQwen2, ModelHead::kSequenceClassification},
+    {"Qwen3ForSequenceClassification", ModelFamily::kQwen3, ModelHead::kSequenceClassification},
 };
 
 // Typed field access with errors that name the key and the file.
@@ -72,31 +75,40 @@ class Fields {
     const std::string& source_;
 };
 
-RopeScaling parse_rope_scaling(const json& j, const std::string& source) {
+// `key` of j: "rope_scaling", or transformers 5's "rope_parameters" (which also holds rope_theta;
+// its rope_type "default" is no scaling).
+RopeScaling parse_rope_scaling(const json& j, const std::string& source, const char* key) {
     RopeScaling rs;
-    if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return rs;
-    const json& r = j["rope_scaling"];
-    RLPT_CHECK_KIND(ConfigError, r.is_object(), "{}: \"rope_scaling\" must be null or an object", source);
-    const std::string where = source + " rope_scaling";
+    if (!j.contains(key) || j[key].is_null()) return rs;
+    const json& r = j[key];
+    RLPT_CHECK_KIND(ConfigError, r.is_object(), "{}: \"{}\" must be null or an object", source, key);
+    const std::string where = fmt::format("{} {}", source, key);
     Fields f(r, where);
     std::string type = f.string("rope_type", f.string("type", ""));
     if (type == "default") return rs;
     if (type != "llama3")
-        RLPT_THROW(ConfigError, "{}: rope_scaling type '{}' is not supported (rlpt supports null and 'llama3')", source,
-                   type);
+        RLPT_THROW(ConfigError, "{}: {} type '{}' is not supported (rlpt supports null, 'default' and 'llama3')",
+                   source, key, type);
     rs.type = RopeScalingType::kLlama3;
     rs.factor = f.number("factor", 0.0);
     rs.low_freq_factor = f.number("low_freq_factor", 0.0);
     rs.high_freq_factor = f.number("high_freq_factor", 0.0);
     rs.original_max_position_embeddings = f.integer("original_max_position_embeddings");
     for (const char* k : {"factor", "low_freq_factor", "high_freq_factor"})
-        RLPT_CHECK_KIND(ConfigError, f.has(k), "{}: llama3 rope_scaling needs \"{}\"", source, k);
+        RLPT_CHECK_KIND(ConfigError, f.has(k), "{}: llama3 {} needs \"{}\"", source, key, k);
     return rs;
 }
 
 }  // namespace
 
-std::string ModelArgs::model_type() const { return family == ModelFamily::kLlama ? "llama" : "qwen2"; }
+std::string ModelArgs::model_type() const {
+    switch (family) {
+        case ModelFamily::kLlama: return "llama";
+        case ModelFamily::kQwen2: return "qwen2";
+        case ModelFamily::kQwen3: return "qwen3";
+    }
+    throw InternalError("ModelArgs: unknown model family", __FILE__, __LINE__);
+}
 
 std::string ModelArgs::architecture() const {
     for (const auto& a : kArchitectures)
@@ -132,8 +144,15 @@ void ModelArgs::validate() const {
                         num_attention_heads, hidden_size);
     } else {
         RLPT_CHECK_KIND(ConfigError, qkv_bias == o_proj_bias,
-                        "Llama config: attention_bias covers q/k/v and o_proj alike (got qkv_bias={}, o_proj_bias={})",
+                        "{} config: attention_bias covers q/k/v and o_proj alike (got qkv_bias={}, o_proj_bias={})", m,
                         qkv_bias, o_proj_bias);
+    }
+    // Qwen3 has the q/k norms and no MLP biases; Llama and Qwen2 have no q/k norms (what rlpt
+    // exports must load in transformers).
+    if (family == ModelFamily::kQwen3) {
+        RLPT_CHECK_KIND(ConfigError, qk_norm && !mlp_bias, "Qwen3 models have q/k norms and no MLP biases");
+    } else {
+        RLPT_CHECK_KIND(ConfigError, !qk_norm, "{} config: q/k norms are a Qwen3 layer", m);
     }
     if (rope_scaling.type == RopeScalingType::kLlama3) {
         RLPT_CHECK_KIND(ConfigError,
@@ -188,9 +207,18 @@ ModelArgs model_args_from_json(const std::string& json_text, const std::string& 
 
     const std::string act = f.string("hidden_act", "silu");
     RLPT_CHECK_KIND(ConfigError, act == "silu", "{}: hidden_act '{}' is not supported (only 'silu')", source, act);
-    if (a.family == ModelFamily::kQwen2)
+    if (a.family != ModelFamily::kLlama) {
         RLPT_CHECK_KIND(ConfigError, !f.boolean("use_sliding_window", false),
                         "{}: use_sliding_window=true is not supported", source);
+        if (f.has("layer_types")) {
+            RLPT_CHECK_KIND(ConfigError, j["layer_types"].is_array(), "{}: \"layer_types\" must be a list, got {}",
+                            source, j["layer_types"].dump());
+            for (const auto& t : j["layer_types"])
+                RLPT_CHECK_KIND(ConfigError, t == "full_attention",
+                                "{}: layer_types entry {} is not supported (rlpt has full attention only)", source,
+                                t.dump());
+        }
+    }
 
     a.vocab_size = f.integer("vocab_size");
     a.hidden_size = f.integer("hidden_size");
@@ -207,13 +235,26 @@ ModelArgs model_args_from_json(const std::string& json_text, const std::string& 
                         a.num_attention_heads);
         a.head_dim = a.hidden_size / a.num_attention_heads;
     }
-    a.max_position_embeddings = f.integer("max_position_embeddings", a.family == ModelFamily::kLlama ? 2048 : 32768);
-    a.rope_theta = f.number("rope_theta", 10000.0);
+    a.max_position_embeddings = f.integer(  // transformers' defaults
+        "max_position_embeddings", a.family == ModelFamily::kLlama   ? 2048
+                                   : a.family == ModelFamily::kQwen2 ? 32768
+                                                                     : 40960);
     a.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
-    a.rope_scaling = parse_rope_scaling(j, source);
+    if (f.has("rope_parameters")) {
+        RLPT_CHECK_KIND(ConfigError, !f.has("rope_scaling"),
+                        "{}: both \"rope_parameters\" and \"rope_scaling\" are set; rlpt reads one", source);
+        a.rope_scaling = parse_rope_scaling(j, source, "rope_parameters");
+        a.rope_theta = Fields(j["rope_parameters"], source + " rope_parameters").number("rope_theta", 10000.0);
+    } else {
+        a.rope_theta = f.number("rope_theta", 10000.0);
+        a.rope_scaling = parse_rope_scaling(j, source, "rope_scaling");
+    }
     a.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
     if (a.family == ModelFamily::kQwen2) {
         a.qkv_bias = true;
+    } else if (a.family == ModelFamily::kQwen3) {
+        a.qkv_bias = a.o_proj_bias = f.boolean("attention_bias", false);
+        a.qk_norm = true;
     } else {
         a.qkv_bias = a.o_proj_bias = f.boolean("attention_bias", false);
         a.mlp_bias = f.boolean("mlp_bias", false);
@@ -273,7 +314,6 @@ std::string model_args_to_json(const ModelArgs& a) {
     j["num_key_value_heads"] = a.num_key_value_heads;
     j["head_dim"] = a.head_dim;
     j["max_position_embeddings"] = a.max_position_embeddings;
-    j["rope_theta"] = a.rope_theta;
     j["rms_norm_eps"] = a.rms_norm_eps;
     j["hidden_act"] = "silu";
     j["tie_word_embeddings"] = a.tie_word_embeddings;
@@ -282,15 +322,23 @@ std::string model_args_to_json(const ModelArgs& a) {
         j["mlp_bias"] = a.mlp_bias;
     } else {
         j["use_sliding_window"] = false;
+        if (a.family == ModelFamily::kQwen3) j["attention_bias"] = a.qkv_bias;
     }
+    json rope = nullptr;
     if (a.rope_scaling.type == RopeScalingType::kLlama3) {
-        j["rope_scaling"] = {{"rope_type", "llama3"},
-                             {"factor", a.rope_scaling.factor},
-                             {"low_freq_factor", a.rope_scaling.low_freq_factor},
-                             {"high_freq_factor", a.rope_scaling.high_freq_factor},
-                             {"original_max_position_embeddings", a.rope_scaling.original_max_position_embeddings}};
+        rope = {{"rope_type", "llama3"},
+                {"factor", a.rope_scaling.factor},
+                {"low_freq_factor", a.rope_scaling.low_freq_factor},
+                {"high_freq_factor", a.rope_scaling.high_freq_factor},
+                {"original_max_position_embeddings", a.rope_scaling.original_max_position_embeddings}};
+    }
+    if (j.contains("rope_parameters")) {  // transformers 5's layout, kept as read
+        if (rope.is_null()) rope = {{"rope_type", "default"}};
+        rope["rope_theta"] = a.rope_theta;
+        j["rope_parameters"] = rope;
     } else {
-        j["rope_scaling"] = nullptr;
+        j["rope_theta"] = a.rope_theta;
+        j["rope_scaling"] = rope;
     }
     j["bos_token_id"] = a.bos_token_id >= 0 ? json(a.bos_token_id) : json(nullptr);
     j["pad_token_id"] = a.pad_token_id >= 0 ? json(a.pad_token_id) : json(nullptr);
@@ -341,8 +389,9 @@ ModelArgs tiny_model_args(ModelFamily family, int64_t vocab_size) {
     a.max_position_embeddings = 512;
     a.rope_theta = 10000.0;
     a.rms_norm_eps = 1e-6;
-    a.tie_word_embeddings = family == ModelFamily::kQwen2;
+    a.tie_word_embeddings = family != ModelFamily::kLlama;
     a.qkv_bias = family == ModelFamily::kQwen2;
+    a.qk_norm = family == ModelFamily::kQwen3;
     a.validate();
     return a;
 }

@@ -49,6 +49,19 @@ ModelArgs qwen2(int64_t kv_heads, bool tied) {
     return a;
 }
 
+// Qwen3: per-head q/k norms (replicated, each rank normalising its own heads), head_dim 12 !=
+// hidden 32 / 4 heads, tied.
+ModelArgs qwen3(int64_t kv_heads) {
+    auto a = tiny_model_args(ModelFamily::kQwen3, 30);
+    a.hidden_size = 32;
+    a.intermediate_size = 64;
+    a.num_attention_heads = 4;
+    a.num_key_value_heads = kv_heads;
+    a.head_dim = 12;
+    a.validate();
+    return a;
+}
+
 engine::SequenceBatch batch(int64_t vocab, uint64_t seed) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
     const int64_t b = 5, p = 4, r = 6, t = p + r;
@@ -200,6 +213,8 @@ TEST_P(TensorParallelTest, LlamaSplitKvHeadsUntiedNoBias) { check_policy(llama(4
 TEST_P(TensorParallelTest, LlamaGqaWithBiases) { check_policy(llama(2, true), "llama kv2 biases"); }
 TEST_P(TensorParallelTest, Qwen2ReplicatedKvTied) { check_policy(qwen2(1, true), "qwen2 kv1 tied"); }
 TEST_P(TensorParallelTest, Qwen2GqaUntied) { check_policy(qwen2(2, false), "qwen2 kv2 untied"); }
+TEST_P(TensorParallelTest, Qwen3QkNormsSplitKv) { check_policy(qwen3(2), "qwen3 kv2"); }
+TEST_P(TensorParallelTest, Qwen3QkNormsReplicatedKv) { check_policy(qwen3(1), "qwen3 kv1"); }
 
 TEST_P(TensorParallelTest, LoadsSlicesAndExportsFullTensorsOneAtATime) {
     // World rank 0 writes the whole model; every rank loads its slices; every block exports its

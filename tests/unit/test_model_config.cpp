@@ -205,3 +205,61 @@ TEST(ModelConfig, TinyModelArgsAreValid) {
     q.o_proj_bias = true;
     expect_error<rlpt::ConfigError>([&] { q.validate(); }, {"Qwen2"});
 }
+
+// The config transformers 5 writes for the tiny Qwen3 fixture (scripts/make_hf_fixtures.py):
+// rope_theta inside "rope_parameters", layer_types, head_dim 32 != hidden 64 / 4 heads.
+TEST(ModelConfig, ParsesQwen3ConfigFromTransformers) {
+    const std::string path = rlpt::model::testing::source_dir() + "/tests/fixtures/hf/qwen3_tiny";
+    ModelArgs a = load_model_args(path);
+    EXPECT_EQ(a.family, ModelFamily::kQwen3);
+    EXPECT_EQ(a.architecture(), "Qwen3ForCausalLM");
+    EXPECT_EQ(a.model_type(), "qwen3");
+    EXPECT_TRUE(a.qk_norm);
+    EXPECT_FALSE(a.qkv_bias);
+    EXPECT_FALSE(a.o_proj_bias);
+    EXPECT_TRUE(a.tie_word_embeddings);
+    EXPECT_EQ(a.head_dim, 32);
+    EXPECT_EQ(a.hidden_size, 64);
+    EXPECT_DOUBLE_EQ(a.rope_theta, 1000000.0);
+    EXPECT_EQ(a.rope_scaling.type, RopeScalingType::kNone);
+    // Written back: rope_parameters kept (no top-level rope_theta), and read back the same.
+    auto written = json::parse(model_args_to_json(a));
+    EXPECT_FALSE(written.contains("rope_theta"));
+    EXPECT_EQ(written["rope_parameters"]["rope_theta"], 1000000.0);
+    EXPECT_EQ(written["attention_bias"], false);
+    EXPECT_EQ(model_args_to_json(model_args_from_json(written.dump(), "w")), written.dump(2) + "\n");
+
+    const json q = json::parse(model_args_to_json(a));
+    auto with = [&](const std::string& key, json v) {
+        json j = q;
+        j[key] = v;
+        return j.dump();
+    };
+    expect_error<rlpt::ConfigError>([&] { model_args_from_json(with("use_sliding_window", true), "c"); },
+                                    {"use_sliding_window"});
+    expect_error<rlpt::ConfigError>(
+        [&] {
+            model_args_from_json(with("layer_types", {"full_attention", "sliding_attention"}), "c");
+        },
+        {"layer_types", "sliding_attention"});
+    expect_error<rlpt::ConfigError>(
+        [&] {
+            model_args_from_json(with("rope_parameters", {{"rope_type", "yarn"}, {"rope_theta", 1e6}}), "c");
+        },
+        {"rope_parameters type 'yarn' is not supported"});
+    expect_error<rlpt::ConfigError>(
+        [&] {
+            model_args_from_json(with("rope_scaling", {{"rope_type", "llama3"}}), "c");
+        },
+        {"rope_parameters", "rope_scaling"});
+    // attention_bias covers q/k/v and o_proj; the q/k norms belong to Qwen3 only.
+    EXPECT_TRUE(model_args_from_json(with("attention_bias", true), "c").o_proj_bias);
+    ModelArgs no_norm = a;
+    no_norm.qk_norm = false;
+    expect_error<rlpt::ConfigError>([&] { no_norm.validate(); }, {"Qwen3", "q/k norms"});
+    auto l = rlpt::model::tiny_model_args(ModelFamily::kLlama, 100);
+    l.qk_norm = true;
+    expect_error<rlpt::ConfigError>([&] { l.validate(); }, {"LlamaForCausalLM", "q/k norms"});
+    auto t = rlpt::model::tiny_model_args(ModelFamily::kQwen3, 100);
+    EXPECT_TRUE(t.qk_norm && t.tie_word_embeddings && !t.qkv_bias);
+}

@@ -1,7 +1,10 @@
-// Logits against scripts/reference_forward.py, an independent float64 PyTorch implementation
-// (no transformers is installed, so HF's own classes can't be used here). It runs with the Python
-// whose torch provided rlpt's LibTorch (RLPT_TORCH_PYTHON: scripts/setup.sh's .venv, with numpy);
-// skipped when that Python lacks torch or numpy (a build from a libtorch zip).
+// Logits against scripts/reference_forward.py, an independent float64 PyTorch implementation.
+// It runs with the Python whose torch provided rlpt's LibTorch (RLPT_TORCH_PYTHON:
+// scripts/setup.sh's .venv, with numpy); skipped when that Python lacks torch or numpy (a build
+// from a libtorch zip).
+// And against Hugging Face transformers itself: tiny random checkpoints it made, with its float64
+// logits and greedy decode, committed under tests/fixtures/hf/ (scripts/make_hf_fixtures.py);
+// these need no Python at test time.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -13,6 +16,7 @@
 #include "rlpt/build_config.h"
 #include "rlpt/model/transformer.h"
 #include "rlpt/model/value_model.h"
+#include "rlpt/rollout/generator.h"
 #include "test_model_helpers.h"
 #include "test_tolerance.h"
 
@@ -146,6 +150,14 @@ TEST_F(ReferenceForward, Qwen2BiasesTiedEmbeddingsLeftPaddedBatch) {
     check_causal_lm(a, 3, left_padded({{10, 20, 30, 40, 50, 60, 70}, {5, 6}, {1, 2, 3, 4}}, /*pad_id=*/0));
 }
 
+TEST_F(ReferenceForward, Qwen3QkNormsHeadDimAboveHiddenOverHeadsLeftPaddedBatch) {
+    auto a = tiny_model_args(ModelFamily::kQwen3, 73);
+    a.head_dim = 24;  // q dim 96 != hidden 64
+    a.rope_theta = 1000000.0;
+    a.num_hidden_layers = 3;
+    check_causal_lm(a, 6, left_padded({{10, 20, 30, 40, 50, 60, 70}, {5, 6}, {1, 2, 3, 4}}, /*pad_id=*/0));
+}
+
 TEST_F(ReferenceForward, ValueModelHead) {
     TempDir dir("ref");
     auto policy = make_random_causal_lm(tiny_model_args(ModelFamily::kQwen2, 40), 4);
@@ -163,4 +175,48 @@ TEST_F(ReferenceForward, ValueModelHead) {
     }
     auto ref = reference(dir.str(), b, {2, 5});
     EXPECT_LT(masked_max_diff(got, ref, b.mask), reference_bound(vm->args(), b.ids.size(1)) * rlpt::tol::scale_of(ref));
+}
+
+// Qwen3 (q/k norms, head_dim 32 != hidden 64 / 4 heads, GQA, tied embeddings) as transformers
+// saved it: rlpt's forward within the float64 bound of transformers' float64 logits, and rlpt's
+// greedy decode (the fused CPU decode step, and the plain LibTorch one) the same 32 tokens with
+// per-token log-probs within 1e-4 of transformers' float64 generate().
+TEST(HfFixture, Qwen3LogitsAndGreedyDecodeMatchTransformers) {
+    const std::string dir = rlpt::model::testing::source_dir() + "/tests/fixtures/hf/qwen3_tiny";
+    std::ifstream in(dir + "/reference.json");
+    ASSERT_TRUE(in.good()) << dir;
+    const auto ref = nlohmann::json::parse(in);
+    const std::vector<int64_t> prompt = ref["prompt"];
+    auto model = load_pretrained(dir, torch::kFloat32);
+    ASSERT_TRUE(model->args().qk_norm);
+
+    auto b = left_padded({prompt});
+    torch::Tensor got;
+    {
+        torch::NoGradGuard ng;
+        got = model->forward_logits(b.ids, b.mask, b.pos)[0].to(torch::kFloat64);
+    }
+    std::vector<double> flat;
+    for (const auto& row : ref["logits"])
+        for (const auto& v : row) flat.push_back(v.get<double>());
+    const auto want = torch::tensor(flat, torch::kFloat64).view(got.sizes());
+    EXPECT_LT((got - want).abs().max().item<double>(),
+              reference_bound(model->args(), b.ids.size(1)) * rlpt::tol::scale_of(want));
+
+    const std::vector<int64_t> want_tokens = ref["greedy_tokens"];
+    const std::vector<double> want_logprobs = ref["greedy_logprobs"];
+    for (const bool kernels : {true, false}) {
+        SCOPED_TRACE(kernels ? "decode kernels (fused step)" : "LibTorch decode");
+        model->use_decode_kernels(kernels);
+        rlpt::rollout::SamplingParams p;
+        p.greedy = true;
+        p.temperature = 0.0;  // log-probs of softmax(logits), as transformers' scores
+        p.max_new_tokens = static_cast<int64_t>(want_tokens.size());
+        const auto out = rlpt::rollout::generate(*model, {prompt}, {1}, p);
+        ASSERT_EQ(out.responses.size(1), p.max_new_tokens);
+        for (int64_t i = 0; i < p.max_new_tokens; ++i) {
+            EXPECT_EQ(out.responses[0][i].item<int64_t>(), want_tokens[i]) << "token " << i;
+            EXPECT_NEAR(out.rollout_log_probs[0][i].item<double>(), want_logprobs[i], 1e-4) << "token " << i;
+        }
+    }
 }

@@ -457,14 +457,21 @@ TEST(RolloutGenerator, FusedDecodeStepMatchesTheLayerForward) {
     // Backbone::use_fused_decode: the fused CPU decode step (DecoderLayer::decode_step: scratch
     // buffers in the cache, small_matmul_into, kernels/decode_ops.h, K/V rows copied into their
     // slots) against each layer's forward() with the same kernels: the same tokens, log-probs
-    // within summation-order noise (RMSNorm's mean is summed in double there), for Llama (GQA)
-    // and Qwen2 (q/k/v biases), at 1, 3, 24 (past small_matmul_applies' row limit) and 72 slots
-    // (past the fused step's kernel limit: BLAS into the same buffers).
+    // within summation-order noise (RMSNorm's mean is summed in double there), for Llama (GQA),
+    // Qwen2 (q/k/v biases) and Qwen3 (per-head q/k norms, with weights other than 1), at 1, 3, 24
+    // (past small_matmul_applies' row limit) and 72 slots (past the fused step's kernel limit:
+    // BLAS into the same buffers).
     Prompts prompts;
     for (int r = 0; r < 9; ++r)
         for (const auto& p : some_prompts()) prompts.push_back(p);
-    for (auto family : {model::ModelFamily::kLlama, model::ModelFamily::kQwen2}) {
+    for (auto family : {model::ModelFamily::kLlama, model::ModelFamily::kQwen2, model::ModelFamily::kQwen3}) {
         auto m = tiny_model(family);
+        {
+            torch::NoGradGuard ng;
+            for (auto& p : m->named_parameters())
+                if (p.key().find("q_norm") != std::string::npos || p.key().find("k_norm") != std::string::npos)
+                    p.value().copy_(torch::linspace(0.5, 1.5, p.value().numel()));
+        }
         for (int64_t slots : {1, 3, 24, 72}) {
             SCOPED_TRACE(testing::Message() << m->args().architecture() << " slots " << slots);
             const auto p = sampled(10);

@@ -67,12 +67,14 @@ inline torch::Tensor matmul_error_bound(const torch::Tensor& x, const torch::Ten
 // `Args` is model::ModelArgs (a template keeps this header free of the model headers).
 
 // The terms one log-prob sums along its longest path: per layer the two RMSNorms, q/k/v, the
-// scores (head_dim), attention times V (seq_len), o_proj, gate/up and down; then the final norm,
-// the LM head and the log-softmax over the vocabulary.
+// scores (head_dim), attention times V (seq_len), o_proj, gate/up and down (and with q/k norms,
+// Qwen3, their mean over head_dim); then the final norm, the LM head and the log-softmax over the
+// vocabulary.
 template <class Args>
 int64_t transformer_logit_terms(const Args& a, int64_t seq_len) {
     const int64_t per_layer = 2 * a.hidden_size + a.hidden_size + a.head_dim + seq_len +
-                              a.num_attention_heads * a.head_dim + a.hidden_size + a.intermediate_size;
+                              a.num_attention_heads * a.head_dim + a.hidden_size + a.intermediate_size +
+                              (a.qk_norm ? a.head_dim : 0);
     return a.num_hidden_layers * per_layer + 2 * a.hidden_size + a.vocab_size;
 }
 

@@ -1,13 +1,15 @@
 #pragma once
-// Model hyper-parameters read from / written to a Hugging Face config.json (Llama and Qwen2
-// families). Torch-free.
+// Model hyper-parameters read from / written to a Hugging Face config.json (Llama, Qwen2 and
+// Qwen3 dense families). Torch-free.
 //
-// Supported: architectures LlamaForCausalLM / Qwen2ForCausalLM (policies) and
-// {Llama,Qwen2}For{Token,Sequence}Classification with num_labels 1 (critics / reward models),
-// hidden_act "silu", rope_scaling null or {"rope_type": "llama3", ...} (Llama 3.1+ style).
-// Anything else is a ConfigError naming the file and the key: other architectures,
-// activations, rope scaling types, Qwen2 sliding-window attention. An unreadable file or invalid
-// JSON is an IoError.
+// Supported: architectures LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM (policies) and
+// {Llama,Qwen2,Qwen3}For{Token,Sequence}Classification with num_labels 1 (critics / reward models),
+// hidden_act "silu", rope_scaling null or {"rope_type": "llama3", ...} (Llama 3.1+ style), the
+// rotary settings either top-level (rope_theta, rope_scaling) or in transformers 5's
+// "rope_parameters" object. Anything else is a ConfigError naming the file and the key: other
+// architectures, activations, rope scaling types, Qwen2/Qwen3 sliding-window attention
+// (use_sliding_window true, a "sliding_attention" entry in layer_types). An unreadable file or
+// invalid JSON is an IoError.
 
 #include <cstdint>
 #include <string>
@@ -46,7 +48,7 @@ struct BuiltinModelConfig {
 
 namespace rlpt::model {
 
-enum class ModelFamily { kLlama, kQwen2 };
+enum class ModelFamily { kLlama, kQwen2, kQwen3 };
 
 // Which head sits on the backbone. HF's *ForTokenClassification has `score.weight` [L,H] and
 // `score.bias` [L]; *ForSequenceClassification has `score.weight` only (same per-token math).
@@ -80,9 +82,12 @@ struct ModelArgs {
     double rms_norm_eps = 1e-6;
     RopeScaling rope_scaling;
     bool tie_word_embeddings = false;
-    bool qkv_bias = false;                // q/k/v_proj.bias: always for Qwen2, `attention_bias` for Llama
-    bool o_proj_bias = false;             // o_proj.bias: `attention_bias` for Llama, never for Qwen2
-    bool mlp_bias = false;                // gate/up/down_proj.bias: `mlp_bias` (Llama)
+    bool qkv_bias = false;     // q/k/v_proj.bias: always for Qwen2, `attention_bias` for Llama
+    bool o_proj_bias = false;  // o_proj.bias: `attention_bias` for Llama, never for Qwen2
+    bool mlp_bias = false;     // gate/up/down_proj.bias: `mlp_bias` (Llama)
+    // An RMSNorm over head_dim on every query and key head after the projections, before RoPE
+    // (self_attn.q_norm.weight, k_norm.weight [head_dim], shared by the heads): Qwen3, always.
+    bool qk_norm = false;
     int64_t bos_token_id = -1;            // -1: absent
     int64_t pad_token_id = -1;            // -1: absent
     std::vector<int64_t> eos_token_ids;   // config "eos_token_id", an int or a list
@@ -93,7 +98,7 @@ struct ModelArgs {
     // rlpt doesn't interpret are written back unchanged.
     std::string source_json;
 
-    std::string model_type() const;    // "llama" | "qwen2"
+    std::string model_type() const;    // "llama" | "qwen2" | "qwen3"
     std::string architecture() const;  // e.g. "Qwen2ForCausalLM", from family + head
 
     // Consistency checks (positive sizes, head divisibility, even head_dim, supported rope
@@ -140,7 +145,8 @@ std::string model_args_to_json(const ModelArgs& args);
 void save_model_args(const ModelArgs& args, const std::string& dir);
 
 // A small model for built-in tasks and tests (no HF directory). Qwen2 family: q/k/v biases and
-// tied embeddings, like Qwen2.5-0.5B; Llama family: no biases, untied lm_head. Defaults: hidden
+// tied embeddings, like Qwen2.5-0.5B; Qwen3: q/k norms, no biases, tied embeddings, like
+// Qwen3-0.6B; Llama family: no biases, untied lm_head. Defaults: hidden
 // 64, 2 layers, 4 heads, 2 KV heads (GQA), intermediate 128, max positions 512, rope_theta
 // 10000, eps 1e-6. Adjust fields afterwards as needed and call validate().
 ModelArgs tiny_model_args(ModelFamily family, int64_t vocab_size);

@@ -16,6 +16,9 @@
 //                     the logits themselves
 //   norms, value head replicated: their inputs and input gradients are identical on every
 //                     rank, so their gradients are too (no collective needed)
+//   q/k norms         (Qwen3, per head_dim, shared by the heads) replicated, but each rank
+//                     normalises its own heads: the weight goes through tp_copy, so its
+//                     gradient is summed over the block
 //   KV heads          split when tp divides num_key_value_heads; otherwise (tp a multiple of
 //                     it) each rank keeps the one head its query heads use and the gradient of
 //                     that replica is summed over the tp/nkv ranks sharing it (tp_kv_replica).

@@ -1,5 +1,5 @@
 #pragma once
-// Decoder-only transformer compatible with Hugging Face Llama / Qwen2 checkpoints.
+// Decoder-only transformer compatible with Hugging Face Llama / Qwen2 / Qwen3 (dense) checkpoints.
 //
 // Parameter names (named_parameters()) are exactly Hugging Face's, so they map 1:1 to
 // safetensors tensor names:
@@ -7,6 +7,7 @@
 //   model.layers.{i}.self_attn.q_proj.{weight,bias}              [nh*hd, H], [nh*hd]  (bias: qkv_bias)
 //   model.layers.{i}.self_attn.{k,v}_proj.{weight,bias}          [nkv*hd, H], [nkv*hd]
 //   model.layers.{i}.self_attn.o_proj.{weight,bias}              [H, nh*hd], [H]      (bias: o_proj_bias)
+//   model.layers.{i}.self_attn.{q,k}_norm.weight                 [hd]                 (qk_norm: Qwen3)
 //   model.layers.{i}.mlp.{gate,up}_proj.{weight,bias}            [I, H], [I]          (bias: mlp_bias)
 //   model.layers.{i}.mlp.down_proj.{weight,bias}                 [H, I], [H]
 //   model.layers.{i}.{input,post_attention}_layernorm.weight     [H]
