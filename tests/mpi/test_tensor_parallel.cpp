@@ -23,41 +23,35 @@
 namespace rlpt::model {
 namespace {
 
+// Hidden 32, 4 query heads over `kv_heads` KV heads, of `family`'s tiny model.
+ModelArgs small(ModelFamily family, int64_t vocab, int64_t intermediate, int64_t kv_heads, int64_t head_dim) {
+    auto a = tiny_model_args(family, vocab);
+    a.hidden_size = 32;
+    a.intermediate_size = intermediate;
+    a.num_attention_heads = 4;
+    a.num_key_value_heads = kv_heads;
+    a.head_dim = head_dim;
+    return a;
+}
 // Llama (untied, optionally with attention/MLP biases) and Qwen2 (q/k/v biases, tied) with GQA.
 // Vocabularies that 2 and 4 do not divide exercise the padding.
 ModelArgs llama(int64_t kv_heads, bool biases) {
-    auto a = tiny_model_args(ModelFamily::kLlama, 37);
-    a.hidden_size = 32;
-    a.intermediate_size = 48;
-    a.num_attention_heads = 4;
-    a.num_key_value_heads = kv_heads;
-    a.head_dim = 8;
+    auto a = small(ModelFamily::kLlama, 37, 48, kv_heads, 8);
     a.qkv_bias = a.o_proj_bias = a.mlp_bias = biases;
     a.pad_token_id = 0;
     a.validate();
     return a;
 }
 ModelArgs qwen2(int64_t kv_heads, bool tied) {
-    auto a = tiny_model_args(ModelFamily::kQwen2, 30);
-    a.hidden_size = 32;
-    a.intermediate_size = 64;
-    a.num_attention_heads = 4;
-    a.num_key_value_heads = kv_heads;
-    a.head_dim = 8;
+    auto a = small(ModelFamily::kQwen2, 30, 64, kv_heads, 8);
     a.tie_word_embeddings = tied;
     a.validate();
     return a;
 }
-
 // Qwen3: per-head q/k norms (replicated, each rank normalising its own heads), head_dim 12 !=
 // hidden 32 / 4 heads, tied.
 ModelArgs qwen3(int64_t kv_heads) {
-    auto a = tiny_model_args(ModelFamily::kQwen3, 30);
-    a.hidden_size = 32;
-    a.intermediate_size = 64;
-    a.num_attention_heads = 4;
-    a.num_key_value_heads = kv_heads;
-    a.head_dim = 12;
+    auto a = small(ModelFamily::kQwen3, 30, 64, kv_heads, 12);
     a.validate();
     return a;
 }
