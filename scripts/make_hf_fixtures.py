@@ -29,6 +29,52 @@ def qwen3_config():
         bos_token_id=None, eos_token_id=None, pad_token_id=None)
 
 
+def qwen3_moe_config():
+    # 8 experts, top 2 renormalised (Qwen3-30B-A3B's norm_topk_prob), layer 1 dense (mlp_only_layers),
+    # head_dim 32 != hidden 64 / 4 heads, GQA 4:2, tied embeddings.
+    return transformers.Qwen3MoeConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_experts=8, num_experts_per_tok=2,
+        norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1], max_position_embeddings=256,
+        rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, attention_bias=False,
+        use_sliding_window=False, router_aux_loss_coef=0.001, bos_token_id=None, eos_token_id=None,
+        pad_token_id=None)
+
+
+def router_margin(model, ids):
+    """The smallest gap between the k-th and (k+1)-th router probability over every routed row: a
+    fixture whose routes float32 could flip (a gap near rounding) is refused."""
+    gaps = []
+    k = model.config.num_experts_per_tok
+
+    def hook(_module, _inputs, output):
+        probs = torch.softmax(output[0].double(), -1)
+        top = torch.topk(probs, k + 1, -1).values
+        gaps.append((top[:, k - 1] - top[:, k]).min().item())
+
+    handles = [m.register_forward_hook(hook) for n, m in model.named_modules() if n.endswith("mlp.gate")]
+    with torch.no_grad():
+        model(input_ids=ids)
+    for h in handles:
+        h.remove()
+    return min(gaps)
+
+
+def routes(model, ids):
+    """Each MoE layer's chosen experts per position of `ids` (transformers' top-k, float64)."""
+    chosen = []
+
+    def hook(_module, _inputs, output):
+        chosen.append(output[2].tolist())
+
+    handles = [m.register_forward_hook(hook) for n, m in model.named_modules() if n.endswith("mlp.gate")]
+    with torch.no_grad():
+        model(input_ids=ids)
+    for h in handles:
+        h.remove()
+    return chosen
+
+
 def randomise(model, seed):
     """Weights large enough that every part shows in the logits: norms around 1, not exactly 1."""
     g = torch.Generator().manual_seed(seed)
@@ -48,8 +94,11 @@ def make(name, config, seed, out_root):
     randomise(model, seed)
     model.save_pretrained(out, safe_serialization=True)
     # The reference: the saved float32 weights, computed in float64.
+    # Eager attention and experts (a loop over experts, like the paper): the grouped-GEMM kernels
+    # have no float64.
+    extra = {"experts_implementation": "eager"} if getattr(config, "num_experts", 0) else {}
     ref = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float64,
-                                                            attn_implementation="eager")
+                                                            attn_implementation="eager", **extra)
     ref.eval()
     ids = torch.tensor([PROMPT])
     with torch.no_grad():
@@ -59,9 +108,20 @@ def make(name, config, seed, out_root):
                            pad_token_id=0, min_new_tokens=NEW_TOKENS)
     tokens = gen.sequences[0, len(PROMPT):].tolist()
     logprobs = [torch.log_softmax(s[0].double(), -1)[t].item() for s, t in zip(gen.scores, tokens)]
+    record = {"transformers": transformers.__version__, "torch": torch.__version__, "prompt": PROMPT,
+              "logits": logits.tolist(), "greedy_tokens": tokens, "greedy_logprobs": logprobs}
+    if getattr(config, "num_experts", 0):
+        full = gen.sequences[:, :-1]  # every position whose next token was scored
+        margin = router_margin(ref, full)
+        if margin < 1e-3:
+            raise SystemExit(f"{name}: router margin {margin:.2e} is too small for float32 parity; change the seed")
+        record["router_margin"] = margin
+        # Each MoE layer's experts for prompt + greedy tokens, and the load-balancing loss of the prompt.
+        record["routes"] = routes(ref, full)
+        with torch.no_grad():
+            record["aux_loss"] = ref(input_ids=ids, output_router_logits=True).aux_loss.item()
     with open(os.path.join(out, "reference.json"), "w") as f:
-        json.dump({"transformers": transformers.__version__, "torch": torch.__version__, "prompt": PROMPT,
-                   "logits": logits.tolist(), "greedy_tokens": tokens, "greedy_logprobs": logprobs}, f)
+        json.dump(record, f)
         f.write("\n")
     print(f"{out}: {len(tokens)} greedy tokens {tokens}")
 
@@ -70,6 +130,7 @@ def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures",
                                                                 "hf")
     make("qwen3_tiny", qwen3_config(), 34, root)
+    make("qwen3_moe_tiny", qwen3_moe_config(), 35, root)
 
 
 if __name__ == "__main__":

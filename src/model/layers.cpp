@@ -237,9 +237,9 @@ void Attention::decode_step(const torch::Tensor& xn, const torch::Tensor& h, con
     project(out.view({b, n_heads_ * hd}), {{o_proj_->weight(), o_proj_->bias(), h, /*accumulate=*/true}});
 }
 
-Mlp::Mlp(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp, const torch::TensorOptions& options)
+Mlp::Mlp(const ModelArgs& args, int64_t width, const TensorParallel* tp, const torch::TensorOptions& options)
     : tp_(tp) {
-    const int64_t h = args.hidden_size, i = layout.inter;
+    const int64_t h = args.hidden_size, i = width;
     gate_proj_ = register_module("gate_proj", std::make_shared<Linear>(h, i, args.mlp_bias, options));
     up_proj_ = register_module("up_proj", std::make_shared<Linear>(h, i, args.mlp_bias, options));
     down_proj_ = register_module("down_proj", std::make_shared<Linear>(i, h, args.mlp_bias, options));
@@ -248,6 +248,10 @@ Mlp::Mlp(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp
 torch::Tensor Mlp::forward(const torch::Tensor& x) const {
     const auto xin = tp_copy(x, tp_);
     return down_proj_->forward_row_parallel(torch::silu(gate_proj_->forward(xin)) * up_proj_->forward(xin), tp_);
+}
+
+torch::Tensor Mlp::forward_local(const torch::Tensor& x) const {
+    return down_proj_->forward(torch::silu(gate_proj_->forward(x)) * up_proj_->forward(x));
 }
 
 void Mlp::decode_step(const torch::Tensor& xn, const torch::Tensor& h, KVCache& cache) const {
@@ -261,10 +265,69 @@ void Mlp::decode_step(const torch::Tensor& xn, const torch::Tensor& h, KVCache& 
     project(act, {{down_proj_->weight(), down_proj_->bias(), h, /*accumulate=*/true}});
 }
 
-DecoderLayer::DecoderLayer(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp,
+SparseMoe::SparseMoe(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp, int64_t moe_layer,
+                     const torch::TensorOptions& options)
+    : tp_(tp), moe_layer_(moe_layer), top_k_(args.num_experts_per_tok), norm_topk_(args.norm_topk_prob) {
+    gate_ = register_module("gate", std::make_shared<Linear>(args.hidden_size, args.num_experts, false, options));
+    auto experts = register_module("experts", std::make_shared<torch::nn::Module>());
+    for (int64_t e = 0; e < args.num_experts; ++e)
+        experts_.push_back(
+            experts->register_module(std::to_string(e), std::make_shared<Mlp>(args, layout.moe_inter, tp, options)));
+}
+
+torch::Tensor SparseMoe::forward(const torch::Tensor& x, MoeRouting* routing) const {
+    const auto sizes = x.sizes();
+    const int64_t hidden = x.size(-1), k = top_k_, n_experts = static_cast<int64_t>(experts_.size());
+    const auto rows = tp_copy(x, tp_).reshape({-1, hidden});  // [N, H]
+    const int64_t n = rows.size(0);
+    // The router: replicated weight, so each rank's partial gradient is summed over the block.
+    const auto logits = gate_->matmul_with(rows, tp_copy(gate_->weight(), tp_));
+    const auto probs = torch::softmax(logits.to(torch::kFloat32), -1);  // [N, E]
+    torch::Tensor weights, chosen;
+    if (routing != nullptr && routing->replay.defined()) {
+        const auto& r = routing->replay;
+        RLPT_CHECK(r.dim() == 3 && r.size(0) == n && moe_layer_ < r.size(1) && r.size(2) == k &&
+                       r.scalar_type() == torch::kInt64,
+                   "MoE router replay: expected [{}, >{}, {}] int64 expert indices, got {} {}", n, moe_layer_, k,
+                   r.sizes(), c10::toString(r.scalar_type()));
+        chosen = r.select(1, moe_layer_).to(x.device());
+        weights = probs.gather(1, chosen);
+    } else {
+        std::tie(weights, chosen) = torch::topk(probs, k, -1);
+    }
+    if (norm_topk_) weights = weights / weights.sum(-1, /*keepdim=*/true);
+    weights = weights.to(x.scalar_type());
+    if (routing != nullptr) {
+        if (routing->record_choices) routing->chosen.push_back(chosen.detach());
+        if (routing->record_probs) routing->probs.push_back(probs);
+    }
+    // Group the N*k (row, choice) pairs by expert: a stable sort keeps rows in order per expert.
+    const auto flat = chosen.reshape({-1});
+    const auto order = std::get<1>(torch::sort(flat, /*stable=*/true, /*dim=*/0, /*descending=*/false));
+    const auto counts = torch::bincount(flat, {}, n_experts).to(torch::kCPU);
+    const auto* count = counts.data_ptr<int64_t>();
+    const auto sorted_rows = rows.index_select(0, order.div(k, "floor"));
+    std::vector<torch::Tensor> outs;
+    outs.reserve(static_cast<size_t>(n_experts));
+    int64_t start = 0;
+    for (int64_t e = 0; e < n_experts; ++e) {
+        outs.push_back(experts_[static_cast<size_t>(e)]->forward_local(sorted_rows.narrow(0, start, count[e])));
+        start += count[e];
+    }
+    auto out = torch::cat(outs, 0) * weights.reshape({-1}).index_select(0, order).unsqueeze(1);  // [N*k, H]
+    // Back to (row, choice) order, then the k choices summed in choice order.
+    out = out.index_select(0, torch::argsort(order)).view({n, k, hidden}).sum(1);
+    return tp_reduce(out, tp_).view(sizes);
+}
+
+DecoderLayer::DecoderLayer(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp, int64_t moe_layer,
                            const torch::TensorOptions& options) {
     self_attn_ = register_module("self_attn", std::make_shared<Attention>(args, layout, tp, options));
-    mlp_ = register_module("mlp", std::make_shared<Mlp>(args, layout, tp, options));
+    if (moe_layer >= 0) {
+        moe_ = register_module("mlp", std::make_shared<SparseMoe>(args, layout, tp, moe_layer, options));
+    } else {
+        mlp_ = register_module("mlp", std::make_shared<Mlp>(args, layout.inter, tp, options));
+    }
     input_layernorm_ =
         register_module("input_layernorm", std::make_shared<RMSNorm>(args.hidden_size, args.rms_norm_eps, options));
     post_attention_layernorm_ =
@@ -273,17 +336,23 @@ DecoderLayer::DecoderLayer(const ModelArgs& args, const TpLayout& layout, const 
 }
 
 torch::Tensor DecoderLayer::forward(const torch::Tensor& x, const Rotary& rope, const AttentionMask& mask,
-                                    KVCache* cache, int64_t layer) {
+                                    KVCache* cache, int64_t layer, MoeRouting* routing) {
     auto h = x + self_attn_->forward(input_layernorm_->forward(x), rope, mask, cache, layer);
-    return h + mlp_->forward(post_attention_layernorm_->forward(h));
+    const auto xn = post_attention_layernorm_->forward(h);
+    return h + (moe_ ? moe_->forward(xn, routing) : mlp_->forward(xn));
 }
 
-void DecoderLayer::decode_step(const torch::Tensor& h, const Rotary& rope, KVCache& cache, int64_t layer) const {
+void DecoderLayer::decode_step(const torch::Tensor& h, const Rotary& rope, KVCache& cache, int64_t layer,
+                               MoeRouting* routing) const {
     auto xn = cache.scratch(0, h.size(0), h.size(1));
     kernels::rms_norm_into(h, input_layernorm_->weight(), input_layernorm_->eps(), xn);
     self_attn_->decode_step(xn, h, rope, cache, layer);
     kernels::rms_norm_into(h, post_attention_layernorm_->weight(), post_attention_layernorm_->eps(), xn);
-    mlp_->decode_step(xn, h, cache);
+    if (moe_) {
+        h.add_(moe_->forward(xn, routing));
+    } else {
+        mlp_->decode_step(xn, h, cache);
+    }
 }
 
 }  // namespace rlpt::model::detail

@@ -6,6 +6,7 @@
 
 #include "rlpt/model/kv_cache.h"
 #include "rlpt/model/model_config.h"
+#include "rlpt/model/moe_routing.h"
 #include "rlpt/model/tensor_parallel.h"
 
 namespace rlpt::model::detail {
@@ -18,6 +19,9 @@ class Linear : public torch::nn::Module {
   public:
     Linear(int64_t in, int64_t out, bool bias, const torch::TensorOptions& options);
     torch::Tensor forward(const torch::Tensor& x) const { return matmul(x, weight_, bias_); }
+    // x w^T with another tensor standing for the weight (e.g. tp_copy(weight())), no bias, through
+    // the same kernels as forward().
+    torch::Tensor matmul_with(const torch::Tensor& x, const torch::Tensor& w) const { return matmul(x, w, {}); }
     // Row-parallel: the partial products are summed over the block, then the (replicated) bias
     // is added once. With tp = 1 exactly forward().
     torch::Tensor forward_row_parallel(const torch::Tensor& x, const TensorParallel* tp) const;
@@ -135,10 +139,16 @@ class Attention : public torch::nn::Module {
     std::shared_ptr<RMSNorm> q_norm_, k_norm_;  // null without args.qk_norm
 };
 
+// A SwiGLU MLP of `width` intermediate columns on this rank (the dense layer's layout.inter, or an
+// expert's layout.moe_inter).
 class Mlp : public torch::nn::Module {
   public:
-    Mlp(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp, const torch::TensorOptions& options);
+    Mlp(const ModelArgs& args, int64_t width, const TensorParallel* tp, const torch::TensorOptions& options);
     torch::Tensor forward(const torch::Tensor& x) const;
+    // down(silu(gate(x)) * up(x)) of this rank's columns, without the block's collectives: an
+    // expert's partial output (SparseMoe sums the experts, then reduces once). With tp = 1 the
+    // whole output.
+    torch::Tensor forward_local(const torch::Tensor& x) const;
     // h += down(silu(gate(xn)) * up(xn)) in place (DecoderLayer::decode_step).
     void decode_step(const torch::Tensor& xn, const torch::Tensor& h, KVCache& cache) const;
 
@@ -147,12 +157,37 @@ class Mlp : public torch::nn::Module {
     std::shared_ptr<Linear> gate_proj_, up_proj_, down_proj_;
 };
 
+// Qwen3-MoE's sparse block (ModelArgs::num_experts): the router `gate` (Linear [E, H], no bias,
+// replicated over the block; its gradient summed over the block) and the experts
+// `experts.{e}` (Mlp of moe_intermediate_size, columns split over the block like the dense MLP).
+// Every row goes to its top-k experts (or the replayed ones, MoeRouting::replay); the experts run
+// grouped: rows sorted by expert (a stable sort), one matmul chain per expert over its rows,
+// results put back in row order and summed over the k choices in a fixed order (no atomics, so
+// runs repeat bit for bit on every device). An expert that gets no row still runs on zero rows, so
+// its gradients exist (zeros) on every rank and the gradient collectives stay aligned.
+class SparseMoe : public torch::nn::Module {
+  public:
+    SparseMoe(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp, int64_t moe_layer,
+              const torch::TensorOptions& options);
+    // x [B, T, H] -> [B, T, H]. `routing` (may be null): MoeRouting's replay / recording, for this
+    // block's MoE-layer index.
+    torch::Tensor forward(const torch::Tensor& x, MoeRouting* routing) const;
+
+  private:
+    const TensorParallel* tp_;
+    int64_t moe_layer_, top_k_;
+    bool norm_topk_;
+    std::shared_ptr<Linear> gate_;
+    std::vector<std::shared_ptr<Mlp>> experts_;
+};
+
 class DecoderLayer : public torch::nn::Module {
   public:
-    DecoderLayer(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp,
+    // `moe_layer`: this layer's index among the sparse layers, -1 for a dense layer.
+    DecoderLayer(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp, int64_t moe_layer,
                  const torch::TensorOptions& options);
     torch::Tensor forward(const torch::Tensor& x, const Rotary& rope, const AttentionMask& mask, KVCache* cache,
-                          int64_t layer);
+                          int64_t layer, MoeRouting* routing = nullptr);
     // The fused CPU decode step of this layer: one new position per row with the cache's slots
     // bound (decode, not extend), float32, no autograd, no tensor parallelism (fused_decode_applies).
     // h [B, H] float32 contiguous is the residual stream, updated in place. Every buffer is the
@@ -160,12 +195,15 @@ class DecoderLayer : public torch::nn::Module {
     // in one parallel region and the residual adds fused; RMSNorm and rotary through
     // kernels/decode_ops.h (the q/k norms too, one row per head); the K/V row written straight into its slot; attention through
     // kernels::decode_attention_slots. The same function as forward() (same matmul and
-    // attention kernels; RMSNorm's mean summed in double).
-    void decode_step(const torch::Tensor& h, const Rotary& rope, KVCache& cache, int64_t layer) const;
+    // attention kernels; RMSNorm's mean summed in double). A sparse layer's MLP runs
+    // SparseMoe::forward on the normed rows and adds its output.
+    void decode_step(const torch::Tensor& h, const Rotary& rope, KVCache& cache, int64_t layer,
+                     MoeRouting* routing = nullptr) const;
 
   private:
     std::shared_ptr<Attention> self_attn_;
-    std::shared_ptr<Mlp> mlp_;
+    std::shared_ptr<Mlp> mlp_;        // dense layers
+    std::shared_ptr<SparseMoe> moe_;  // sparse layers (registered as "mlp" too)
     std::shared_ptr<RMSNorm> input_layernorm_, post_attention_layernorm_;
 };
 

@@ -26,12 +26,15 @@ constexpr ArchName kArchitectures[] = {
     {"LlamaForCausalLM", ModelFamily::kLlama, ModelHead::kCausalLM},
     {"Qwen2ForCausalLM", ModelFamily::kQwen2, ModelHead::kCausalLM},
     {"Qwen3ForCausalLM", ModelFamily::kQwen3, ModelHead::kCausalLM},
+    {"Qwen3MoeForCausalLM", ModelFamily::kQwen3Moe, ModelHead::kCausalLM},
     {"LlamaForTokenClassification", ModelFamily::kLlama, ModelHead::kTokenClassification},
     {"Qwen2ForTokenClassification", ModelFamily::kQwen2, ModelHead::kTokenClassification},
     {"Qwen3ForTokenClassification", ModelFamily::kQwen3, ModelHead::kTokenClassification},
+    {"Qwen3MoeForTokenClassification", ModelFamily::kQwen3Moe, ModelHead::kTokenClassification},
     {"LlamaForSequenceClassification", ModelFamily::kLlama, ModelHead::kSequenceClassification},
     {"Qwen2ForSequenceClassification", ModelFamily::kQwen2, ModelHead::kSequenceClassification},
     {"Qwen3ForSequenceClassification", ModelFamily::kQwen3, ModelHead::kSequenceClassification},
+    {"Qwen3MoeForSequenceClassification", ModelFamily::kQwen3Moe, ModelHead::kSequenceClassification},
 };
 
 // Typed field access with errors that name the key and the file.
@@ -106,6 +109,7 @@ std::string ModelArgs::model_type() const {
         case ModelFamily::kLlama: return "llama";
         case ModelFamily::kQwen2: return "qwen2";
         case ModelFamily::kQwen3: return "qwen3";
+        case ModelFamily::kQwen3Moe: return "qwen3_moe";
     }
     throw InternalError("ModelArgs: unknown model family", __FILE__, __LINE__);
 }
@@ -114,6 +118,17 @@ std::string ModelArgs::architecture() const {
     for (const auto& a : kArchitectures)
         if (a.family == family && a.head == head) return a.name;
     throw InternalError("ModelArgs: no architecture name for this family/head", __FILE__, __LINE__);
+}
+
+bool ModelArgs::is_moe_layer(int64_t layer) const {
+    return num_experts > 0 && (layer + 1) % decoder_sparse_step == 0 &&
+           std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end();
+}
+
+int64_t ModelArgs::num_moe_layers() const {
+    int64_t n = 0;
+    for (int64_t i = 0; i < num_hidden_layers; ++i) n += is_moe_layer(i) ? 1 : 0;
+    return n;
 }
 
 void ModelArgs::validate() const {
@@ -147,12 +162,27 @@ void ModelArgs::validate() const {
                         "{} config: attention_bias covers q/k/v and o_proj alike (got qkv_bias={}, o_proj_bias={})", m,
                         qkv_bias, o_proj_bias);
     }
-    // Qwen3 has the q/k norms and no MLP biases; Llama and Qwen2 have no q/k norms (what rlpt
-    // exports must load in transformers).
-    if (family == ModelFamily::kQwen3) {
-        RLPT_CHECK_KIND(ConfigError, qk_norm && !mlp_bias, "Qwen3 models have q/k norms and no MLP biases");
+    // Qwen3 (and Qwen3-MoE) has the q/k norms and no MLP biases; Llama and Qwen2 have no q/k
+    // norms (what rlpt exports must load in transformers).
+    if (family == ModelFamily::kQwen3 || family == ModelFamily::kQwen3Moe) {
+        RLPT_CHECK_KIND(ConfigError, qk_norm && !mlp_bias, "{} models have q/k norms and no MLP biases", m);
     } else {
         RLPT_CHECK_KIND(ConfigError, !qk_norm, "{} config: q/k norms are a Qwen3 layer", m);
+    }
+    if (family == ModelFamily::kQwen3Moe) {
+        positive(num_experts, "num_experts");
+        positive(moe_intermediate_size, "moe_intermediate_size");
+        positive(decoder_sparse_step, "decoder_sparse_step");
+        RLPT_CHECK_KIND(ConfigError, num_experts_per_tok >= 1 && num_experts_per_tok <= num_experts,
+                        "{} config: num_experts_per_tok {} must be in [1, num_experts {}]", m, num_experts_per_tok,
+                        num_experts);
+        for (int64_t l : mlp_only_layers)
+            RLPT_CHECK_KIND(ConfigError, l >= 0 && l < num_hidden_layers,
+                            "{} config: mlp_only_layers entry {} is not a layer (num_hidden_layers {})", m, l,
+                            num_hidden_layers);
+    } else {
+        RLPT_CHECK_KIND(ConfigError, num_experts == 0, "{} config: num_experts {} on a dense architecture", m,
+                        num_experts);
     }
     if (rope_scaling.type == RopeScalingType::kLlama3) {
         RLPT_CHECK_KIND(ConfigError,
@@ -252,12 +282,40 @@ ModelArgs model_args_from_json(const std::string& json_text, const std::string& 
     a.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
     if (a.family == ModelFamily::kQwen2) {
         a.qkv_bias = true;
-    } else if (a.family == ModelFamily::kQwen3) {
+    } else if (a.family == ModelFamily::kQwen3 || a.family == ModelFamily::kQwen3Moe) {
         a.qkv_bias = a.o_proj_bias = f.boolean("attention_bias", false);
         a.qk_norm = true;
     } else {
         a.qkv_bias = a.o_proj_bias = f.boolean("attention_bias", false);
         a.mlp_bias = f.boolean("mlp_bias", false);
+    }
+    if (a.family == ModelFamily::kQwen3Moe) {
+        // transformers' Qwen3MoeConfig defaults for the keys a config may leave out.
+        // "num_experts" (the Hub's Qwen3-MoE configs) or transformers 5's "num_local_experts".
+        RLPT_CHECK_KIND(ConfigError,
+                        !f.has("num_experts") || !f.has("num_local_experts") ||
+                            f.integer("num_experts") == f.integer("num_local_experts"),
+                        "{}: num_experts {} and num_local_experts {} differ", source, f.integer("num_experts", 0),
+                        f.integer("num_local_experts", 0));
+        a.num_experts = f.integer("num_experts", f.integer("num_local_experts", 128));
+        a.num_experts_per_tok = f.integer("num_experts_per_tok", 8);
+        a.moe_intermediate_size = f.integer("moe_intermediate_size", 768);
+        a.decoder_sparse_step = f.integer("decoder_sparse_step", 1);
+        a.norm_topk_prob = f.boolean("norm_topk_prob", false);
+        if (f.has("mlp_only_layers")) {
+            const json& l = j["mlp_only_layers"];
+            RLPT_CHECK_KIND(ConfigError, l.is_array(), "{}: \"mlp_only_layers\" must be a list, got {}", source,
+                            l.dump());
+            for (const auto& v : l) {
+                RLPT_CHECK_KIND(ConfigError, v.is_number_integer(),
+                                "{}: mlp_only_layers entries must be integers, got {}", source, l.dump());
+                a.mlp_only_layers.push_back(v.get<int64_t>());
+            }
+        }
+        // Qwen2-MoE's always-on shared expert: not a Qwen3-MoE layer, and not implemented.
+        RLPT_CHECK_KIND(ConfigError, f.integer("shared_expert_intermediate_size", 0) == 0,
+                        "{}: shared_expert_intermediate_size {} (shared experts) is not supported", source,
+                        f.integer("shared_expert_intermediate_size", 0));
     }
     a.bos_token_id = f.integer("bos_token_id", -1);
     a.pad_token_id = f.integer("pad_token_id", -1);
@@ -322,7 +380,16 @@ std::string model_args_to_json(const ModelArgs& a) {
         j["mlp_bias"] = a.mlp_bias;
     } else {
         j["use_sliding_window"] = false;
-        if (a.family == ModelFamily::kQwen3) j["attention_bias"] = a.qkv_bias;
+        if (a.family != ModelFamily::kQwen2) j["attention_bias"] = a.qkv_bias;
+    }
+    if (a.family == ModelFamily::kQwen3Moe) {
+        j[j.contains("num_local_experts") && !j.contains("num_experts") ? "num_local_experts" : "num_experts"] =
+            a.num_experts;
+        j["num_experts_per_tok"] = a.num_experts_per_tok;
+        j["moe_intermediate_size"] = a.moe_intermediate_size;
+        j["decoder_sparse_step"] = a.decoder_sparse_step;
+        j["mlp_only_layers"] = a.mlp_only_layers;
+        j["norm_topk_prob"] = a.norm_topk_prob;
     }
     json rope = nullptr;
     if (a.rope_scaling.type == RopeScalingType::kLlama3) {
@@ -391,7 +458,13 @@ ModelArgs tiny_model_args(ModelFamily family, int64_t vocab_size) {
     a.rms_norm_eps = 1e-6;
     a.tie_word_embeddings = family != ModelFamily::kLlama;
     a.qkv_bias = family == ModelFamily::kQwen2;
-    a.qk_norm = family == ModelFamily::kQwen3;
+    a.qk_norm = family == ModelFamily::kQwen3 || family == ModelFamily::kQwen3Moe;
+    if (family == ModelFamily::kQwen3Moe) {
+        a.num_experts = 4;
+        a.num_experts_per_tok = 2;
+        a.moe_intermediate_size = 32;
+        a.norm_topk_prob = true;
+    }
     a.validate();
     return a;
 }
@@ -429,6 +502,10 @@ TpLayout tp_layout(const ModelArgs& args, int64_t tp, int64_t rank) {
                     nkv, tp);
     RLPT_CHECK_KIND(ConfigError, inter % tp == 0,
                     "tensor parallelism: model_parallel_size {} does not divide intermediate_size {}", tp, inter);
+    const int64_t moe_inter = args.num_experts > 0 ? args.moe_intermediate_size : 0;
+    RLPT_CHECK_KIND(ConfigError, moe_inter % tp == 0,
+                    "tensor parallelism: model_parallel_size {} does not divide moe_intermediate_size {}", tp,
+                    moe_inter);
     TpLayout l;
     l.tp = tp;
     l.rank = rank;
@@ -439,6 +516,8 @@ TpLayout tp_layout(const ModelArgs& args, int64_t tp, int64_t rank) {
     l.kv_first = l.kv_replicated ? rank * nkv / tp : rank * l.kv_heads;
     l.inter = inter / tp;
     l.inter_first = rank * l.inter;
+    l.moe_inter = moe_inter / tp;
+    l.moe_inter_first = rank * l.moe_inter;
     l.vocab_size = args.vocab_size;
     l.vocab_padded = (args.vocab_size + tp - 1) / tp * tp;
     l.vocab = l.vocab_padded / tp;

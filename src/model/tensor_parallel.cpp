@@ -137,6 +137,11 @@ ShardSpec shard_spec(const std::string& name, const TpLayout& l) {
         s.counted = !l.kv_replicated || l.rank % (l.tp / l.num_kv_heads) == 0;
         return s;
     }
+    if (name.find(".mlp.experts.") != std::string::npos) {  // an expert: its own width, split the same way
+        if (is("gate_proj") || is("up_proj")) return slice(0, l.moe_inter_first, l.moe_inter, l.tp * l.moe_inter);
+        if (weight && ends_with(name, "down_proj.weight"))
+            return slice(1, l.moe_inter_first, l.moe_inter, l.tp * l.moe_inter);
+    }
     if (is("gate_proj") || is("up_proj")) return slice(0, l.inter_first, l.inter, l.tp * l.inter);
     if (weight && ends_with(name, "o_proj.weight"))
         return slice(1, l.head_first * hd, l.heads * hd, l.tp * l.heads * hd);

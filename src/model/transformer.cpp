@@ -45,10 +45,10 @@ Backbone::Backbone(const ModelArgs& args, torch::TensorOptions options, std::sha
     auto embed = register_module("embed_tokens", std::make_shared<torch::nn::Module>());
     embed_weight_ = embed->register_parameter("weight", torch::empty({layout_.vocab, args.hidden_size}, options));
     auto layers = register_module("layers", std::make_shared<torch::nn::Module>());
-    for (int64_t i = 0; i < args.num_hidden_layers; ++i)
-        layers_.push_back(
-            layers->register_module(std::to_string(i),
-                                    std::make_shared<detail::DecoderLayer>(args, layout_, this->tp(), options)));
+    for (int64_t i = 0, moe = 0; i < args.num_hidden_layers; ++i)
+        layers_.push_back(layers->register_module(
+            std::to_string(i), std::make_shared<detail::DecoderLayer>(args, layout_, this->tp(),
+                                                                      args.is_moe_layer(i) ? moe++ : -1, options)));
     norm_ = register_module("norm", std::make_shared<detail::RMSNorm>(args.hidden_size, args.rms_norm_eps, options));
     inv_freq_ = detail::rotary_inv_freq(args).to(options.device());
 }
@@ -72,7 +72,7 @@ torch::Tensor Backbone::hooked_layers(torch::Tensor h, const detail::Rotary& rop
                 return g;
             });
         hooks->before_forward(li);
-        h = layers_[i]->forward(h, rope, mask, cache, li);
+        h = layers_[i]->forward(h, rope, mask, cache, li, routing_);
         hooks->after_forward(li);
         if (grad && h.requires_grad())
             h.register_hook([hooks, li](const torch::Tensor& g) {
@@ -181,12 +181,12 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
         for (size_t i = 0; i < layers_.size(); ++i) {
             const auto li = static_cast<int64_t>(i);
             if (hooks_) hooks_->before_forward(li);
-            layers_[i]->decode_step(x, rope, *cache, li);
+            layers_[i]->decode_step(x, rope, *cache, li, routing_);
             if (hooks_) hooks_->after_forward(li);
         }
     } else if (hooks_ == nullptr) {
         for (size_t i = 0; i < layers_.size(); ++i)
-            h = layers_[i]->forward(h, rope, mask, cache, static_cast<int64_t>(i));
+            h = layers_[i]->forward(h, rope, mask, cache, static_cast<int64_t>(i), routing_);
     } else {
         h = hooked_layers(h, rope, mask, cache);
     }

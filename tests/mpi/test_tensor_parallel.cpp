@@ -56,6 +56,17 @@ ModelArgs qwen3(int64_t kv_heads) {
     return a;
 }
 
+// Qwen3-MoE: 4 experts of width 8 (split over the block like the dense MLP), top 2, the router
+// replicated with its gradient summed over the block; layer 0 dense (mlp_only_layers).
+ModelArgs qwen3_moe(int64_t kv_heads) {
+    auto a = small(ModelFamily::kQwen3Moe, 30, 64, kv_heads, 12);
+    a.num_hidden_layers = 3;
+    a.moe_intermediate_size = 8;
+    a.mlp_only_layers = {0};
+    a.validate();
+    return a;
+}
+
 engine::SequenceBatch batch(int64_t vocab, uint64_t seed) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
     const int64_t b = 5, p = 4, r = 6, t = p + r;
@@ -209,6 +220,7 @@ TEST_P(TensorParallelTest, Qwen2ReplicatedKvTied) { check_policy(qwen2(1, true),
 TEST_P(TensorParallelTest, Qwen2GqaUntied) { check_policy(qwen2(2, false), "qwen2 kv2 untied"); }
 TEST_P(TensorParallelTest, Qwen3QkNormsSplitKv) { check_policy(qwen3(2), "qwen3 kv2"); }
 TEST_P(TensorParallelTest, Qwen3QkNormsReplicatedKv) { check_policy(qwen3(1), "qwen3 kv1"); }
+TEST_P(TensorParallelTest, Qwen3MoeExpertsSplitRouterReplicated) { check_policy(qwen3_moe(2), "qwen3-moe kv2"); }
 
 TEST_P(TensorParallelTest, LoadsSlicesAndExportsFullTensorsOneAtATime) {
     // World rank 0 writes the whole model; every rank loads its slices; every block exports its

@@ -263,3 +263,61 @@ TEST(ModelConfig, ParsesQwen3ConfigFromTransformers) {
     auto t = rlpt::model::tiny_model_args(ModelFamily::kQwen3, 100);
     EXPECT_TRUE(t.qk_norm && t.tie_word_embeddings && !t.qkv_bias);
 }
+
+// The config transformers 5 writes for the tiny Qwen3-MoE fixture: the expert fields read, written
+// back and read back the same; the fields rlpt does not implement, and inconsistent ones, refused
+// naming the field.
+TEST(ModelConfig, ParsesQwen3MoeConfigFromTransformersAndRefusesWhatItDoesNotImplement) {
+    const std::string path = rlpt::model::testing::source_dir() + "/tests/fixtures/hf/qwen3_moe_tiny";
+    ModelArgs a = load_model_args(path);
+    EXPECT_EQ(a.family, ModelFamily::kQwen3Moe);
+    EXPECT_EQ(a.architecture(), "Qwen3MoeForCausalLM");
+    EXPECT_EQ(a.model_type(), "qwen3_moe");
+    EXPECT_TRUE(a.qk_norm);
+    EXPECT_EQ(a.num_experts, 8);
+    EXPECT_EQ(a.num_experts_per_tok, 2);
+    EXPECT_EQ(a.moe_intermediate_size, 32);
+    EXPECT_TRUE(a.norm_topk_prob);
+    EXPECT_EQ(a.mlp_only_layers, (std::vector<int64_t>{1}));
+    EXPECT_TRUE(a.is_moe_layer(0));
+    EXPECT_FALSE(a.is_moe_layer(1));
+    EXPECT_TRUE(a.is_moe_layer(2));
+    EXPECT_EQ(a.num_moe_layers(), 2);
+    auto written = json::parse(model_args_to_json(a));
+    EXPECT_EQ(written["num_local_experts"], 8);  // the key transformers 5 wrote, kept
+    EXPECT_FALSE(written.contains("num_experts"));
+    EXPECT_EQ(written["mlp_only_layers"], json::array({1}));
+    EXPECT_EQ(model_args_to_json(model_args_from_json(written.dump(), "w")), written.dump(2) + "\n");
+
+    auto with = [&](const std::string& key, json v) {
+        json j = written;
+        j[key] = v;
+        return j.dump();
+    };
+    expect_error<rlpt::ConfigError>([&] { model_args_from_json(with("shared_expert_intermediate_size", 64), "c"); },
+                                    {"shared_expert_intermediate_size 64", "not supported"});
+    // The Hub's configs say num_experts; both keys must agree.
+    EXPECT_EQ(model_args_from_json(with("num_experts", 8), "c").num_experts, 8);
+    expect_error<rlpt::ConfigError>([&] { model_args_from_json(with("num_experts", 6), "c"); },
+                                    {"num_experts 6", "num_local_experts 8"});
+    expect_error<rlpt::ConfigError>([&] { model_args_from_json(with("num_experts_per_tok", 9), "c"); },
+                                    {"num_experts_per_tok 9", "num_experts 8"});
+    expect_error<rlpt::ConfigError>([&] { model_args_from_json(with("mlp_only_layers", {5}), "c"); },
+                                    {"mlp_only_layers entry 5"});
+    expect_error<rlpt::ConfigError>([&] { model_args_from_json(with("use_sliding_window", true), "c"); },
+                                    {"use_sliding_window"});
+    // decoder_sparse_step 2: layers 1, 3, ... sparse (transformers' rule), minus mlp_only_layers.
+    ModelArgs s = model_args_from_json(with("decoder_sparse_step", 2), "c");
+    EXPECT_FALSE(s.is_moe_layer(0));
+    EXPECT_FALSE(s.is_moe_layer(1));  // mlp_only
+    EXPECT_FALSE(s.is_moe_layer(2));
+    // Under tensor parallelism every expert's width is split too.
+    expect_error<rlpt::ConfigError>(
+        [&] { rlpt::model::tp_layout(model_args_from_json(with("moe_intermediate_size", 30), "c"), 4, 0); },
+        {"moe_intermediate_size 30"});
+    EXPECT_EQ(rlpt::model::tp_layout(a, 2, 1).moe_inter_first, 16);
+    // A dense architecture with experts is refused.
+    auto d = rlpt::model::tiny_model_args(ModelFamily::kQwen3, 100);
+    d.num_experts = 4;
+    expect_error<rlpt::ConfigError>([&] { d.validate(); }, {"num_experts 4"});
+}

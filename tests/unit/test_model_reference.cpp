@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 
@@ -177,46 +178,146 @@ TEST_F(ReferenceForward, ValueModelHead) {
     EXPECT_LT(masked_max_diff(got, ref, b.mask), reference_bound(vm->args(), b.ids.size(1)) * rlpt::tol::scale_of(ref));
 }
 
-// Qwen3 (q/k norms, head_dim 32 != hidden 64 / 4 heads, GQA, tied embeddings) as transformers
-// saved it: rlpt's forward within the float64 bound of transformers' float64 logits, and rlpt's
-// greedy decode (the fused CPU decode step, and the plain LibTorch one) the same 32 tokens with
-// per-token log-probs within 1e-4 of transformers' float64 generate().
-TEST(HfFixture, Qwen3LogitsAndGreedyDecodeMatchTransformers) {
-    const std::string dir = rlpt::model::testing::source_dir() + "/tests/fixtures/hf/qwen3_tiny";
-    std::ifstream in(dir + "/reference.json");
-    ASSERT_TRUE(in.good()) << dir;
-    const auto ref = nlohmann::json::parse(in);
-    const std::vector<int64_t> prompt = ref["prompt"];
-    auto model = load_pretrained(dir, torch::kFloat32);
-    ASSERT_TRUE(model->args().qk_norm);
+namespace {
 
+// A fixture folder of scripts/make_hf_fixtures.py and its reference.json.
+nlohmann::json read_fixture(const std::string& dir) {
+    std::ifstream in(dir + "/reference.json");
+    EXPECT_TRUE(in.good()) << dir;
+    return nlohmann::json::parse(in);
+}
+
+std::string fixture_dir(const char* name) { return rlpt::model::testing::source_dir() + "/tests/fixtures/hf/" + name; }
+
+// rlpt's forward of the fixture's prompt within the float64 bound of transformers' float64 logits,
+// and rlpt's greedy decode (the fused CPU decode step, and the plain LibTorch one) the same tokens
+// with per-token log-probs within 1e-4 of transformers' float64 generate().
+void check_fixture_logits_and_greedy(CausalLM& model, const nlohmann::json& ref) {
+    const std::vector<int64_t> prompt = ref["prompt"];
     auto b = left_padded({prompt});
     torch::Tensor got;
     {
         torch::NoGradGuard ng;
-        got = model->forward_logits(b.ids, b.mask, b.pos)[0].to(torch::kFloat64);
+        got = model.forward_logits(b.ids, b.mask, b.pos)[0].to(torch::kFloat64);
     }
     std::vector<double> flat;
     for (const auto& row : ref["logits"])
         for (const auto& v : row) flat.push_back(v.get<double>());
     const auto want = torch::tensor(flat, torch::kFloat64).view(got.sizes());
     EXPECT_LT((got - want).abs().max().item<double>(),
-              reference_bound(model->args(), b.ids.size(1)) * rlpt::tol::scale_of(want));
+              reference_bound(model.args(), b.ids.size(1)) * rlpt::tol::scale_of(want));
 
     const std::vector<int64_t> want_tokens = ref["greedy_tokens"];
     const std::vector<double> want_logprobs = ref["greedy_logprobs"];
     for (const bool kernels : {true, false}) {
         SCOPED_TRACE(kernels ? "decode kernels (fused step)" : "LibTorch decode");
-        model->use_decode_kernels(kernels);
+        model.use_decode_kernels(kernels);
         rlpt::rollout::SamplingParams p;
         p.greedy = true;
         p.temperature = 0.0;  // log-probs of softmax(logits), as transformers' scores
         p.max_new_tokens = static_cast<int64_t>(want_tokens.size());
-        const auto out = rlpt::rollout::generate(*model, {prompt}, {1}, p);
+        const auto out = rlpt::rollout::generate(model, {prompt}, {1}, p);
         ASSERT_EQ(out.responses.size(1), p.max_new_tokens);
         for (int64_t i = 0; i < p.max_new_tokens; ++i) {
             EXPECT_EQ(out.responses[0][i].item<int64_t>(), want_tokens[i]) << "token " << i;
             EXPECT_NEAR(out.rollout_log_probs[0][i].item<double>(), want_logprobs[i], 1e-4) << "token " << i;
         }
     }
+}
+
+}  // namespace
+
+// Qwen3 (q/k norms, head_dim 32 != hidden 64 / 4 heads, GQA, tied embeddings) as transformers
+// saved it.
+TEST(HfFixture, Qwen3LogitsAndGreedyDecodeMatchTransformers) {
+    const auto dir = fixture_dir("qwen3_tiny");
+    auto model = load_pretrained(dir, torch::kFloat32);
+    ASSERT_TRUE(model->args().qk_norm);
+    check_fixture_logits_and_greedy(*model, read_fixture(dir));
+}
+
+// Qwen3-MoE (8 experts, top 2 renormalised, layer 1 dense through mlp_only_layers) as transformers
+// saved it: logits and greedy decode as above; every MoE layer routes each position of prompt +
+// greedy tokens to transformers' experts (the fixture's router margin is far above float32
+// rounding); the load-balancing loss equals transformers' aux_loss.
+TEST(HfFixture, Qwen3MoeLogitsGreedyDecodeRoutesAndAuxLossMatchTransformers) {
+    const auto dir = fixture_dir("qwen3_moe_tiny");
+    const auto ref = read_fixture(dir);
+    auto model = load_pretrained(dir, torch::kFloat32);
+    ASSERT_EQ(model->args().family, ModelFamily::kQwen3Moe);
+    ASSERT_EQ(model->args().num_moe_layers(), 2);
+    check_fixture_logits_and_greedy(*model, ref);
+
+    std::vector<int64_t> seq = ref["prompt"];
+    for (const auto& t : ref["greedy_tokens"]) seq.push_back(t.get<int64_t>());
+    seq.pop_back();  // the positions whose next token was scored
+    auto b = left_padded({seq});
+    rlpt::model::MoeRouting routing;
+    routing.record_choices = routing.record_probs = true;
+    model->backbone().set_routing(&routing);
+    {
+        torch::NoGradGuard ng;
+        model->forward_hidden(b.ids, b.mask, b.pos);
+    }
+    model->backbone().set_routing(nullptr);
+    const auto& want_routes = ref["routes"];
+    ASSERT_EQ(routing.chosen.size(), want_routes.size());
+    for (size_t l = 0; l < routing.chosen.size(); ++l) {
+        const auto got = std::get<0>(routing.chosen[l].sort(-1));
+        ASSERT_EQ(got.size(0), static_cast<int64_t>(want_routes[l].size()));
+        for (int64_t r = 0; r < got.size(0); ++r) {
+            std::vector<int64_t> want = want_routes[l][static_cast<size_t>(r)];
+            std::sort(want.begin(), want.end());
+            for (int64_t j = 0; j < got.size(1); ++j)
+                EXPECT_EQ(got[r][j].item<int64_t>(), want[static_cast<size_t>(j)]) << "MoE layer " << l << " row " << r;
+        }
+    }
+    // The prompt's aux loss: probabilities of every row (no mask), within float32 rounding of
+    // softmax over 8 logits summed over 2 x 12 rows (relative 1e-5 is ~100x that).
+    rlpt::model::MoeRouting prompt_routing;
+    prompt_routing.record_choices = prompt_routing.record_probs = true;
+    model->backbone().set_routing(&prompt_routing);
+    {
+        torch::NoGradGuard ng;
+        auto p = left_padded({ref["prompt"].get<std::vector<int64_t>>()});
+        model->forward_hidden(p.ids, p.mask, p.pos);
+    }
+    model->backbone().set_routing(nullptr);
+    const double aux = rlpt::model::load_balancing_loss(prompt_routing, {}, model->args().num_experts).item<double>();
+    EXPECT_NEAR(aux, ref["aux_loss"].get<double>(), 1e-5 * ref["aux_loss"].get<double>());
+}
+
+// Router replay: a forward that replays the routes another forward recorded is bit for bit that
+// forward; replaying other routes changes the output, and the recorded choices are the replayed
+// ones (what R2/R3 rely on).
+TEST(MoeRouting, ReplayingRecordedRoutesReproducesTheForwardAndOtherRoutesChangeIt) {
+    auto a = tiny_model_args(ModelFamily::kQwen3Moe, 50);
+    a.num_hidden_layers = 3;
+    a.mlp_only_layers = {0};
+    a.validate();
+    auto model = make_random_causal_lm(a, 11);
+    auto b = left_padded({{1, 2, 3, 4, 5, 6}, {7, 8, 9}}, /*pad_id=*/0);
+    torch::NoGradGuard ng;
+    rlpt::model::MoeRouting rec;
+    rec.record_choices = true;
+    model->backbone().set_routing(&rec);
+    const auto h = model->forward_hidden(b.ids, b.mask, b.pos);
+    const auto routes = rec.chosen_stacked();
+    ASSERT_EQ(routes.sizes(), (std::vector<int64_t>{2 * 6, 2, 2}));
+
+    rlpt::model::MoeRouting replay;
+    replay.replay = routes;
+    replay.record_choices = true;
+    model->backbone().set_routing(&replay);
+    EXPECT_TRUE(torch::equal(model->forward_hidden(b.ids, b.mask, b.pos), h));
+    EXPECT_TRUE(torch::equal(replay.chosen_stacked(), routes));
+    EXPECT_EQ(rlpt::model::route_mismatch_fraction(routes, replay.chosen_stacked(), b.mask.reshape({-1})), 0.0);
+
+    // Every row's experts shifted by one: different experts, a different output.
+    rlpt::model::MoeRouting other;
+    other.replay = (routes + 1).remainder(a.num_experts);
+    model->backbone().set_routing(&other);
+    EXPECT_FALSE(torch::allclose(model->forward_hidden(b.ids, b.mask, b.pos), h));
+    EXPECT_EQ(rlpt::model::route_mismatch_fraction(routes, other.replay, b.mask.reshape({-1})), 1.0);
+    model->backbone().set_routing(nullptr);
 }

@@ -72,9 +72,12 @@ inline torch::Tensor matmul_error_bound(const torch::Tensor& x, const torch::Ten
 // vocabulary.
 template <class Args>
 int64_t transformer_logit_terms(const Args& a, int64_t seq_len) {
-    const int64_t per_layer = 2 * a.hidden_size + a.hidden_size + a.head_dim + seq_len +
-                              a.num_attention_heads * a.head_dim + a.hidden_size + a.intermediate_size +
-                              (a.qk_norm ? a.head_dim : 0);
+    const int64_t per_layer =
+        2 * a.hidden_size + a.hidden_size + a.head_dim + seq_len + a.num_attention_heads * a.head_dim + a.hidden_size +
+        a.intermediate_size + (a.qk_norm ? a.head_dim : 0) +
+        // a sparse layer: the router's matmul and softmax, an expert's
+        // down projection and the sum over the k choices
+        (a.num_experts > 0 ? a.hidden_size + a.num_experts + a.moe_intermediate_size + a.num_experts_per_tok : 0);
     return a.num_hidden_layers * per_layer + 2 * a.hidden_size + a.vocab_size;
 }
 

@@ -1,15 +1,17 @@
 #pragma once
-// Model hyper-parameters read from / written to a Hugging Face config.json (Llama, Qwen2 and
-// Qwen3 dense families). Torch-free.
+// Model hyper-parameters read from / written to a Hugging Face config.json (Llama, Qwen2, Qwen3
+// dense and Qwen3-MoE families). Torch-free.
 //
-// Supported: architectures LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM (policies) and
-// {Llama,Qwen2,Qwen3}For{Token,Sequence}Classification with num_labels 1 (critics / reward models),
+// Supported: architectures LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM /
+// Qwen3MoeForCausalLM (policies) and {Llama,Qwen2,Qwen3,Qwen3Moe}For{Token,Sequence}Classification
+// with num_labels 1 (critics / reward models),
 // hidden_act "silu", rope_scaling null or {"rope_type": "llama3", ...} (Llama 3.1+ style), the
 // rotary settings either top-level (rope_theta, rope_scaling) or in transformers 5's
 // "rope_parameters" object. Anything else is a ConfigError naming the file and the key: other
 // architectures, activations, rope scaling types, Qwen2/Qwen3 sliding-window attention
-// (use_sliding_window true, a "sliding_attention" entry in layer_types). An unreadable file or
-// invalid JSON is an IoError.
+// (use_sliding_window true, a "sliding_attention" entry in layer_types), shared experts
+// (shared_expert_intermediate_size > 0, Qwen2-MoE's). An unreadable file or invalid JSON is an
+// IoError.
 
 #include <cstdint>
 #include <string>
@@ -48,7 +50,7 @@ struct BuiltinModelConfig {
 
 namespace rlpt::model {
 
-enum class ModelFamily { kLlama, kQwen2, kQwen3 };
+enum class ModelFamily { kLlama, kQwen2, kQwen3, kQwen3Moe };
 
 // Which head sits on the backbone. HF's *ForTokenClassification has `score.weight` [L,H] and
 // `score.bias` [L]; *ForSequenceClassification has `score.weight` only (same per-token math).
@@ -88,6 +90,17 @@ struct ModelArgs {
     // An RMSNorm over head_dim on every query and key head after the projections, before RoPE
     // (self_attn.q_norm.weight, k_norm.weight [head_dim], shared by the heads): Qwen3, always.
     bool qk_norm = false;
+    // Mixture of experts (Qwen3-MoE; num_experts 0 = every layer dense). A sparse layer replaces
+    // the MLP by a router (mlp.gate.weight [E, H]: softmax over the E experts in fp32, the top
+    // num_experts_per_tok kept, renormalised to sum 1 when norm_topk_prob) and E SwiGLU experts of
+    // width moe_intermediate_size (mlp.experts.{e}.{gate,up,down}_proj.weight); layer i is sparse
+    // when (i + 1) % decoder_sparse_step == 0 and i is not in mlp_only_layers (transformers' rule).
+    int64_t num_experts = 0;
+    int64_t num_experts_per_tok = 0;
+    int64_t moe_intermediate_size = 0;
+    int64_t decoder_sparse_step = 1;
+    std::vector<int64_t> mlp_only_layers;
+    bool norm_topk_prob = false;
     int64_t bos_token_id = -1;            // -1: absent
     int64_t pad_token_id = -1;            // -1: absent
     std::vector<int64_t> eos_token_ids;   // config "eos_token_id", an int or a list
@@ -98,8 +111,12 @@ struct ModelArgs {
     // rlpt doesn't interpret are written back unchanged.
     std::string source_json;
 
-    std::string model_type() const;    // "llama" | "qwen2" | "qwen3"
+    std::string model_type() const;    // "llama" | "qwen2" | "qwen3" | "qwen3_moe"
     std::string architecture() const;  // e.g. "Qwen2ForCausalLM", from family + head
+    // Whether decoder layer `layer` is a mixture-of-experts layer (see num_experts), and how many
+    // of the layers are.
+    bool is_moe_layer(int64_t layer) const;
+    int64_t num_moe_layers() const;
 
     // Consistency checks (positive sizes, head divisibility, even head_dim, supported rope
     // scaling, num_labels 1 for classification heads). ConfigError naming the field.
@@ -113,11 +130,12 @@ struct ModelArgs {
 // Torch-free so configuration checks can use it.
 struct TpLayout {
     int64_t tp = 1, rank = 0;
-    int64_t head_dim = 0, num_kv_heads = 0;  // of the full model
-    int64_t heads = 0, head_first = 0;       // query heads of this rank: [head_first, +heads)
-    int64_t kv_heads = 0, kv_first = 0;      // KV heads held: [kv_first, +kv_heads)
-    bool kv_replicated = false;              // tp > num_key_value_heads: tp / nkv ranks share a head
-    int64_t inter = 0, inter_first = 0;      // intermediate columns [inter_first, +inter)
+    int64_t head_dim = 0, num_kv_heads = 0;      // of the full model
+    int64_t heads = 0, head_first = 0;           // query heads of this rank: [head_first, +heads)
+    int64_t kv_heads = 0, kv_first = 0;          // KV heads held: [kv_first, +kv_heads)
+    bool kv_replicated = false;                  // tp > num_key_value_heads: tp / nkv ranks share a head
+    int64_t inter = 0, inter_first = 0;          // intermediate columns [inter_first, +inter)
+    int64_t moe_inter = 0, moe_inter_first = 0;  // every expert's columns [moe_inter_first, +moe_inter)
     // The vocabulary is padded to a multiple of tp (Megatron pads too); padded rows are zero in
     // the embedding and the LM head, and their logits are -inf (see transformer.h).
     int64_t vocab_size = 0;                                // the real vocabulary (args.vocab_size)
@@ -127,7 +145,8 @@ struct TpLayout {
 };
 
 // The layout of `rank` in a block of `tp` ranks. ConfigError naming the numbers when tp cannot
-// split this model: tp < 1, num_attention_heads or intermediate_size not divisible by tp,
+// split this model: tp < 1, num_attention_heads, intermediate_size or (MoE) moe_intermediate_size
+// not divisible by tp,
 // num_key_value_heads neither a multiple nor a divisor of tp, a vocabulary so small that the
 // last rank's slice would be padding only.
 TpLayout tp_layout(const ModelArgs& args, int64_t tp, int64_t rank);
@@ -146,7 +165,8 @@ void save_model_args(const ModelArgs& args, const std::string& dir);
 
 // A small model for built-in tasks and tests (no HF directory). Qwen2 family: q/k/v biases and
 // tied embeddings, like Qwen2.5-0.5B; Qwen3: q/k norms, no biases, tied embeddings, like
-// Qwen3-0.6B; Llama family: no biases, untied lm_head. Defaults: hidden
+// Qwen3-0.6B; Qwen3-MoE: Qwen3's attention, 4 experts of width 32, top 2, norm_topk_prob, every
+// layer sparse; Llama family: no biases, untied lm_head. Defaults: hidden
 // 64, 2 layers, 4 heads, 2 KV heads (GQA), intermediate 128, max positions 512, rope_theta
 // 10000, eps 1e-6. Adjust fields afterwards as needed and call validate().
 ModelArgs tiny_model_args(ModelFamily family, int64_t vocab_size);

@@ -1,5 +1,5 @@
 #pragma once
-// Decoder-only transformer compatible with Hugging Face Llama / Qwen2 / Qwen3 (dense) checkpoints.
+// Decoder-only transformer compatible with Hugging Face Llama / Qwen2 / Qwen3 / Qwen3-MoE checkpoints.
 //
 // Parameter names (named_parameters()) are exactly Hugging Face's, so they map 1:1 to
 // safetensors tensor names:
@@ -10,6 +10,9 @@
 //   model.layers.{i}.self_attn.{q,k}_norm.weight                 [hd]                 (qk_norm: Qwen3)
 //   model.layers.{i}.mlp.{gate,up}_proj.{weight,bias}            [I, H], [I]          (bias: mlp_bias)
 //   model.layers.{i}.mlp.down_proj.{weight,bias}                 [H, I], [H]
+//   model.layers.{i}.mlp.gate.weight                             [E, H]    (MoE layers, instead of
+//   model.layers.{i}.mlp.experts.{e}.{gate,up}_proj.weight       [Im, H]    the dense MLP:
+//   model.layers.{i}.mlp.experts.{e}.down_proj.weight            [H, Im]    ModelArgs::is_moe_layer)
 //   model.layers.{i}.{input,post_attention}_layernorm.weight     [H]
 //   model.norm.weight                                            [H]
 //   lm_head.weight                                               [V, H]  (absent when tied)
@@ -49,6 +52,7 @@
 #include "rlpt/model/chunked_head.h"
 #include "rlpt/model/kv_cache.h"
 #include "rlpt/model/model_config.h"
+#include "rlpt/model/moe_routing.h"
 #include "rlpt/model/tensor_parallel.h"
 
 namespace rlpt::model {
@@ -130,6 +134,10 @@ class Backbone : public torch::nn::Module {
     // Installs (or, with null, removes) the engine's hooks; see LayerHooks.
     void set_layer_hooks(std::shared_ptr<LayerHooks> hooks) { hooks_ = std::move(hooks); }
     const std::shared_ptr<LayerHooks>& layer_hooks() const { return hooks_; }
+    // Mixture-of-experts routing of the forwards that follow (router replay, recording): see
+    // moe_routing.h. Not owned; null (the default) routes by the router's top-k and records nothing.
+    void set_routing(MoeRouting* routing) { routing_ = routing; }
+    MoeRouting* routing() const { return routing_; }
 
   private:
     torch::Tensor hooked_layers(torch::Tensor h, const detail::Rotary& rope, const detail::AttentionMask& mask,
@@ -137,6 +145,7 @@ class Backbone : public torch::nn::Module {
 
     ModelArgs args_;
     std::shared_ptr<LayerHooks> hooks_;
+    MoeRouting* routing_ = nullptr;
     std::shared_ptr<const TensorParallel> tp_;
     TpLayout layout_;
     torch::Tensor embed_weight_;
