@@ -1,6 +1,8 @@
 // The actor: the policy model, its training engine, and what moves its weights around.
 #include "rlpt/roles/actor.h"
 
+#include <fmt/ranges.h>
+
 #include "model_setup.h"
 #include "rlpt/algo/agg_loss.h"
 #include "rlpt/algo/value_loss.h"
@@ -26,6 +28,59 @@ class ActorWorker : public RoleWorker {
 
 ActorWorker& self_of(RoleWorker& w) { return static_cast<ActorWorker&>(w); }
 
+// The routing of one micro-batch's forward of a mixture-of-experts policy (null for a dense one):
+// replays `replay_column`'s routes when the batch has it, records the router's own top-k (for
+// actor/router_mismatch_frac against the rollout's routes) and, for the load-balancing loss, the
+// choices and probabilities. Installed on the policy's backbone until destroyed.
+class MicroRouting {
+  public:
+    MicroRouting(model::CausalLM& policy, const Batch& mb, const engine::SequenceBatch& seq,
+                 const std::string& replay_column, bool record_for_loss)
+        : backbone_(policy.backbone()), moe_(policy.args().num_moe_layers() > 0) {
+        if (!moe_) return;
+        if (!replay_column.empty()) {
+            RLPT_CHECK(mb.has(replay_column),
+                       "actor.router_replay: the batch has no '{}' column to replay (the rollout records its routes "
+                       "with rollout.generator sampler)",
+                       replay_column);
+            routing_.replay = detail::sequence_routes(mb, replay_column, seq);
+        }
+        routing_.record_choices = true;
+        routing_.record_preferred = mb.has("routed_experts");
+        routing_.record_probs = record_for_loss;
+        backbone_.set_routing(&routing_);
+    }
+    ~MicroRouting() {
+        if (moe_) backbone_.set_routing(nullptr);
+    }
+    MicroRouting(const MicroRouting&) = delete;
+    MicroRouting& operator=(const MicroRouting&) = delete;
+    bool moe() const { return moe_; }
+    const model::MoeRouting& routing() const { return routing_; }
+
+  private:
+    model::Backbone& backbone_;
+    bool moe_;
+    model::MoeRouting routing_;
+};
+
+// The column a forward replays under actor.router_replay.mode ("" for none): R3 the rollout's
+// routes in both passes, R2 the old-log-prob pass's routes in the update.
+std::string replay_column(const ActorSettings& s, bool update) {
+    if (s.router_replay == "R3") return "routed_experts";
+    if (s.router_replay == "R2" && update) return "old_routed_experts";
+    return "";
+}
+
+// Routes [rows·T, L, k] of a trimmed micro-batch back to the batch's [rows, P+R, L, k] columns
+// (-1 outside), int16 like the rollout's.
+torch::Tensor batch_routes(const torch::Tensor& routes, const engine::SequenceBatch& seq, int64_t total_columns) {
+    const int64_t rows = seq.input_ids.size(0), t = seq.input_ids.size(1);
+    auto out = torch::full({rows, total_columns, routes.size(1), routes.size(2)}, -1, torch::kInt16);
+    out.slice(1, seq.first_column, seq.first_column + t).copy_(routes.view({rows, t, routes.size(1), routes.size(2)}));
+    return out;
+}
+
 ActorWorker& ready(RoleWorker& w) {
     ActorWorker& a = self_of(w);
     RLPT_CHECK_KIND(InternalError, a.engine != nullptr, "actor used before kInit");
@@ -39,6 +94,13 @@ Batch init(RoleWorker& w, WorkerContext& ctx, const Batch&, const protocol::Init
     auto device = protocol::handler_device();
     a.policy = std::make_shared<detail::SharedPolicy>();
     a.policy->model = detail::build_policy(s.model, device, args.run.vocab_size, detail::tensor_parallel(ctx, device));
+    const model::ModelArgs& margs = a.policy->model->args();
+    RLPT_CHECK_KIND(ConfigError,
+                    margs.num_moe_layers() > 0 || (s.router_replay == "disabled" && s.router_aux_loss_coef == 0),
+                    "actor.router_replay.mode {} / actor.router_aux_loss_coef {} need a mixture-of-experts model; "
+                    "{} is a dense {}",
+                    s.router_replay, s.router_aux_loss_coef, s.model.path.empty() ? "the built-in model" : s.model.path,
+                    margs.architecture());
     auto opts = detail::optim_options(s.optim, args.run.total_steps);
     opts.shard_group_size =
         comm::zero_shard_group_size(ctx.topology->placement(), "actor", s.optim.fsdp_size, s.optim_key + ".fsdp_size");
@@ -71,17 +133,33 @@ Batch compute_log_prob(RoleWorker& w, WorkerContext&, const Batch& in, const Act
     std::vector<detail::ForwardColumn> columns{{"old_log_probs"}};
     if (entropy) columns.push_back({"entropy"});
     if (args.sum_pi_squared) columns.push_back({"sum_pi_squared"});
-    Batch out = detail::forward_micro_batches(in, a.settings.log_prob_micro_batch_size_per_rank, columns,
-                                              [&](const engine::SequenceBatch& seq) {
-                                                  auto lp =
-                                                      engine::compute_log_probs(*a.policy->model, seq, args.temperature,
-                                                                                entropy, args.sum_pi_squared);
-                                                  std::vector<torch::Tensor> outs{lp.log_probs};
-                                                  if (entropy) outs.push_back(lp.entropy);
-                                                  if (args.sum_pi_squared) outs.push_back(lp.sum_pi_squared);
-                                                  return outs;
-                                              });
+    // Mixture-of-experts policies: the micro-batches' routes (forward_micro_batches runs them in
+    // row order), kept as old_routed_experts for R2.
+    const int64_t micro = a.settings.log_prob_micro_batch_size_per_rank;
+    const std::string replay = replay_column(a.settings, /*update=*/false);
+    std::vector<torch::Tensor> routes;
+    Batch out = detail::forward_micro_batches(
+        in, micro, columns, [&](const engine::SequenceBatch& seq) {
+            const int64_t first = static_cast<int64_t>(routes.size()) * std::max<int64_t>(1, micro);
+            const Batch mb = in.slice(first, first + seq.input_ids.size(0));
+            MicroRouting routing(*a.policy->model, mb, seq, replay, /*record_for_loss=*/false);
+            auto lp = engine::compute_log_probs(*a.policy->model, seq, args.temperature, entropy, args.sum_pi_squared);
+            routes.push_back(routing.moe() ? batch_routes(routing.routing().chosen_stacked(), seq,
+                                                          in.at("input_ids").size(1))
+                                           : torch::Tensor());
+            std::vector<torch::Tensor> outs{lp.log_probs};
+            if (entropy) outs.push_back(lp.entropy);
+            if (args.sum_pi_squared) outs.push_back(lp.sum_pi_squared);
+            return outs;
+        });
     a.engine->release_parameters();  // ZeRO-3: the root unit gathered by the forwards
+    if (a.settings.router_replay == "R2") {
+        const auto& m = a.policy->model->args();
+        out.set("old_routed_experts",
+                routes.empty() ? torch::zeros({0, in.at("input_ids").size(1), m.num_moe_layers(), m.num_experts_per_tok},
+                                              torch::kInt16)
+                               : torch::cat(routes, 0));
+    }
     return out;
 }
 
@@ -91,6 +169,7 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in, const ActorUpda
     const comm::Communicator& dp = ctx.comms->dp;
     algo::ActorLossConfig lc = s.loss;  // its global_batch_info is set per mini-batch
     const bool with_entropy = lc.entropy_coeff != 0;
+    const double aux_coef = s.router_aux_loss_coef;
 
     detail::PpoLoop loop = detail::make_ppo_loop("actor", args, s.ppo, "actor/loss");
     loop.skipped_steps_metric = true;
@@ -101,6 +180,7 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in, const ActorUpda
             lc.policy.global_batch_info = info;
             int64_t r = 0;
             auto seq = detail::trimmed_sequences(mb, &r);
+            MicroRouting routing(*a.policy->model, mb, seq, replay_column(s, /*update=*/true), aux_coef > 0);
             auto lp = engine::compute_log_probs(*a.policy->model, seq, args.temperature, with_entropy);
             algo::ActorLossInputs li;
             li.policy.log_prob = lp.log_probs;
@@ -117,6 +197,25 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in, const ActorUpda
             if (mb.has("rollout_is_weights"))  // algorithm.rollout_correction.rollout_is
                 li.policy.rollout_is_weights = detail::first_columns(mb.at("rollout_is_weights"), r);
             auto out = algo::compute_actor_loss(li, lc);
+            if (routing.moe()) {
+                const auto& m = a.policy->model->args();
+                const auto tokens = seq.attention_mask.reshape({-1});
+                if (mb.has("routed_experts")) {  // the router's own choice against the rollout's
+                    const auto mm = model::route_mismatch(detail::sequence_routes(mb, "routed_experts", seq),
+                                                          routing.routing().preferred_stacked(), tokens);
+                    if (mm.counted > 0) metrics.add_metric("actor/router_mismatch_frac", mm.fraction());
+                }
+                if (aux_coef > 0) {
+                    // transformers' load-balancing loss over this micro-batch's real tokens, weighted
+                    // like the policy loss's rows: its micro-batches and DP ranks average to the
+                    // mini-batch's (the gradients are averaged over DP).
+                    const auto aux = model::load_balancing_loss(routing.routing(), tokens, m.num_experts);
+                    const double share = static_cast<double>(seq.input_ids.size(0)) * info.dp_size /
+                                         std::max(1.0, args.global_mini_batch_rows);
+                    out.loss = out.loss + aux * (aux_coef * share);
+                    metrics.add_metric("actor/router_aux_loss", aux.item<double>());
+                }
+            }
             out.loss.backward();
             for (const auto& [k, v] : out.metrics) {
                 if (k != "actor/pg_loss" && k != "actor/entropy_loss" && k != "actor/kl_loss") metrics.add_metric(k, v);

@@ -121,6 +121,11 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in, const Generat
     sp.stop_token_ids = args.stop_ids;
     sp.stop = args.stop;
     sp.include_stop_str_in_output = args.include_stop_str_in_output;
+    // Mixture-of-experts policies: every shard returns routed_experts (the generators that do not
+    // record routes leave -1 everywhere; router replay R3 is refused with them at start-up).
+    const auto& margs = r.weights->model().args();
+    const bool moe = margs.num_moe_layers() > 0;
+    sp.record_routes = moe;
     const bool with_text = !sp.stop.empty() || !r.gen.args.stages.empty();
     if (with_text) sp.token_texts = &r.token_texts;
     RLPT_CHECK(args.n >= 1, "rollout.generate: n must be >= 1, got {}", args.n);
@@ -148,6 +153,9 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in, const Generat
         out.set("rollout_log_probs", torch::zeros({0, R}));
         for (const char* k : {"input_ids", "attention_mask", "position_ids"})
             out.set(k, torch::zeros({0, P + R}, torch::kInt64));
+        if (moe)
+            out.set("routed_experts",
+                    torch::zeros({0, P + R, margs.num_moe_layers(), margs.num_experts_per_tok}, torch::kInt16));
         out.set_ints("finish_reason", {});
         out.set_ints("weight_version", {});
         if (with_text) out.set_strings("response_text", {});
@@ -176,6 +184,14 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in, const Generat
     auto attn = pad_seq(g.attention_mask, 0);
     out.set("attention_mask", attn);
     out.set("position_ids", (attn.cumsum(1) - 1).clamp_min(0));
+    if (moe) {
+        // [B, P+R, moe layers, k] int16 (experts < 32768), -1 where nothing was routed.
+        auto routes = g.routed_experts.defined()
+                          ? g.routed_experts
+                          : torch::full({B, gp + gr, margs.num_moe_layers(), margs.num_experts_per_tok}, -1,
+                                        torch::kInt64);
+        out.set("routed_experts", torch::constant_pad_nd(routes.to(torch::kInt16), {0, 0, 0, 0, P - gp, R - gr}, -1));
+    }
     std::vector<int64_t> reasons, versions(static_cast<size_t>(B), static_cast<int64_t>(r.weights->version()));
     for (auto fr : g.finish_reasons) reasons.push_back(static_cast<int64_t>(fr));
     out.set_ints("finish_reason", reasons);

@@ -1,5 +1,7 @@
 #include "train_common.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <filesystem>
 
@@ -34,11 +36,21 @@ engine::SequenceBatch trimmed_sequences(const Batch& b, int64_t* kept_r) {
     s.attention_mask = mask.slice(1, p0, P + r_used);
     s.position_ids = b.at("position_ids").slice(1, p0, P + r_used);
     s.response_length = r_used;
+    s.first_column = p0;
     if (kept_r) *kept_r = r_used;
     return s;
 }
 
 torch::Tensor first_columns(const torch::Tensor& t, int64_t r) { return t.slice(1, 0, r); }
+
+torch::Tensor sequence_routes(const Batch& b, const std::string& column, const engine::SequenceBatch& seq) {
+    const auto& routes = b.at(column);
+    const int64_t t = seq.input_ids.size(1);
+    RLPT_CHECK(routes.dim() == 4 && routes.size(1) >= seq.first_column + t, "column '{}': routes {} for {} columns",
+               column, routes.sizes(), seq.first_column + t);
+    const auto s = routes.slice(1, seq.first_column, seq.first_column + t);
+    return s.reshape({s.size(0) * t, s.size(2), s.size(3)});
+}
 
 torch::Tensor pad_response_columns(const torch::Tensor& t, int64_t R) {
     if (t.size(1) == R) return t;

@@ -26,6 +26,9 @@ struct ResliceTarget;  // model_setup.h
 engine::SequenceBatch trimmed_sequences(const Batch& b, int64_t* kept_r);
 // Slices a [rows, R] tensor to its first `r` columns.
 torch::Tensor first_columns(const torch::Tensor& t, int64_t r);
+// The [rows·T, moe layers, k] routes of a trimmed `seq` (trimmed_sequences of the same rows)
+// from `column` of `b` ([rows, P+R, moe layers, k], e.g. routed_experts): model::MoeRouting's layout.
+torch::Tensor sequence_routes(const Batch& b, const std::string& column, const engine::SequenceBatch& seq);
 // Pads [rows, r] to [rows, R] with zeros.
 torch::Tensor pad_response_columns(const torch::Tensor& t, int64_t R);
 

@@ -181,8 +181,9 @@ std::map<std::string, double> RlTrainer::train_step() {
 
 // old_log_probs (+ entropy, + sum_pi_squared when the estimator needs it) from the actor.
 void RlTrainer::compute_old_log_probs(Batch& batch, Metrics& m) {
-    Batch old = ctl_.call<ActorMethod::kComputeLogProb>(seq_columns(batch),
-                                                        {update_inputs_.temperature(), plan_.sum_pi_squared});
+    Batch in = seq_columns(batch);
+    if (batch.has("routed_experts")) in.set("routed_experts", batch.at("routed_experts"));  // MoE: the rollout's routes
+    Batch old = ctl_.call<ActorMethod::kComputeLogProb>(in, {update_inputs_.temperature(), plan_.sum_pi_squared});
     batch.update(old);
     if (old.has("entropy")) {
         algo::GlobalBatchInfo gbi;

@@ -47,6 +47,8 @@ roles::ActorSettings actor_settings(const Config& c) {
     s.sft_micro_batch_size_per_rank = c.sft.micro_batch_size_per_rank;
     s.seed = c.trainer.seed;
     s.weight_sync = weight_sync_settings(c);
+    s.router_aux_loss_coef = a.router_aux_loss_coef;
+    s.router_replay = a.router_replay_mode;
     return s;
 }
 

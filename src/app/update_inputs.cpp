@@ -70,6 +70,8 @@ Batch UpdateInputs::actor(const Batch& batch) const {
                                   "response_mask", "old_log_probs",  "advantages"};
     if (s_.actor_kl_loss) cols.push_back("ref_log_prob");
     if (batch.has("rollout_is_weights")) cols.push_back("rollout_is_weights");
+    for (const char* routes : {"routed_experts", "old_routed_experts"})  // mixture-of-experts policies
+        if (batch.has(routes)) cols.push_back(routes);
     Batch in = arrange_for_update(batch.select(cols), s_.actor_dp, tb / mb, s_.balance_batch);
     protocol::encode_args(roles::ActorUpdateArgs{s_.temperature, tb / mb, static_cast<double>(mb * s_.n)}, in);
     return in;

@@ -204,6 +204,14 @@ void visit_actor(Visitor& v, ActorConfig& c) {
     v.value("tau_neg", l.tau_neg, "sapo: gate temperature for negative advantages");
     v.value("log_prob_micro_batch_size_per_rank", c.log_prob_micro_batch_size_per_rank,
             "samples per forward when computing old log-probs");
+    v.value("router_aux_loss_coef", c.router_aux_loss_coef,
+            "mixture-of-experts models: weight of the load-balancing loss (0: off, verl's RL default)");
+    v.section("router_replay", "mixture-of-experts models: whose expert choices the training forwards replay",
+              [&](Visitor& r) {
+                  r.value("mode", c.router_replay_mode,
+                          "disabled | R2 (the update routes as the old-log-prob pass did) | R3 (both route as the "
+                          "rollout did)");
+              });
 }
 
 void visit_rollout(Visitor& v, RolloutConfig& c) {

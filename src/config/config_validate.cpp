@@ -271,6 +271,13 @@ void validate(const Config& c) {
              {"kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "kl+", "k1+", "abs+", "mse+", "k2+", "low_var_kl+",
               "k3+"});
     k.positive(a.log_prob_micro_batch_size_per_rank, "actor.log_prob_micro_batch_size_per_rank");
+    k.require(std::isfinite(a.router_aux_loss_coef) && a.router_aux_loss_coef >= 0, "actor.router_aux_loss_coef",
+              "must be a finite number >= 0 (got {})", a.router_aux_loss_coef);
+    k.one_of(a.router_replay_mode, "actor.router_replay.mode", {"disabled", "R2", "R3"});
+    // R3 replays the routes the rollout recorded: the engine's sampler generations record them.
+    k.require(a.router_replay_mode != "R3" || c.rollout.generator == "sampler", "actor.router_replay.mode",
+              "R3 needs the rollout's routes, which rollout.generator sampler records ('{}' does not)",
+              c.rollout.generator);
 
     const auto& r = c.rollout;
     k.positive(r.n, "rollout.n");

@@ -246,7 +246,41 @@ void KVCache::copy_slot(int64_t dst, int64_t src, int64_t length) {
     for (size_t l = 0; l < k_.size(); ++l)
         for (auto* buf : {&k_[l], &v_[l]})
             buf->select(0, dst).narrow(1, 0, length).copy_(buf->select(0, src).narrow(1, 0, length));
+    if (routes_.defined()) routes_[dst].narrow(0, 0, length).copy_(routes_[src].narrow(0, 0, length));
     slot_len_[static_cast<size_t>(dst)] = length;
+}
+
+void KVCache::enable_routes(int64_t moe_layers, int64_t top_k) {
+    RLPT_CHECK(moe_layers >= 1 && top_k >= 1, "KVCache::enable_routes: {} MoE layers, top-{}", moe_layers, top_k);
+    routes_ = torch::full({batch_, max_length_, moe_layers, top_k}, -1,
+                          torch::TensorOptions().dtype(torch::kInt16).device(k_.at(0).device()));
+}
+
+void KVCache::store_routes(int64_t moe_layer, const torch::Tensor& chosen) {
+    if (!routes_.defined()) return;
+    RLPT_CHECK(slots_bound(), "KVCache::store_routes: routes are kept for slot forwards only");
+    const int64_t b = bound_.size(0), k = routes_.size(3);
+    RLPT_CHECK(chosen.dim() == 2 && chosen.size(1) == k && chosen.size(0) % b == 0 && moe_layer >= 0 &&
+                   moe_layer < routes_.size(2),
+               "KVCache::store_routes: choices {} of MoE layer {} for {} bound rows, top-{} of {} layers",
+               chosen.sizes(), moe_layer, b, k, routes_.size(2));
+    const int64_t t = chosen.size(0) / b;
+    const auto rows = chosen.to(routes_.device(), torch::kInt16).view({b, t, k});
+    const auto* slot = bound_.data_ptr<int64_t>();
+    for (int64_t r = 0; r < b; ++r) {
+        // Where this row's K/V go: after what the slot holds (decode, extend), or from 0 (prefill,
+        // right padding included; set_slot_length drops it, and its routes are overwritten later).
+        const int64_t start = slot_len_[static_cast<size_t>(slot[r])];
+        const int64_t n = extending() ? ext_new_.data_ptr<int64_t>()[r] : t;
+        routes_[slot[r]].narrow(0, start, n).select(1, moe_layer).copy_(rows[r].narrow(0, 0, n));
+    }
+}
+
+torch::Tensor KVCache::routes(int64_t slot, int64_t length) const {
+    RLPT_CHECK(routes_.defined(), "KVCache::routes: routes are not kept (enable_routes)");
+    RLPT_CHECK(slot >= 0 && slot < batch_ && length >= 0 && length <= slot_length(slot),
+               "KVCache::routes: {} positions of slot {} (holding {})", length, slot, slot_length(slot));
+    return routes_[slot].narrow(0, 0, length).to(torch::kCPU, torch::kInt64);
 }
 
 }  // namespace rlpt::model

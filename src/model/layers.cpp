@@ -283,22 +283,22 @@ torch::Tensor SparseMoe::forward(const torch::Tensor& x, MoeRouting* routing) co
     // The router: replicated weight, so each rank's partial gradient is summed over the block.
     const auto logits = gate_->matmul_with(rows, tp_copy(gate_->weight(), tp_));
     const auto probs = torch::softmax(logits.to(torch::kFloat32), -1);  // [N, E]
-    torch::Tensor weights, chosen;
+    auto [weights, chosen] = torch::topk(probs, k, -1);
+    const auto preferred = chosen;
     if (routing != nullptr && routing->replay.defined()) {
         const auto& r = routing->replay;
-        RLPT_CHECK(r.dim() == 3 && r.size(0) == n && moe_layer_ < r.size(1) && r.size(2) == k &&
-                       r.scalar_type() == torch::kInt64,
-                   "MoE router replay: expected [{}, >{}, {}] int64 expert indices, got {} {}", n, moe_layer_, k,
-                   r.sizes(), c10::toString(r.scalar_type()));
-        chosen = r.select(1, moe_layer_).to(x.device());
+        RLPT_CHECK(r.dim() == 3 && r.size(0) == n && moe_layer_ < r.size(1) && r.size(2) == k,
+                   "MoE router replay: expected [{}, >{}, {}] expert indices, got {}", n, moe_layer_, k, r.sizes());
+        // Rows replayed where the recorded experts exist (>= 0), the router's own top-k elsewhere.
+        const auto replayed = r.select(1, moe_layer_).to(x.device(), torch::kInt64);
+        chosen = torch::where(replayed.ge(0).all(-1, /*keepdim=*/true), replayed, chosen);
         weights = probs.gather(1, chosen);
-    } else {
-        std::tie(weights, chosen) = torch::topk(probs, k, -1);
     }
     if (norm_topk_) weights = weights / weights.sum(-1, /*keepdim=*/true);
     weights = weights.to(x.scalar_type());
     if (routing != nullptr) {
         if (routing->record_choices) routing->chosen.push_back(chosen.detach());
+        if (routing->record_preferred) routing->preferred.push_back(preferred.detach());
         if (routing->record_probs) routing->probs.push_back(probs);
     }
     // Group the N*k (row, choice) pairs by expert: a stable sort keeps rows in order per expert.

@@ -11,6 +11,11 @@ torch::Tensor MoeRouting::chosen_stacked() const {
     return torch::stack(chosen, 1);
 }
 
+torch::Tensor MoeRouting::preferred_stacked() const {
+    RLPT_CHECK(!preferred.empty(), "MoeRouting: no top-k recorded (record_preferred off, or a dense model)");
+    return torch::stack(preferred, 1);
+}
+
 torch::Tensor load_balancing_loss(const MoeRouting& routing, const torch::Tensor& mask, int64_t num_experts) {
     RLPT_CHECK(!routing.probs.empty() && routing.probs.size() == routing.chosen.size(),
                "load_balancing_loss: needs the router's probabilities and choices of every MoE layer "
@@ -32,16 +37,20 @@ torch::Tensor load_balancing_loss(const MoeRouting& routing, const torch::Tensor
     return (tokens / rows * (prob_sum / rows)).sum() * static_cast<double>(num_experts);
 }
 
-double route_mismatch_fraction(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& mask) {
+RouteMismatch route_mismatch(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& mask) {
     RLPT_CHECK(a.dim() == 3 && a.sizes() == b.sizes() && mask.dim() == 1 && mask.size(0) == a.size(0),
-               "route_mismatch_fraction: routes {} and {} with a mask of {}", a.sizes(), b.sizes(), mask.sizes());
+               "route_mismatch: routes {} and {} with a mask of {}", a.sizes(), b.sizes(), mask.sizes());
     // Sets compared as sorted lists.
-    const auto sa = std::get<0>(a.to(torch::kCPU).sort(-1)), sb = std::get<0>(b.to(torch::kCPU).sort(-1));
+    const auto sa = std::get<0>(a.to(torch::kCPU, torch::kInt64).sort(-1));
+    const auto sb = std::get<0>(b.to(torch::kCPU, torch::kInt64).sort(-1));
     const auto differs = sa.ne(sb).any(-1);  // [N, layers]
-    const auto counted = mask.to(torch::kCPU).ne(0).unsqueeze(1).expand_as(differs);
-    const int64_t total = counted.sum().item<int64_t>();
-    if (total == 0) return 0.0;
-    return static_cast<double>(differs.logical_and(counted).sum().item<int64_t>()) / static_cast<double>(total);
+    const auto counted = mask.to(torch::kCPU).ne(0).unsqueeze(1).logical_and(sa.ge(0).all(-1)).logical_and(
+        sb.ge(0).all(-1));
+    return {differs.logical_and(counted).sum().item<int64_t>(), counted.sum().item<int64_t>()};
+}
+
+double route_mismatch_fraction(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& mask) {
+    return route_mismatch(a, b, mask).fraction();
 }
 
 }  // namespace rlpt::model

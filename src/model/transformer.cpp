@@ -61,7 +61,7 @@ torch::nn::Module& Backbone::layer(int64_t i) {
 // The layer loop with the engine's hooks (LayerHooks): the root unit is gathered by the caller
 // (Backbone::forward, before the embedding).
 torch::Tensor Backbone::hooked_layers(torch::Tensor h, const detail::Rotary& rope, const detail::AttentionMask& mask,
-                                      KVCache* cache) {
+                                      KVCache* cache, MoeRouting* routing) {
     const bool grad = torch::GradMode::is_enabled();
     const std::shared_ptr<LayerHooks> hooks = hooks_;  // the gradient hooks keep it alive
     for (size_t i = 0; i < layers_.size(); ++i) {
@@ -72,7 +72,7 @@ torch::Tensor Backbone::hooked_layers(torch::Tensor h, const detail::Rotary& rop
                 return g;
             });
         hooks->before_forward(li);
-        h = layers_[i]->forward(h, rope, mask, cache, li, routing_);
+        h = layers_[i]->forward(h, rope, mask, cache, li, routing);
         hooks->after_forward(li);
         if (grad && h.requires_grad())
             h.register_hook([hooks, li](const torch::Tensor& g) {
@@ -162,6 +162,16 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
         mask.masked_out = std::move(masked_out);
     }
 
+    // A cache keeping routes (router replay R3) gets this forward's choices before advance().
+    const bool keep_routes = cache != nullptr && cache->routes_enabled() && slots;
+    MoeRouting kept;
+    MoeRouting* routing = routing_;
+    if (keep_routes) {
+        RLPT_CHECK(routing_ == nullptr, "forward: a cache keeping routes and Backbone::set_routing do not mix");
+        kept.record_choices = true;
+        routing = &kept;
+    }
+
     if (hooks_) hooks_->before_forward(LayerHooks::kRootUnit);
     auto rope = detail::rotary_tables(inv_freq_, position_ids, dtype);
     torch::Tensor h;
@@ -181,15 +191,17 @@ torch::Tensor Backbone::forward(const torch::Tensor& input_ids, const torch::Ten
         for (size_t i = 0; i < layers_.size(); ++i) {
             const auto li = static_cast<int64_t>(i);
             if (hooks_) hooks_->before_forward(li);
-            layers_[i]->decode_step(x, rope, *cache, li, routing_);
+            layers_[i]->decode_step(x, rope, *cache, li, routing);
             if (hooks_) hooks_->after_forward(li);
         }
     } else if (hooks_ == nullptr) {
         for (size_t i = 0; i < layers_.size(); ++i)
-            h = layers_[i]->forward(h, rope, mask, cache, static_cast<int64_t>(i), routing_);
+            h = layers_[i]->forward(h, rope, mask, cache, static_cast<int64_t>(i), routing);
     } else {
-        h = hooked_layers(h, rope, mask, cache);
+        h = hooked_layers(h, rope, mask, cache, routing);
     }
+    if (keep_routes)
+        for (size_t l = 0; l < kept.chosen.size(); ++l) cache->store_routes(static_cast<int64_t>(l), kept.chosen[l]);
     if (cache) cache->advance(t);
     return norm_->forward(h);
 }

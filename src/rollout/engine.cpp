@@ -97,7 +97,9 @@ class Engine {
                 sl.log_probs.push_back(chosen.log_probs[k]);
                 if (auto done = finish_reason(table_, sl.text, chosen.tokens[k], static_cast<int64_t>(sl.tokens.size()),
                                               sl.spec.max_tokens)) {
-                    if (source_.end_turn(sl.id, Turn{sl.tokens, sl.log_probs, *done, sl.text.visible_text()})) {
+                    Turn turn{sl.tokens, sl.log_probs, *done, sl.text.visible_text()};
+                    if (cache_->routes_enabled()) turn.routes = cache_->routes(slot, cache_->slot_length(slot));
+                    if (source_.end_turn(sl.id, turn)) {
                         sl.pending = chosen.tokens[k];  // parked: the slot keeps its KV
                         ++parked_;
                     } else {
@@ -154,6 +156,9 @@ class Engine {
         slot_.assign(static_cast<size_t>(slots), Slot{});
         for (int64_t s = slots - 1; s >= 0; --s) free_.push_back(s);
         if (!queue_.empty()) cache_.emplace(model_.make_cache(slots, per_seq));
+        const auto& a = model_.args();
+        if (cache_ && params_.record_routes && a.num_moe_layers() > 0)
+            cache_->enable_routes(a.num_moe_layers(), a.num_experts_per_tok);
     }
 
     bool can_admit() const {

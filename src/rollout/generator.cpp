@@ -57,7 +57,8 @@ class PromptSource final : public SequenceSource {
                                 {turn.log_probs.begin(), turn.log_probs.end()},
                                 {},
                                 turn.finish,
-                                turn.text};
+                                turn.text,
+                                turn.routes};
         return false;
     }
 

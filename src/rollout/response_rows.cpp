@@ -49,6 +49,16 @@ GenerationOutput assemble_rows(const std::vector<std::vector<int64_t>>& prompts,
     out.input_ids = torch::cat({out.prompts, out.responses}, 1);
     out.attention_mask = torch::cat({prompt_mask, response_attn}, 1);
     out.position_ids = (out.attention_mask.cumsum(1) - 1).clamp_min(0);
+    // Routes: position j of row i's prompt ++ response sits at column (P - prompt length) + j.
+    for (int64_t i = 0; i < b; ++i) {
+        const auto& routes = rows[static_cast<size_t>(i)].routes;
+        if (!routes.defined()) continue;
+        if (!out.routed_experts.defined())
+            out.routed_experts = torch::full({b, p_len + r_len, routes.size(1), routes.size(2)}, -1, torch::kInt64);
+        const int64_t off = p_len - static_cast<int64_t>(prompts[static_cast<size_t>(i)].size());
+        const int64_t n = std::min(routes.size(0), p_len + r_len - off);
+        out.routed_experts[i].narrow(0, off, n).copy_(routes.narrow(0, 0, n));
+    }
     return out;
 }
 

@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
 
     // The block alone.
     const TpLayout layout = tp_layout(a, 1, 0);
-    detail::SparseMoe block(a, layout, nullptr, 0, torch::TensorOptions().dtype(torch::kFloat32));
+    rlpt::model::detail::SparseMoe block(a, layout, nullptr, 0, torch::TensorOptions().dtype(torch::kFloat32));
     {
         torch::NoGradGuard ng;
         for (auto& p : block.parameters()) p.normal_(0.0, 0.02);

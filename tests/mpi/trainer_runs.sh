@@ -90,6 +90,13 @@
 #                      as masked observation tokens (agent/observation_tokens, response_mask 0 on
 #                      exactly the <tool_response> tokens in rlpt generate --tool calculator), and
 #                      the calculator's result is the product; --max-turns 1 stops after the call
+#   moe                a Qwen3-MoE from rlpt init-model --arch qwen3_moe (4 experts, top 2) trains
+#                      through the real trainer at ZeRO-3 over 2 ranks: router replay R3 with the
+#                      load-balancing loss (actor/router_aux_loss), R2 and disabled; the first
+#                      step's actor/router_mismatch_frac (the router's own top-k against the
+#                      rollout's recorded routes, same weights) is near 0, which it could not be
+#                      with misaligned routes; the export generates; router replay on a dense model
+#                      and R3 with a generator that records no routes are refused naming the key
 #   own-task           a new user's path on prompt/response + prompt/answer JSONL files:
 #                      rlpt check (clean, and four problems in one run), init-model, SFT of the
 #                      built-in model on the data and of an init-model folder, GRPO with a
@@ -554,6 +561,42 @@ PY
     run 2 "$src/configs/sft.yaml" "${sft[@]}" trainer.experiment_name=sft2 sft.output_model_dir=runs/sft2/model \
       'placement.groups=[{roles: [actor, rollout], ranks: 2, model_parallel_size: 2}]'
     compare runs/sft1/metrics.jsonl runs/sft2/metrics.jsonl 1,3,6 "$rtol_sft" sft/loss sft/grad_norm
+    ;;
+  moe)
+    printf '%s' '0123456789+-*=' >chars.txt
+    "$bin" init-model --arch qwen3_moe --out moe0 --chars-from chars.txt --hidden-size 32 --layers 2 --heads 2 \
+      --kv-heads 1 --experts 4 --experts-per-tok 2 --moe-intermediate-size 16 --max-position 32 | tee init.log
+    grep -q "qwen3_moe" moe0/config.json
+    common=(trainer.output_dir=runs trainer.total_training_steps=3 trainer.val_before_train=false model.path=moe0
+            actor.optim.lr=0.01 actor.optim.zero_stage=3)
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=r3 actor.router_replay.mode=R3 \
+      actor.router_aux_loss_coef=0.01
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=r2 actor.router_replay.mode=R2
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=r0
+    "$py" - runs/r3/metrics.jsonl runs/r2/metrics.jsonl runs/r0/metrics.jsonl <<'PY'
+import json, sys
+for path in sys.argv[1:]:
+    rows = [json.loads(l) for l in open(path)]
+    first = rows[0]
+    assert all("actor/router_mismatch_frac" in r for r in rows), (path, "no actor/router_mismatch_frac")
+    # Step 1: the rollout and the update's first mini-batch hold the same weights; only float32
+    # ties between experts may route differently.
+    assert first["actor/router_mismatch_frac"] < 0.05, (path, first["actor/router_mismatch_frac"])
+    print(path, [round(r["actor/router_mismatch_frac"], 4) for r in rows])
+r3 = [json.loads(l) for l in open(sys.argv[1])]
+assert all(r["actor/router_aux_loss"] > 0 for r in r3), "no actor/router_aux_loss with router_aux_loss_coef"
+assert all("actor/router_aux_loss" not in json.loads(l) for l in open(sys.argv[3])), "aux loss without its coef"
+PY
+    "$bin" generate --model runs/r3/hf_model --prompt "12+3=" --greedy --max-new-tokens 4 | tee g.txt
+    grep -q "finish" g.txt
+    # Router replay needs experts; R3 needs a generator that records routes.
+    if run 1 "$src/configs/tiny.yaml" trainer.output_dir=runs trainer.experiment_name=dense \
+        actor.router_replay.mode=R2 > dense.log 2>&1; then exit 1; fi
+    grep -q "actor.router_replay.mode R2 .* need a mixture-of-experts model" dense.log
+    if "$bin" check "$src/configs/tiny.yaml" actor.router_replay.mode=R3 rollout.generator=beam_search > chk.log 2>&1; then
+      exit 1
+    fi
+    grep -q "actor.router_replay.mode" chk.log
     ;;
   zero3)
     common=(trainer.output_dir=runs trainer.total_training_steps=3 trainer.val_before_train=false

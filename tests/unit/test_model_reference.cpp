@@ -287,6 +287,53 @@ TEST(HfFixture, Qwen3MoeLogitsGreedyDecodeRoutesAndAuxLossMatchTransformers) {
     EXPECT_NEAR(aux, ref["aux_loss"].get<double>(), 1e-5 * ref["aux_loss"].get<double>());
 }
 
+// The rollout records, for every position it fed (prompt prefill, shared prefixes copied between
+// slots, decode steps), the experts each MoE layer chose: the routes of a full forward over the
+// generated sequences, up to ties within rounding (the fixture's margin is ~2e-3); -1 on left
+// padding, each response's last token (never fed) and right padding.
+TEST(HfFixture, Qwen3MoeRolloutRecordsTheRoutesOfEveryPositionItFed) {
+    auto model = load_pretrained(fixture_dir("qwen3_moe_tiny"), torch::kFloat32);
+    const auto ref = read_fixture(fixture_dir("qwen3_moe_tiny"));
+    const std::vector<int64_t> prompt = ref["prompt"];
+    const std::vector<std::vector<int64_t>> prompts{prompt, {5, 6, 7}, prompt};  // the third copies the first's prefix
+    rlpt::rollout::SamplingParams p;
+    p.temperature = 1.0;
+    p.max_new_tokens = 12;
+    p.record_routes = true;
+    for (const bool kernels : {true, false}) {
+        SCOPED_TRACE(kernels ? "fused decode step" : "LibTorch decode");
+        model->use_decode_kernels(kernels);
+        const auto out = rlpt::rollout::generate(*model, prompts, {1, 2, 3}, p);
+        ASSERT_TRUE(out.routed_experts.defined());
+        const auto& routes = out.routed_experts;  // [B, P+R, 2, 2]
+        ASSERT_EQ(routes.sizes(), (std::vector<int64_t>{3, out.input_ids.size(1), 2, 2}));
+        rlpt::model::MoeRouting full;
+        full.record_choices = true;
+        model->backbone().set_routing(&full);
+        {
+            torch::NoGradGuard ng;
+            model->forward_hidden(out.input_ids, out.attention_mask, out.position_ids);
+        }
+        model->backbone().set_routing(nullptr);
+        const auto want = full.chosen_stacked().view(routes.sizes());
+        const int64_t P = out.prompts.size(1);
+        for (int64_t i = 0; i < 3; ++i) {
+            const int64_t plen = static_cast<int64_t>(prompts[static_cast<size_t>(i)].size());
+            const int64_t rlen = out.response_mask[i].sum().item<int64_t>();
+            for (int64_t c = 0; c < routes.size(1); ++c) {
+                const bool fed = c >= P - plen && c < P + rlen - 1;
+                const auto got = routes[i][c];
+                if (!fed) {
+                    EXPECT_TRUE(got.eq(-1).all().item<bool>()) << "row " << i << " column " << c;
+                    continue;
+                }
+                EXPECT_TRUE(torch::equal(std::get<0>(got.sort(-1)), std::get<0>(want[i][c].sort(-1))))
+                    << "row " << i << " column " << c << ": " << got << " vs " << want[i][c];
+            }
+        }
+    }
+}
+
 // Router replay: a forward that replays the routes another forward recorded is bit for bit that
 // forward; replaying other routes changes the output, and the recorded choices are the replayed
 // ones (what R2/R3 rely on).

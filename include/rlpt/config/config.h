@@ -103,6 +103,12 @@ struct ActorConfig {
     double kl_loss_coef = 0.001;
     std::string kl_loss_type = "low_var_kl";
     int64_t log_prob_micro_batch_size_per_rank = 32;
+    // Mixture-of-experts policies (Qwen3-MoE): the load-balancing loss's weight (transformers'
+    // router_aux_loss_coef; 0, off, is verl's RL default) and router replay
+    // (actor.router_replay.mode, verl's names): disabled | R2 (the update routes as the old-log-prob
+    // pass did) | R3 (the old-log-prob pass and the update route as the rollout did).
+    double router_aux_loss_coef = 0.0;
+    std::string router_replay_mode = "disabled";
 };
 
 struct SamplingConfig {

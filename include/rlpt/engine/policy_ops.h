@@ -37,6 +37,7 @@ struct SequenceBatch {
     torch::Tensor attention_mask;
     torch::Tensor position_ids;
     int64_t response_length = 0;  // R
+    int64_t first_column = 0;     // the column of the source batch input_ids[:, 0] is (trimmed batches)
 };
 
 struct LogProbs {

@@ -99,6 +99,20 @@ class KVCache {
     // becomes `length`; length <= slot_length(src), dst != src.
     void copy_slot(int64_t dst, int64_t src, int64_t length);
 
+    // ---- routes (slot use, mixture-of-experts models; router replay R3) ----
+    // Keeps, beside each slot position's K/V, the experts its row was routed to in each of
+    // `moe_layers` MoE layers ([batch, max_length, moe_layers, top_k] int16 on the cache's device,
+    // -1 where nothing was routed): written by the model's forwards (store_routes), copied by
+    // copy_slot, read with routes(). Call once, before the first forward.
+    void enable_routes(int64_t moe_layers, int64_t top_k);
+    bool routes_enabled() const { return routes_.defined(); }
+    // The model (Backbone::forward, slots bound, before advance): the experts of MoE layer
+    // `moe_layer` for the forward's rows, chosen [B*T, top_k] (row b*T + t: input position t of
+    // bound row b), stored at the positions the forward's K/V go to (prefill, decode, extend).
+    void store_routes(int64_t moe_layer, const torch::Tensor& chosen);
+    // Positions [0, length) of `slot`: [length, moe_layers, top_k] int64 on the host.
+    torch::Tensor routes(int64_t slot, int64_t length) const;
+
     // ---- used by the model's attention layers ----
     // Writes k, v ([B, n_kv, T_new, head_dim]) at positions [length(), length()+T_new) of
     // `layer` and returns views of the cached K, V over [0, length()+T_new). ValueError when
@@ -129,6 +143,7 @@ class KVCache {
     torch::Tensor bound_len_dev_, bound_pos_dev_;  // decode binding: lengths and write positions on the device
     torch::Tensor ext_prefix_, ext_new_;           // extend binding (undefined: none)
     std::vector<torch::Tensor> scratch_;           // scratch(): flat float32 buffers
+    torch::Tensor routes_;                         // enable_routes: [batch, max_length, moe_layers, k] int16
 };
 
 }  // namespace rlpt::model

@@ -104,7 +104,8 @@ class Backbone : public torch::nn::Module {
 
     // Final-normed hidden states [B, T, H] in the model dtype. See the header comment for
     // inputs. With a cache: writes this call's K/V at positions [length, length+T) and advances
-    // the cache by T. ValueError on shape/dtype/range mismatches.
+    // the cache by T (a slot cache keeping routes, KVCache::enable_routes, gets the MoE layers'
+    // choices too). ValueError on shape/dtype/range mismatches.
     torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                           const torch::Tensor& position_ids, KVCache* cache = nullptr);
 
@@ -141,7 +142,7 @@ class Backbone : public torch::nn::Module {
 
   private:
     torch::Tensor hooked_layers(torch::Tensor h, const detail::Rotary& rope, const detail::AttentionMask& mask,
-                                KVCache* cache);
+                                KVCache* cache, MoeRouting* routing);
 
     ModelArgs args_;
     std::shared_ptr<LayerHooks> hooks_;

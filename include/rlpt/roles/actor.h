@@ -18,10 +18,15 @@ enum class ActorMethod : uint16_t {
     kInit,            // one_to_all / none. protocol::InitWith<ActorSettings> (total_steps: training
                       //   steps; the lr schedule advances once per kUpdate, after all its mini-batches)
     kComputeLogProb,  // dp_split / concat. ActorLogProbArgs -> old_log_probs, entropy
-                      //   (+ sum_pi_squared, Σ_v π_v²) [B, R] fp32
+                      //   (+ sum_pi_squared, Σ_v π_v²) [B, R] fp32. Mixture-of-experts policies:
+                      //   in: + routed_experts [B, P+R, moe layers, k] int16 (the rollout's; replayed
+                      //   with R3); out: + old_routed_experts (same shape, -1 outside the sequences)
+                      //   with R2
     kUpdate,          // dp_split unpadded / concat (metrics only). PPO epochs over mini-batches.
-                      //   in: + old_log_probs, advantages [B, R] (+ ref_log_prob with use_kl_loss);
-                      //   ActorUpdateArgs
+                      //   in: + old_log_probs, advantages [B, R] (+ ref_log_prob with use_kl_loss;
+                      //   + routed_experts / old_routed_experts for MoE policies); ActorUpdateArgs.
+                      //   MoE metrics: actor/router_mismatch_frac (the router's own top-k against the
+                      //   rollout's routes), actor/router_aux_loss (with router_aux_loss_coef > 0)
     kSftStep,         // dp_split unpadded / concat (metrics only). in: input_ids, attention_mask,
                       //   position_ids, loss_mask [B, T]; SftStepArgs
     kSendWeights,     // one_to_all / none: actor role rank 0 broadcasts the weights to the
@@ -46,6 +51,10 @@ struct ActorSettings {
     int64_t sft_micro_batch_size_per_rank = 1;       // kSftStep's forwards (sft.micro_batch_size_per_rank)
     int64_t seed = 0;                                // trainer.seed: the engine's and the losses' random streams
     WeightSyncSettings weight_sync;                  // kSendWeights
+    // Mixture-of-experts policies (refused for dense ones at kInit): actor.router_aux_loss_coef
+    // and actor.router_replay.mode ("disabled" | "R2" | "R3").
+    double router_aux_loss_coef = 0.0;
+    std::string router_replay = "disabled";
     template <typename V>
     void visit(V& v) {
         v("model", model);
@@ -58,6 +67,8 @@ struct ActorSettings {
         v("sft_micro_batch_size_per_rank", sft_micro_batch_size_per_rank);
         v("seed", seed);
         v("weight_sync", weight_sync);
+        v("router_aux_loss_coef", router_aux_loss_coef);
+        v("router_replay", router_replay);
     }
 };
 

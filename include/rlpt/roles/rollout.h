@@ -32,7 +32,10 @@ enum class RolloutMethod : uint16_t {
                       //        finish_reason (0 eos, 1 stop, 2 length), int field weight_version;
                       //        with rollout.stop set or generator multi_stage, string field
                       //        response_text (each response's text, cut at its stop string, appended
-                      //        text included: what the reward scorers read)
+                      //        text included: what the reward scorers read); with a mixture-of-experts
+                      //        model, routed_experts [B, P+R, moe layers, k] int16 (the experts each
+                      //        fed position was routed to, -1 elsewhere; -1 everywhere for generators
+                      //        other than sampler)
                       //        plus a float64 [B] column per GeneratorContext::sample_values key the
                       //        generator reports (tool_agent: num_turns, tool_call_counts, ...)
     kReceiveWeights,  // one_to_all / none: receive the actor's weights (with ActorMethod::kSendWeights)

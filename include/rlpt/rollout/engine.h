@@ -27,6 +27,9 @@
 //   at TurnSpec::max_tokens tokens, decided for every row by one function (engine.cpp
 //   finish_reason): EOS wins over a stop id, then stop ids, then stop strings, then the length.
 //   Sampling: temperature / top-k / top-p or greedy (sampler.h).
+//   Routes (SamplingParams::record_routes, mixture-of-experts models): the cache keeps the experts
+//   of every position it holds beside its K/V (KVCache::enable_routes; copied with shared
+//   prefixes, kept across parked turns), and each Turn carries its slot's routes so far.
 //
 // Batching: a decode step's rows are the unparked sequences in slots, in the order they joined
 // (those already decoding, then the ones just prefilled, then those copying a prefix, then the

@@ -32,6 +32,10 @@ struct SamplingParams {
     std::vector<std::string> stop;
     bool include_stop_str_in_output = false;  // the text keeps the stop string (tokens always do)
     const TokenTexts* token_texts = nullptr;
+    // Mixture-of-experts models: keep the experts every fed position was routed to
+    // (GenerationOutput::routed_experts; router replay R3 and the route mismatch metric). Read by
+    // the engine (rollout/engine.h); ignored for dense models and by beam search.
+    bool record_routes = false;
 };
 
 // ValueError naming the field for: temperature not finite or <= 0 (< 0 when greedy), top_p
@@ -53,6 +57,11 @@ struct GenerationOutput {
     torch::Tensor response_mask;      // [B, R] int64: 1 on generated tokens (EOS/stop token included)
     torch::Tensor rollout_log_probs;  // [B, R] fp32: log p of each sampled token under softmax(logits / T)
     std::vector<FinishReason> finish_reasons;
+    // With SamplingParams::record_routes on a mixture-of-experts model (engine generations):
+    // [B, P+R, num_moe_layers, top_k] int64, the experts each position of input_ids was routed to
+    // when the rollout fed it; -1 where nothing was (padding, each response's last token, which is
+    // never fed). Undefined otherwise.
+    torch::Tensor routed_experts;
     // [B] with params.token_texts: each response's text, cut at its stop string (stop_strings.h
     // "What is kept"); empty otherwise.
     std::vector<std::string> texts;

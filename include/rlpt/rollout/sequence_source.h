@@ -63,6 +63,11 @@ struct Turn {
     // The turn's text as stop_strings.h shows it (cut at a stop string) when the sampling
     // parameters have token_texts, else empty.
     std::string text;
+    // With SamplingParams::record_routes on a mixture-of-experts model: the experts of every
+    // position the sequence's slot holds, [positions, num_moe_layers, top_k] int64 on the host
+    // (its first tokens, every turn so far and what was appended, this turn's last token
+    // excluded: it was never fed). Undefined otherwise.
+    torch::Tensor routes;
 };
 
 // What a parked sequence does next.
