@@ -85,12 +85,70 @@ void copy_tokenizer(const std::string& from, const std::string& dir) {
     }
 }
 
+// The architectures `--arch` names, the single place a new one is added: the name, and how the
+// model's hyper-parameters follow from the options (nullptr: named but not built yet, refused with
+// `missing`). Every maker starts from the built-in (Llama) model of the same sizes.
+struct InitOptions {
+    BuiltinModelConfig sizes;  // --hidden-size, --layers, --heads, --kv-heads, --intermediate-size, ...
+    int64_t head_dim = 0;      // --head-dim; 0: hidden / heads
+    double rope_theta = 0;     // --rope-theta; 0: the architecture's default
+};
+
+model::ModelArgs llama_args(const InitOptions& o, int64_t vocab) {
+    BuiltinModelConfig b = o.sizes;
+    if (o.rope_theta > 0) b.rope_theta = o.rope_theta;
+    model::ModelArgs a = model::builtin_model_args(b, vocab);
+    if (o.head_dim > 0) a.head_dim = o.head_dim;
+    return a;
+}
+
+// Qwen3 (dense), as Qwen3-0.6B is built: per-head q/k RMSNorm, no attention biases, tied
+// embeddings, rope_theta 1e6 unless --rope-theta says otherwise.
+model::ModelArgs qwen3_args(const InitOptions& o, int64_t vocab) {
+    InitOptions q = o;
+    if (q.rope_theta <= 0) q.rope_theta = 1e6;
+    model::ModelArgs a = llama_args(q, vocab);
+    a.family = model::ModelFamily::kQwen3;
+    a.qk_norm = true;
+    a.qkv_bias = false;
+    a.o_proj_bias = false;
+    a.mlp_bias = false;
+    return a;
+}
+
+struct InitArch {
+    const char* name;
+    model::ModelArgs (*make)(const InitOptions&, int64_t vocab);
+    const char* missing;  // why `make` is nullptr
+};
+
+constexpr InitArch kInitArchs[] = {
+    {"llama", llama_args, ""},
+    {"qwen3", qwen3_args, ""},
+    {"qwen3_moe", nullptr, "Qwen3-MoE is not available yet (in progress: issue 34); use --arch qwen3 or llama"},
+};
+
+// The row `--arch` names; ConfigError for an unknown name or one not built yet.
+const InitArch& find_arch(const std::string& arch) {
+    std::string names;
+    for (const auto& a : kInitArchs) {
+        if (arch == a.name) {
+            RLPT_CHECK_KIND(ConfigError, a.make != nullptr, "--arch {}: {}", arch, a.missing);
+            return a;
+        }
+        names += std::string(names.empty() ? "" : ", ") + a.name;
+    }
+    RLPT_THROW(ConfigError, "--arch: unknown architecture '{}' (choices: {})", arch, names);
+}
+
 }  // namespace
 
 int init_model_command(int argc, char** argv) {
     std::string out_dir, tokenizer_path;
     std::vector<std::string> char_files;
-    BuiltinModelConfig b;  // the built-in model's defaults
+    InitOptions opt;
+    BuiltinModelConfig& b = opt.sizes;  // the built-in model's defaults
+    std::string arch = "llama";
     CLI::App app{"Write a randomly initialised model (Hugging Face folder: config.json, model.safetensors, "
                  "tokenizer) to start training from scratch. No MPI.",
                  "rlpt init-model"};
@@ -107,6 +165,11 @@ int init_model_command(int argc, char** argv) {
     app.add_option("--intermediate-size", b.intermediate_size, "MLP width (default 384)");
     app.add_option("--max-position", b.max_position, "longest prompt + response in tokens (default 128)");
     app.add_option("--seed", b.init_seed, "weight initialisation seed (default 1234)");
+    app.add_option("--arch", arch,
+                   "llama (default) | qwen3 (Qwen3ForCausalLM: q/k norms, no biases, tied embeddings) | "
+                   "qwen3_moe (not available yet)");
+    app.add_option("--head-dim", opt.head_dim, "attention head size (default hidden-size / heads)");
+    app.add_option("--rope-theta", opt.rope_theta, "rotary embedding base (default: llama 10000, qwen3 1000000)");
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -118,6 +181,7 @@ int init_model_command(int argc, char** argv) {
     try {
         RLPT_CHECK_KIND(ConfigError, o_chars->count() + o_tok->count() > 0,
                         "give the vocabulary: --chars-from FILE... (a character tokenizer) or --tokenizer PATH");
+        const InitArch& architecture = find_arch(arch);
         fs::create_directories(out_dir);
         std::unique_ptr<tokenizer::Tokenizer> tok;
         if (!char_files.empty()) {
@@ -133,7 +197,7 @@ int init_model_command(int argc, char** argv) {
             copy_tokenizer(tokenizer_path, out_dir);
             tok = tokenizer::load_tokenizer(out_dir);
         }
-        model::ModelArgs a = model::builtin_model_args(b, tok->vocab_size());
+        model::ModelArgs a = architecture.make(opt, tok->vocab_size());
         const auto sp = tok->special_ids();
         a.bos_token_id = sp.bos;
         a.pad_token_id = sp.pad;
