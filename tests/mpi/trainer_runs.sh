@@ -20,6 +20,9 @@
 #                      state, and the checkpoint resumes at ZeRO-2 too (close); the same for a
 #                      critic's (GAE) files, resumed bit-identically
 #   sft                configs/sft.yaml shortened: trains and writes a HF model folder
+#   qwen3              a Qwen3 made by init-model --arch qwen3 trains (GRPO, tiny.yaml) with
+#                      model.chat_template qwen3; enable_thinking false adds exactly the empty
+#                      think block to every prompt; rlpt check names an unknown template kwarg
 #   tp-invariance      tiny with actor/rollout/reference split over tp = 2 vs tp = 1: same metrics,
 #                      first steps; the exported (gathered) model generates; resuming the tp = 2
 #                      checkpoint at tp = 1 reshards it (close), at tp = 2 bit-identical; SFT at tp 2
@@ -292,6 +295,36 @@ PY
     grep -q "resumed from .*step_2" gae2.log
     compare runs/gae/metrics.jsonl runs/gae2/metrics.jsonl 3,4 0 critic/vf_loss critic/grad_norm actor/grad_norm
     "$py" -c 'import json; g=[json.loads(l)["critic/grad_norm"] for l in open("runs/gae2/metrics.jsonl")]; assert g[-1] > 0, g'
+    ;;
+  qwen3)
+    # A Qwen3 from scratch (init-model --arch qwen3, head_dim 24 != hidden 32 / 2 heads) trains
+    # with GRPO through the qwen3 chat template (its text in a character vocabulary). With
+    # model.apply_chat_template_kwargs.enable_thinking false every prompt ends with the empty
+    # think block "<think>\n\n</think>\n\n": the same prompts are exactly 19 tokens longer.
+    printf '0123456789+-*=<|>_/\nimstartendusrhk' > chars.txt
+    "$bin" init-model --arch qwen3 --out q3 --chars-from chars.txt --hidden-size 32 --layers 1 --heads 2 \
+      --kv-heads 1 --head-dim 24 --intermediate-size 64 --max-position 128 | tee init.log
+    grep -q '"Qwen3ForCausalLM"' q3/config.json && grep -q '"head_dim": 24' q3/config.json
+    q3=("$src/configs/tiny.yaml" model.path=q3 model.chat_template=qwen3 data.max_prompt_length=96
+        trainer.output_dir=runs trainer.total_training_steps=2)
+    # rlpt check names a kwarg the templates do not read.
+    if "$bin" check "${q3[@]}" model.apply_chat_template_kwargs.enable_thinkin=false -n 2 > kw.log 2>&1; then
+      cat kw.log; echo "rlpt check passed an unknown chat-template kwarg"; exit 1
+    fi
+    grep -q "unknown key 'model.apply_chat_template_kwargs.enable_thinkin'" kw.log
+    run 2 "${q3[@]}" trainer.experiment_name=q3-think
+    run 2 "${q3[@]}" trainer.experiment_name=q3-nothink model.apply_chat_template_kwargs.enable_thinking=false
+    "$py" - runs/q3-think/metrics.jsonl runs/q3-nothink/metrics.jsonl <<'PY'
+import json, math, sys
+think, nothink = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+assert len(think) == len(nothink) == 2, (len(think), len(nothink))
+for a, b in zip(think, nothink):
+    for k in ("prompt_length/mean", "prompt_length/min", "prompt_length/max"):
+        assert abs(b[k] - a[k] - 19) < 1e-9, (a["step"], k, a[k], b[k])
+    assert all(math.isfinite(v) for v in b.values() if isinstance(v, float)), b
+    assert b["prompt_length/clip_ratio"] == 0, b
+print("enable_thinking false: every prompt 19 tokens longer (the empty think block); metrics finite")
+PY
     ;;
   sft)
     run 2 "$src/configs/sft.yaml" trainer.output_dir=runs sft.total_steps=30 sft.eval_every=15 \
