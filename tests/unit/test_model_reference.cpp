@@ -3,8 +3,8 @@
 // scripts/setup.sh's .venv, with numpy); skipped when that Python lacks torch or numpy (a build
 // from a libtorch zip).
 // And against Hugging Face transformers itself: tiny random checkpoints it made, with its float64
-// logits and greedy decode, committed under tests/fixtures/hf/ (scripts/make_hf_fixtures.py);
-// these need no Python at test time.
+// logits and greedy decode, and its float64 gradients of one training loss, committed under
+// tests/fixtures/hf/ (scripts/make_hf_fixtures.py); these need no Python at test time.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "rlpt/build_config.h"
+#include "rlpt/model/safetensors.h"
 #include "rlpt/model/transformer.h"
 #include "rlpt/model/value_model.h"
 #include "rlpt/rollout/generator.h"
@@ -219,4 +220,50 @@ TEST(HfFixture, Qwen3LogitsAndGreedyDecodeMatchTransformers) {
             EXPECT_NEAR(out.rollout_log_probs[0][i].item<double>(), want_logprobs[i], 1e-4) << "token " << i;
         }
     }
+}
+
+// One training step's gradients against transformers' float64 autograd of the same loss (the mean
+// next-token cross-entropy of the prompt and its greedy tokens, grads.json) on the same float32
+// weights. rlpt runs in float32 (the model has no float64 path: model::dtype_name refuses it), so
+// each gradient differs from the float64 one by float32 rounding along its path: γ_N(u32) with N
+// tol::transformer_grad_terms (the logit path there and back, plus every token of the loss),
+// relative to max(1, max|ref|), plus the reference's own rounding to float32 (u32). The loss
+// itself follows one logit path per token: tol::transformer_logit_terms.
+TEST(HfFixture, Qwen3GradientsMatchTransformersAutograd) {
+    const std::string dir = rlpt::model::testing::source_dir() + "/tests/fixtures/hf/qwen3_tiny";
+    std::ifstream in(dir + "/grads.json");
+    ASSERT_TRUE(in.good()) << dir;
+    const auto ref = nlohmann::json::parse(in);
+    const std::vector<int64_t> seq = ref["sequence"];
+    auto model = load_pretrained(dir, torch::kFloat32);
+    model->train();
+    const auto ids = torch::tensor(seq, torch::kInt64).unsqueeze(0);
+    const auto n = ids.size(1);
+    const auto logits = model->forward_logits(ids, torch::ones_like(ids), torch::arange(n).unsqueeze(0));
+    const auto loss = torch::nn::functional::cross_entropy(logits[0].slice(0, 0, n - 1), ids[0].slice(0, 1, n));
+    loss.backward();
+
+    const auto& a = model->args();
+    namespace tol = rlpt::tol;
+    EXPECT_NEAR(loss.item<double>(), ref["loss"].get<double>(),
+                (tol::gamma(tol::transformer_logit_terms(a, n), tol::kUnitRoundoffFp32) + tol::kUnitRoundoffFp32) *
+                    std::max(1.0, ref["loss"].get<double>()));
+    const double bound =
+        tol::gamma(tol::transformer_grad_terms(a, n, n - 1), tol::kUnitRoundoffFp32) + tol::kUnitRoundoffFp32;
+    const auto want = rlpt::model::SafetensorsFile::open(dir + "/grads.safetensors");
+    std::vector<std::string> seen;
+    for (const auto& p : model->named_parameters()) {
+        ASSERT_TRUE(want.contains(p.key())) << p.key() << " has no reference gradient";
+        ASSERT_TRUE(p.value().grad().defined()) << p.key() << " got no gradient";
+        const auto w = want.get(p.key());
+        ASSERT_EQ(w.scalar_type(), torch::kFloat64) << p.key();
+        const auto g = p.value().grad().to(torch::kFloat64);
+        ASSERT_EQ(g.sizes(), w.sizes()) << p.key();
+        EXPECT_GT(w.abs().max().item<double>(), 0.0) << p.key() << ": a zero reference gradient checks nothing";
+        EXPECT_LE(tol::max_abs_diff(g, w), bound * tol::scale_of(w)) << p.key();
+        seen.push_back(p.key());
+    }
+    // Every tensor transformers differentiates is one rlpt trains (q/k norms included).
+    EXPECT_EQ(seen.size(), want.names().size());
+    EXPECT_EQ(seen.size(), ref["parameters"].size());
 }
