@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "init_model.h"
 #include "rlpt/build_config.h"
 #include "rlpt/model/safetensors.h"
 #include "rlpt/model/transformer.h"
@@ -266,4 +267,68 @@ TEST(HfFixture, Qwen3GradientsMatchTransformersAutograd) {
     // Every tensor transformers differentiates is one rlpt trains (q/k norms included).
     EXPECT_EQ(seen.size(), want.names().size());
     EXPECT_EQ(seen.size(), ref["parameters"].size());
+}
+
+// HF export round trip: what rlpt's save_pretrained writes loads in transformers
+// (scripts/check_hf_export.py, with the .venv's transformers) with the architecture and
+// rope_theta rlpt meant and gives rlpt's logits within float32 rounding (reference_bound: rlpt in
+// float32 against transformers in float64 on the same float32 weights). Two folders: the
+// transformers-made qwen3_tiny loaded and saved again (transformers 5's rope_parameters layout),
+// and a Qwen3 from `rlpt init-model` (top-level rope_theta), both with rope_theta 1e6 or 5e5, not
+// 10000, so a theta lost on the way shows (the script checks that it would).
+class HfExport : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        if (std::system((python() + " -c 'import transformers' >/dev/null 2>&1").c_str()) != 0)
+            GTEST_SKIP() << python() << " has no transformers (scripts/setup.sh installs it into .venv)";
+    }
+    // rlpt's logits of `m`, then (save) m written to `dir` by save_pretrained, then the script on `dir`.
+    void check(const CausalLM& m, const std::string& dir, bool save = true) {
+        const std::vector<int64_t> prompt = {3, 17, 42, 5, 99, 64, 8, 120, 33, 71, 2, 90};
+        std::vector<int64_t> ids;
+        for (int64_t t : prompt) ids.push_back(t % m.args().vocab_size);
+        auto b = left_padded({ids});
+        torch::Tensor logits;
+        {
+            torch::NoGradGuard ng;
+            logits = const_cast<CausalLM&>(m).forward_logits(b.ids, b.mask, b.pos)[0].to(torch::kFloat64);
+        }
+        if (save) save_pretrained(m, dir);
+        nlohmann::json j;
+        j["input_ids"] = ids;
+        std::vector<std::vector<double>> rows;
+        for (int64_t i = 0; i < logits.size(0); ++i) {
+            auto r = logits[i].contiguous();
+            rows.emplace_back(r.data_ptr<double>(), r.data_ptr<double>() + r.numel());
+        }
+        j["logits"] = rows;
+        j["bound"] = reference_bound(m.args(), b.ids.size(1)) * rlpt::tol::scale_of(logits);
+        j["rope_theta"] = m.args().rope_theta;
+        j["architecture"] = m.args().architecture();
+        std::ofstream(dir + "/rlpt_logits.json") << j.dump();
+        const std::string cmd = fmt::format("{} {}/scripts/check_hf_export.py {} {}/rlpt_logits.json", python(),
+                                            rlpt::model::testing::source_dir(), dir, dir);
+        EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    }
+};
+
+TEST_F(HfExport, LoadedQwen3TinyLoadsInTransformersWithTheSameLogits) {
+    TempDir dir("export_tiny");
+    auto m = load_pretrained(rlpt::model::testing::source_dir() + "/tests/fixtures/hf/qwen3_tiny", torch::kFloat32);
+    ASSERT_DOUBLE_EQ(m->args().rope_theta, 1e6);
+    check(*m, dir.str());
+}
+
+TEST_F(HfExport, InitModelQwen3LoadsInTransformersWithTheSameLogits) {
+    TempDir dir("export_init");
+    std::ofstream(dir.file("chars.txt")) << "0123456789+-*=abcdefghijklmnopqrstuvwxyz";
+    std::vector<std::string> args = {
+        "init-model",          "--arch",     "qwen3", "--out",        dir.file("m"), "--chars-from",
+        dir.file("chars.txt"), "--head-dim", "24",    "--rope-theta", "500000"};
+    std::vector<char*> argv;
+    for (auto& x : args) argv.push_back(x.data());
+    ASSERT_EQ(rlpt::app::init_model_command(static_cast<int>(argv.size()), argv.data()), 0);
+    auto m = load_pretrained(dir.file("m"), torch::kFloat32);
+    ASSERT_EQ(m->args().head_dim, 24);         // != hidden 128 / 4 heads
+    check(*m, dir.file("m"), /*save=*/false);  // the folder init-model wrote
 }
