@@ -22,7 +22,8 @@
 #   sft                configs/sft.yaml shortened: trains and writes a HF model folder
 #   qwen3              a Qwen3 made by init-model --arch qwen3 trains (GRPO, tiny.yaml) with
 #                      model.chat_template qwen3; enable_thinking false adds exactly the empty
-#                      think block to every prompt; rlpt check names an unknown template kwarg
+#                      think block to every prompt; rlpt check names an unknown template kwarg;
+#                      the actor at ZeRO-3 and every role at tp 2 follow the ZeRO-0 tp 1 run
 #   tp-invariance      tiny with actor/rollout/reference split over tp = 2 vs tp = 1: same metrics,
 #                      first steps; the exported (gathered) model generates; resuming the tp = 2
 #                      checkpoint at tp = 1 reshards it (close), at tp = 2 bit-identical; SFT at tp 2
@@ -325,6 +326,25 @@ for a, b in zip(think, nothink):
     assert b["prompt_length/clip_ratio"] == 0, b
 print("enable_thinking false: every prompt 19 tokens longer (the empty think block); metrics finite")
 PY
+    # The same run with the actor at ZeRO-3 and with every role at tp 2 (the q/k norms replicated
+    # over the head split) follows it within float32 rounding (layout_rtol: hidden 32, 1 layer,
+    # 2 heads of 24, MLP 64, vocabulary 35, at most 79 + 4 tokens, 24 of them a step, 2 steps).
+    # The untrained model scores 0: an entropy bonus and a KL loss make the updates show.
+    rtol_q3=$(layout_rtol 32 1 2 24 64 35 83 1992 2)
+    q3u=("${q3[@]}" model.apply_chat_template_kwargs.enable_thinking=false actor.entropy_coeff=0.05
+         actor.optim.lr=0.01 actor.use_kl_loss=true)
+    run 2 "${q3u[@]}" trainer.experiment_name=q3-z0
+    run 2 "${q3u[@]}" trainer.experiment_name=q3-z3 actor.optim.zero_stage=3
+    run 2 "${q3u[@]}" trainer.experiment_name=q3-tp2 \
+      'placement.groups=[{roles: [actor, rollout, reference], ranks: 2, model_parallel_size: 2}]' | tee q3tp2.log
+    grep -q "tp=2" q3tp2.log
+    for other in q3-z3 q3-tp2; do
+      compare runs/q3-z0/metrics.jsonl runs/$other/metrics.jsonl 1,2 "$rtol_q3" \
+        response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/ppo_kl
+      compare runs/q3-z0/metrics.jsonl runs/$other/metrics.jsonl 2 "$rtol_q3" actor/kl_loss
+    done
+    # A KL loss above the comparison's atol, so the comparison of it above means something.
+    "$py" -c 'import json,sys; k=[json.loads(l)["actor/kl_loss"] for l in open("runs/q3-z0/metrics.jsonl")]; assert k[-1] > float(sys.argv[1]), k' "$rtol_q3"
     ;;
   sft)
     run 2 "$src/configs/sft.yaml" trainer.output_dir=runs sft.total_steps=30 sft.eval_every=15 \

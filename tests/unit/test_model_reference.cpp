@@ -31,6 +31,14 @@ namespace {
 
 std::string python() { return RLPT_TORCH_PYTHON[0] != '\0' ? RLPT_TORCH_PYTHON : "python3"; }
 
+// The transformers-made tiny Qwen3 (scripts/make_hf_fixtures.py) and its JSON files.
+std::string qwen3_tiny_dir() { return rlpt::model::testing::source_dir() + "/tests/fixtures/hf/qwen3_tiny"; }
+nlohmann::json fixture_json(const std::string& path) {
+    std::ifstream in(path);
+    if (!in.good()) throw std::runtime_error("cannot open fixture " + path);
+    return nlohmann::json::parse(in);
+}
+
 bool python_torch_available() {
     return std::system((python() + " -c 'import torch, numpy' >/dev/null 2>&1").c_str()) == 0;
 }
@@ -184,10 +192,8 @@ TEST_F(ReferenceForward, ValueModelHead) {
 // greedy decode (the fused CPU decode step, and the plain LibTorch one) the same 32 tokens with
 // per-token log-probs within 1e-4 of transformers' float64 generate().
 TEST(HfFixture, Qwen3LogitsAndGreedyDecodeMatchTransformers) {
-    const std::string dir = rlpt::model::testing::source_dir() + "/tests/fixtures/hf/qwen3_tiny";
-    std::ifstream in(dir + "/reference.json");
-    ASSERT_TRUE(in.good()) << dir;
-    const auto ref = nlohmann::json::parse(in);
+    const std::string dir = qwen3_tiny_dir();
+    const auto ref = fixture_json(dir + "/reference.json");
     const std::vector<int64_t> prompt = ref["prompt"];
     auto model = load_pretrained(dir, torch::kFloat32);
     ASSERT_TRUE(model->args().qk_norm);
@@ -231,10 +237,8 @@ TEST(HfFixture, Qwen3LogitsAndGreedyDecodeMatchTransformers) {
 // relative to max(1, max|ref|), plus the reference's own rounding to float32 (u32). The loss
 // itself follows one logit path per token: tol::transformer_logit_terms.
 TEST(HfFixture, Qwen3GradientsMatchTransformersAutograd) {
-    const std::string dir = rlpt::model::testing::source_dir() + "/tests/fixtures/hf/qwen3_tiny";
-    std::ifstream in(dir + "/grads.json");
-    ASSERT_TRUE(in.good()) << dir;
-    const auto ref = nlohmann::json::parse(in);
+    const std::string dir = qwen3_tiny_dir();
+    const auto ref = fixture_json(dir + "/grads.json");
     const std::vector<int64_t> seq = ref["sequence"];
     auto model = load_pretrained(dir, torch::kFloat32);
     model->train();
@@ -314,7 +318,7 @@ class HfExport : public ::testing::Test {
 
 TEST_F(HfExport, LoadedQwen3TinyLoadsInTransformersWithTheSameLogits) {
     TempDir dir("export_tiny");
-    auto m = load_pretrained(rlpt::model::testing::source_dir() + "/tests/fixtures/hf/qwen3_tiny", torch::kFloat32);
+    auto m = load_pretrained(qwen3_tiny_dir(), torch::kFloat32);
     ASSERT_DOUBLE_EQ(m->args().rope_theta, 1e6);
     check(*m, dir.str());
 }
