@@ -80,7 +80,7 @@ std::vector<int64_t> encode_observation(const tokenizer::Tokenizer& tok, const O
 }
 
 EncodedConversation encode_conversation(const tokenizer::Tokenizer& tok, ChatFamily family, const nlohmann::json& turns,
-                                        int64_t eos_id) {
+                                        int64_t eos_id, const tokenizer::ChatOptions& options) {
     check_tool_family(family, "model.chat_template");
     RLPT_CHECK(turns.is_array() && !turns.empty(), "conversation: expected a non-empty array of turns, got {}",
                turns.dump());
@@ -109,7 +109,8 @@ EncodedConversation encode_conversation(const tokenizer::Tokenizer& tok, ChatFam
             tools.push_back(content);
         } else {
             if (!tools.empty()) {
-                auto obs = encode_observation(tok, render_tool_observation(family, tools, /*turn_closed=*/true));
+                auto obs =
+                    encode_observation(tok, render_tool_observation(family, tools, /*turn_closed=*/true, options));
                 out.ids.insert(out.ids.end(), obs.begin(), obs.end());
                 out.loss_mask.insert(out.loss_mask.end(), obs.size(), 0);
                 tools.clear();
