@@ -20,7 +20,8 @@
 #                      state, and the checkpoint resumes at ZeRO-2 too (close); the same for a
 #                      critic's (GAE) files, resumed bit-identically
 #   sft                configs/sft.yaml shortened: trains and writes a HF model folder
-#   qwen3              a Qwen3 made by init-model --arch qwen3 trains (GRPO, tiny.yaml) with
+#   qwen3              configs/qwen3_sft.yaml (shortened) on a Qwen3 from init-model, as its header
+#                      says; a Qwen3 made by init-model --arch qwen3 trains (GRPO, tiny.yaml) with
 #                      model.chat_template qwen3; enable_thinking false adds exactly the empty
 #                      think block to every prompt; rlpt check names an unknown template kwarg;
 #                      the actor at ZeRO-3 and every role at tp 2 follow the ZeRO-0 tp 1 run
@@ -306,6 +307,13 @@ PY
     "$bin" init-model --arch qwen3 --out q3 --chars-from chars.txt --hidden-size 32 --layers 1 --heads 2 \
       --kv-heads 1 --head-dim 24 --intermediate-size 64 --max-position 128 | tee init.log
     grep -q '"Qwen3ForCausalLM"' q3/config.json && grep -q '"head_dim": 24' q3/config.json
+    # configs/qwen3_sft.yaml as its header says (shortened): SFT of a Qwen3 from init-model that
+    # writes a Qwen3 folder.
+    mkdir -p runs && printf '0123456789+-*=' > runs/arith_chars.txt
+    "$bin" init-model --arch qwen3 --out runs/qwen3-init --chars-from runs/arith_chars.txt --hidden-size 128 \
+      --layers 2 --heads 4 --kv-heads 2 --head-dim 64 --intermediate-size 384 --max-position 32
+    run 2 "$src/configs/qwen3_sft.yaml" trainer.output_dir=runs sft.total_steps=10 sft.eval_every=10
+    grep -q '"Qwen3ForCausalLM"' runs/qwen3-sft/model/config.json && grep -q '"sft/loss"' runs/qwen3-sft/metrics.jsonl
     q3=("$src/configs/tiny.yaml" model.path=q3 model.chat_template=qwen3 data.max_prompt_length=96
         trainer.output_dir=runs trainer.total_training_steps=2)
     # rlpt check names a kwarg the templates do not read.
