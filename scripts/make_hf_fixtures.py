@@ -4,7 +4,10 @@
 Each fixture is a folder under tests/fixtures/hf/: config.json + model.safetensors (float32), as
 `save_pretrained` writes them, and reference.json: transformers' float64 forward of a fixed
 prompt (its logits) and transformers' greedy decode of 32 tokens from that prompt in float64,
-with each chosen token's log-probability. Deterministic (fixed seeds); rerun to regenerate.
+with each chosen token's log-probability; and grads.safetensors + grads.json: transformers'
+float64 autograd of one training loss, the mean next-token cross-entropy of the prompt followed by
+its greedy tokens, w.r.t. every parameter (HF names, float64; a tied LM head's gradient is in
+model.embed_tokens.weight), and the loss itself. Deterministic (fixed seeds); rerun to regenerate.
 
 usage: .venv/bin/python scripts/make_hf_fixtures.py [OUT_DIR]   (default tests/fixtures/hf)
 needs: pip install transformers safetensors (into the .venv whose torch rlpt builds against)
@@ -13,6 +16,7 @@ import json
 import os
 import sys
 
+import safetensors.torch
 import torch
 import transformers
 
@@ -124,6 +128,44 @@ def make(name, config, seed, out_root):
         json.dump(record, f)
         f.write("\n")
     print(f"{out}: {len(tokens)} greedy tokens {tokens}")
+    save_grads(out, PROMPT + tokens, extra)
+
+
+def per_expert(grads):
+    """transformers 5 keeps a layer's experts as fused 3-D parameters (mlp.experts.gate_up_proj
+    [E, 2I, H], gate rows first; mlp.experts.down_proj [E, H, I]); checkpoints, and rlpt, name them
+    per expert (mlp.experts.{e}.{gate,up,down}_proj.weight)."""
+    out = {}
+    for name, g in grads.items():
+        if name.endswith("mlp.experts.gate_up_proj"):
+            prefix, inter = name[:-len("gate_up_proj")], g.shape[1] // 2
+            for e in range(g.shape[0]):
+                out[f"{prefix}{e}.gate_proj.weight"] = g[e, :inter].contiguous()
+                out[f"{prefix}{e}.up_proj.weight"] = g[e, inter:].contiguous()
+        elif name.endswith("mlp.experts.down_proj"):
+            for e in range(g.shape[0]):
+                out[f"{name[:-len('down_proj')]}{e}.down_proj.weight"] = g[e].contiguous()
+        else:
+            out[name] = g
+    return out
+
+
+def save_grads(out, sequence, extra):
+    """One training step's gradients in float64: loss = mean over positions t of
+    -log softmax(logits[t])[sequence[t + 1]] (every token after the first is a target)."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float64, attn_implementation="eager",
+                                                              **extra)
+    model.train()  # no dropout in Qwen3; train() as a trainer would
+    ids = torch.tensor([sequence])
+    logits = model(input_ids=ids).logits[0]
+    loss = torch.nn.functional.cross_entropy(logits[:-1], ids[0, 1:])
+    loss.backward()
+    grads = per_expert({name: p.grad.detach().contiguous() for name, p in model.named_parameters()})
+    safetensors.torch.save_file(grads, os.path.join(out, "grads.safetensors"))
+    with open(os.path.join(out, "grads.json"), "w") as f:
+        json.dump({"sequence": sequence, "loss": loss.item(), "parameters": sorted(grads)}, f)
+        f.write("\n")
+    print(f"{out}: loss {loss.item():.6f}, gradients of {len(grads)} parameters")
 
 
 def main():

@@ -13,8 +13,9 @@
 #     CUDA wheel, say); nothing is installed;
 #   - Torch_DIR=/path/to/libtorch/share/cmake/Torch  use an unpacked libtorch zip;
 #   - otherwise a virtual environment .venv/ in the checkout gets torch==$RLPT_TORCH_VERSION
-#     (default 2.13.0) and numpy from pip's configured index. On a machine with PyPI that is the
-#     CUDA build; for a CPU-only machine set PIP_INDEX_URL=https://download.pytorch.org/whl/cpu.
+#     (default 2.13.0), numpy and transformers==5.25.0 (the HF export tests) from pip's configured
+#     index. On a machine with PyPI that is the CUDA build; for a CPU-only machine set
+#     PIP_INDEX_URL=https://download.pytorch.org/whl/cpu.
 # Extra CMake flags: RLPT_CMAKE_FLAGS="-DA=1 -DB=2" (first configure only).
 # The configure step records which LibTorch it found (build/configure.log, `rlpt --version`).
 set -euo pipefail
@@ -69,6 +70,14 @@ else
       .venv/bin/pip install -q --disable-pip-version-check "torch==$want" numpy 2>&1 \
         | grep -vE "^WARNING: Location .* is ignored" || true
       "$py" -c "import torch" || { echo "setup: torch did not install into .venv" >&2; exit 1; }
+    fi
+    # Hugging Face transformers (pinned): the HF export round trip (tests HfExport.*, which skip
+    # without it) loads what rlpt writes. Once: ~20 MB of wheels (~150 MB installed); then a 1 s import check.
+    if ! "$py" -c "import transformers" >/dev/null 2>&1; then
+      echo "setup: installing transformers==5.25.0 into .venv (pip; for the HF export tests)"
+      .venv/bin/pip install -q --disable-pip-version-check "transformers==5.25.0" 2>&1 \
+        | grep -vE "^WARNING: Location .* is ignored" || true
+      "$py" -c "import transformers" 2>/dev/null || echo "setup: transformers did not install; HfExport tests skip" >&2
     fi
   fi
   "$py" -c "import torch" 2>/dev/null || { echo "setup: $py has no torch (RLPT_TORCH_PYTHON)" >&2; exit 1; }

@@ -80,7 +80,7 @@ std::vector<int64_t> encode_observation(const tokenizer::Tokenizer& tok, const O
 }
 
 EncodedConversation encode_conversation(const tokenizer::Tokenizer& tok, ChatFamily family, const nlohmann::json& turns,
-                                        int64_t eos_id) {
+                                        int64_t eos_id, const tokenizer::ChatOptions& options) {
     check_tool_family(family, "model.chat_template");
     RLPT_CHECK(turns.is_array() && !turns.empty(), "conversation: expected a non-empty array of turns, got {}",
                turns.dump());
@@ -109,7 +109,8 @@ EncodedConversation encode_conversation(const tokenizer::Tokenizer& tok, ChatFam
             tools.push_back(content);
         } else {
             if (!tools.empty()) {
-                auto obs = encode_observation(tok, render_tool_observation(family, tools, /*turn_closed=*/true));
+                auto obs =
+                    encode_observation(tok, render_tool_observation(family, tools, /*turn_closed=*/true, options));
                 out.ids.insert(out.ids.end(), obs.begin(), obs.end());
                 out.loss_mask.insert(out.loss_mask.end(), obs.size(), 0);
                 tools.clear();
@@ -172,6 +173,7 @@ class Conversations final : public ConversationSource {
           tok_(*ctx.tokenizer),
           st_(agent_state(ctx)),
           family_(tokenizer::parse_chat_family(ctx.args.chat_template)),
+          chat_options_{ctx.args.enable_thinking},
           R_(static_cast<size_t>(params.max_new_tokens)),
           s_(prompts.size()),
           episodes_(prompts.size()) {
@@ -225,8 +227,8 @@ class Conversations final : public ConversationSource {
         x.assistant_turns += 1;
         x.finish = turn.finish;
         const std::string text = tok_.decode(new_ids, /*skip_special_tokens=*/false);
-        x.turn_closed =
-            family_ == ChatFamily::kQwen2 && text.size() >= 10 && text.compare(text.size() - 10, 10, "<|im_end|>") == 0;
+        x.turn_closed = (family_ == ChatFamily::kQwen2 || family_ == ChatFamily::kQwen3) && text.size() >= 10 &&
+                        text.compare(text.size() - 10, 10, "<|im_end|>") == 0;
         if (x.resp.size() >= R_ || x.finish == FinishReason::kLength ||
             (mt_.max_assistant_turns > 0 && x.assistant_turns >= mt_.max_assistant_turns)) {
             x.done = true;
@@ -380,11 +382,11 @@ class Conversations final : public ConversationSource {
             if (!x.env_reply.error.empty()) env_failed(i, x.env_reply.error);
             else if (x.env_reply.done) x.done = true;
             if (x.done) return {};
-            o = render_user_observation(family_, x.env_reply.observation, x.turn_closed);
+            o = render_user_observation(family_, x.env_reply.observation, x.turn_closed, chat_options_);
         } else {
             for (auto& t : x.texts)
                 t = truncate_tool_text(t, mt_.max_tool_response_length, mt_.tool_response_truncate_side);
-            o = render_tool_observation(family_, x.texts, x.turn_closed);
+            o = render_tool_observation(family_, x.texts, x.turn_closed, chat_options_);
             x.texts.clear();
         }
         auto ids = encode_observation(tok_, o);
@@ -402,6 +404,7 @@ class Conversations final : public ConversationSource {
     const tokenizer::Tokenizer& tok_;
     AgentState& st_;
     const ChatFamily family_;
+    const tokenizer::ChatOptions chat_options_;
     const size_t R_;
     std::vector<Sample> s_;
     std::vector<int64_t> episodes_;

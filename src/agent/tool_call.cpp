@@ -167,36 +167,54 @@ nlohmann::json function_tool(const std::string& name, const std::string& descrip
 
 void check_tool_family(tokenizer::ChatFamily family, const std::string& key) {
     RLPT_CHECK_KIND(ConfigError, family != tokenizer::ChatFamily::kLlama3,
-                    "{}: tool calls are implemented for model.chat_template qwen2 and none, not llama3", key);
+                    "{}: tool calls are implemented for model.chat_template qwen2, qwen3 and none, not llama3", key);
 }
 
+namespace {
+
+bool chatml(tokenizer::ChatFamily family) {
+    return family == tokenizer::ChatFamily::kQwen2 || family == tokenizer::ChatFamily::kQwen3;
+}
+
+}  // namespace
+
 std::string render_prompt_with_tools(tokenizer::ChatFamily family, const std::vector<tokenizer::ChatMessage>& messages,
-                                     const std::vector<nlohmann::json>& tools) {
-    if (family != tokenizer::ChatFamily::kQwen2 || tools.empty())
-        return tokenizer::apply_chat_template(family, messages, /*add_generation_prompt=*/true);
+                                     const std::vector<nlohmann::json>& tools, const tokenizer::ChatOptions& options) {
+    if (!chatml(family) || tools.empty())
+        return tokenizer::apply_chat_template(family, messages, /*add_generation_prompt=*/true, options);
     const bool has_system = !messages.empty() && messages.front().role == "system";
-    std::string out =
-        "<|im_start|>system\n" + (has_system ? messages.front().content : std::string(kQwenDefaultSystem));
-    out += "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
+    // Qwen2.5 puts its default system text before the tools when there is no system message; Qwen3 nothing.
+    std::string out = "<|im_start|>system\n";
+    if (has_system) out += messages.front().content + "\n\n";
+    else if (family == tokenizer::ChatFamily::kQwen2) out += std::string(kQwenDefaultSystem) + "\n\n";
+    out += "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
            "function signatures within <tools></tools> XML tags:\n<tools>";
     for (const auto& t : tools) out += "\n" + tojson(t);
     out += "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
            "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
            "<args-json-object>}\n</tool_call><|im_end|>\n";
+    if (family == tokenizer::ChatFamily::kQwen3) {
+        // The turns as without tools, less the system turn the tools block replaced.
+        std::string turns = tokenizer::apply_chat_template(family, messages, /*add_generation_prompt=*/true, options);
+        const std::string system =
+            has_system ? "<|im_start|>system\n" + messages.front().content + "<|im_end|>\n" : std::string();
+        RLPT_ASSERT(turns.compare(0, system.size(), system) == 0);
+        return out + turns.substr(system.size());
+    }
     for (size_t i = has_system ? 1 : 0; i < messages.size(); ++i)
         out += "<|im_start|>" + messages[i].role + "\n" + messages[i].content + "<|im_end|>\n";
-    return out + "<|im_start|>assistant\n";
+    return out + tokenizer::generation_prompt(family, options);
 }
 
 ObservationPieces render_tool_observation(tokenizer::ChatFamily family, const std::vector<std::string>& tool_texts,
-                                          bool turn_closed) {
+                                          bool turn_closed, const tokenizer::ChatOptions& options) {
     ObservationPieces o;
     o.texts = tool_texts;
-    if (family == tokenizer::ChatFamily::kQwen2) {
+    if (chatml(family)) {
         // <|im_end|> ends generation; the template follows it with "\n" (verl's Qwen boundary).
         o.pieces.push_back(std::string(turn_closed ? "" : "<|im_end|>") + "\n<|im_start|>user\n<tool_response>\n");
         for (size_t i = 1; i < tool_texts.size(); ++i) o.pieces.push_back("\n</tool_response>\n<tool_response>\n");
-        o.pieces.push_back("\n</tool_response><|im_end|>\n<|im_start|>assistant\n");
+        o.pieces.push_back("\n</tool_response><|im_end|>\n" + tokenizer::generation_prompt(family, options));
     } else {
         check_tool_family(family, "model.chat_template");
         o.pieces.push_back("<tool_response>");
@@ -206,11 +224,12 @@ ObservationPieces render_tool_observation(tokenizer::ChatFamily family, const st
     return o;
 }
 
-ObservationPieces render_user_observation(tokenizer::ChatFamily family, const std::string& text, bool turn_closed) {
+ObservationPieces render_user_observation(tokenizer::ChatFamily family, const std::string& text, bool turn_closed,
+                                          const tokenizer::ChatOptions& options) {
     check_tool_family(family, "model.chat_template");
-    if (family != tokenizer::ChatFamily::kQwen2) return {{"", ""}, {text}};
+    if (!chatml(family)) return {{"", ""}, {text}};
     return {{std::string(turn_closed ? "" : "<|im_end|>") + "\n<|im_start|>user\n",
-             "<|im_end|>\n<|im_start|>assistant\n"},
+             "<|im_end|>\n" + tokenizer::generation_prompt(family, options)},
             {text}};
 }
 

@@ -211,9 +211,10 @@ std::vector<std::string> generator_problems(const Config& c) {
                             row->name));
     }
     if (c.model.chat_template == "llama3") {
-        problem("model.chat_template", fmt::format("{} supports the qwen2 and none templates (llama3's tool format is "
-                                                   "not implemented)",
-                                                   row->name));
+        problem("model.chat_template",
+                fmt::format("{} supports the qwen2, qwen3 and none templates (llama3's tool format is "
+                            "not implemented)",
+                            row->name));
     }
     return out;
 }
@@ -261,6 +262,7 @@ CheckReport check_config(const Config& c, int world_size) {
     r.problems.insert(r.problems.end(), generator.begin(), generator.end());
     const bool names_ok = name_problems.empty();
     attempt(r, "model.chat_template", [&] { t.chat = tokenizer::parse_chat_family(c.model.chat_template); });
+    t.chat_options.enable_thinking = c.model.apply_chat_template_kwargs.enable_thinking;
     const bool train_ok = attempt(r, "", [&] { t.train = load_examples(c, false); });
     const bool val_ok = attempt(r, "", [&] { t.val = load_examples(c, true); });
     if (train_ok && t.train.empty()) r.problems.push_back("data.train_files: the training data is empty");

@@ -56,6 +56,7 @@ struct Options {
     int64_t n = 1;
     uint64_t seed = 0;
     std::string chat_template = "none";
+    bool enable_thinking = true;  // --enable-thinking (qwen3's apply_chat_template kwarg)
     std::string dtype = "float32";
     std::string output = "text";
     bool ignore_eos = false;
@@ -191,6 +192,8 @@ int run(const Options& opt) {
     } catch (const Error& e) {
         throw UsageError(e.message());
     }
+    if (!opt.enable_thinking && family != tokenizer::ChatFamily::kQwen3)
+        throw UsageError("--enable-thinking false needs --chat-template qwen3");
     if (!opt.have_prompt && family != tokenizer::ChatFamily::kNone)
         throw UsageError("--chat-template applies to --prompt text; --prompt-ids are used as given");
 
@@ -205,7 +208,8 @@ int run(const Options& opt) {
         }
         const std::string text = family == tokenizer::ChatFamily::kNone
                                      ? opt.prompt
-                                     : tokenizer::apply_chat_template(family, {{"user", opt.prompt}}, true);
+                                     : tokenizer::apply_chat_template(family, {{"user", opt.prompt}}, true,
+                                                                      tokenizer::ChatOptions{opt.enable_thinking});
         try {
             prompt_ids = tok->encode(text, /*allow_special=*/true);
         } catch (const Error& e) {
@@ -251,6 +255,7 @@ int run(const Options& opt) {
     // --tool: the agent loop of rollout.generator tool_agent (agent/tool_agent.h) with the built-in tools.
     GeneratorContext agent_ctx;
     agent_ctx.args.chat_template = opt.chat_template;
+    agent_ctx.args.enable_thinking = opt.enable_thinking;
     agent_ctx.args.multi_turn.builtin_tools = opt.tools;
     agent_ctx.args.multi_turn.max_assistant_turns = opt.max_assistant_turns;
     agent_ctx.tokenizer = tok.get();
@@ -362,8 +367,10 @@ int generate_command(int argc, char** argv) {
     app.add_option("--max-new-tokens", opt.max_new_tokens, "response length limit (default 64)");
     app.add_option("--n", opt.n, "samples of the prompt (default 1)");
     app.add_option("--seed", opt.seed, "run seed (default 0)");
-    app.add_option("--chat-template", opt.chat_template, "none|qwen2|llama3 (default none)")
-        ->check(CLI::IsMember({"none", "qwen2", "llama3"}));
+    app.add_option("--chat-template", opt.chat_template, "none|qwen2|llama3|qwen3 (default none)")
+        ->check(CLI::IsMember({"none", "qwen2", "llama3", "qwen3"}));
+    app.add_option("--enable-thinking", opt.enable_thinking,
+                   "qwen3: false ends the prompt with an empty think block (default true)");
     app.add_option("--dtype", opt.dtype, "float32|bfloat16 (default float32)")
         ->check(CLI::IsMember({"float32", "bfloat16"}));
     app.add_option("--output", opt.output, "text|json (default text)")->check(CLI::IsMember({"text", "json"}));

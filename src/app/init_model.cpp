@@ -85,12 +85,81 @@ void copy_tokenizer(const std::string& from, const std::string& dir) {
     }
 }
 
+// The architectures `--arch` names, the single place a new one is added: the name, and how the
+// model's hyper-parameters follow from the options. Every maker starts from the built-in (Llama)
+// model of the same sizes.
+struct InitOptions {
+    BuiltinModelConfig sizes;  // --hidden-size, --layers, --heads, --kv-heads, --intermediate-size, ...
+    int64_t head_dim = 0;      // --head-dim; 0: hidden / heads
+    double rope_theta = 0;     // --rope-theta; 0: the architecture's default
+    // qwen3_moe only: --experts, --experts-per-tok, --moe-intermediate-size (0: intermediate / 4)
+    int64_t experts = 8, experts_per_tok = 2, moe_intermediate_size = 0;
+};
+
+model::ModelArgs llama_args(const InitOptions& o, int64_t vocab) {
+    BuiltinModelConfig b = o.sizes;
+    if (o.rope_theta > 0) b.rope_theta = o.rope_theta;
+    model::ModelArgs a = model::builtin_model_args(b, vocab);
+    if (o.head_dim > 0) a.head_dim = o.head_dim;
+    return a;
+}
+
+// Qwen3 (dense), as Qwen3-0.6B is built: per-head q/k RMSNorm, no attention biases, tied
+// embeddings, rope_theta 1e6 unless --rope-theta says otherwise.
+model::ModelArgs qwen3_args(const InitOptions& o, int64_t vocab) {
+    InitOptions q = o;
+    if (q.rope_theta <= 0) q.rope_theta = 1e6;
+    model::ModelArgs a = llama_args(q, vocab);
+    a.family = model::ModelFamily::kQwen3;
+    a.qk_norm = true;
+    a.qkv_bias = false;
+    a.o_proj_bias = false;
+    a.mlp_bias = false;
+    return a;
+}
+
+// Qwen3-MoE, as Qwen3-30B-A3B is built: Qwen3's attention, every layer sparse (--experts SwiGLU
+// experts of --moe-intermediate-size, the top --experts-per-tok renormalised, norm_topk_prob).
+model::ModelArgs qwen3_moe_args(const InitOptions& o, int64_t vocab) {
+    model::ModelArgs a = qwen3_args(o, vocab);
+    a.family = model::ModelFamily::kQwen3Moe;
+    a.num_experts = o.experts;
+    a.num_experts_per_tok = o.experts_per_tok;
+    a.moe_intermediate_size = o.moe_intermediate_size > 0 ? o.moe_intermediate_size : a.intermediate_size / 4;
+    a.norm_topk_prob = true;
+    a.validate();
+    return a;
+}
+
+struct InitArch {
+    const char* name;
+    model::ModelArgs (*make)(const InitOptions&, int64_t vocab);
+};
+
+constexpr InitArch kInitArchs[] = {
+    {"llama", llama_args},
+    {"qwen3", qwen3_args},
+    {"qwen3_moe", qwen3_moe_args},
+};
+
+// The row `--arch` names; ConfigError for an unknown name.
+const InitArch& find_arch(const std::string& arch) {
+    std::string names;
+    for (const auto& a : kInitArchs) {
+        if (arch == a.name) return a;
+        names += std::string(names.empty() ? "" : ", ") + a.name;
+    }
+    RLPT_THROW(ConfigError, "--arch: unknown architecture '{}' (choices: {})", arch, names);
+}
+
 }  // namespace
 
 int init_model_command(int argc, char** argv) {
     std::string out_dir, tokenizer_path;
     std::vector<std::string> char_files;
-    BuiltinModelConfig b;  // the built-in model's defaults
+    InitOptions opt;
+    BuiltinModelConfig& b = opt.sizes;  // the built-in model's defaults
+    std::string arch = "llama";
     CLI::App app{"Write a randomly initialised model (Hugging Face folder: config.json, model.safetensors, "
                  "tokenizer) to start training from scratch. No MPI.",
                  "rlpt init-model"};
@@ -107,6 +176,16 @@ int init_model_command(int argc, char** argv) {
     app.add_option("--intermediate-size", b.intermediate_size, "MLP width (default 384)");
     app.add_option("--max-position", b.max_position, "longest prompt + response in tokens (default 128)");
     app.add_option("--seed", b.init_seed, "weight initialisation seed (default 1234)");
+    app.add_option("--arch", arch,
+                   "llama (default) | qwen3 (Qwen3ForCausalLM: q/k norms, no biases, tied embeddings) | "
+                   "qwen3_moe (Qwen3MoeForCausalLM: Qwen3 with mixture-of-experts MLPs)");
+    app.add_option("--head-dim", opt.head_dim, "attention head size (default hidden-size / heads)");
+    app.add_option("--rope-theta", opt.rope_theta, "rotary embedding base (default: llama 10000, qwen3 1000000)");
+    auto* o_experts = app.add_option("--experts", opt.experts, "qwen3_moe: experts per sparse layer (default 8)");
+    auto* o_topk = app.add_option("--experts-per-tok", opt.experts_per_tok,
+                                  "qwen3_moe: experts each token is routed to (default 2)");
+    auto* o_moe_inter = app.add_option("--moe-intermediate-size", opt.moe_intermediate_size,
+                                       "qwen3_moe: each expert's MLP width (default intermediate-size / 4)");
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -118,6 +197,10 @@ int init_model_command(int argc, char** argv) {
     try {
         RLPT_CHECK_KIND(ConfigError, o_chars->count() + o_tok->count() > 0,
                         "give the vocabulary: --chars-from FILE... (a character tokenizer) or --tokenizer PATH");
+        const InitArch& architecture = find_arch(arch);
+        for (const auto* o : {o_experts, o_topk, o_moe_inter})
+            RLPT_CHECK_KIND(ConfigError, o->count() == 0 || arch == "qwen3_moe", "{} applies to --arch qwen3_moe only",
+                            o->get_name());
         fs::create_directories(out_dir);
         std::unique_ptr<tokenizer::Tokenizer> tok;
         if (!char_files.empty()) {
@@ -133,7 +216,7 @@ int init_model_command(int argc, char** argv) {
             copy_tokenizer(tokenizer_path, out_dir);
             tok = tokenizer::load_tokenizer(out_dir);
         }
-        model::ModelArgs a = model::builtin_model_args(b, tok->vocab_size());
+        model::ModelArgs a = architecture.make(opt, tok->vocab_size());
         const auto sp = tok->special_ids();
         a.bos_token_id = sp.bos;
         a.pad_token_id = sp.pad;
@@ -148,6 +231,11 @@ int init_model_command(int argc, char** argv) {
                     static_cast<long long>(b.hidden_size), static_cast<long long>(b.num_layers),
                     static_cast<long long>(b.num_heads), static_cast<double>(params) / 1e6,
                     static_cast<long long>(b.init_seed), out_dir.c_str());
+        if (a.num_experts > 0)
+            std::printf("  %lld of %lld layers sparse: %lld experts of width %lld, top %lld\n",
+                        static_cast<long long>(a.num_moe_layers()), static_cast<long long>(a.num_hidden_layers),
+                        static_cast<long long>(a.num_experts), static_cast<long long>(a.moe_intermediate_size),
+                        static_cast<long long>(a.num_experts_per_tok));
         return kExitOk;
     } catch (const ConfigError& e) {
         std::fprintf(stderr, "rlpt init-model: %s\n", e.what());

@@ -39,7 +39,7 @@ Keys used most (defaults and meanings: rlpt --help-config, docs/config-reference
     trainer.save_freq, trainer.test_freq, trainer.resume auto|disable|DIR,
     trainer.logger [console, jsonl, tensorboard]
   model.path (Hugging Face folder; empty: the built-in tiny model, model.builtin.*),
-    model.chat_template none|qwen2|llama3
+    model.chat_template none|qwen2|llama3|qwen3, model.apply_chat_template_kwargs.enable_thinking
   data.train_files, data.val_files (JSONL, comma-separated), data.prompt_key, data.answer_key,
     data.response_key (SFT target), data.data_source_key, data.default_data_source,
     data.train_batch_size, data.max_prompt_length, data.max_response_length

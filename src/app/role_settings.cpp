@@ -98,6 +98,7 @@ roles::RolloutSettings rollout_settings(const Config& c) {
     }
     s.generators.multi_turn = r.multi_turn;
     s.generators.chat_template = c.model.chat_template;
+    s.generators.enable_thinking = c.model.apply_chat_template_kwargs.enable_thinking;
     s.weight_sync = weight_sync_settings(c);
     return s;
 }

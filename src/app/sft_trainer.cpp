@@ -44,7 +44,7 @@ std::vector<SftExample> build_examples(const Config& c, const TaskData& t) {
         if (extra.is_object() && extra.contains("turns")) {
             // A tool conversation: tool turns are in the sequence, out of the loss (agent/tool_agent.h).
             try {
-                auto conv = agent::encode_conversation(*t.tok, t.chat, extra["turns"], t.eos_id);
+                auto conv = agent::encode_conversation(*t.tok, t.chat, extra["turns"], t.eos_id, t.chat_options);
                 e.response = std::move(conv.ids);
                 e.loss = std::move(conv.loss_mask);
             } catch (const ValueError& err) {

@@ -60,7 +60,7 @@ nlohmann::json scorer_spec(const Config& c, const std::string& value) {
 
 std::vector<int64_t> encode_prompt(const TaskData& t, const std::string& prompt) {
     if (t.chat == tokenizer::ChatFamily::kNone) return t.tok->encode(prompt, /*allow_special=*/false);
-    std::string text = agent::render_prompt_with_tools(t.chat, {{"user", prompt}}, t.tools);
+    std::string text = agent::render_prompt_with_tools(t.chat, {{"user", prompt}}, t.tools, t.chat_options);
     return t.tok->encode(text, /*allow_special=*/true);
 }
 
@@ -206,6 +206,7 @@ std::map<std::string, int64_t> unscored_data_sources(const reward::ScorerRegistr
 TaskData load_task(const Config& c) {
     TaskData t;
     t.chat = tokenizer::parse_chat_family(c.model.chat_template);
+    t.chat_options.enable_thinking = c.model.apply_chat_template_kwargs.enable_thinking;
     const bool sft = c.trainer.mode == "sft";
     t.train = load_examples(c, false);
     t.val = load_examples(c, true);

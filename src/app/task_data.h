@@ -19,6 +19,7 @@ namespace rlpt::app {
 struct TaskData {
     std::unique_ptr<tokenizer::Tokenizer> tok;
     tokenizer::ChatFamily chat = tokenizer::ChatFamily::kNone;
+    tokenizer::ChatOptions chat_options;  // model.apply_chat_template_kwargs
     std::vector<data::Example> train;
     std::vector<data::Example> val;
     std::vector<std::vector<int64_t>> train_ids;  // tokenised prompts (chat template applied)

@@ -105,7 +105,15 @@ void visit_model(Visitor& v, ModelConfig& c) {
     v.value(
         "device", c.device,
         "auto (cuda when the build has CUDA kernels and every role-hosting rank sees a GPU, else cpu) | cpu | cuda");
-    v.value("chat_template", c.chat_template, "how prompts are wrapped: none | qwen2 | llama3");
+    v.value("chat_template", c.chat_template, "how prompts are wrapped: none | qwen2 | llama3 | qwen3");
+    v.section(
+        "apply_chat_template_kwargs",
+        "the chat template's keyword arguments (verl's data.apply_chat_template_kwargs); unknown ones are refused",
+        [&](Visitor& k) {
+            k.value("enable_thinking", c.apply_chat_template_kwargs.enable_thinking,
+                    "qwen3: false ends every generation prompt with an empty <think></think> block "
+                    "(Qwen3's non-thinking mode)");
+        });
     v.section("builtin", "the built-in Llama-style model, used when model.path is empty", [&](Visitor& b) {
         auto& m = c.builtin;
         b.value("hidden_size", m.hidden_size, "hidden size (a multiple of num_heads)");

@@ -194,7 +194,10 @@ void validate(const Config& c) {
     k.one_of(m.dtype, "model.dtype", {"float32", "bfloat16"});
     k.one_of(m.head_precision, "model.head_precision", {"fp32", "tf32", "bf16"});
     k.one_of(m.device, "model.device", {"auto", "cpu", "cuda"});
-    k.one_of(m.chat_template, "model.chat_template", {"none", "qwen2", "llama3"});
+    k.one_of(m.chat_template, "model.chat_template", {"none", "qwen2", "llama3", "qwen3"});
+    k.require(m.apply_chat_template_kwargs.enable_thinking || m.chat_template == "qwen3",
+              "model.apply_chat_template_kwargs.enable_thinking",
+              "false needs model.chat_template qwen3 (the {} template has no thinking switch)", m.chat_template);
     const auto& b = m.builtin;
     k.positive(b.hidden_size, "model.builtin.hidden_size");
     k.positive(b.num_layers, "model.builtin.num_layers");

@@ -20,6 +20,11 @@
 #                      state, and the checkpoint resumes at ZeRO-2 too (close); the same for a
 #                      critic's (GAE) files, resumed bit-identically
 #   sft                configs/sft.yaml shortened: trains and writes a HF model folder
+#   qwen3              configs/qwen3_sft.yaml (shortened) on a Qwen3 from init-model, as its header
+#                      says; a Qwen3 made by init-model --arch qwen3 trains (GRPO, tiny.yaml) with
+#                      model.chat_template qwen3; enable_thinking false adds exactly the empty
+#                      think block to every prompt; rlpt check names an unknown template kwarg;
+#                      the actor at ZeRO-3 and every role at tp 2 follow the ZeRO-0 tp 1 run
 #   tp-invariance      tiny with actor/rollout/reference split over tp = 2 vs tp = 1: same metrics,
 #                      first steps; the exported (gathered) model generates; resuming the tp = 2
 #                      checkpoint at tp = 1 reshards it (close), at tp = 2 bit-identical; SFT at tp 2
@@ -299,6 +304,62 @@ PY
     grep -q "resumed from .*step_2" gae2.log
     compare runs/gae/metrics.jsonl runs/gae2/metrics.jsonl 3,4 0 critic/vf_loss critic/grad_norm actor/grad_norm
     "$py" -c 'import json; g=[json.loads(l)["critic/grad_norm"] for l in open("runs/gae2/metrics.jsonl")]; assert g[-1] > 0, g'
+    ;;
+  qwen3)
+    # A Qwen3 from scratch (init-model --arch qwen3, head_dim 24 != hidden 32 / 2 heads) trains
+    # with GRPO through the qwen3 chat template (its text in a character vocabulary). With
+    # model.apply_chat_template_kwargs.enable_thinking false every prompt ends with the empty
+    # think block "<think>\n\n</think>\n\n": the same prompts are exactly 19 tokens longer.
+    printf '0123456789+-*=<|>_/\nimstartendusrhk' > chars.txt
+    "$bin" init-model --arch qwen3 --out q3 --chars-from chars.txt --hidden-size 32 --layers 1 --heads 2 \
+      --kv-heads 1 --head-dim 24 --intermediate-size 64 --max-position 128 | tee init.log
+    grep -q '"Qwen3ForCausalLM"' q3/config.json && grep -q '"head_dim": 24' q3/config.json
+    # configs/qwen3_sft.yaml as its header says (shortened): SFT of a Qwen3 from init-model that
+    # writes a Qwen3 folder.
+    mkdir -p runs && printf '0123456789+-*=' > runs/arith_chars.txt
+    "$bin" init-model --arch qwen3 --out runs/qwen3-init --chars-from runs/arith_chars.txt --hidden-size 128 \
+      --layers 2 --heads 4 --kv-heads 2 --head-dim 64 --intermediate-size 384 --max-position 32
+    run 2 "$src/configs/qwen3_sft.yaml" trainer.output_dir=runs sft.total_steps=10 sft.eval_every=10
+    grep -q '"Qwen3ForCausalLM"' runs/qwen3-sft/model/config.json && grep -q '"sft/loss"' runs/qwen3-sft/metrics.jsonl
+    q3=("$src/configs/tiny.yaml" model.path=q3 model.chat_template=qwen3 data.max_prompt_length=96
+        trainer.output_dir=runs trainer.total_training_steps=2)
+    # rlpt check names a kwarg the templates do not read.
+    if "$bin" check "${q3[@]}" model.apply_chat_template_kwargs.enable_thinkin=false -n 2 > kw.log 2>&1; then
+      cat kw.log; echo "rlpt check passed an unknown chat-template kwarg"; exit 1
+    fi
+    grep -q "unknown key 'model.apply_chat_template_kwargs.enable_thinkin'" kw.log
+    run 2 "${q3[@]}" trainer.experiment_name=q3-think
+    run 2 "${q3[@]}" trainer.experiment_name=q3-nothink model.apply_chat_template_kwargs.enable_thinking=false
+    "$py" - runs/q3-think/metrics.jsonl runs/q3-nothink/metrics.jsonl <<'PY'
+import json, math, sys
+think, nothink = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+assert len(think) == len(nothink) == 2, (len(think), len(nothink))
+for a, b in zip(think, nothink):
+    for k in ("prompt_length/mean", "prompt_length/min", "prompt_length/max"):
+        assert abs(b[k] - a[k] - 19) < 1e-9, (a["step"], k, a[k], b[k])
+    assert all(math.isfinite(v) for v in b.values() if isinstance(v, float)), b
+    assert b["prompt_length/clip_ratio"] == 0, b
+print("enable_thinking false: every prompt 19 tokens longer (the empty think block); metrics finite")
+PY
+    # The same run with the actor at ZeRO-3 and with every role at tp 2 (the q/k norms replicated
+    # over the head split) follows it within float32 rounding (layout_rtol: hidden 32, 1 layer,
+    # 2 heads of 24, MLP 64, vocabulary 35, at most 79 + 4 tokens, 24 of them a step, 2 steps).
+    # The untrained model scores 0: an entropy bonus and a KL loss make the updates show.
+    rtol_q3=$(layout_rtol 32 1 2 24 64 35 83 1992 2)
+    q3u=("${q3[@]}" model.apply_chat_template_kwargs.enable_thinking=false actor.entropy_coeff=0.05
+         actor.optim.lr=0.01 actor.use_kl_loss=true)
+    run 2 "${q3u[@]}" trainer.experiment_name=q3-z0
+    run 2 "${q3u[@]}" trainer.experiment_name=q3-z3 actor.optim.zero_stage=3
+    run 2 "${q3u[@]}" trainer.experiment_name=q3-tp2 \
+      'placement.groups=[{roles: [actor, rollout, reference], ranks: 2, model_parallel_size: 2}]' | tee q3tp2.log
+    grep -q "tp=2" q3tp2.log
+    for other in q3-z3 q3-tp2; do
+      compare runs/q3-z0/metrics.jsonl runs/$other/metrics.jsonl 1,2 "$rtol_q3" \
+        response_length/mean actor/pg_loss actor/entropy actor/grad_norm actor/ppo_kl
+      compare runs/q3-z0/metrics.jsonl runs/$other/metrics.jsonl 2 "$rtol_q3" actor/kl_loss
+    done
+    # A KL loss above the comparison's atol, so the comparison of it above means something.
+    "$py" -c 'import json,sys; k=[json.loads(l)["actor/kl_loss"] for l in open("runs/q3-z0/metrics.jsonl")]; assert k[-1] > float(sys.argv[1]), k' "$rtol_q3"
     ;;
   sft)
     run 2 "$src/configs/sft.yaml" trainer.output_dir=runs sft.total_steps=30 sft.eval_every=15 \

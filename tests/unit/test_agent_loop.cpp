@@ -165,6 +165,30 @@ TEST(AgentLoop, ToolCallsObservationsAndErrorsWithScriptedTurns) {
     for (auto r : g.finish_reasons) EXPECT_EQ(r, FinishReason::kEos);
 }
 
+// model.chat_template qwen3: the tool results are one user turn of <tool_response> blocks, and the
+// assistant turn opened after them is the template's generation prompt, with the empty think
+// block when model.apply_chat_template_kwargs.enable_thinking is false (GeneratorArgs).
+TEST(AgentLoop, Qwen3ObservationOpensTheNextTurnAsTheTemplate) {
+    for (const bool thinking : {true, false}) {
+        SCOPED_TRACE(thinking ? "enable_thinking true" : "enable_thinking false");
+        Fixture f;
+        tokenizer::CharTokenizer tok{kCharset + "|\n"};
+        f.ctx.tokenizer = &tok;
+        f.ctx.args.chat_template = "qwen3";
+        f.ctx.args.enable_thinking = thinking;
+        Script s{tok, {}, {}, {}};
+        const std::string call =
+            "<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"6*7\"}}</tool_call><eos>";
+        s.turns[3] = {call, "42<eos>"};
+        auto g = run_scripted(s, {{3, 10}}, {1}, f.params(300), f.ctx);
+        EXPECT_EQ(masked_text(tok, g, 0, 0),
+                  std::string("<|im_end|>\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n"
+                              "<|im_start|>assistant\n") +
+                      (thinking ? "" : "<think>\n\n</think>\n\n"));
+        EXPECT_EQ(masked_text(tok, g, 0, 1), call + "42<eos>");
+    }
+}
+
 TEST(AgentLoop, BudgetAndTurnLimits) {
     Fixture f;
     const std::string call =

@@ -3,18 +3,19 @@
 // scripts/setup.sh's .venv, with numpy); skipped when that Python lacks torch or numpy (a build
 // from a libtorch zip).
 // And against Hugging Face transformers itself: tiny random checkpoints it made, with its float64
-// logits and greedy decode, committed under tests/fixtures/hf/ (scripts/make_hf_fixtures.py);
-// these need no Python at test time.
+// logits and greedy decode, and its float64 gradients of one training loss, committed under
+// tests/fixtures/hf/ (scripts/make_hf_fixtures.py); these need no Python at test time.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 
+#include "init_model.h"
 #include "rlpt/build_config.h"
+#include "rlpt/model/safetensors.h"
 #include "rlpt/model/transformer.h"
 #include "rlpt/model/value_model.h"
 #include "rlpt/rollout/generator.h"
@@ -29,6 +30,14 @@ using rlpt::model::testing::TempDir;
 namespace {
 
 std::string python() { return RLPT_TORCH_PYTHON[0] != '\0' ? RLPT_TORCH_PYTHON : "python3"; }
+
+// The transformers-made tiny Qwen3 (scripts/make_hf_fixtures.py) and its JSON files.
+std::string qwen3_tiny_dir() { return rlpt::model::testing::source_dir() + "/tests/fixtures/hf/qwen3_tiny"; }
+nlohmann::json fixture_json(const std::string& path) {
+    std::ifstream in(path);
+    if (!in.good()) throw std::runtime_error("cannot open fixture " + path);
+    return nlohmann::json::parse(in);
+}
 
 bool python_torch_available() {
     return std::system((python() + " -c 'import torch, numpy' >/dev/null 2>&1").c_str()) == 0;
@@ -181,13 +190,8 @@ TEST_F(ReferenceForward, ValueModelHead) {
 namespace {
 
 // A fixture folder of scripts/make_hf_fixtures.py and its reference.json.
-nlohmann::json read_fixture(const std::string& dir) {
-    std::ifstream in(dir + "/reference.json");
-    EXPECT_TRUE(in.good()) << dir;
-    return nlohmann::json::parse(in);
-}
-
 std::string fixture_dir(const char* name) { return rlpt::model::testing::source_dir() + "/tests/fixtures/hf/" + name; }
+nlohmann::json read_fixture(const std::string& dir) { return fixture_json(dir + "/reference.json"); }
 
 // rlpt's forward of the fixture's prompt within the float64 bound of transformers' float64 logits,
 // and rlpt's greedy decode (the fused CPU decode step, and the plain LibTorch one) the same tokens
@@ -367,4 +371,129 @@ TEST(MoeRouting, ReplayingRecordedRoutesReproducesTheForwardAndOtherRoutesChange
     EXPECT_FALSE(torch::allclose(model->forward_hidden(b.ids, b.mask, b.pos), h));
     EXPECT_EQ(rlpt::model::route_mismatch_fraction(routes, other.replay, b.mask.reshape({-1})), 1.0);
     model->backbone().set_routing(nullptr);
+}
+
+
+namespace {
+
+// One training step's gradients against transformers' float64 autograd of the same loss (the mean
+// next-token cross-entropy of the prompt and its greedy tokens, grads.json) on the same float32
+// weights. rlpt runs in float32 (the model has no float64 path: model::dtype_name refuses it), so
+// each gradient differs from the float64 one by float32 rounding along its path: γ_N(u32) with N
+// tol::transformer_grad_terms (the logit path there and back, plus every token of the loss),
+// relative to max(1, max|ref|), plus the reference's own rounding to float32 (u32). The loss
+// itself follows one logit path per token: tol::transformer_logit_terms.
+void check_fixture_gradients(const std::string& dir) {
+    const auto ref = fixture_json(dir + "/grads.json");
+    const std::vector<int64_t> seq = ref["sequence"];
+    auto model = load_pretrained(dir, torch::kFloat32);
+    model->train();
+    const auto ids = torch::tensor(seq, torch::kInt64).unsqueeze(0);
+    const auto n = ids.size(1);
+    const auto logits = model->forward_logits(ids, torch::ones_like(ids), torch::arange(n).unsqueeze(0));
+    const auto loss = torch::nn::functional::cross_entropy(logits[0].slice(0, 0, n - 1), ids[0].slice(0, 1, n));
+    loss.backward();
+
+    const auto& a = model->args();
+    namespace tol = rlpt::tol;
+    EXPECT_NEAR(loss.item<double>(), ref["loss"].get<double>(),
+                (tol::gamma(tol::transformer_logit_terms(a, n), tol::kUnitRoundoffFp32) + tol::kUnitRoundoffFp32) *
+                    std::max(1.0, ref["loss"].get<double>()));
+    const double bound =
+        tol::gamma(tol::transformer_grad_terms(a, n, n - 1), tol::kUnitRoundoffFp32) + tol::kUnitRoundoffFp32;
+    const auto want = rlpt::model::SafetensorsFile::open(dir + "/grads.safetensors");
+    std::vector<std::string> seen;
+    for (const auto& p : model->named_parameters()) {
+        ASSERT_TRUE(want.contains(p.key())) << p.key() << " has no reference gradient";
+        ASSERT_TRUE(p.value().grad().defined()) << p.key() << " got no gradient";
+        const auto w = want.get(p.key());
+        ASSERT_EQ(w.scalar_type(), torch::kFloat64) << p.key();
+        const auto g = p.value().grad().to(torch::kFloat64);
+        ASSERT_EQ(g.sizes(), w.sizes()) << p.key();
+        // An expert no token was routed to has a zero gradient, and rlpt's must be exactly zero
+        // too (it runs on zero rows); any other zero reference gradient would check nothing.
+        if (p.key().find(".mlp.experts.") != std::string::npos && w.abs().max().item<double>() == 0.0) {
+            EXPECT_EQ(g.abs().max().item<double>(), 0.0) << p.key();
+            seen.push_back(p.key());
+            continue;
+        }
+        EXPECT_GT(w.abs().max().item<double>(), 0.0) << p.key() << ": a zero reference gradient checks nothing";
+        EXPECT_LE(tol::max_abs_diff(g, w), bound * tol::scale_of(w)) << p.key();
+        seen.push_back(p.key());
+    }
+    // Every tensor transformers differentiates is one rlpt trains (q/k norms included).
+    EXPECT_EQ(seen.size(), want.names().size());
+    EXPECT_EQ(seen.size(), ref["parameters"].size());
+}
+
+}  // namespace
+
+TEST(HfFixture, Qwen3GradientsMatchTransformersAutograd) { check_fixture_gradients(qwen3_tiny_dir()); }
+
+// The same for Qwen3-MoE: the router's gradient (through the renormalised top-k weights) and every
+// expert's, transformers' fused expert tensors split per expert as checkpoints name them.
+TEST(HfFixture, Qwen3MoeGradientsMatchTransformersAutograd) { check_fixture_gradients(fixture_dir("qwen3_moe_tiny")); }
+
+// HF export round trip: what rlpt's save_pretrained writes loads in transformers
+// (scripts/check_hf_export.py, with the .venv's transformers) with the architecture and
+// rope_theta rlpt meant and gives rlpt's logits within float32 rounding (reference_bound: rlpt in
+// float32 against transformers in float64 on the same float32 weights). Two folders: the
+// transformers-made qwen3_tiny loaded and saved again (transformers 5's rope_parameters layout),
+// and a Qwen3 from `rlpt init-model` (top-level rope_theta), both with rope_theta 1e6 or 5e5, not
+// 10000, so a theta lost on the way shows (the script checks that it would).
+class HfExport : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        if (std::system((python() + " -c 'import transformers' >/dev/null 2>&1").c_str()) != 0)
+            GTEST_SKIP() << python() << " has no transformers (scripts/setup.sh installs it into .venv)";
+    }
+    // rlpt's logits of `m`, then (save) m written to `dir` by save_pretrained, then the script on `dir`.
+    void check(const CausalLM& m, const std::string& dir, bool save = true) {
+        const std::vector<int64_t> prompt = {3, 17, 42, 5, 99, 64, 8, 120, 33, 71, 2, 90};
+        std::vector<int64_t> ids;
+        for (int64_t t : prompt) ids.push_back(t % m.args().vocab_size);
+        auto b = left_padded({ids});
+        torch::Tensor logits;
+        {
+            torch::NoGradGuard ng;
+            logits = const_cast<CausalLM&>(m).forward_logits(b.ids, b.mask, b.pos)[0].to(torch::kFloat64);
+        }
+        if (save) save_pretrained(m, dir);
+        nlohmann::json j;
+        j["input_ids"] = ids;
+        std::vector<std::vector<double>> rows;
+        for (int64_t i = 0; i < logits.size(0); ++i) {
+            auto r = logits[i].contiguous();
+            rows.emplace_back(r.data_ptr<double>(), r.data_ptr<double>() + r.numel());
+        }
+        j["logits"] = rows;
+        j["bound"] = reference_bound(m.args(), b.ids.size(1)) * rlpt::tol::scale_of(logits);
+        j["rope_theta"] = m.args().rope_theta;
+        j["architecture"] = m.args().architecture();
+        std::ofstream(dir + "/rlpt_logits.json") << j.dump();
+        const std::string cmd = fmt::format("{} {}/scripts/check_hf_export.py {} {}/rlpt_logits.json", python(),
+                                            rlpt::model::testing::source_dir(), dir, dir);
+        EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    }
+};
+
+TEST_F(HfExport, LoadedQwen3TinyLoadsInTransformersWithTheSameLogits) {
+    TempDir dir("export_tiny");
+    auto m = load_pretrained(qwen3_tiny_dir(), torch::kFloat32);
+    ASSERT_DOUBLE_EQ(m->args().rope_theta, 1e6);
+    check(*m, dir.str());
+}
+
+TEST_F(HfExport, InitModelQwen3LoadsInTransformersWithTheSameLogits) {
+    TempDir dir("export_init");
+    std::ofstream(dir.file("chars.txt")) << "0123456789+-*=abcdefghijklmnopqrstuvwxyz";
+    std::vector<std::string> args = {
+        "init-model",          "--arch",     "qwen3", "--out",        dir.file("m"), "--chars-from",
+        dir.file("chars.txt"), "--head-dim", "24",    "--rope-theta", "500000"};
+    std::vector<char*> argv;
+    for (auto& x : args) argv.push_back(x.data());
+    ASSERT_EQ(rlpt::app::init_model_command(static_cast<int>(argv.size()), argv.data()), 0);
+    auto m = load_pretrained(dir.file("m"), torch::kFloat32);
+    ASSERT_EQ(m->args().head_dim, 24);         // != hidden 128 / 4 heads
+    check(*m, dir.file("m"), /*save=*/false);  // the folder init-model wrote
 }

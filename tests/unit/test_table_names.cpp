@@ -130,7 +130,7 @@ TEST(TableNames, AGeneratorThatRunsToolsNeedsToolsAndAToolTemplate) {
         const auto template_problems = generator_problems(llama);
         ASSERT_EQ(template_problems.size(), 1u) << joined(template_problems);
         EXPECT_NE(template_problems[0].find("model.chat_template: " + std::string(g.name) +
-                                            " supports the qwen2 and none templates"),
+                                            " supports the qwen2, qwen3 and none templates"),
                   std::string::npos)
             << template_problems[0];
         // rlpt check and the launch report them with every other problem (check_config).

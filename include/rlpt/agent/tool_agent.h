@@ -100,15 +100,17 @@ std::vector<int64_t> encode_observation(const tokenizer::Tokenizer& tok, const O
 // A demonstrated conversation after the prompt, as the agent loop produces it, for SFT (verl's
 // multi-turn SFT: loss on the assistant turns only). turns: [{"role": "assistant"|"tool",
 // "content": TEXT}, ...], first and last the assistant's. Each assistant turn is its text (no
-// special-token text) closed by the family's end-of-turn token (qwen2 <|im_end|>) or eos_id
+// special-token text) closed by the family's end-of-turn token (qwen2, qwen3 <|im_end|>) or eos_id
 // (none; nothing when eos_id < 0), loss mask 1; each run of tool turns is the observation the
-// loop appends (render_tool_observation, turn closed), loss mask 0: in the sequence, out of the
-// loss, exactly like response_mask 0 in RL. ValueError naming the turn for anything else.
+// loop appends (render_tool_observation with `options`, turn closed), loss mask 0: in the
+// sequence, out of the loss, exactly like response_mask 0 in RL. ValueError naming the turn for
+// anything else.
 struct EncodedConversation {
     std::vector<int64_t> ids;
     std::vector<int64_t> loss_mask;  // same length
 };
 EncodedConversation encode_conversation(const tokenizer::Tokenizer& tok, tokenizer::ChatFamily family,
-                                        const nlohmann::json& turns, int64_t eos_id);
+                                        const nlohmann::json& turns, int64_t eos_id,
+                                        const tokenizer::ChatOptions& options = {});
 
 }  // namespace rlpt::agent

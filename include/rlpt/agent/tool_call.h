@@ -11,6 +11,9 @@
 //   qwen2  the prompt's system turn lists the tools exactly as Qwen2.5's template renders them
 //          (default system text when the conversation has none); tool results are one user turn
 //          of <tool_response> blocks; the next assistant turn is opened after them.
+//   qwen3  the same turns as Qwen3's template renders them: no default system text, and the
+//          assistant turns opened after observations get the empty think block when
+//          ChatOptions::enable_thinking is false (as every generation prompt of the template).
 //   none   (base / built-in models) tools are not described in the prompt (the model learns the
 //          call format from SFT demonstrations); results are "<tool_response>TEXT</tool_response>"
 //          each, nothing else.
@@ -54,25 +57,28 @@ nlohmann::json function_tool(const std::string& name, const std::string& descrip
 // ConfigError naming `key` when `family` cannot carry tool calls (llama3).
 void check_tool_family(tokenizer::ChatFamily family, const std::string& key);
 
-// The prompt: apply_chat_template's rendering with `tools` in the system turn (qwen2; with no
-// tools it equals apply_chat_template), always with the generation prompt.
+// The prompt: apply_chat_template's rendering with `tools` in the system turn (qwen2, qwen3; with
+// no tools it equals apply_chat_template), always with the generation prompt.
 std::string render_prompt_with_tools(tokenizer::ChatFamily family, const std::vector<tokenizer::ChatMessage>& messages,
-                                     const std::vector<nlohmann::json>& tools);
+                                     const std::vector<nlohmann::json>& tools,
+                                     const tokenizer::ChatOptions& options = {});
 
 // The observation after an assistant turn, split into the template's text (encode with special
 // tokens) and the tool texts (encode without, so a tool cannot inject control tokens):
 // pieces[0], texts[0], pieces[1], texts[1], ..., pieces[n]. `turn_closed` says whether the turn's
-// text already ends with the family's end-of-turn token (qwen2: <|im_end|>; else it is added).
+// text already ends with the family's end-of-turn token (qwen2, qwen3: <|im_end|>; else it is
+// added). The last piece ends with tokenizer::generation_prompt(family, options).
 struct ObservationPieces {
     std::vector<std::string> pieces;  // size texts.size() + 1
     std::vector<std::string> texts;
 };
 ObservationPieces render_tool_observation(tokenizer::ChatFamily family, const std::vector<std::string>& tool_texts,
-                                          bool turn_closed);
+                                          bool turn_closed, const tokenizer::ChatOptions& options = {});
 
-// An environment's observation as the next user turn: qwen2 "[<|im_end|>]\n<|im_start|>user\n" TEXT
-// "<|im_end|>\n<|im_start|>assistant\n"; none: TEXT alone.
-ObservationPieces render_user_observation(tokenizer::ChatFamily family, const std::string& text, bool turn_closed);
+// An environment's observation as the next user turn: qwen2 / qwen3 "[<|im_end|>]\n<|im_start|>user\n"
+// TEXT "<|im_end|>\n" + generation_prompt(family, options); none: TEXT alone.
+ObservationPieces render_user_observation(tokenizer::ChatFamily family, const std::string& text, bool turn_closed,
+                                          const tokenizer::ChatOptions& options = {});
 
 // verl's truncation of a tool text longer than max_chars characters (code points):
 // "left" "(truncated)..." + last n; "right" first n + "...(truncated)"; "middle" first n/2 +

@@ -37,8 +37,13 @@ struct ModelConfig {
     std::string dtype = "float32";        // float32 | bfloat16
     std::string head_precision = "fp32";  // fp32 | tf32 | bf16: the log-prob head's matmuls (model/chunked_head.h)
     std::string device = "auto";          // auto | cpu | cuda
-    std::string chat_template = "none";   // none | qwen2 | llama3
-    BuiltinModelConfig builtin;           // used when path is empty
+    std::string chat_template = "none";   // none | qwen2 | llama3 | qwen3
+    // The chat template's keyword arguments (verl's data.apply_chat_template_kwargs); only the
+    // ones rlpt's templates read are keys, so a misspelt or unsupported kwarg is refused.
+    struct ChatTemplateKwargs {
+        bool enable_thinking = true;  // qwen3: false ends the generation prompt with an empty think block
+    } apply_chat_template_kwargs;
+    BuiltinModelConfig builtin;  // used when path is empty
 };
 
 struct BuiltinTaskConfig {

@@ -34,12 +34,14 @@ struct GeneratorArgs {
     std::vector<StageSpec> stages;       // rollout.stages (multi_stage); append_ids from the controller
     MultiTurnConfig multi_turn;          // rollout.multi_turn (tool_agent)
     std::string chat_template = "none";  // model.chat_template (tool_agent: the turns' format)
+    bool enable_thinking = true;         // model.apply_chat_template_kwargs.enable_thinking (tool_agent, qwen3)
     template <typename V>
     void visit(V& v) {  // every field, for the rollout's settings on the wire (rlpt/protocol/args.h)
         v("beam_search", beam_search);
         v("stages", stages);
         v("multi_turn", multi_turn);
         v("chat_template", chat_template);
+        v("enable_thinking", enable_thinking);
     }
 };
 
