@@ -138,27 +138,26 @@ Batch compute_log_prob(RoleWorker& w, WorkerContext&, const Batch& in, const Act
     const int64_t micro = a.settings.log_prob_micro_batch_size_per_rank;
     const std::string replay = replay_column(a.settings, /*update=*/false);
     std::vector<torch::Tensor> routes;
-    Batch out = detail::forward_micro_batches(
-        in, micro, columns, [&](const engine::SequenceBatch& seq) {
-            const int64_t first = static_cast<int64_t>(routes.size()) * std::max<int64_t>(1, micro);
-            const Batch mb = in.slice(first, first + seq.input_ids.size(0));
-            MicroRouting routing(*a.policy->model, mb, seq, replay, /*record_for_loss=*/false);
-            auto lp = engine::compute_log_probs(*a.policy->model, seq, args.temperature, entropy, args.sum_pi_squared);
-            routes.push_back(routing.moe() ? batch_routes(routing.routing().chosen_stacked(), seq,
-                                                          in.at("input_ids").size(1))
-                                           : torch::Tensor());
-            std::vector<torch::Tensor> outs{lp.log_probs};
-            if (entropy) outs.push_back(lp.entropy);
-            if (args.sum_pi_squared) outs.push_back(lp.sum_pi_squared);
-            return outs;
-        });
+    Batch out = detail::forward_micro_batches(in, micro, columns, [&](const engine::SequenceBatch& seq) {
+        const int64_t first = static_cast<int64_t>(routes.size()) * std::max<int64_t>(1, micro);
+        const Batch mb = in.slice(first, first + seq.input_ids.size(0));
+        MicroRouting routing(*a.policy->model, mb, seq, replay, /*record_for_loss=*/false);
+        auto lp = engine::compute_log_probs(*a.policy->model, seq, args.temperature, entropy, args.sum_pi_squared);
+        routes.push_back(routing.moe()
+                             ? batch_routes(routing.routing().chosen_stacked(), seq, in.at("input_ids").size(1))
+                             : torch::Tensor());
+        std::vector<torch::Tensor> outs{lp.log_probs};
+        if (entropy) outs.push_back(lp.entropy);
+        if (args.sum_pi_squared) outs.push_back(lp.sum_pi_squared);
+        return outs;
+    });
     a.engine->release_parameters();  // ZeRO-3: the root unit gathered by the forwards
     if (a.settings.router_replay == "R2") {
         const auto& m = a.policy->model->args();
-        out.set("old_routed_experts",
-                routes.empty() ? torch::zeros({0, in.at("input_ids").size(1), m.num_moe_layers(), m.num_experts_per_tok},
-                                              torch::kInt16)
-                               : torch::cat(routes, 0));
+        out.set("old_routed_experts", routes.empty() ? torch::zeros({0, in.at("input_ids").size(1), m.num_moe_layers(),
+                                                                     m.num_experts_per_tok},
+                                                                    torch::kInt16)
+                                                     : torch::cat(routes, 0));
     }
     return out;
 }

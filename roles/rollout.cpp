@@ -186,10 +186,10 @@ Batch generate(RoleWorker& w, WorkerContext& ctx, const Batch& in, const Generat
     out.set("position_ids", (attn.cumsum(1) - 1).clamp_min(0));
     if (moe) {
         // [B, P+R, moe layers, k] int16 (experts < 32768), -1 where nothing was routed.
-        auto routes = g.routed_experts.defined()
-                          ? g.routed_experts
-                          : torch::full({B, gp + gr, margs.num_moe_layers(), margs.num_experts_per_tok}, -1,
-                                        torch::kInt64);
+        auto routes =
+            g.routed_experts.defined()
+                ? g.routed_experts
+                : torch::full({B, gp + gr, margs.num_moe_layers(), margs.num_experts_per_tok}, -1, torch::kInt64);
         out.set("routed_experts", torch::constant_pad_nd(routes.to(torch::kInt16), {0, 0, 0, 0, P - gp, R - gr}, -1));
     }
     std::vector<int64_t> reasons, versions(static_cast<size_t>(B), static_cast<int64_t>(r.weights->version()));

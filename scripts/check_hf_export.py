@@ -7,7 +7,7 @@ usage: check_hf_export.py MODEL_DIR RLPT_LOGITS_JSON
                      "bound": B (the largest |difference| allowed: float32 rounding, derived by
                      the caller with tests/unit/test_tolerance.h), "rope_theta": T and
                      "architecture": A (what rlpt meant)}
-transformers loads the folder as it is (AutoModelForCausalLM, eager attention) and computes the
+transformers loads the folder as it is (AutoModelForCausalLM, eager attention and experts) and computes the
 logits in float64 from the saved weights. Fails (exit 1) when
   * the architecture or rope_theta transformers read is not what rlpt meant, or
   * any logit differs by more than B, or
@@ -35,8 +35,10 @@ def logits_of(model_dir, ids, theta=None):
     config = transformers.AutoConfig.from_pretrained(model_dir)
     if theta is not None:
         config.rope_parameters = {**(config.rope_parameters or {}), "rope_theta": theta}
+    # Mixture-of-experts models: the experts' eager loop (the grouped-GEMM kernels have no float64).
+    extra = {"experts_implementation": "eager"} if getattr(config, "num_experts", 0) else {}
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, config=config, dtype=torch.float64,
-                                                              attn_implementation="eager")
+                                                              attn_implementation="eager", **extra)
     model.eval()
     with torch.no_grad():
         return model(input_ids=torch.tensor([ids])).logits[0], model.config

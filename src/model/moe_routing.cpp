@@ -44,8 +44,8 @@ RouteMismatch route_mismatch(const torch::Tensor& a, const torch::Tensor& b, con
     const auto sa = std::get<0>(a.to(torch::kCPU, torch::kInt64).sort(-1));
     const auto sb = std::get<0>(b.to(torch::kCPU, torch::kInt64).sort(-1));
     const auto differs = sa.ne(sb).any(-1);  // [N, layers]
-    const auto counted = mask.to(torch::kCPU).ne(0).unsqueeze(1).logical_and(sa.ge(0).all(-1)).logical_and(
-        sb.ge(0).all(-1));
+    const auto counted =
+        mask.to(torch::kCPU).ne(0).unsqueeze(1).logical_and(sa.ge(0).all(-1)).logical_and(sb.ge(0).all(-1));
     return {differs.logical_and(counted).sum().item<int64_t>(), counted.sum().item<int64_t>()};
 }
 

@@ -628,8 +628,9 @@ PY
     "$bin" init-model --arch qwen3_moe --out moe0 --chars-from chars.txt --hidden-size 32 --layers 2 --heads 2 \
       --kv-heads 1 --experts 4 --experts-per-tok 2 --moe-intermediate-size 16 --max-position 32 | tee init.log
     grep -q "qwen3_moe" moe0/config.json
+    # The entropy bonus moves the policy even while every score is 0 (an untrained model).
     common=(trainer.output_dir=runs trainer.total_training_steps=3 trainer.val_before_train=false model.path=moe0
-            actor.optim.lr=0.01 actor.optim.zero_stage=3)
+            actor.optim.lr=0.01 actor.optim.zero_stage=3 actor.entropy_coeff=0.05)
     run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=r3 actor.router_replay.mode=R3 \
       actor.router_aux_loss_coef=0.01
     run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=r2 actor.router_replay.mode=R2
@@ -643,7 +644,8 @@ for path in sys.argv[1:]:
     # Step 1: the rollout and the update's first mini-batch hold the same weights; only float32
     # ties between experts may route differently.
     assert first["actor/router_mismatch_frac"] < 0.05, (path, first["actor/router_mismatch_frac"])
-    print(path, [round(r["actor/router_mismatch_frac"], 4) for r in rows])
+    assert rows[-1]["actor/entropy"] != first["actor/entropy"], (path, "the policy did not move")
+    print(path, [round(r["actor/router_mismatch_frac"], 4) for r in rows], [r["actor/entropy"] for r in rows])
 r3 = [json.loads(l) for l in open(sys.argv[1])]
 assert all(r["actor/router_aux_loss"] > 0 for r in r3), "no actor/router_aux_loss with router_aux_loss_coef"
 assert all("actor/router_aux_loss" not in json.loads(l) for l in open(sys.argv[3])), "aux loss without its coef"

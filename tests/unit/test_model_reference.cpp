@@ -373,7 +373,6 @@ TEST(MoeRouting, ReplayingRecordedRoutesReproducesTheForwardAndOtherRoutesChange
     model->backbone().set_routing(nullptr);
 }
 
-
 namespace {
 
 // One training step's gradients against transformers' float64 autograd of the same loss (the mean
@@ -482,6 +481,26 @@ TEST_F(HfExport, LoadedQwen3TinyLoadsInTransformersWithTheSameLogits) {
     auto m = load_pretrained(qwen3_tiny_dir(), torch::kFloat32);
     ASSERT_DOUBLE_EQ(m->args().rope_theta, 1e6);
     check(*m, dir.str());
+}
+
+TEST_F(HfExport, LoadedQwen3MoeTinyLoadsInTransformersWithTheSameLogits) {
+    TempDir dir("export_moe");
+    auto m = load_pretrained(fixture_dir("qwen3_moe_tiny"), torch::kFloat32);
+    check(*m, dir.str());
+}
+
+TEST_F(HfExport, InitModelQwen3MoeLoadsInTransformersWithTheSameLogits) {
+    TempDir dir("export_init_moe");
+    std::ofstream(dir.file("chars.txt")) << "0123456789+-*=abcdefghijklmnopqrstuvwxyz";
+    std::vector<std::string> args = {
+        "init-model",          "--arch",    "qwen3_moe", "--out",        dir.file("m"), "--chars-from",
+        dir.file("chars.txt"), "--experts", "4",         "--rope-theta", "500000"};
+    std::vector<char*> argv;
+    for (auto& x : args) argv.push_back(x.data());
+    ASSERT_EQ(rlpt::app::init_model_command(static_cast<int>(argv.size()), argv.data()), 0);
+    auto m = load_pretrained(dir.file("m"), torch::kFloat32);
+    ASSERT_EQ(m->args().num_experts, 4);
+    check(*m, dir.file("m"), /*save=*/false);
 }
 
 TEST_F(HfExport, InitModelQwen3LoadsInTransformersWithTheSameLogits) {
