@@ -6,7 +6,7 @@
 #      threads, alternating round by round so load hits both alike; the table takes each one's best
 #      round and the ratio transformers ms / rlpt ms (> 1: rlpt faster; the goal is >= 1.5);
 #   2. decode tokens/s of a small Qwen3-MoE model against a dense Qwen3 of the same active parameters
-#      (intermediate = top_k x moe_intermediate_size), both rlpt.
+#      (intermediate = top_k x moe_intermediate_size), both rlpt, at batch 1 and 16.
 # Usage: scripts/bench_moe.sh [path/to/rlpt_bench_moe] [--threads "1 2"] [--rounds 3] [--iters 5]
 #        [--python PY]   (default: the repo's .venv/bin/python, which needs transformers: pip install transformers)
 set -euo pipefail
@@ -52,8 +52,12 @@ for t in $threads_list; do
   fi
 done
 echo
-echo "decode (rlpt, batch 16, 32 steps): MoE against a dense model of the same active parameters"
+# Decode streams every expert some row of the batch uses: at batch 1 a token reads its k experts
+# (the dense model's bytes), at batch 16 nearly all of them (num_experts / k times more).
+echo "decode (rlpt, 32 steps): MoE against a dense model of the same active parameters"
 for t in $threads_list; do
-  echo "threads $t:"
-  OMP_NUM_THREADS=$t "$bin" --iters "$iters" --tokens 256 | grep '^decode' | sed 's/^/  /'
+  for b in 1 16; do
+    echo "threads $t, batch $b:"
+    OMP_NUM_THREADS=$t "$bin" --iters "$iters" --tokens 256 --decode-batch "$b" | grep '^decode' | sed 's/^/  /'
+  done
 done

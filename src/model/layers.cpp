@@ -310,8 +310,12 @@ torch::Tensor SparseMoe::forward(const torch::Tensor& x, MoeRouting* routing) co
     std::vector<torch::Tensor> outs;
     outs.reserve(static_cast<size_t>(n_experts));
     int64_t start = 0;
+    // An expert without rows still runs when gradients are recorded (see the class comment); a
+    // forward without them (generation, log-probs) skips it.
+    const bool all_experts = torch::GradMode::is_enabled();
     for (int64_t e = 0; e < n_experts; ++e) {
-        outs.push_back(experts_[static_cast<size_t>(e)]->forward_local(sorted_rows.narrow(0, start, count[e])));
+        if (count[e] > 0 || all_experts)
+            outs.push_back(experts_[static_cast<size_t>(e)]->forward_local(sorted_rows.narrow(0, start, count[e])));
         start += count[e];
     }
     auto out = torch::cat(outs, 0) * weights.reshape({-1}).index_select(0, order).unsqueeze(1);  // [N*k, H]

@@ -163,8 +163,9 @@ class Mlp : public torch::nn::Module {
 // Every row goes to its top-k experts (or the replayed ones, MoeRouting::replay); the experts run
 // grouped: rows sorted by expert (a stable sort), one matmul chain per expert over its rows,
 // results put back in row order and summed over the k choices in a fixed order (no atomics, so
-// runs repeat bit for bit on every device). An expert that gets no row still runs on zero rows, so
-// its gradients exist (zeros) on every rank and the gradient collectives stay aligned.
+// runs repeat bit for bit on every device). With gradients recorded, an expert that gets no row still
+// runs on zero rows, so its gradients exist (zeros) on every rank and the gradient collectives stay
+// aligned; without (generation, log-probs) it is skipped.
 class SparseMoe : public torch::nn::Module {
   public:
     SparseMoe(const ModelArgs& args, const TpLayout& layout, const TensorParallel* tp, int64_t moe_layer,
