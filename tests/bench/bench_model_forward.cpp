@@ -13,23 +13,13 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench_models.h"
 #include "rlpt/build_config.h"
 #include "rlpt/model/transformer.h"
 
 namespace {
 
-template <class F>
-double median_ms(int iters, F&& f) {
-    f();
-    std::vector<double> t;
-    for (int i = 0; i < iters; ++i) {
-        const auto t0 = std::chrono::steady_clock::now();
-        f();
-        t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-}
+using rlpt::bench::median_ms;
 
 void report(const char* phase, const char* dtype, int64_t b, int64_t t, int64_t tokens, double ms,
             const rlpt::model::ModelArgs& a) {

@@ -2,10 +2,13 @@
 // Models the benchmarks share (built in code, random weights, no download).
 #include <time.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "rlpt/core/error.h"
 #include "rlpt/model/model_config.h"
@@ -17,6 +20,20 @@ inline double cpu_seconds() {
     timespec ts{};
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Milliseconds of f(): one warm-up call, then the median of `iters` timed calls.
+template <class F>
+double median_ms(int iters, F&& f) {
+    f();
+    std::vector<double> t;
+    for (int i = 0; i < iters; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        f();
+        t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
 }
 
 // ~100M Llama-style model: hidden 768, 12 layers, 12 heads (MHA), SwiGLU 2048, vocab 32000, tied

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "model/layers.h"
+#include "bench_models.h"
 #include "rlpt/build_config.h"
 #include "rlpt/model/transformer.h"
 
@@ -27,18 +28,7 @@ namespace {
 
 using namespace rlpt::model;
 
-template <class F>
-double median_ms(int iters, F&& f) {
-    f();
-    std::vector<double> t;
-    for (int i = 0; i < iters; ++i) {
-        const auto t0 = std::chrono::steady_clock::now();
-        f();
-        t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-}
+using rlpt::bench::median_ms;
 
 int64_t arg(int argc, char** argv, const char* name, int64_t dflt) {
     for (int i = 1; i + 1 < argc; ++i)
