@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include "init_model.h"
@@ -334,6 +335,33 @@ TEST(HfFixture, Qwen3MoeRolloutRecordsTheRoutesOfEveryPositionItFed) {
                 EXPECT_TRUE(torch::equal(std::get<0>(got.sort(-1)), std::get<0>(want[i][c].sort(-1))))
                     << "row " << i << " column " << c << ": " << got << " vs " << want[i][c];
             }
+        }
+    }
+}
+
+// A Qwen3-MoE checkpoint without one expert's tensor, or with an expert the config does not have,
+// is refused naming the tensor.
+TEST(HfFixture, Qwen3MoeCheckpointMissingOrWithExtraExpertTensorsNamesThem) {
+    const auto src = fixture_dir("qwen3_moe_tiny");
+    auto model = load_pretrained(src, torch::kFloat32);
+    NamedTensors all;
+    for (const auto& p : model->named_parameters()) all.emplace_back(p.key(), p.value().detach());
+    const std::string expert = "model.layers.2.mlp.experts.7.up_proj.weight";
+    for (const bool extra : {false, true}) {
+        TempDir dir(extra ? "moe_extra" : "moe_missing");
+        std::filesystem::copy_file(src + "/config.json", dir.file("config.json"));
+        NamedTensors tensors;
+        for (const auto& [name, t] : all)
+            if (extra || name != expert) tensors.emplace_back(name, t);
+        if (extra) tensors.emplace_back("model.layers.2.mlp.experts.8.up_proj.weight", all.back().second);
+        save_safetensors(dir.file("model.safetensors"), tensors);
+        try {
+            load_pretrained(dir.str(), torch::kFloat32);
+            ADD_FAILURE() << "loaded a checkpoint " << (extra ? "with an extra expert" : "missing an expert");
+        } catch (const rlpt::IoError& e) {
+            EXPECT_NE(std::string(e.what()).find(extra ? "model.layers.2.mlp.experts.8.up_proj.weight" : expert),
+                      std::string::npos)
+                << e.what();
         }
     }
 }
