@@ -100,7 +100,8 @@
 #                      load-balancing loss (actor/router_aux_loss), R2 and disabled; the first
 #                      step's actor/router_mismatch_frac (the router's own top-k against the
 #                      rollout's recorded routes, same weights) is near 0, which it could not be
-#                      with misaligned routes; the export generates; router replay on a dense model
+#                      with misaligned routes, and clearly above 0 in a second PPO epoch after a
+#                      large step; the export generates; router replay on a dense model
 #                      and R3 with a generator that records no routes are refused naming the key
 #   own-task           a new user's path on prompt/response + prompt/answer JSONL files:
 #                      rlpt check (clean, and four problems in one run), init-model, SFT of the
@@ -650,6 +651,11 @@ r3 = [json.loads(l) for l in open(sys.argv[1])]
 assert all(r["actor/router_aux_loss"] > 0 for r in r3), "no actor/router_aux_loss with router_aux_loss_coef"
 assert all("actor/router_aux_loss" not in json.loads(l) for l in open(sys.argv[3])), "aux loss without its coef"
 PY
+    # A second PPO epoch after a large step routes tokens to other experts than the rollout did: the
+    # metric sees it (so its ~0 above is alignment, not a metric that cannot move).
+    run 2 "$src/configs/tiny.yaml" "${common[@]}" trainer.experiment_name=moved actor.ppo_epochs=2 \
+      actor.optim.lr=0.5 trainer.total_training_steps=1
+    "$py" -c 'import json,sys; r=json.loads(open(sys.argv[1]).readline()); print("moved:", r["actor/router_mismatch_frac"]); assert r["actor/router_mismatch_frac"] > 0.01' runs/moved/metrics.jsonl
     "$bin" generate --model runs/r3/hf_model --prompt "12+3=" --greedy --max-new-tokens 4 | tee g.txt
     grep -q "finish" g.txt
     # Router replay needs experts; R3 needs a generator that records routes.
