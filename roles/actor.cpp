@@ -38,15 +38,17 @@ class MicroRouting {
                  const std::string& replay_column, bool record_for_loss)
         : backbone_(policy.backbone()), moe_(policy.args().num_moe_layers() > 0) {
         if (!moe_) return;
+        if (mb.has("routed_experts")) rollout_routes_ = detail::sequence_routes(mb, "routed_experts", seq);
         if (!replay_column.empty()) {
             RLPT_CHECK(mb.has(replay_column),
                        "actor.router_replay: the batch has no '{}' column to replay (the rollout records its routes "
                        "with rollout.generator sampler)",
                        replay_column);
-            routing_.replay = detail::sequence_routes(mb, replay_column, seq);
+            routing_.replay =
+                replay_column == "routed_experts" ? rollout_routes_ : detail::sequence_routes(mb, replay_column, seq);
         }
         routing_.record_choices = true;
-        routing_.record_preferred = mb.has("routed_experts");
+        routing_.record_preferred = rollout_routes_.defined();
         routing_.record_probs = record_for_loss;
         backbone_.set_routing(&routing_);
     }
@@ -57,11 +59,14 @@ class MicroRouting {
     MicroRouting& operator=(const MicroRouting&) = delete;
     bool moe() const { return moe_; }
     const model::MoeRouting& routing() const { return routing_; }
+    // The rollout's routes of the micro-batch ([rows·T, L, k]; undefined without routed_experts).
+    const torch::Tensor& rollout_routes() const { return rollout_routes_; }
 
   private:
     model::Backbone& backbone_;
     bool moe_;
     model::MoeRouting routing_;
+    torch::Tensor rollout_routes_;
 };
 
 // The column a forward replays under actor.router_replay.mode ("" for none): R3 the rollout's
@@ -133,24 +138,23 @@ Batch compute_log_prob(RoleWorker& w, WorkerContext&, const Batch& in, const Act
     std::vector<detail::ForwardColumn> columns{{"old_log_probs"}};
     if (entropy) columns.push_back({"entropy"});
     if (args.sum_pi_squared) columns.push_back({"sum_pi_squared"});
-    // Mixture-of-experts policies: the micro-batches' routes (forward_micro_batches runs them in
-    // row order), kept as old_routed_experts for R2.
-    const int64_t micro = a.settings.log_prob_micro_batch_size_per_rank;
+    // Mixture-of-experts policies: the micro-batches' routes, in row order, kept as
+    // old_routed_experts for R2.
     const std::string replay = replay_column(a.settings, /*update=*/false);
     std::vector<torch::Tensor> routes;
-    Batch out = detail::forward_micro_batches(in, micro, columns, [&](const engine::SequenceBatch& seq) {
-        const int64_t first = static_cast<int64_t>(routes.size()) * std::max<int64_t>(1, micro);
-        const Batch mb = in.slice(first, first + seq.input_ids.size(0));
-        MicroRouting routing(*a.policy->model, mb, seq, replay, /*record_for_loss=*/false);
-        auto lp = engine::compute_log_probs(*a.policy->model, seq, args.temperature, entropy, args.sum_pi_squared);
-        routes.push_back(routing.moe()
-                             ? batch_routes(routing.routing().chosen_stacked(), seq, in.at("input_ids").size(1))
-                             : torch::Tensor());
-        std::vector<torch::Tensor> outs{lp.log_probs};
-        if (entropy) outs.push_back(lp.entropy);
-        if (args.sum_pi_squared) outs.push_back(lp.sum_pi_squared);
-        return outs;
-    });
+    const int64_t micro = a.settings.log_prob_micro_batch_size_per_rank;
+    Batch out =
+        detail::forward_micro_batches(in, micro, columns, [&](const Batch& mb, const engine::SequenceBatch& seq) {
+            MicroRouting routing(*a.policy->model, mb, seq, replay, /*record_for_loss=*/false);
+            auto lp = engine::compute_log_probs(*a.policy->model, seq, args.temperature, entropy, args.sum_pi_squared);
+            routes.push_back(routing.moe()
+                                 ? batch_routes(routing.routing().chosen_stacked(), seq, in.at("input_ids").size(1))
+                                 : torch::Tensor());
+            std::vector<torch::Tensor> outs{lp.log_probs};
+            if (entropy) outs.push_back(lp.entropy);
+            if (args.sum_pi_squared) outs.push_back(lp.sum_pi_squared);
+            return outs;
+        });
     a.engine->release_parameters();  // ZeRO-3: the root unit gathered by the forwards
     if (a.settings.router_replay == "R2") {
         const auto& m = a.policy->model->args();
@@ -199,9 +203,9 @@ Batch update(RoleWorker& w, WorkerContext& ctx, const Batch& in, const ActorUpda
             if (routing.moe()) {
                 const auto& m = a.policy->model->args();
                 const auto tokens = seq.attention_mask.reshape({-1});
-                if (mb.has("routed_experts")) {  // the router's own choice against the rollout's
-                    const auto mm = model::route_mismatch(detail::sequence_routes(mb, "routed_experts", seq),
-                                                          routing.routing().preferred_stacked(), tokens);
+                if (routing.rollout_routes().defined()) {  // the router's own choice against the rollout's
+                    const auto mm =
+                        model::route_mismatch(routing.rollout_routes(), routing.routing().preferred_stacked(), tokens);
                     if (mm.counted > 0) metrics.add_metric("actor/router_mismatch_frac", mm.fraction());
                 }
                 if (aux_coef > 0) {

@@ -57,7 +57,7 @@ Batch compute_values(RoleWorker& w, WorkerContext&, const Batch& in) {
     torch::NoGradGuard no_grad;
     Batch out =
         detail::forward_micro_batches(in, cw.settings.forward_micro_batch_size_per_rank, {{"values"}},
-                                      [&](const engine::SequenceBatch& seq) {
+                                      [&](const Batch&, const engine::SequenceBatch& seq) {
                                           return std::vector<torch::Tensor>{engine::compute_values(*cw.model, seq)};
                                       });
     cw.engine->release_parameters();  // ZeRO-3: the root unit gathered by the forwards

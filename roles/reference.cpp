@@ -48,10 +48,12 @@ Batch compute_log_prob(RoleWorker& w, WorkerContext&, const Batch& in, const Ref
     RLPT_CHECK_KIND(InternalError, r.model != nullptr, "reference used before kInit");
     torch::NoGradGuard no_grad;
     const double temperature = args.temperature;
-    Batch out = detail::forward_micro_batches(
-        in, r.settings.log_prob_micro_batch_size_per_rank, {{"ref_log_prob"}}, [&](const engine::SequenceBatch& seq) {
-            return std::vector<torch::Tensor>{engine::compute_log_probs(*r.model, seq, temperature, false).log_probs};
-        });
+    Batch out =
+        detail::forward_micro_batches(in, r.settings.log_prob_micro_batch_size_per_rank, {{"ref_log_prob"}},
+                                      [&](const Batch&, const engine::SequenceBatch& seq) {
+                                          return std::vector<torch::Tensor>{
+                                              engine::compute_log_probs(*r.model, seq, temperature, false).log_probs};
+                                      });
     if (r.shards) r.shards->release_parameters();  // the root unit gathered by the forwards
     return out;
 }

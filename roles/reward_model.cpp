@@ -32,7 +32,7 @@ Batch compute_score(RoleWorker& w, WorkerContext&, const Batch& in) {
     RLPT_CHECK_KIND(InternalError, r.model != nullptr, "reward model used before kInit");
     torch::NoGradGuard no_grad;
     return detail::forward_micro_batches(in, r.settings.micro_batch_size_per_rank, {{"rm_scores", /*per_token=*/false}},
-                                         [&](const engine::SequenceBatch& seq) {
+                                         [&](const Batch&, const engine::SequenceBatch& seq) {
                                              return std::vector<torch::Tensor>{
                                                  engine::compute_sequence_scores(*r.model, seq)};
                                          });

@@ -84,7 +84,7 @@ Batch forward_micro_batches(const Batch& in, int64_t micro_size, const std::vect
     const int64_t R = in.at("responses").size(1);
     std::vector<std::vector<torch::Tensor>> parts(columns.size());
     for (const Batch& mb : in.split(std::max<int64_t>(1, micro_size))) {
-        auto outs = forward(trimmed_sequences(mb, nullptr));
+        auto outs = forward(mb, trimmed_sequences(mb, nullptr));
         RLPT_CHECK_KIND(InternalError, outs.size() == columns.size(), "a micro-batch forward returned {} of {} columns",
                         outs.size(), columns.size());
         for (size_t i = 0; i < columns.size(); ++i) {

@@ -46,11 +46,11 @@ struct ForwardColumn {
 };
 // The forward loop of the scoring methods (log-probs, values, reward scores): `forward` runs on
 // each micro-batch of `in` (rows in order, `micro_size` rows each, all-padding columns trimmed)
-// and returns one tensor per entry of `columns`. Returns in.size() rows with those columns on
+// (`mb`, its rows, and `seq`, their sequences) and returns one tensor per entry of `columns`. Returns in.size() rows with those columns on
 // the CPU ([0, R] / [0] for an empty input). Collective only where `forward` is: a tensor-parallel
 // model's forward runs on its mp communicator, so every rank of the block calls this with its
 // (identical) shard.
-using MicroForward = std::function<std::vector<torch::Tensor>(const engine::SequenceBatch& seq)>;
+using MicroForward = std::function<std::vector<torch::Tensor>(const Batch& mb, const engine::SequenceBatch& seq)>;
 Batch forward_micro_batches(const Batch& in, int64_t micro_size, const std::vector<ForwardColumn>& columns,
                             const MicroForward& forward);
 

@@ -319,8 +319,10 @@ torch::Tensor SparseMoe::forward(const torch::Tensor& x, MoeRouting* routing) co
         start += count[e];
     }
     auto out = torch::cat(outs, 0) * weights.reshape({-1}).index_select(0, order).unsqueeze(1);  // [N*k, H]
-    // Back to (row, choice) order, then the k choices summed in choice order.
-    out = out.index_select(0, torch::argsort(order)).view({n, k, hidden}).sum(1);
+    // Back to (row, choice) order (the inverse permutation of `order`), then the k choices summed
+    // in choice order.
+    const auto inverse = torch::empty_like(order).scatter_(0, order, torch::arange(n * k, order.options()));
+    out = out.index_select(0, inverse).view({n, k, hidden}).sum(1);
     return tp_reduce(out, tp_).view(sizes);
 }
 
