@@ -468,6 +468,19 @@ TEST(HfFixture, Qwen3MoeGradientsMatchTransformersAutograd) { check_fixture_grad
 // transformers-made qwen3_tiny loaded and saved again (transformers 5's rope_parameters layout),
 // and a Qwen3 from `rlpt init-model` (top-level rope_theta), both with rope_theta 1e6 or 5e5, not
 // 10000, so a theta lost on the way shows (the script checks that it would).
+namespace {
+
+// `rlpt init-model --out dir/m --chars-from dir/chars.txt <args>`: its exit code.
+int init_model(const TempDir& dir, std::vector<std::string> args) {
+    std::ofstream(dir.file("chars.txt")) << "0123456789+-*=abcdefghijklmnopqrstuvwxyz";
+    args.insert(args.begin(), {"init-model", "--out", dir.file("m"), "--chars-from", dir.file("chars.txt")});
+    std::vector<char*> argv;
+    for (auto& x : args) argv.push_back(x.data());
+    return rlpt::app::init_model_command(static_cast<int>(argv.size()), argv.data());
+}
+
+}  // namespace
+
 class HfExport : public ::testing::Test {
   protected:
     void SetUp() override {
@@ -519,13 +532,7 @@ TEST_F(HfExport, LoadedQwen3MoeTinyLoadsInTransformersWithTheSameLogits) {
 
 TEST_F(HfExport, InitModelQwen3MoeLoadsInTransformersWithTheSameLogits) {
     TempDir dir("export_init_moe");
-    std::ofstream(dir.file("chars.txt")) << "0123456789+-*=abcdefghijklmnopqrstuvwxyz";
-    std::vector<std::string> args = {
-        "init-model",          "--arch",    "qwen3_moe", "--out",        dir.file("m"), "--chars-from",
-        dir.file("chars.txt"), "--experts", "4",         "--rope-theta", "500000"};
-    std::vector<char*> argv;
-    for (auto& x : args) argv.push_back(x.data());
-    ASSERT_EQ(rlpt::app::init_model_command(static_cast<int>(argv.size()), argv.data()), 0);
+    ASSERT_EQ(init_model(dir, {"--arch", "qwen3_moe", "--experts", "4", "--rope-theta", "500000"}), 0);
     auto m = load_pretrained(dir.file("m"), torch::kFloat32);
     ASSERT_EQ(m->args().num_experts, 4);
     check(*m, dir.file("m"), /*save=*/false);
@@ -533,13 +540,7 @@ TEST_F(HfExport, InitModelQwen3MoeLoadsInTransformersWithTheSameLogits) {
 
 TEST_F(HfExport, InitModelQwen3LoadsInTransformersWithTheSameLogits) {
     TempDir dir("export_init");
-    std::ofstream(dir.file("chars.txt")) << "0123456789+-*=abcdefghijklmnopqrstuvwxyz";
-    std::vector<std::string> args = {
-        "init-model",          "--arch",     "qwen3", "--out",        dir.file("m"), "--chars-from",
-        dir.file("chars.txt"), "--head-dim", "24",    "--rope-theta", "500000"};
-    std::vector<char*> argv;
-    for (auto& x : args) argv.push_back(x.data());
-    ASSERT_EQ(rlpt::app::init_model_command(static_cast<int>(argv.size()), argv.data()), 0);
+    ASSERT_EQ(init_model(dir, {"--arch", "qwen3", "--head-dim", "24", "--rope-theta", "500000"}), 0);
     auto m = load_pretrained(dir.file("m"), torch::kFloat32);
     ASSERT_EQ(m->args().head_dim, 24);         // != hidden 128 / 4 heads
     check(*m, dir.file("m"), /*save=*/false);  // the folder init-model wrote
